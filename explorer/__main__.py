@@ -1,0 +1,7 @@
+"""Entry point for `python -m explorer`."""
+
+import sys
+
+from explorer.cli import main
+
+sys.exit(main())

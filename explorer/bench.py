@@ -1,0 +1,234 @@
+"""A/B benchmark in one process: HF `generate()` against the explorer's instrumented loop, plus roofline limits.
+
+Both sides run the same model, dtype, device, greedy decoding, KV cache on, the same fixed prompt and the same number
+of new tokens (EOS ignored). Prefill is the first forward's time alone (HF: timed by forward hooks), ITL the gaps
+between consecutive generated tokens (HF: timed by a streamer). Order alternates each repeat to spread drift.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from explorer.device import device_profile
+from explorer.engine import Request, generate, warm_up
+from explorer.errors import BadInput
+from explorer.loading import LoadedModel
+from explorer.roofline import pass_flops
+from explorer.trace import DeviceProfile, ModelInfo
+
+# Public-domain text (the opening of "Pride and Prejudice"), repeated to reach the requested prompt length.
+PROMPT_TEXT = (
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a "
+    "wife. However little known the feelings or views of such a man may be on his first entering a neighbourhood, "
+    "this truth is so well fixed in the minds of the surrounding families, that he is considered the rightful "
+    "property of some one or other of their daughters. "
+)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    prompt_tokens: int = 128
+    new_tokens: int = 64
+    repeats: int = 5
+
+    def validate(self) -> None:
+        if self.prompt_tokens < 1 or self.new_tokens < 2 or self.repeats < 1:
+            raise BadInput("bench needs --prompt-tokens >= 1, --new-tokens >= 2 and --repeats >= 1.")
+
+
+@dataclass(frozen=True)
+class SideTiming:
+    """One side's measurements for one repeat."""
+
+    prefill_s: float
+    itl_s: tuple[float, ...]
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    model: ModelInfo
+    device: DeviceProfile
+    config: BenchConfig
+    hf: tuple[SideTiming, ...]
+    explorer: tuple[SideTiming, ...]
+    prefill_flops: int
+
+    @staticmethod
+    def _median_prefill(side: tuple[SideTiming, ...]) -> float:
+        return statistics.median(s.prefill_s for s in side)
+
+    @staticmethod
+    def _median_itl(side: tuple[SideTiming, ...]) -> float:
+        return statistics.median(gap for s in side for gap in s.itl_s)
+
+    @property
+    def hf_prefill_s(self) -> float:
+        return self._median_prefill(self.hf)
+
+    @property
+    def explorer_prefill_s(self) -> float:
+        return self._median_prefill(self.explorer)
+
+    @property
+    def hf_itl_s(self) -> float:
+        return self._median_itl(self.hf)
+
+    @property
+    def explorer_itl_s(self) -> float:
+        return self._median_itl(self.explorer)
+
+    @property
+    def decode_limit_s(self) -> float:
+        """Roofline floor of a decode pass: every weight byte read once at the device's bandwidth."""
+        return self.model.weight_bytes / self.device.bandwidth_bytes_per_s
+
+    @property
+    def prefill_limit_s(self) -> float:
+        """Roofline floor of the prefill pass if compute-bound: its FLOPs at the device's peak."""
+        return self.prefill_flops / self.device.peak_flops
+
+    @property
+    def same_tokens(self) -> bool:
+        return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer)
+
+    def summary(self) -> dict[str, float | bool]:
+        return {
+            "hf_prefill_s": self.hf_prefill_s,
+            "explorer_prefill_s": self.explorer_prefill_s,
+            "prefill_ratio_explorer_over_hf": self.explorer_prefill_s / self.hf_prefill_s,
+            "hf_itl_s": self.hf_itl_s,
+            "explorer_itl_s": self.explorer_itl_s,
+            "itl_ratio_explorer_over_hf": self.explorer_itl_s / self.hf_itl_s,
+            "decode_limit_s": self.decode_limit_s,
+            "prefill_limit_s": self.prefill_limit_s,
+            "same_tokens": self.same_tokens,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "summary": self.summary()}, indent=1)
+
+
+def fixed_prompt_ids(lm: LoadedModel, n_tokens: int) -> list[int]:
+    one = lm.tokenizer(PROMPT_TEXT, add_special_tokens=False)["input_ids"]
+    ids = (one * (n_tokens // len(one) + 1))[:n_tokens]
+    if n_tokens + 1 > lm.info.max_context:
+        raise BadInput(f"--prompt-tokens {n_tokens} exceeds the model's context of {lm.info.max_context}.")
+    return ids
+
+
+class _TokenClock:
+    """A generate() streamer that only timestamps each put(): the prompt first, then one call per new token."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+        self.tokens.extend(int(t) for t in value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTiming:
+    forward_s: list[float] = []
+    started: list[float] = []
+
+    def before(_module: torch.nn.Module, _args: object) -> None:
+        _sync(lm.torch_device)
+        started.append(time.perf_counter())
+
+    def after(_module: torch.nn.Module, _args: object, _output: object) -> None:
+        _sync(lm.torch_device)
+        forward_s.append(time.perf_counter() - started[-1])
+
+    clock = _TokenClock()
+    handles = [lm.model.register_forward_pre_hook(before), lm.model.register_forward_hook(after)]
+    input_ids = torch.tensor([ids], device=lm.torch_device)
+    try:
+        with torch.inference_mode():
+            out = lm.model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                use_cache=True,
+                eos_token_id=None,  # the explorer side ignores EOS too: both produce exactly new_tokens
+                pad_token_id=0,
+                streamer=clock,
+            )
+    finally:
+        for handle in handles:
+            handle.remove()
+    token_times = clock.times[1:]  # the first put() is the prompt
+    return SideTiming(
+        prefill_s=forward_s[0],
+        itl_s=tuple(b - a for a, b in zip(token_times, token_times[1:])),
+        token_ids=tuple(out[0, len(ids) :].tolist()),
+    )
+
+
+def time_explorer(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTiming:
+    trace = generate(
+        lm, Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False), warmup=False, prompt_token_ids=ids
+    )
+    return SideTiming(prefill_s=trace.prefill.wall_s, itl_s=trace.itl_s, token_ids=trace.generated_token_ids)
+
+
+def run_bench(
+    lm: LoadedModel, config: BenchConfig, on_progress: Callable[[float, str], None] | None = None
+) -> BenchResult:
+    config.validate()
+    ids = fixed_prompt_ids(lm, config.prompt_tokens)
+    warm_up(lm)
+    time_hf_generate(lm, ids[:8], 4)  # warm-up of generate()'s own path, not recorded
+    sides: dict[str, list[SideTiming]] = {"hf": [], "explorer": []}
+    runners = {"hf": time_hf_generate, "explorer": time_explorer}
+    for r in range(config.repeats):
+        order = ("hf", "explorer") if r % 2 == 0 else ("explorer", "hf")
+        for name in order:
+            sides[name].append(runners[name](lm, ids, config.new_tokens))
+        if on_progress:
+            on_progress((r + 1) / config.repeats, f"repeat {r + 1}/{config.repeats} done ({' then '.join(order)})")
+    return BenchResult(
+        model=lm.info,
+        device=device_profile(lm.torch_device.type, lm.info.dtype),
+        config=config,
+        hf=tuple(sides["hf"]),
+        explorer=tuple(sides["explorer"]),
+        prefill_flops=pass_flops(lm.info, len(ids), len(ids)),
+    )
+
+
+def format_bench(result: BenchResult) -> str:
+    s = result.summary()
+    m, d, c = result.model, result.device, result.config
+    return "\n".join(
+        [
+            f"bench   {m.display_name}, {m.dtype} on {d.name} ({d.kind}); prompt {c.prompt_tokens} tokens, "
+            f"{c.new_tokens} new tokens, {c.repeats} repeats, A/B alternating, one process",
+            f"device  peak {d.peak_flops / 1e12:.2f} TFLOP/s [{d.peak_flops_source}], "
+            f"bandwidth {d.bandwidth_bytes_per_s / 1e9:.1f} GB/s [{d.bandwidth_source}]",
+            "                       HF generate   explorer   explorer/HF   roofline limit   measured/limit (expl.)",
+            f"prefill (median)      {s['hf_prefill_s'] * 1e3:9.2f} ms {s['explorer_prefill_s'] * 1e3:8.2f} ms "
+            f"{s['prefill_ratio_explorer_over_hf']:10.3f}x {s['prefill_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_prefill_s'] / s['prefill_limit_s']:12.1f}x   (flops / peak)",
+            f"ITL (median)          {s['hf_itl_s'] * 1e3:9.2f} ms {s['explorer_itl_s'] * 1e3:8.2f} ms "
+            f"{s['itl_ratio_explorer_over_hf']:10.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / bandwidth)",
+            f"same greedy tokens on both sides: {'yes' if s['same_tokens'] else 'NO'}",
+        ]
+    )

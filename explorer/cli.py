@@ -1,0 +1,125 @@
+"""`python -m explorer run|bench`: the command line over the engine; errors are one line on stderr, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from explorer.errors import BadInput, ExplorerError
+from explorer.loading import EMBEDDED, LoadedModel, load_model
+from explorer.report import format_trace
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; a user needs only the error, on one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise BadInput(f"{self.prog}: {message}")
+
+
+def stderr_progress(fraction: float, text: str) -> None:
+    print(f"[{fraction:4.0%}] {text}", file=sys.stderr, flush=True)
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=EMBEDDED, help="'embedded' (default), a hub id or a local folder")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (cuda only)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="explorer", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    run = commands.add_parser("run", help="run one instrumented request and print its passes")
+    add_model_args(run)
+    run.add_argument("--prompt", required=True)
+    run.add_argument("--max-new-tokens", type=int, default=32)
+    run.add_argument("--no-chat-template", action="store_true", help="tokenize the raw prompt")
+    run.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
+    run.add_argument("--top-k", type=int, default=None)
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--attention", action="store_true", help="also capture attention maps (untimed replay)")
+    run.add_argument("--attention-layers", default=None, help="comma-separated layer indices (default: all)")
+    run.add_argument("--json", type=Path, default=None, help="write the trace as JSON")
+    run.add_argument("--csv", type=Path, default=None, help="write one row per pass as CSV")
+
+    bench = commands.add_parser("bench", help="the instrumented loop against HF generate(), A/B in one process")
+    add_model_args(bench)
+    bench.add_argument("--prompt-tokens", type=int, default=128)
+    bench.add_argument("--new-tokens", type=int, default=64)
+    bench.add_argument("--repeats", type=int, default=5)
+    bench.add_argument("--json", type=Path, default=None)
+    return parser
+
+
+def parse_layers(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise BadInput(f"--attention-layers takes comma-separated integers, not '{text}'.") from exc
+
+
+def load(args: argparse.Namespace) -> LoadedModel:
+    return load_model(args.model, args.device, args.dtype, on_progress=stderr_progress)
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from explorer.attention import capture_attention
+    from explorer.engine import Request, generate, validate
+    from explorer.trace import Sampling
+
+    request = Request(
+        prompt=args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        use_chat_template=not args.no_chat_template,
+        sampling=Sampling(temperature=args.temperature, top_k=args.top_k, seed=args.seed),
+    )
+    validate(request)  # before the model loads: bad input should fail in a blink
+    layers = parse_layers(args.attention_layers)
+    lm = load(args)
+    trace = generate(lm, request)
+    print(format_trace(trace))
+    if args.attention:
+        maps = capture_attention(lm, trace, layers)
+        print(
+            f"attention: captured {len(maps.layers)} layers x {maps.heads} heads, prefill {trace.prompt_len}x"
+            f"{trace.prompt_len}, {len(trace.decodes)} decode rows, {maps.nbytes / 2**20:.1f} MiB (float16)"
+        )
+    if args.json:
+        args.json.write_text(trace.to_json(), encoding="utf-8")
+        print(f"wrote {args.json}")
+    if args.csv:
+        args.csv.write_text(trace.passes_csv(), encoding="utf-8")
+        print(f"wrote {args.csv}")
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from explorer.bench import BenchConfig, format_bench, run_bench
+
+    config = BenchConfig(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, repeats=args.repeats)
+    config.validate()
+    result = run_bench(load(args), config, on_progress=stderr_progress)
+    print(format_bench(result))
+    if args.json:
+        args.json.write_text(result.to_json(), encoding="utf-8")
+        print(f"wrote {args.json}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        {"run": cmd_run, "bench": cmd_bench}[args.command](args)
+    except ExplorerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("error: out of memory: use a shorter prompt, fewer new tokens or a smaller dtype.", file=sys.stderr)
+        return 1
+    return 0

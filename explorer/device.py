@@ -1,0 +1,320 @@
+"""The hardware figures the roofline model divides by: measured on a CPU, from the spec table and NVML on a GPU."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import platform
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from explorer.errors import BadInput, RunFailed
+from explorer.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
+from explorer.trace import DeviceProfile, Source
+
+pynvml: ModuleType | None
+try:
+    import pynvml  # nvidia-ml-py; it loads libnvidia-ml only in nvmlInit(), so importing is safe without a GPU
+except ImportError:  # optional: without it, bandwidth comes from the spec table or a measurement
+    pynvml = None
+
+TORCH_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICE_KINDS = ("cpu", "cuda")
+
+# CPU microbenchmarks: together well under 2 s on 2 cores.
+CPU_COPY_BYTES = 256 * 1024**2  # far larger than any CPU cache, so the copy streams from DRAM
+CPU_MATMUL_MIN_N = 256
+CPU_MATMUL_MAX_N = 2048
+CPU_MATMUL_MIN_S = 0.02  # one timed matmul at least this long, so thread start-up is a small part of it
+CPU_REPEATS = 3
+
+# GPU microbenchmarks: large enough to leave every L2 cache (H100 50 MB, L40S 96 MB) and fill every SM.
+GPU_COPY_BYTES = 256 * 1024**2
+GPU_MATMUL_N = 8192
+GPU_REPEATS = 5
+
+
+def device_profile(kind: str, dtype: str) -> DeviceProfile:
+    """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`; measured once per process."""
+    if kind not in DEVICE_KINDS:
+        raise BadInput(f"Unknown device '{kind}': use cpu, cuda or auto.")
+    if dtype not in TORCH_DTYPES:
+        raise BadInput(f"Unknown dtype '{dtype}': use one of {', '.join(TORCH_DTYPES)}.")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise BadInput("CUDA requested but no GPU is available: use --device cpu or auto")
+    return _cached_profile(kind, dtype)
+
+
+@functools.cache
+def _cached_profile(kind: str, dtype: str) -> DeviceProfile:
+    # The microbenchmarks take a second or so; hardware does not change within a process.
+    return cpu_profile(dtype) if kind == "cpu" else cuda_profile(dtype)
+
+
+# --- CPU -------------------------------------------------------------------------------------------------------------
+
+
+def cpu_profile(dtype: str) -> DeviceProfile:
+    """A CPU has no spec table: both peaks are what short microbenchmarks achieve here, with torch's threads."""
+    flops = measure_cpu_matmul_flops(dtype)
+    bandwidth_bytes_per_s = measure_cpu_copy_bandwidth_bytes_per_s()
+    threads = torch.get_num_threads()
+    return DeviceProfile(
+        name=cpu_name(),
+        kind="cpu",
+        dtype=dtype,
+        peak_flops=flops,
+        peak_flops_source="measured",
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        bandwidth_source="measured",
+        measured_flops=flops,
+        measured_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        memory_bytes=cpu_memory_bytes(),
+        notes=f"CPU: peak figures are measured by microbenchmarks ({threads} threads)",
+    )
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def cpu_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def best_wall_s(fn: Callable[[], Any], repeats: int) -> float:
+    """The fastest of `repeats` calls: the least disturbed by the OS and other processes."""
+    best_s = math.inf
+    for _ in range(repeats):
+        start_s = time.perf_counter()
+        fn()
+        best_s = min(best_s, time.perf_counter() - start_s)
+    return max(best_s, 1e-9)
+
+
+def measure_cpu_copy_bandwidth_bytes_per_s(size_bytes: int = CPU_COPY_BYTES, repeats: int = CPU_REPEATS) -> float:
+    """Achieved DRAM bandwidth of a large copy, counting the read and the write (2 x size)."""
+    src = torch.ones(size_bytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up: the first write into dst pays page faults, not bandwidth
+    return 2 * src.nbytes / best_wall_s(lambda: dst.copy_(src), repeats)
+
+
+def measure_cpu_matmul_flops(dtype: str, repeats: int = CPU_REPEATS) -> float:
+    """Achieved FLOP/s of a square matmul in the run's dtype (2 n^3 FLOPs), best of a few after a warm-up.
+
+    n doubles from a small size until one matmul takes CPU_MATMUL_MIN_S: big enough to reach the kernels' steady
+    rate, yet a dtype this CPU lacks fast kernels for (float16 without AVX512-FP16) stays at a small, quick n.
+    """
+    torch_dtype = TORCH_DTYPES[dtype]
+    n = CPU_MATMUL_MIN_N
+    while True:
+        a = torch.randn(n, n).to(torch_dtype)
+        b = torch.randn(n, n).to(torch_dtype)
+        out = torch.empty(n, n, dtype=torch_dtype)
+        matmul = functools.partial(torch.mm, a, b, out=out)
+        matmul()  # warm-up: the first call picks kernels and wakes the thread pool
+        best_s = best_wall_s(matmul, 1)
+        if best_s >= CPU_MATMUL_MIN_S or n >= CPU_MATMUL_MAX_N:
+            break
+        n *= 2
+    best_s = min(best_s, best_wall_s(matmul, repeats - 1))
+    return 2 * n**3 / best_s
+
+
+# --- CUDA ------------------------------------------------------------------------------------------------------------
+
+
+def theoretical_bandwidth_bytes_per_s(max_mem_clock_mhz: float, bus_width_bits: int) -> float:
+    """NVML's convention: 2 transfers per reported memory clock (DDR), bus width in bits / 8 bytes per transfer."""
+    return 2 * max_mem_clock_mhz * 1e6 * bus_width_bits / 8
+
+
+def _nvml_query(query: Callable[..., Any], *args: Any) -> Any | None:
+    """One NVML query, or None where the device does not support it (e.g. clocks under MIG)."""
+    assert pynvml is not None
+    try:
+        return query(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def nvml_bandwidth(index: int, uuid: str | None = None) -> tuple[str, int | None, float | None] | None:
+    """(name, memory bytes, theoretical bandwidth B/s) from NVML, or None when NVML is unusable here.
+
+    The device is found by its UUID where torch gave one (NVML numbers devices by PCI order and ignores
+    CUDA_VISIBLE_DEVICES, so index `i` in torch can be another GPU in NVML), else by index.
+    """
+    if pynvml is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:  # no driver / no GPU: NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None
+    try:
+        handle = None
+        if uuid is not None:
+            handle = _nvml_query(pynvml.nvmlDeviceGetHandleByUUID, uuid)
+        if handle is None:
+            handle = _nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+        if handle is None:
+            return None
+        name = _nvml_query(pynvml.nvmlDeviceGetName, handle)
+        if name is None:
+            return None
+        name = name.decode() if isinstance(name, bytes) else str(name)  # older bindings return bytes
+        memory = _nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        memory_bytes = int(memory.total) if memory is not None else None
+        max_mem_clock_mhz = _nvml_query(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+        bus_width_bits = _nvml_query(pynvml.nvmlDeviceGetMemoryBusWidth, handle)
+        bandwidth_bytes_per_s = None
+        if max_mem_clock_mhz and bus_width_bits:  # 0 means "unknown" as much as None does
+            bandwidth_bytes_per_s = theoretical_bandwidth_bytes_per_s(max_mem_clock_mhz, bus_width_bits)
+        return name, memory_bytes, bandwidth_bytes_per_s
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def torch_gpu_uuid(index: int) -> str | None:
+    """NVML's spelling ("GPU-xxxxxxxx-...") of the UUID torch reports bare, or None on builds without it."""
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def best_cuda_s(fn: Callable[[], Any], repeats: int) -> float:
+    """The fastest of `repeats` calls, timed on the GPU with event pairs (perf_counter would time only the launch)."""
+    fn()  # warm-up: cuBLAS picks its kernel and the allocator settles
+    torch.cuda.synchronize()
+    best_s = math.inf
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        best_s = min(best_s, start.elapsed_time(end) / 1e3)  # elapsed_time is in ms
+    return max(best_s, 1e-9)
+
+
+def measure_cuda_copy_bandwidth_bytes_per_s(index: int, size_bytes: int = GPU_COPY_BYTES) -> float:
+    """Achieved device-memory bandwidth of a large copy, counting the read and the write (2 x size)."""
+    src = torch.ones(size_bytes // 4, dtype=torch.float32, device=f"cuda:{index}")
+    dst = torch.empty_like(src)
+    return 2 * src.nbytes / best_cuda_s(lambda: dst.copy_(src), GPU_REPEATS)
+
+
+def measure_cuda_matmul_flops(index: int, dtype: str, n: int = GPU_MATMUL_N) -> float:
+    """Achieved FLOP/s of a square matmul in the run's dtype (2 n^3 FLOPs)."""
+    device = f"cuda:{index}"
+    a = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+    b = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+    out = torch.empty(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+    return 2 * n**3 / best_cuda_s(lambda: torch.mm(a, b, out=out), GPU_REPEATS)
+
+
+def _measure_or_reason(measure: Callable[[], float]) -> tuple[float | None, str]:
+    """Run a GPU microbenchmark; a failure (out of memory, a dtype the GPU lacks) is a note, not a crash."""
+    try:
+        return measure(), ""
+    except RuntimeError as error:  # torch.cuda.OutOfMemoryError is a RuntimeError too
+        return None, str(error).splitlines()[0] if str(error) else type(error).__name__
+    finally:
+        torch.cuda.empty_cache()  # give the benchmark's buffers back before the model loads
+
+
+def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
+    """Peak FLOP/s from the spec table, bandwidth from NVML (else the table), plus a short measurement of both."""
+    index = torch.cuda.current_device() if index is None else index
+    name = torch.cuda.get_device_name(index)
+    memory_bytes = torch.cuda.get_device_properties(index).total_memory
+    notes: list[str] = []
+
+    nvml = nvml_bandwidth(index, torch_gpu_uuid(index))
+    if nvml is not None and normalise_gpu_name(nvml[0]) != normalise_gpu_name(name):
+        notes.append(f"NVML found '{nvml[0]}', not '{name}': its figures are ignored")
+        nvml = None
+    nvml_bandwidth_bytes_per_s = nvml[2] if nvml is not None else None
+    if nvml is None:
+        notes.append("NVML unavailable")
+
+    spec = match_gpu_spec(name, memory_bytes)
+    measured_flops, flops_failure = _measure_or_reason(lambda: measure_cuda_matmul_flops(index, dtype))
+    measured_bandwidth, bandwidth_failure = _measure_or_reason(lambda: measure_cuda_copy_bandwidth_bytes_per_s(index))
+    notes += [f"matmul benchmark failed: {flops_failure}"] if flops_failure else []
+    notes += [f"copy benchmark failed: {bandwidth_failure}"] if bandwidth_failure else []
+
+    peak_flops, peak_flops_source = _pick_peak_flops(spec, dtype, measured_flops, notes)
+    bandwidth_bytes_per_s, bandwidth_source = _pick_bandwidth(spec, nvml_bandwidth_bytes_per_s, measured_bandwidth)
+    if peak_flops is None or bandwidth_bytes_per_s is None:
+        raise RunFailed(f"Could not size the GPU '{name}' for {dtype} ({'; '.join(notes)}): try --device cpu.")
+    if spec is not None:
+        notes.insert(0, f"spec row: {spec.name} ({spec.source})")
+    return DeviceProfile(
+        name=name,
+        kind="cuda",
+        dtype=dtype,
+        peak_flops=peak_flops,
+        peak_flops_source=peak_flops_source,
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        bandwidth_source=bandwidth_source,
+        measured_flops=measured_flops,
+        measured_bandwidth_bytes_per_s=measured_bandwidth,
+        memory_bytes=memory_bytes,
+        notes="; ".join(notes),
+    )
+
+
+def _pick_peak_flops(
+    spec: GpuSpec | None, dtype: str, measured_flops: float | None, notes: list[str]
+) -> tuple[float | None, Source]:
+    """The table's figure where it has one that applies; otherwise what the matmul achieved."""
+    spec_flops = spec.peak_flops(dtype) if spec is not None else None
+    if dtype == "float32" and torch.get_float32_matmul_precision() != "highest":
+        # TF32 tensor cores then run float32 matmuls, well above the table's non-tensor FP32 figure.
+        notes.append("TF32 matmuls are enabled: float32 peak is measured, not the FP32 spec figure")
+        spec_flops = None
+    elif spec is not None and spec_flops is None:
+        notes.append(f"{spec.name} has no {dtype} tensor cores: peak is measured")
+    if spec_flops is not None:
+        return spec_flops, "spec"
+    return measured_flops, "measured"
+
+
+def _pick_bandwidth(
+    spec: GpuSpec | None, nvml_bytes_per_s: float | None, measured_bytes_per_s: float | None
+) -> tuple[float | None, Source]:
+    """NVML's theoretical figure for this very board, else the table's, else what the copy achieved."""
+    if nvml_bytes_per_s is not None:
+        return nvml_bytes_per_s, "nvml"
+    if spec is not None:
+        return spec.bandwidth_bytes_per_s, "spec"
+    return measured_bytes_per_s, "measured"

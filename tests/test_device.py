@@ -1,0 +1,346 @@
+"""Device figures: the NVML bandwidth formula and its failure modes (fake pynvml), GPU name matching, source choice."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from explorer import device
+from explorer.device import cuda_profile, device_profile, nvml_bandwidth, theoretical_bandwidth_bytes_per_s
+from explorer.errors import BadInput, RunFailed
+from explorer.gpu_specs import GPU_SPECS, match_gpu_spec
+
+H100_NAME = "NVIDIA H100 80GB HBM3"
+H100_MEMORY_BYTES = 85_520_809_984  # what an H100 SXM reports: 81,559 MiB
+H100_NVML_BANDWIDTH = 2 * 2619e6 * 5120 / 8  # 3.352e12 B/s
+
+
+class FakeNvml:
+    """Just enough of pynvml for nvml_bandwidth: one device, queries that can be made to fail."""
+
+    NVML_CLOCK_MEM = 2
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_LibraryNotFound(NVMLError):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):
+        pass
+
+    def __init__(
+        self,
+        name: str | bytes = H100_NAME,
+        memory_bytes: int = H100_MEMORY_BYTES,
+        max_mem_clock_mhz: int = 2619,
+        bus_width_bits: int = 5120,
+        init_fails: bool = False,
+        unsupported: tuple[str, ...] = (),
+    ) -> None:
+        self.name = name
+        self.memory_bytes = memory_bytes
+        self.max_mem_clock_mhz = max_mem_clock_mhz
+        self.bus_width_bits = bus_width_bits
+        self.init_fails = init_fails
+        self.unsupported = unsupported
+        self.shutdowns = 0
+        self.handles: list[Any] = []
+
+    def _check(self, query: str) -> None:
+        if query in self.unsupported:
+            raise self.NVMLError_NotSupported(query)
+
+    def nvmlInit(self) -> None:
+        if self.init_fails:
+            raise self.NVMLError_LibraryNotFound("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> tuple[str, str]:
+        self._check("uuid")
+        self.handles.append(("uuid", uuid))
+        return ("uuid", uuid)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[str, int]:
+        self.handles.append(("index", index))
+        return ("index", index)
+
+    def nvmlDeviceGetName(self, handle: Any) -> str | bytes:
+        return self.name
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> SimpleNamespace:
+        self._check("memory")
+        return SimpleNamespace(total=self.memory_bytes, free=self.memory_bytes, used=0)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock: int) -> int:
+        assert clock == self.NVML_CLOCK_MEM
+        self._check("clock")
+        return self.max_mem_clock_mhz
+
+    def nvmlDeviceGetMemoryBusWidth(self, handle: Any) -> int:
+        self._check("bus")
+        return self.bus_width_bits
+
+
+# --- the NVML formula and its failure modes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_mem_clock_mhz", "bus_width_bits", "bytes_per_s"),
+    [
+        (2619, 5120, 3.35232e12),  # H100 SXM: the datasheet's 3.35 TB/s
+        (1215, 5120, 1.5552e12),  # A100 40GB: 1,555 GB/s
+        (5001, 256, 320.064e9),  # T4 (GDDR6, NVML reports half the data rate): 320 GB/s
+        (10501, 384, 1008.096e9),  # RTX 4090 (GDDR6X): 1,008 GB/s
+    ],
+)
+def test_theoretical_bandwidth_formula(max_mem_clock_mhz: int, bus_width_bits: int, bytes_per_s: float) -> None:
+    assert theoretical_bandwidth_bytes_per_s(max_mem_clock_mhz, bus_width_bits) == pytest.approx(bytes_per_s, rel=1e-12)
+
+
+def test_nvml_bandwidth_reads_name_memory_and_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml()
+    monkeypatch.setattr(device, "pynvml", fake)
+    name, memory_bytes, bandwidth = nvml_bandwidth(0)  # type: ignore[misc]
+    assert (name, memory_bytes) == (H100_NAME, H100_MEMORY_BYTES)
+    assert bandwidth == pytest.approx(3.35232e12, rel=1e-12)
+    assert fake.shutdowns == 1
+
+
+def test_nvml_bandwidth_prefers_the_uuid_and_falls_back_to_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml()
+    monkeypatch.setattr(device, "pynvml", fake)
+    nvml_bandwidth(1, "GPU-1234")
+    assert fake.handles == [("uuid", "GPU-1234")]
+    fake = FakeNvml(unsupported=("uuid",))
+    monkeypatch.setattr(device, "pynvml", fake)
+    assert nvml_bandwidth(1, "GPU-1234") is not None
+    assert fake.handles == [("index", 1)]
+
+
+def test_nvml_bandwidth_decodes_a_bytes_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(device, "pynvml", FakeNvml(name=b"Tesla T4", max_mem_clock_mhz=5001, bus_width_bits=256))
+    result = nvml_bandwidth(0)
+    assert result is not None
+    assert result[0] == "Tesla T4"
+
+
+@pytest.mark.parametrize("query", ["clock", "bus"])
+def test_unsupported_clock_queries_leave_bandwidth_unknown(monkeypatch: pytest.MonkeyPatch, query: str) -> None:
+    fake = FakeNvml(unsupported=(query,))  # e.g. under MIG
+    monkeypatch.setattr(device, "pynvml", fake)
+    assert nvml_bandwidth(0) == (H100_NAME, H100_MEMORY_BYTES, None)
+    assert fake.shutdowns == 1
+
+
+def test_unsupported_memory_query_leaves_memory_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(device, "pynvml", FakeNvml(unsupported=("memory",)))
+    result = nvml_bandwidth(0)
+    assert result is not None
+    assert result[1] is None
+    assert result[2] == pytest.approx(H100_NVML_BANDWIDTH)
+
+
+def test_nvml_init_failure_returns_none_without_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(init_fails=True)
+    monkeypatch.setattr(device, "pynvml", fake)
+    assert nvml_bandwidth(0) is None
+    assert fake.shutdowns == 0  # nvmlShutdown only pairs with an nvmlInit that succeeded
+
+
+def test_missing_pynvml_returns_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(device, "pynvml", None)
+    assert nvml_bandwidth(0) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU machine has a working NVML")
+def test_real_pynvml_without_a_gpu_returns_none() -> None:
+    assert nvml_bandwidth(0) is None  # pynvml raises NVMLError_LibraryNotFound here; no exception escapes
+
+
+# --- the spec table -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("device_name", "memory_bytes", "row"),
+    [
+        ("NVIDIA H100 80GB HBM3", H100_MEMORY_BYTES, "H100 SXM"),
+        ("NVIDIA H100 PCIe", 85_520_809_984, "H100 PCIe"),
+        ("NVIDIA H100 NVL", 100_485_038_080, "H100 NVL"),
+        ("NVIDIA A100-SXM4-40GB", 42_505_273_344, "A100 40GB SXM"),
+        ("NVIDIA A100-SXM4-80GB", 85_899_345_920, "A100 80GB SXM"),
+        ("NVIDIA A100 80GB PCIe", 85_899_345_920, "A100 80GB PCIe"),
+        ("NVIDIA A100-PCIE-40GB", None, "A100 40GB PCIe"),
+        ("NVIDIA H200", 150_754_820_096, "H200 SXM"),
+        ("NVIDIA L4", 24_152_899_584, "L4"),
+        ("NVIDIA L40S", 48_305_799_168, "L40S"),
+        ("Tesla T4", 15_828_320_256, "T4"),
+        ("NVIDIA A10G", 24_146_608_128, "A10G"),
+        ("NVIDIA A10", 24_146_608_128, "A10"),
+        ("NVIDIA GeForce RTX 4090", 25_757_220_864, "RTX 4090"),
+        ("NVIDIA GeForce RTX 3090", 25_769_803_776, "RTX 3090"),
+    ],
+)
+def test_match_gpu_spec_names_as_drivers_report_them(device_name: str, memory_bytes: int | None, row: str) -> None:
+    spec = match_gpu_spec(device_name, memory_bytes)
+    assert spec is not None
+    assert spec.name == row
+
+
+@pytest.mark.parametrize(
+    ("memory_bytes", "row"),
+    [(42_505_273_344, "A100 40GB SXM"), (85_899_345_920, "A100 80GB SXM")],
+)
+def test_memory_splits_an_a100_whose_name_has_no_size(memory_bytes: int, row: str) -> None:
+    spec = match_gpu_spec("NVIDIA A100-SXM4", memory_bytes)
+    assert spec is not None
+    assert spec.name == row
+
+
+@pytest.mark.parametrize(
+    "device_name",
+    [
+        "NVIDIA A100-SXM4",  # no size in the name and no memory given: 40 or 80 GB can't be told apart
+        "NVIDIA L40",  # not an L40S, nor an L4
+        "NVIDIA GeForce RTX 3090 Ti",
+        "NVIDIA GeForce RTX 4090 D",
+        "NVIDIA GH200 480GB",
+        "NVIDIA H200 NVL",
+        "AMD Instinct MI300X",
+    ],
+)
+def test_match_gpu_spec_declines_what_it_does_not_know(device_name: str) -> None:
+    assert match_gpu_spec(device_name, None) is None
+
+
+def test_spec_figures_per_dtype() -> None:
+    h100 = match_gpu_spec(H100_NAME, H100_MEMORY_BYTES)
+    t4 = match_gpu_spec("Tesla T4", None)
+    assert h100 is not None and t4 is not None
+    assert h100.peak_flops("float32") == 67e12
+    assert h100.peak_flops("bfloat16") == pytest.approx(989.4e12)  # dense: half the datasheet's sparse 1,979
+    assert h100.bandwidth_bytes_per_s == 3.35e12
+    assert t4.peak_flops("bfloat16") is None  # Turing has no bf16 tensor cores
+    assert t4.peak_flops("float16") == 65e12
+
+
+def test_every_row_is_cited_and_tensor_cores_beat_fp32() -> None:
+    for spec in GPU_SPECS:
+        assert spec.source
+        assert spec.fp16_flops > spec.fp32_flops
+        assert spec.bf16_flops is None or spec.bf16_flops > spec.fp32_flops
+        assert spec.bandwidth_bytes_per_s > 1e11
+
+
+# --- choosing sources on a (faked) GPU ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Pretend torch sees one GPU; the microbenchmarks return fixed figures instead of touching hardware."""
+
+    def install(
+        name: str = H100_NAME,
+        nvml: FakeNvml | None = None,
+        measured_flops: float | None = 700e12,
+        measured_bandwidth: float = 3.0e12,
+    ) -> None:
+        props = SimpleNamespace(total_memory=H100_MEMORY_BYTES, uuid="0a1b2c3d")
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: name)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=None: props)
+        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+        monkeypatch.setattr(device, "pynvml", nvml)
+
+        def matmul(index: int, dtype: str) -> float:
+            if measured_flops is None:
+                raise RuntimeError("CUDA error: out of memory")
+            return measured_flops
+
+        monkeypatch.setattr(device, "measure_cuda_matmul_flops", matmul)
+        monkeypatch.setattr(device, "measure_cuda_copy_bandwidth_bytes_per_s", lambda index: measured_bandwidth)
+
+    return install
+
+
+def test_known_gpu_takes_peak_from_the_table_and_bandwidth_from_nvml(fake_gpu: Any) -> None:
+    fake_gpu(nvml=FakeNvml())
+    profile = cuda_profile("bfloat16")
+    assert (profile.peak_flops, profile.peak_flops_source) == (pytest.approx(989.4e12), "spec")
+    assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (pytest.approx(H100_NVML_BANDWIDTH), "nvml")
+    assert (profile.measured_flops, profile.measured_bandwidth_bytes_per_s) == (700e12, 3.0e12)
+    assert profile.memory_bytes == H100_MEMORY_BYTES
+    assert "H100 SXM" in profile.notes
+
+
+def test_without_nvml_a_known_gpu_takes_bandwidth_from_the_table(fake_gpu: Any) -> None:
+    fake_gpu(nvml=FakeNvml(init_fails=True))
+    profile = cuda_profile("float16")
+    assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (3.35e12, "spec")
+
+
+def test_unknown_gpu_without_nvml_falls_back_to_measurements(fake_gpu: Any) -> None:
+    fake_gpu(name="NVIDIA Future GPU", nvml=None)
+    profile = cuda_profile("float16")
+    assert (profile.peak_flops, profile.peak_flops_source) == (700e12, "measured")
+    assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (3.0e12, "measured")
+
+
+def test_nvml_of_another_gpu_is_ignored(fake_gpu: Any) -> None:
+    fake_gpu(nvml=FakeNvml(name="NVIDIA A10G"))  # NVML's numbering picked a different board
+    profile = cuda_profile("float16")
+    assert profile.bandwidth_source == "spec"
+    assert "ignored" in profile.notes
+
+
+def test_t4_in_bfloat16_measures_its_peak(fake_gpu: Any) -> None:
+    fake_gpu(name="Tesla T4", nvml=None, measured_flops=20e12)
+    profile = cuda_profile("bfloat16")
+    assert (profile.peak_flops, profile.peak_flops_source) == (20e12, "measured")
+    assert "no bfloat16 tensor cores" in profile.notes
+
+
+def test_tf32_matmuls_make_the_float32_peak_measured(fake_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_gpu(nvml=FakeNvml(), measured_flops=400e12)
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    profile = cuda_profile("float32")
+    assert (profile.peak_flops, profile.peak_flops_source) == (400e12, "measured")
+
+
+def test_unknown_gpu_whose_benchmark_fails_is_a_run_failure(fake_gpu: Any) -> None:
+    fake_gpu(name="NVIDIA Future GPU", nvml=None, measured_flops=None)
+    with pytest.raises(RunFailed, match="out of memory"):
+        cuda_profile("float16")
+
+
+# --- the public entry point on this machine --------------------------------------------------------------------------
+
+
+def test_cpu_profile_is_measured_and_sensible() -> None:
+    profile = device_profile("cpu", "float32")
+    assert profile.kind == "cpu" and profile.dtype == "float32" and profile.name
+    assert profile.peak_flops > 0 and profile.bandwidth_bytes_per_s > 0
+    assert profile.peak_flops_source == "measured" and profile.bandwidth_source == "measured"
+    assert profile.measured_flops == profile.peak_flops
+    assert profile.measured_bandwidth_bytes_per_s == profile.bandwidth_bytes_per_s
+    assert profile.memory_bytes is not None and profile.memory_bytes > 0
+    assert 0.1 < profile.ridge_point_flops_per_byte < 10_000  # FLOPs per byte: CPUs sit around 1 to 100
+    assert "threads" in profile.notes
+    assert device_profile("cpu", "float32") is profile  # measured once per process
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_is_bad_input() -> None:
+    with pytest.raises(BadInput, match="no GPU is available"):
+        device_profile("cuda", "float32")
+
+
+@pytest.mark.parametrize(("kind", "dtype"), [("tpu", "float32"), ("cpu", "float64")])
+def test_unknown_device_or_dtype_is_bad_input(kind: str, dtype: str) -> None:
+    with pytest.raises(BadInput):
+        device_profile(kind, dtype)

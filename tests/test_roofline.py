@@ -1,0 +1,59 @@
+"""Roofline arithmetic checked against hand-computed numbers for SmolLM2-135M."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer.loading import LoadedModel
+from explorer.roofline import attainable_flops, kv_cache_bytes, pass_cost, pass_flops, roofline_time, weight_bytes_read
+from explorer.trace import DeviceProfile
+
+# SmolLM2-135M: hidden 576, MLP 1536, 30 layers, 9 query heads and 3 KV heads of 64, vocab 49152, tied embeddings.
+PER_LAYER_MATMUL = 576 * 576 * 2 + 576 * 192 * 2 + 576 * 1536 * 3  # q, o; k, v; gate, up, down = 3,538,944
+LM_HEAD = 49152 * 576  # 28,311,552
+NORMS = 30 * 2 * 576 + 576
+
+
+@pytest.fixture
+def device() -> DeviceProfile:
+    return DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured")
+
+
+def test_counts_from_the_loaded_model(real_lm: LoadedModel) -> None:
+    info = real_lm.info
+    assert info.matmul_params == 30 * PER_LAYER_MATMUL == 106_168_320
+    assert info.lm_head_params == LM_HEAD and info.tied_embeddings
+    assert info.params == 30 * PER_LAYER_MATMUL + LM_HEAD + NORMS == 134_515_008
+    assert info.weight_bytes == info.params * 4
+
+
+def test_flops_by_hand(real_lm: LoadedModel) -> None:
+    info = real_lm.info
+    # decode at cache length 100: 2 x matmul params + 2 x LM head + 4 x layers x heads x head_dim x 100
+    assert pass_flops(info, 1, 100) == 2 * 106_168_320 + 2 * LM_HEAD + 4 * 30 * 9 * 64 * 100 == 275_871_744
+    # prefill of 10 tokens: matmuls scale with tokens, the LM head runs once, attention is 10 x 10
+    assert pass_flops(info, 10, 10) == 20 * 106_168_320 + 2 * LM_HEAD + 4 * 30 * 9 * 64 * 100
+
+
+def test_bytes_and_times_by_hand(real_lm: LoadedModel, device: DeviceProfile) -> None:
+    info = real_lm.info
+    assert kv_cache_bytes(info, 1000) == 46_080_000
+    assert kv_cache_bytes(info, 8192, batch=32) == 46_080 * 8192 * 32
+    assert weight_bytes_read(info, 1) == info.weight_bytes  # tied: the LM head reads the whole table anyway
+    cost = pass_cost(info, device, tokens_in=1, cache_len_after=100)
+    assert cost.kv_bytes_read == 4_608_000 and cost.kv_bytes_written == 46_080
+    assert cost.t_weight_read_s == pytest.approx(info.weight_bytes / 1e11)
+    assert cost.t_compute_s == pytest.approx(275_871_744 / 1e12)
+
+
+def test_untied_embeddings_are_gathered_not_read(tiny_gpt2: LoadedModel) -> None:
+    info = tiny_gpt2.info
+    assert info.tied_embeddings  # GPT-2 ties its LM head to the token embeddings
+    assert weight_bytes_read(info, 3) == info.weight_bytes
+
+
+def test_roofline_by_hand(device: DeviceProfile) -> None:
+    assert device.ridge_point_flops_per_byte == 10.0
+    assert roofline_time(2e12, 1e9, device) == 2.0  # compute-bound
+    assert roofline_time(1e9, 1e11, device) == 1.0  # memory-bound
+    assert attainable_flops(1.0, device) == 1e11 and attainable_flops(100.0, device) == 1e12

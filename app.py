@@ -1,0 +1,20 @@
+"""Prefill–Decode Explorer: the router. Page config, the shared sidebar (and the run it starts), navigation."""
+
+import streamlit as st
+
+from explorer import ui
+
+st.set_page_config(page_title="Prefill–Decode Explorer", page_icon="⏱", layout="wide")
+
+pages = [
+    st.Page("pages/run.py", title="Inside one inference", default=True),
+    st.Page("pages/attention.py", title="Attention"),
+    st.Page("pages/kv_cache.py", title="KV cache"),
+    st.Page("pages/cost.py", title="Cost (roofline)"),
+    st.Page("pages/latency.py", title="Latency"),
+]
+navigation = st.navigation(pages)
+inputs = ui.sidebar()
+if inputs is not None:
+    ui.execute_run(inputs)
+navigation.run()

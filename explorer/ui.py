@@ -1,0 +1,255 @@
+"""The one bridge to Streamlit: the cached model and run lock, session-state keys, the shared sidebar, chart helpers.
+
+Pages call these and the pure builders in `explorer.charts`; nothing else in `explorer` imports streamlit.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from explorer.attention import AttentionMaps, capture_attention
+from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request, generate, validate
+from explorer.errors import ExplorerError
+from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, load_model
+from explorer.report import ms
+from explorer.trace import PassRecord, Sampling, Trace
+
+# --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
+RUN = "explorer_run"  # the current RunResult
+HISTORY = "explorer_history"  # earlier RunResults of this session, oldest first
+RUN_COUNT = "explorer_run_count"  # how many runs this session started
+HISTORY_LENGTH = 5
+
+DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
+DEFAULT_MAX_NEW_TOKENS = 32
+APP_MAX_NEW_TOKENS = 512  # the sidebar's bound; the engine accepts up to MAX_NEW_TOKENS_LIMIT
+PROMPT_MAX_CHARS = 20_000
+SOURCE_HELP = "measured: timed or read from the real run · modelled: computed by the roofline model · spec: datasheet"
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """Everything the sidebar's Run button hands to a run."""
+
+    model: str = EMBEDDED
+    device: str = "auto"
+    dtype: str = "float32"
+    prompt: str = DEFAULT_PROMPT
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    use_chat_template: bool = True
+    capture_attention: bool = True
+    sampling: Sampling = field(default_factory=Sampling)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a page reads: the trace, and the attention maps or why there are none."""
+
+    trace: Trace
+    attention: AttentionMaps | None
+    attention_note: str  # shown where maps are missing: not requested, or over the cap
+    label: str  # "run 3: 'Explain in one…'" for overlays
+
+
+# --- shared, process-wide resources ------------------------------------------------------------------------------
+@st.cache_resource(max_entries=2, show_spinner=False)
+def cached_model(name: str, device: str, dtype: str, _progress: object = None) -> LoadedModel:
+    """One loaded model per (name, device, dtype) for every session of this server process."""
+    return load_model(name, device, dtype, on_progress=_progress)
+
+
+@st.cache_resource
+def device_lock() -> threading.Lock:
+    """Runs are serialized on the device, so two sessions never disturb each other's timings."""
+    return threading.Lock()
+
+
+def get_model(inputs: RunInputs) -> LoadedModel:
+    bar = st.progress(0.0, text=f"Loading {inputs.model} …")
+
+    def progress(fraction: float, text: str) -> None:
+        bar.progress(min(1.0, fraction), text=text)
+
+    try:
+        return cached_model(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, progress)
+    finally:
+        bar.empty()
+
+
+# --- the run -------------------------------------------------------------------------------------------------------
+def current_run() -> RunResult | None:
+    return st.session_state.get(RUN)
+
+
+def history() -> list[RunResult]:
+    return list(st.session_state.get(HISTORY, []))
+
+
+def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
+    parts = [
+        f"{p.token_text!r} (TTFT)" if p.is_prefill else f"{p.token_text!r} {gap * 1e3:.0f} ms"
+        for p, gap in zip(passes, [0.0, *itl_s])
+    ]
+    return "  ".join(parts)
+
+
+def execute_run(inputs: RunInputs) -> RunResult | None:
+    """Validate, wait for the device, load, run with live streaming, capture attention; keep the result in state."""
+    request = Request(
+        prompt=inputs.prompt,
+        max_new_tokens=inputs.max_new_tokens,
+        use_chat_template=inputs.use_chat_template,
+        sampling=inputs.sampling,
+    )
+    try:
+        validate(request)
+    except ExplorerError as exc:
+        st.error(str(exc))
+        return None
+    lock = device_lock()
+    waiting = st.empty()
+    if not lock.acquire(blocking=False):
+        waiting.info("Another session is running on this device: waiting for it, so the timings stay clean…")
+        lock.acquire()
+    waiting.empty()
+    try:
+        lm = get_model(inputs)
+        live = st.container(border=True)
+        live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
+        stream = live.empty()
+        streamed: list[PassRecord] = []
+        token_times: list[float] = []
+
+        def on_pass(p: PassRecord) -> None:
+            streamed.append(p)
+            token_times.append(p.start_s + p.wall_s)
+            gaps = [b - a for a, b in zip(token_times, token_times[1:])]
+            stream.text(_stream_text(streamed, gaps))  # text, never HTML: tokens come from the user
+
+        trace = generate(lm, request, on_pass=on_pass)
+        stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
+        attention, note = None, "Attention capture was off for this run: switch it on in the sidebar and run again."
+        if inputs.capture_attention:
+            try:
+                with st.spinner("Replaying the same tokens with eager attention to capture the maps (untimed)…"):
+                    attention, note = capture_attention(lm, trace), ""
+            except ExplorerError as exc:
+                note = str(exc)
+    except ExplorerError as exc:
+        st.error(str(exc))
+        return None
+    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
+        st.error(f"The run failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+        return None
+    finally:
+        lock.release()
+    count = st.session_state.get(RUN_COUNT, 0) + 1
+    st.session_state[RUN_COUNT] = count
+    preview = inputs.prompt.strip().replace("\n", " ")
+    result = RunResult(trace, attention, note, f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}")
+    previous = current_run()
+    if previous is not None:
+        st.session_state[HISTORY] = (history() + [previous])[-HISTORY_LENGTH:]
+    st.session_state[RUN] = result
+    return result
+
+
+# --- the shared sidebar --------------------------------------------------------------------------------------------
+def sidebar() -> RunInputs | None:
+    """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
+    with st.sidebar.form("run-form"):
+        st.markdown("**Run a prompt**")
+        prompt = st.text_area("Prompt", value=DEFAULT_PROMPT, max_chars=PROMPT_MAX_CHARS, height=110)
+        max_new_tokens = st.number_input(
+            "Max new tokens",
+            min_value=1,
+            max_value=min(APP_MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT),
+            value=DEFAULT_MAX_NEW_TOKENS,
+            step=1,
+        )
+        use_chat_template = st.toggle("Use the chat template", value=True, help="Wrap the prompt as a user message.")
+        attention = st.toggle(
+            "Capture attention maps", value=True, help="An untimed replay of the same tokens with eager attention."
+        )
+        with st.expander("Model and device"):
+            model = st.text_input("Model", value=EMBEDDED, help="'embedded' (SmolLM2-135M), a hub id or a folder")
+            device = st.selectbox("Device", DEVICES, index=0)
+            dtype = st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only")
+        with st.expander("Sampling"):
+            temperature = st.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.0)
+            top_k = st.number_input("Top-k (0 = off)", min_value=0, max_value=1000, value=0)
+            seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0)
+        submitted = st.form_submit_button("Run", type="primary", width="stretch")
+    run = current_run()
+    if run is not None:
+        downloads(run.trace, st.sidebar)
+    if not submitted:
+        return None
+    return RunInputs(
+        model=model,
+        device=device,
+        dtype=dtype,
+        prompt=prompt,
+        max_new_tokens=int(max_new_tokens),
+        use_chat_template=use_chat_template,
+        capture_attention=attention,
+        sampling=Sampling(temperature=float(temperature), top_k=int(top_k) or None, seed=int(seed)),
+    )
+
+
+def downloads(trace: Trace, where: object) -> None:
+    where.download_button(
+        "Download trace (JSON)", trace.to_json(), file_name="trace.json", mime="application/json", on_click="ignore"
+    )
+    where.download_button(
+        "Download passes (CSV)", trace.passes_csv(), file_name="passes.csv", mime="text/csv", on_click="ignore"
+    )
+
+
+# --- page helpers --------------------------------------------------------------------------------------------------
+def require_run() -> RunResult | None:
+    """The current run, or a hint to make one (pages render nothing else without it)."""
+    run = current_run()
+    if run is None:
+        st.info("No run yet: press **Run** in the sidebar (a default prompt is filled in).")
+    return run
+
+
+def run_metrics(trace: Trace) -> None:
+    """The request's headline numbers, all measured."""
+    cols = st.columns(6)
+    cols[0].metric("Prompt tokens", trace.prompt_len)
+    cols[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
+    cols[2].metric("TTFT", ms(trace.ttft_s), help="measured: request start (before tokenizing) to the first token")
+    cols[3].metric("ITL p50", ms(trace.itl_p50_s), help="measured: median gap between consecutive tokens")
+    rate = trace.decode_tokens_per_s
+    cols[4].metric("Decode", f"{rate:.1f} tok/s" if rate else "n/a", help="measured: decode tokens / sum of ITLs")
+    cols[5].metric("E2E", ms(trace.e2e_s), help="measured: request start to the last token")
+    st.caption(
+        f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all six figures measured"
+        + ("" if trace.warmup_ran else " · no warm-up: the first pass includes one-off start-up costs")
+    )
+
+
+def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
+    """A chart, its one-line caption with where its numbers come from, and a download of the data behind it."""
+    st.altair_chart(chart_obj, width="stretch")
+    st.caption(f"{caption} — *{source}*")
+    st.download_button(
+        f"Download data: {name}.csv",
+        data.to_csv(index=False),
+        file_name=f"{name}.csv",
+        mime="text/csv",
+        key=f"download-{name}",
+        on_click="ignore",
+    )
+
+
+def table(data: pd.DataFrame, caption: str, source: str) -> None:
+    st.dataframe(data, hide_index=True, width="stretch")
+    st.caption(f"{caption} — *{source}*")

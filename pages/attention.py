@@ -1,0 +1,5 @@
+"""Placeholder until this page is built."""
+
+import streamlit as st
+
+st.title("attention")

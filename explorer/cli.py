@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def stderr_progress(fraction: float, text: str) -> None:
-    print(f"[{fraction:4.0%}] {text}", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():  # progress is for a person watching; piped stderr keeps only errors
+        print(f"[{fraction:4.0%}] {text}", file=sys.stderr, flush=True)
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -109,7 +111,20 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(f"wrote {args.json}")
 
 
+def quiet_libraries() -> None:
+    """transformers' own progress bars and hub warnings would bury the one-line error a user needs."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import logging
+
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     try:
         args = build_parser().parse_args(argv)
         {"run": cmd_run, "bench": cmd_bench}[args.command](args)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from torch import nn
@@ -120,6 +122,33 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """A quick TCP check, so that a machine without network fails in seconds instead of the hub client's retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def check_hub_model_available(name: str) -> None:
+    """A hub id must be in the local cache or the hub must answer; otherwise say so at once."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=False)
+        return
+    except (OSError, ValueError):
+        pass
+    if not hub_reachable():
+        raise BadInput(
+            f"Model '{name}' not found locally and the hub is unreachable: pass a local folder or connect to a network."
+        )
+
+
 def _load_error(name: str, exc: Exception) -> BadInput:
     """Translate transformers/hub failures into one line that names the model and what to do."""
     text = str(exc)
@@ -219,6 +248,7 @@ def load_model(
         elif _looks_like_path(name) or os.path.exists(expanded):
             raise BadInput(f"Model folder '{name}' does not exist: pass an existing folder or a hub id.")
         else:
+            check_hub_model_available(name)
             source, display_name = name, name
     if on_progress:
         on_progress(0.85, f"Loading {display_name} ({dtype}) onto {torch_device.type}…")

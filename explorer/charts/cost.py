@@ -1,0 +1,282 @@
+"""The Cost page's builders: where each pass's time goes, the roofline, utilisation, the device profile."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import altair as alt
+import pandas as pd
+
+from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, ms
+from explorer.report import human_bytes, human_flops
+from explorer.roofline import attainable_flops
+from explorer.trace import DeviceProfile, PassRecord, Trace
+
+# The four stacked segments of a pass, bottom to top: they sum to the measured wall time whenever the pass is at
+# least as slow as the roofline model predicts (wall >= max(compute, weight + KV)).
+SEGMENT_COLUMNS = ["weight_read_ms", "kv_read_ms", "compute_not_hidden_ms", "overhead_ms"]
+SEGMENT_LABELS = [
+    "weight read (modelled)",
+    "KV read (modelled)",
+    "compute not hidden behind memory (modelled)",
+    "overhead = wall − roofline (measured − modelled)",
+]
+SEGMENT_RANGE = ["#3182bd", "#9ecae1", "#756bb1", "#bdbdbd"]  # blues, purple, grey: never the phase colours
+ROOF_POINTS_PER_DECADE = 8
+
+
+def _vega_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+# --- where the time goes ---------------------------------------------------------------------------------------------
+def time_split_frame(trace: Trace, first_pass: int = 0, last_pass: int | None = None) -> pd.DataFrame:
+    """One row per pass in [first_pass, last_pass]: the modelled segments, the measured wall time, the roofline time."""
+    last = trace.new_tokens - 1 if last_pass is None else last_pass
+    rows = []
+    for p in trace.passes[first_pass : last + 1]:
+        rows.append(
+            {
+                "pass": p.index,
+                "phase": p.phase,
+                "weight_read_ms": ms(p.t_weight_read_s),
+                "kv_read_ms": ms(p.t_kv_read_s),
+                # The roofline model overlaps maths with memory traffic: only compute beyond the memory time shows.
+                "compute_not_hidden_ms": ms(max(0.0, p.t_compute_s - p.t_memory_s)),
+                "overhead_ms": ms(p.overhead_s),
+                "wall_ms": ms(p.wall_s),
+                "roofline_ms": ms(p.roofline_time_s),
+                "bound": p.bound,
+                # A pass faster than the model's lower bound means the device figures are too pessimistic (e.g. the
+                # weights sat in a cache faster than the measured bandwidth): shown, not hidden.
+                "faster_than_model": p.wall_s < p.roofline_time_s,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Stacked modelled segments plus overhead per pass, outlined in the phase colour, with a tick at the wall time."""
+    base = alt.Chart(frame).encode(x=alt.X("pass:O", title="pass (0 = prefill)"))
+    bars = (
+        base.transform_fold(SEGMENT_COLUMNS, as_=["segment", "segment_ms"])
+        .transform_calculate(
+            part=f"{_vega_list(SEGMENT_LABELS)}[indexof({_vega_list(SEGMENT_COLUMNS)}, datum.segment)]",
+            part_order=f"indexof({_vega_list(SEGMENT_COLUMNS)}, datum.segment)",
+        )
+        .mark_bar(strokeWidth=1.5)
+        .encode(
+            y=alt.Y("segment_ms:Q", stack="zero", title="time (ms)"),
+            color=alt.Color(
+                "part:N",
+                scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
+                title=None,
+                legend=alt.Legend(orient="top", columns=2, labelLimit=320),
+            ),
+            stroke=alt.Stroke("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="right")),
+            order=alt.Order("part_order:Q"),
+            tooltip=[
+                "pass:O",
+                "phase:N",
+                alt.Tooltip("part:N", title="segment"),
+                alt.Tooltip("segment_ms:Q", title="segment (ms)", format=".3f"),
+                alt.Tooltip("wall_ms:Q", title="wall (ms, measured)", format=".3f"),
+                alt.Tooltip("roofline_ms:Q", title="roofline (ms, modelled)", format=".3f"),
+            ],
+        )
+    )
+    wall = base.mark_tick(color="black", thickness=2).encode(
+        y="wall_ms:Q",
+        tooltip=[
+            "pass:O",
+            "phase:N",
+            alt.Tooltip("wall_ms:Q", title="wall (ms, measured)", format=".3f"),
+            "faster_than_model:N",
+        ],
+    )
+    return (bars + wall).properties(height=320)
+
+
+def predicted_frame(trace: Trace) -> pd.DataFrame:
+    """The raw roofline predictions per pass, next to the measured time."""
+    return pd.DataFrame(
+        {
+            "pass": p.index,
+            "phase": p.phase,
+            "tokens_in": p.tokens_in,
+            "cache_len_after": p.cache_len_after,
+            "flops": p.flops,
+            "weight_bytes_read": p.weight_bytes_read,
+            "kv_bytes_read": p.kv_bytes_read,
+            "t_weight_read_ms": ms(p.t_weight_read_s),
+            "t_kv_read_ms": ms(p.t_kv_read_s),
+            "t_compute_ms": ms(p.t_compute_s),
+            "roofline_ms": ms(p.roofline_time_s),
+            "bound": p.bound,
+            "wall_ms": ms(p.wall_s),
+            "overhead_ms": ms(p.overhead_s),
+            "wall_over_roofline": p.wall_s / p.roofline_time_s if p.roofline_time_s > 0 else math.nan,
+        }
+        for p in trace.passes
+    )
+
+
+# --- the roofline ----------------------------------------------------------------------------------------------------
+def _roof_intensities(low: float, high: float, ridge: float) -> list[float]:
+    """A geometric grid from low to high with the ridge point on it, so the drawn roof has its true corner."""
+    decades = math.log10(high / low)
+    count = max(2, math.ceil(decades * ROOF_POINTS_PER_DECADE) + 1)
+    grid = [low * (high / low) ** (i / (count - 1)) for i in range(count)]
+    return sorted({*grid, ridge})
+
+
+def roofline_frame(trace: Trace) -> pd.DataFrame:
+    """Rows of three kinds: 'pass' (one per pass), 'roof' (the roof line) and 'ridge' (its corner)."""
+    device = trace.device
+    ridge = device.ridge_point_flops_per_byte
+    passes = [
+        {
+            "kind": "pass",
+            "pass": p.index,
+            "phase": p.phase,
+            "intensity_flops_per_byte": p.arithmetic_intensity,
+            "flops_per_s": p.achieved_flops_per_s,
+            "bound": p.bound,
+            "wall_ms": ms(p.wall_s),
+        }
+        for p in trace.passes
+    ]
+    intensities = [row["intensity_flops_per_byte"] for row in passes if row["intensity_flops_per_byte"] > 0]
+    # A decade of margin either side of the passes and the ridge, so every point sits under a drawn roof.
+    low = min([*intensities, ridge]) / 10
+    high = max([*intensities, ridge]) * 10
+    roof = [
+        {"kind": "roof", "intensity_flops_per_byte": x, "flops_per_s": attainable_flops(x, device)}
+        for x in _roof_intensities(low, high, ridge)
+    ]
+    corner = {"kind": "ridge", "intensity_flops_per_byte": ridge, "flops_per_s": device.peak_flops}
+    frame = pd.DataFrame([*passes, *roof, corner])
+    return frame.astype({"pass": "Int64"})
+
+
+def roofline_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Log-log: the roof min(peak, intensity x bandwidth), its ridge, and each pass coloured by phase."""
+    x = alt.X(
+        "intensity_flops_per_byte:Q",
+        scale=alt.Scale(type="log"),
+        title="arithmetic intensity (FLOP/byte, modelled)",
+    )
+    y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), title="FLOP/s (modelled FLOPs / measured time)")
+    base = alt.Chart(frame).encode(x=x, y=y)
+    roof = base.transform_filter("datum.kind == 'roof'").mark_line(color="#444444", strokeWidth=2)
+    ridge = base.transform_filter("datum.kind == 'ridge'")
+    # A full-height dashed rule: left of it passes are memory-bound, right of it compute-bound.
+    ridge_rule = (
+        alt.Chart(frame)
+        .transform_filter("datum.kind == 'ridge'")
+        .mark_rule(color="#444444", strokeDash=[4, 4])
+        .encode(x=x)
+    )
+    ridge_label = ridge.mark_text(align="left", dx=6, dy=-8, color="#444444").encode(
+        text=alt.Text("intensity_flops_per_byte:Q", format=".1f")
+    )
+    ridge_dot = ridge.mark_point(shape="diamond", size=90, filled=True, color="#444444").encode(
+        tooltip=[alt.Tooltip("intensity_flops_per_byte:Q", title="ridge point (FLOP/byte)", format=".2f")]
+    )
+    points = (
+        base.transform_filter("datum.kind == 'pass'")
+        .mark_point(filled=True, size=70, opacity=0.85)
+        .encode(
+            color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
+            shape=alt.Shape("phase:N", scale=alt.Scale(domain=PHASE_DOMAIN, range=["square", "circle"]), legend=None),
+            tooltip=[
+                "pass:Q",
+                "phase:N",
+                "bound:N",
+                alt.Tooltip("intensity_flops_per_byte:Q", title="FLOP/byte", format=".2f"),
+                alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"),
+                alt.Tooltip("wall_ms:Q", title="wall (ms)", format=".3f"),
+            ],
+        )
+    )
+    return (roof + ridge_rule + ridge_dot + ridge_label + points).properties(height=360)
+
+
+# --- utilisation -----------------------------------------------------------------------------------------------------
+def median_decode_index(trace: Trace) -> int | None:
+    """The pass index of the decode with the median wall time (the lower middle for an even count), None if none."""
+    decodes = sorted(trace.decodes, key=lambda p: (p.wall_s, p.index))
+    return decodes[(len(decodes) - 1) // 2].index if decodes else None
+
+
+def utilisation_frame(passes: Sequence[PassRecord], device: DeviceProfile) -> pd.DataFrame:
+    """Per pass: achieved FLOP/s against the peak, achieved read bandwidth against the device bandwidth."""
+    return pd.DataFrame(
+        {
+            "pass": p.index,
+            "phase": p.phase,
+            "label": f"{p.phase} (pass {p.index})",
+            "flops": p.flops,
+            "bytes_read": p.bytes_read,
+            "wall_s": p.wall_s,
+            "achieved_flops_per_s": p.achieved_flops_per_s,
+            "compute_utilisation": p.achieved_flops_per_s / device.peak_flops,
+            "achieved_bandwidth_bytes_per_s": p.achieved_bandwidth_bytes_per_s,
+            "bandwidth_utilisation": p.achieved_bandwidth_bytes_per_s / device.bandwidth_bytes_per_s,
+            "tokens_per_s": p.tokens_in / p.wall_s if p.wall_s > 0 else 0.0,
+        }
+        for p in passes
+    )
+
+
+def percent(fraction: float) -> str:
+    """Three significant figures: decode's compute utilisation can be a small fraction of a percent."""
+    return f"{fraction * 100:.3g} %"
+
+
+def utilisation_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Two groups of bars, compute and bandwidth, one bar per pass in its phase colour, as % of the device figure."""
+    return (
+        alt.Chart(frame)
+        .transform_fold(["compute_utilisation", "bandwidth_utilisation"], as_=["figure", "fraction"])
+        .transform_calculate(
+            measure="datum.figure == 'compute_utilisation' ? 'compute (% of peak FLOP/s)' : "
+            "'bandwidth (% of device bandwidth)'"
+        )
+        .mark_bar()
+        .encode(
+            x=alt.X("fraction:Q", axis=alt.Axis(format="%"), title="achieved / device figure"),
+            y=alt.Y("measure:N", title=None, axis=alt.Axis(labelLimit=260)),
+            yOffset=alt.YOffset("label:N"),
+            color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
+            tooltip=["label:N", "measure:N", alt.Tooltip("fraction:Q", format=".2%")],
+        )
+        .properties(height=150)
+    )
+
+
+# --- the device ------------------------------------------------------------------------------------------------------
+def _rate_or_na(value: float | None, human: Callable[[float], str]) -> str:
+    return "n/a" if value is None else human(value) + "/s"
+
+
+def device_frame(device: DeviceProfile) -> pd.DataFrame:
+    """The figures the roofline divides by, each with its source, and the microbenchmark results beside them."""
+    rows = [
+        ("device", f"{device.name} ({device.kind})", "the run's device"),
+        ("dtype", device.dtype, "the FLOP/s figures are for this dtype"),
+        ("peak compute", human_flops(device.peak_flops) + "/s", device.peak_flops_source),
+        ("memory bandwidth", human_bytes(device.bandwidth_bytes_per_s) + "/s", device.bandwidth_source),
+        (
+            "ridge point",
+            f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte",
+            f"{MODELLED}: peak compute / memory bandwidth",
+        ),
+        ("matmul microbenchmark", _rate_or_na(device.measured_flops, human_flops), MEASURED),
+        ("copy microbenchmark", _rate_or_na(device.measured_bandwidth_bytes_per_s, human_bytes), MEASURED),
+        ("memory", human_bytes(device.memory_bytes) if device.memory_bytes else "n/a", "reported by the system"),
+    ]
+    if device.notes:
+        rows.append(("notes", device.notes, ""))
+    return pd.DataFrame(rows, columns=["figure", "value", "source"])

@@ -1,0 +1,259 @@
+"""The KV cache page: measured cache bytes against the formula, layer by layer, next to the weights, and projected."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR
+from explorer.report import human_bytes
+from explorer.roofline import GIB, kv_cache_bytes
+from explorer.trace import ModelInfo, Trace
+
+DEFAULT_PROJECTION_CONTEXT = 8192
+DEFAULT_PROJECTION_BATCH = 32
+PROJECTION_BATCHES = (1, 8, 32)  # drawn as lines next to the batch the user picks
+PROJECTION_POINTS = 64  # context lengths per line: the lines are straight, this only spaces the tooltips
+SOURCE_DOMAIN = [MEASURED, MODELLED]
+SOURCE_RANGE = ["#1b9e77", "#7570b3"]
+
+
+# --- measured against the formula ------------------------------------------------------------------------------------
+def growth_frame(trace: Trace) -> pd.DataFrame:
+    """One row per pass: the cache bytes summed over the real tensors after it, and the formula at that length."""
+    return pd.DataFrame(
+        {
+            "pass": p.index,
+            "phase": p.phase,
+            "cache_len": p.cache_len_after,
+            "measured_bytes": p.kv_cache_bytes,
+            "modelled_bytes": kv_cache_bytes(trace.model, p.cache_len_after),
+        }
+        for p in trace.passes
+    )
+
+
+def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Points: the measured cache after each pass (coloured by phase). Line: the formula. They coincide."""
+    line = (
+        alt.Chart(frame)
+        .transform_calculate(source=f"'{MODELLED}: 2 × layers × kv_heads × head_dim × cache_len × bytes'")
+        .mark_line(strokeDash=[6, 3], strokeWidth=2)
+        .encode(
+            x=alt.X("cache_len:Q", title="positions in the cache after the pass", scale=alt.Scale(zero=True)),
+            y=alt.Y(
+                "modelled_bytes:Q", title="KV cache (bytes)", axis=alt.Axis(format="~s"), scale=alt.Scale(zero=True)
+            ),
+            strokeDash=alt.StrokeDash("source:N", title=None, legend=alt.Legend(orient="top", symbolStrokeWidth=2)),
+            color=alt.value(SOURCE_RANGE[1]),
+        )
+    )
+    points = (
+        alt.Chart(frame)
+        .mark_point(filled=True, size=70, opacity=0.9)
+        .encode(
+            x="cache_len:Q",
+            y="measured_bytes:Q",
+            color=alt.Color("phase:N", scale=PHASE_COLOR, title=f"{MEASURED} (phase)", legend=alt.Legend(orient="top")),
+            tooltip=[
+                "pass",
+                "phase",
+                "cache_len",
+                alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes"),
+                alt.Tooltip("modelled_bytes:Q", format=",", title="modelled bytes"),
+            ],
+        )
+    )
+    return alt.layer(line, points).resolve_scale(color="independent").properties(height=320)
+
+
+def growth_check_text(frame: pd.DataFrame) -> str:
+    """Whether the formula explains every measured point, in words."""
+    gap = (frame["measured_bytes"] - frame["modelled_bytes"]).abs().max()
+    if gap == 0:
+        return f"Measured and modelled agree to the byte at all {len(frame)} passes."
+    return f"Measured and modelled differ by up to {human_bytes(gap)} (padding or another dtype?)."
+
+
+def layers_frame(trace: Trace, pass_index: int) -> pd.DataFrame:
+    """One row per layer for one pass: measured bytes of that layer's K and V, and the per-layer formula."""
+    p = trace.passes[pass_index]
+    modelled = trace.model.kv_bytes_per_token_per_layer * p.cache_len_after
+    return pd.DataFrame(
+        {"layer": layer, "measured_bytes": measured, "modelled_bytes": modelled}
+        for layer, measured in enumerate(p.kv_layer_bytes)
+    )
+
+
+def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """A bar per layer (measured), a dashed rule at the formula's per-layer bytes (modelled)."""
+    bars = (
+        alt.Chart(frame)
+        .mark_bar(color=SOURCE_RANGE[0])
+        .encode(
+            x=alt.X("layer:O", title="layer"),
+            y=alt.Y("measured_bytes:Q", title="K + V bytes in this layer (measured)", axis=alt.Axis(format="~s")),
+            tooltip=[
+                "layer",
+                alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes"),
+                alt.Tooltip("modelled_bytes:Q", format=",", title="modelled bytes"),
+            ],
+        )
+    )
+    rule = (
+        alt.Chart(frame.head(1))
+        .mark_rule(color=SOURCE_RANGE[1], strokeDash=[6, 3], strokeWidth=2)
+        .encode(y="modelled_bytes:Q")
+    )
+    return alt.layer(bars, rule).properties(height=260)
+
+
+# --- the formula with this model's numbers -------------------------------------------------------------------------
+def formula_text(model: ModelInfo, cache_len: int) -> str:
+    """`2 × 30 × 3 × 64 × 4 B = 46,080 B per token` and the same times the current cache length."""
+    per_token = model.kv_bytes_per_token
+    return (
+        f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
+        f"{model.bytes_per_element} B ({model.dtype}) = {per_token:,} B per token; "
+        f"× {cache_len:,} cached positions = {per_token * cache_len:,} B ({human_bytes(per_token * cache_len)})"
+    )
+
+
+def gqa_text(model: ModelInfo, cache_len: int) -> str:
+    """What the cache would cost with one KV head per query head (plain multi-head attention)."""
+    if not model.is_gqa:
+        return "This model has one KV head per query head (multi-head attention): no sharing, no saving."
+    mha_per_token = 2 * model.layers * model.heads * model.head_dim * model.bytes_per_element
+    return (
+        f"Grouped-query attention: {model.heads} query heads share {model.kv_heads} KV heads "
+        f"({model.heads // model.kv_heads} each). With one KV head per query head it would be "
+        f"{mha_per_token:,} B per token and {human_bytes(mha_per_token * cache_len)} now: "
+        f"{model.heads / model.kv_heads:g}× as much."
+    )
+
+
+def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
+    """The formula's factors, each with its value, and the products for one token and for the current cache."""
+    rows = [
+        ("K and V", 2, "two tensors per layer"),
+        ("layers", model.layers, "every decoder block keeps its own cache"),
+        ("kv_heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
+        ("head_dim", model.head_dim, "values per head per position"),
+        ("bytes per element", model.bytes_per_element, model.dtype),
+        ("= bytes per token", model.kv_bytes_per_token, "the product of the five above"),
+        ("× cached positions", cache_len, "prompt + generated tokens fed back"),
+        ("= KV cache now", model.kv_bytes_per_token * cache_len, human_bytes(model.kv_bytes_per_token * cache_len)),
+    ]
+    return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
+
+
+# --- next to the weights -------------------------------------------------------------------------------------------
+def weights_frame(trace: Trace) -> pd.DataFrame:
+    """The weights and the KV cache now (both counted from real tensors), and the cache at the full context."""
+    m = trace.model
+    rows = [
+        ("weights", m.weight_bytes, MEASURED, "counted from the loaded parameters"),
+        ("KV cache now", trace.final_kv_cache_bytes, MEASURED, f"{trace.passes[-1].cache_len_after:,} positions"),
+        (f"KV cache at {m.max_context:,} tokens", kv_cache_bytes(m, m.max_context), MODELLED, "batch 1, full context"),
+    ]
+    return pd.DataFrame(
+        {
+            "item": item,
+            "bytes": n,
+            "shown": human_bytes(n),
+            "percent_of_weights": 100 * n / m.weight_bytes,
+            "source": source,
+            "note": note,
+        }
+        for item, n, source, note in rows
+    )
+
+
+def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    base = alt.Chart(frame).encode(
+        y=alt.Y("item:N", sort=frame["item"].tolist(), title=None),
+        x=alt.X("bytes:Q", title="bytes", axis=alt.Axis(format="~s")),
+    )
+    bars = base.mark_bar().encode(
+        color=alt.Color(
+            "source:N", scale=alt.Scale(domain=SOURCE_DOMAIN, range=SOURCE_RANGE), legend=alt.Legend(orient="top")
+        ),
+        tooltip=["item", "shown", alt.Tooltip("percent_of_weights:Q", format=".2f"), "source", "note"],
+    )
+    labels = base.mark_text(align="left", dx=4, fontSize=11).encode(text="shown:N")
+    return alt.layer(bars, labels).properties(height=150)
+
+
+def weights_ratio_text(trace: Trace) -> str:
+    kv, weights = trace.final_kv_cache_bytes, trace.model.weight_bytes
+    return (
+        f"The KV cache is {100 * kv / weights:.2f}% of the weights now ({human_bytes(kv)} vs {human_bytes(weights)}): "
+        f"it would match them at {weights / trace.model.kv_bytes_per_token:,.0f} cached tokens (batch × context)."
+    )
+
+
+# --- the projection ------------------------------------------------------------------------------------------------
+def projection_batches(batch: int) -> list[int]:
+    return sorted({*PROJECTION_BATCHES, batch})
+
+
+def projection_frame(model: ModelInfo, context: int, batch: int) -> pd.DataFrame:
+    """KV bytes against context length, one line per batch size (the chosen batch among them), up to `context`."""
+    step = max(1, context // PROJECTION_POINTS)
+    lengths = sorted({*range(0, context, step), context})
+    return pd.DataFrame(
+        {
+            "context_len": n,
+            "batch": b,
+            "kv_bytes": kv_cache_bytes(model, n, b),
+            "kv_gib": kv_cache_bytes(model, n, b) / GIB,
+            "chosen": b == batch,
+        }
+        for b in projection_batches(batch)
+        for n in lengths
+    )
+
+
+def projection_text(model: ModelInfo, context: int, batch: int, device_memory_bytes: int | None = None) -> str:
+    kv = kv_cache_bytes(model, context, batch)
+    text = (
+        f"At {context:,} tokens × batch {batch} this model needs {human_bytes(kv)} of KV cache "
+        f"(weights: {human_bytes(model.weight_bytes)}; the cache is {kv / model.weight_bytes:.1f}× the weights)"
+    )
+    if device_memory_bytes:
+        share = 100 * (kv + model.weight_bytes) / device_memory_bytes
+        text += f"; cache + weights would fill {share:.0f}% of this device's {human_bytes(device_memory_bytes)}"
+    return text + "."
+
+
+def references_frame(model: ModelInfo) -> pd.DataFrame:
+    """The horizontal reference for the projection: the weights, counted from the loaded parameters."""
+    return pd.DataFrame({"reference": ["weights"], "gib": [model.weight_bytes / GIB], "source": [MEASURED]})
+
+
+def projection_chart(frame: pd.DataFrame, references: pd.DataFrame) -> alt.LayerChart:
+    """Straight lines (bytes grow linearly with context and with batch); dashed references for scale."""
+    lines = (
+        alt.Chart(frame)
+        .mark_line()
+        .encode(
+            x=alt.X("context_len:Q", title="context length (tokens)"),
+            y=alt.Y("kv_gib:Q", title="KV cache (GiB, modelled)"),
+            color=alt.Color(
+                "batch:O", title="batch", scale=alt.Scale(scheme="purples"), legend=alt.Legend(orient="top")
+            ),
+            strokeWidth=alt.when(alt.datum.chosen).then(alt.value(3.5)).otherwise(alt.value(1.5)),
+            tooltip=["context_len", "batch", alt.Tooltip("kv_gib:Q", format=".3f", title="GiB")],
+        )
+    )
+    rules = (
+        alt.Chart(references)
+        .mark_rule(strokeDash=[6, 3], color="#666666")
+        .encode(y="gib:Q", tooltip=["reference", alt.Tooltip("gib:Q", format=".3f"), "source"])
+    )
+    names = (
+        alt.Chart(references)
+        .mark_text(align="left", dx=4, dy=-7, color="#444444", fontSize=11)
+        .encode(y="gib:Q", x=alt.value(0), text="reference:N")
+    )
+    return alt.layer(lines, rules, names).properties(height=340)

@@ -1,0 +1,212 @@
+"""The Latency page's builders: ITL per token and its distribution against SLOs, SLO checks, and runs compared."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import altair as alt
+import pandas as pd
+
+from explorer.charts.common import display_token, ms
+from explorer.trace import Trace
+
+DEFAULT_TTFT_SLO_S = 1.0
+DEFAULT_ITL_SLO_S = 0.050
+SLO_DOMAIN = ["under the SLO", "at or over the SLO"]
+SLO_RANGE = ["#1b9e77", "#e41a1c"]  # decode green when within the ITL SLO, red when not
+SLO_RULE_COLOR = "#e41a1c"
+PERCENTILE_COLOR = "#555555"
+# Earlier runs light, the current run darkest: an order, not a phase, so purples rather than the phase colours.
+RUN_RANGE = ["#dadaeb", "#bcbddc", "#9e9ac8", "#807dba", "#6a51a3", "#54278f", "#3f007d"]
+HISTOGRAM_BINS = 30
+
+
+@dataclass(frozen=True)
+class LabelledTrace:
+    """A run to compare: its label for legends (Altair text only, never markdown) and its trace."""
+
+    label: str
+    trace: Trace
+
+
+# --- one run ---------------------------------------------------------------------------------------------------------
+def itl_frame(trace: Trace, itl_slo_s: float) -> pd.DataFrame:
+    """One row per token after the first: the measured gap before it and whether that gap met the ITL SLO."""
+    # Token k (0-based) is sampled by pass k; itl_s[k - 1] is the gap between tokens k - 1 and k.
+    rows = [
+        {
+            "token_index": k,
+            "pass": k,
+            "token": display_token(trace.passes[k].token_text),
+            "itl_ms": ms(gap_s),
+            "over_slo": not gap_s < itl_slo_s,
+            "vs_slo": SLO_DOMAIN[0] if gap_s < itl_slo_s else SLO_DOMAIN[1],
+        }
+        for k, gap_s in enumerate(trace.itl_s, start=1)
+    ]
+    return pd.DataFrame(rows, columns=["token_index", "pass", "token", "itl_ms", "over_slo", "vs_slo"])
+
+
+def slo_frame(trace: Trace, ttft_slo_s: float, itl_slo_s: float) -> pd.DataFrame:
+    """TTFT and the ITL percentiles, each against its SLO; `passes` is None where there is no value (no decodes)."""
+    figures = [
+        ("TTFT", trace.ttft_s, ttft_slo_s),
+        ("ITL p50", trace.itl_p50_s, itl_slo_s),
+        ("ITL p90", trace.itl_p90_s, itl_slo_s),
+        ("ITL p99", trace.itl_p99_s, itl_slo_s),
+    ]
+    return pd.DataFrame(
+        {
+            "metric": name,
+            "value_ms": None if value_s is None else ms(value_s),
+            "slo_ms": ms(slo_s),
+            # The SLO is a strict bound, as written in the essay: "p99 ITL < 50 ms".
+            "passes": None if value_s is None else bool(value_s < slo_s),
+        }
+        for name, value_s, slo_s in figures
+    )
+
+
+def slo_verdict(metric: str, value_ms: float | None, slo_ms: float) -> str:
+    """One line such as 'p99 ITL 47.00 ms < 50.00 ms: PASS'."""
+    if value_ms is None or pd.isna(value_ms):
+        return f"{metric}: n/a (no value in this run)"
+    if value_ms < slo_ms:
+        return f"{metric} {value_ms:.2f} ms < {slo_ms:.2f} ms: PASS"
+    return f"{metric} {value_ms:.2f} ms ≥ {slo_ms:.2f} ms: FAIL"
+
+
+def _slo_rule(slo_ms: float, label: str) -> alt.LayerChart:
+    frame = pd.DataFrame({"slo_ms": [slo_ms], "label": [label]})
+    rule = alt.Chart(frame).mark_rule(color=SLO_RULE_COLOR, strokeDash=[6, 3], strokeWidth=2).encode(y="slo_ms:Q")
+    text = (
+        alt.Chart(frame)
+        .mark_text(align="left", baseline="bottom", dx=4, dy=-2, color=SLO_RULE_COLOR)
+        .encode(x=alt.value(0), y="slo_ms:Q", text="label:N")
+    )
+    return rule + text
+
+
+def itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
+    """ITL bars by token index, red where a gap missed the SLO, with the SLO as a dashed rule."""
+    bars = (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("token_index:O", title="generated token (token 0 arrives at TTFT)"),
+            y=alt.Y("itl_ms:Q", title="inter-token latency (ms, measured)"),
+            color=alt.Color(
+                "vs_slo:N",
+                scale=alt.Scale(domain=SLO_DOMAIN, range=SLO_RANGE),
+                title="ITL",
+                legend=alt.Legend(orient="top"),
+            ),
+            tooltip=["token_index:O", "token:N", alt.Tooltip("itl_ms:Q", format=".2f"), "vs_slo:N"],
+        )
+    )
+    slo_ms = ms(itl_slo_s)
+    return (bars + _slo_rule(slo_ms, f"ITL SLO {slo_ms:.0f} ms")).properties(height=280)
+
+
+def itl_histogram_chart(frame: pd.DataFrame, slos: pd.DataFrame) -> alt.LayerChart:
+    """The ITL distribution, with the p50/p90/p99 of the trace as grey rules and the ITL SLO as a red one."""
+    histogram = (
+        alt.Chart(frame)
+        .mark_bar(color=SLO_RANGE[0], opacity=0.8)
+        .encode(
+            x=alt.X("itl_ms:Q", bin=alt.Bin(maxbins=HISTOGRAM_BINS), title="inter-token latency (ms, measured)"),
+            y=alt.Y("count():Q", title="tokens"),
+        )
+    )
+    percentiles = slos[slos["metric"].str.startswith("ITL") & slos["value_ms"].notna()]
+    base = alt.Chart(percentiles)
+    rules = base.mark_rule(color=PERCENTILE_COLOR, strokeWidth=2).encode(
+        x="value_ms:Q", tooltip=["metric:N", alt.Tooltip("value_ms:Q", format=".2f")]
+    )
+    labels = base.mark_text(align="left", angle=270, dx=4, dy=-4, baseline="bottom", color=PERCENTILE_COLOR).encode(
+        x="value_ms:Q", y=alt.value(0), text="metric:N"
+    )
+    itl_slo = slos[slos["metric"] == "ITL p99"]
+    slo_rule = (
+        alt.Chart(itl_slo)
+        .mark_rule(color=SLO_RULE_COLOR, strokeDash=[6, 3], strokeWidth=2)
+        .encode(x="slo_ms:Q", tooltip=[alt.Tooltip("slo_ms:Q", title="ITL SLO (ms)", format=".2f")])
+    )
+    return (histogram + rules + labels + slo_rule).properties(height=240)
+
+
+# --- runs compared ---------------------------------------------------------------------------------------------------
+def run_colors(count: int) -> list[str]:
+    """The last `count` purples: the newest run always gets the darkest."""
+    return RUN_RANGE[-count:] if count <= len(RUN_RANGE) else [RUN_RANGE[0]] * (count - len(RUN_RANGE)) + RUN_RANGE
+
+
+def runs_itl_frame(runs: Sequence[LabelledTrace]) -> pd.DataFrame:
+    """Every run's ITL per token, oldest run first; the last run is the current one."""
+    rows = [
+        {
+            "run": order,
+            "label": run.label,
+            "current": order == len(runs) - 1,
+            "token_index": k,
+            "itl_ms": ms(gap_s),
+        }
+        for order, run in enumerate(runs)
+        for k, gap_s in enumerate(run.trace.itl_s, start=1)
+    ]
+    return pd.DataFrame(rows, columns=["run", "label", "current", "token_index", "itl_ms"])
+
+
+def runs_itl_chart(frame: pd.DataFrame, labels: Sequence[str], itl_slo_s: float) -> alt.LayerChart:
+    """One ITL line per run, the current one darkest and thickest, with the ITL SLO rule."""
+    base = alt.Chart(frame).encode(
+        x=alt.X("token_index:Q", title="generated token", axis=alt.Axis(tickMinStep=1)),
+        y=alt.Y("itl_ms:Q", title="inter-token latency (ms, measured)"),
+        color=alt.Color(
+            "label:N",
+            scale=alt.Scale(domain=list(labels), range=run_colors(len(labels))),
+            sort=list(labels),
+            title="run",
+            legend=alt.Legend(orient="top", columns=2, labelLimit=320),
+        ),
+        tooltip=["label:N", "token_index:Q", alt.Tooltip("itl_ms:Q", format=".2f")],
+    )
+    # Two layers rather than a conditional width: a line takes one width per series, so split by series.
+    earlier = base.transform_filter("!datum.current").mark_line(point=True, strokeWidth=1.5)
+    current = base.transform_filter("datum.current").mark_line(point=True, strokeWidth=3)
+    lines = earlier + current
+    slo_ms = ms(itl_slo_s)
+    return (lines + _slo_rule(slo_ms, f"ITL SLO {slo_ms:.0f} ms")).properties(height=280)
+
+
+def runs_ttft_frame(runs: Sequence[LabelledTrace], ttft_slo_s: float) -> pd.DataFrame:
+    """Each run's TTFT (and its prompt length, which prefill time grows with) against the TTFT SLO."""
+    return pd.DataFrame(
+        {
+            "run": order,
+            "label": run.label,
+            "current": order == len(runs) - 1,
+            "prompt_tokens": run.trace.prompt_len,
+            "ttft_ms": ms(run.trace.ttft_s),
+            "passes": bool(run.trace.ttft_s < ttft_slo_s),
+        }
+        for order, run in enumerate(runs)
+    )
+
+
+def runs_ttft_chart(frame: pd.DataFrame, ttft_slo_s: float) -> alt.LayerChart:
+    """One TTFT bar per run in the run's colour, with the TTFT SLO rule."""
+    labels = list(frame["label"])
+    bars = (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("label:N", sort=labels, title=None, axis=alt.Axis(labelAngle=0, labelLimit=160)),
+            y=alt.Y("ttft_ms:Q", title="TTFT (ms, measured)"),
+            color=alt.Color("label:N", scale=alt.Scale(domain=labels, range=run_colors(len(labels))), legend=None),
+            tooltip=["label:N", "prompt_tokens:Q", alt.Tooltip("ttft_ms:Q", format=".2f"), "passes:N"],
+        )
+    )
+    slo_ms = ms(ttft_slo_s)
+    return (bars + _slo_rule(slo_ms, f"TTFT SLO {slo_ms:.0f} ms")).properties(height=240)

@@ -31,7 +31,7 @@ CPU_COPY_BYTES = 256 * 1024**2  # far larger than any CPU cache, so the copy str
 CPU_MATMUL_MIN_N = 256
 CPU_MATMUL_MAX_N = 2048
 CPU_MATMUL_MIN_S = 0.02  # one timed matmul at least this long, so thread start-up is a small part of it
-CPU_REPEATS = 3
+CPU_REPEATS = 5
 
 # GPU microbenchmarks: large enough to leave every L2 cache (H100 50 MB, L40S 96 MB) and fill every SM.
 GPU_COPY_BYTES = 256 * 1024**2

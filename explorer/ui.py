@@ -15,7 +15,7 @@ import streamlit as st
 from explorer.attention import AttentionMaps, capture_attention
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request, generate, validate
 from explorer.errors import ExplorerError
-from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, load_model
+from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, Progress, load_model
 from explorer.report import ms
 from explorer.trace import PassRecord, Sampling, Trace
 
@@ -57,10 +57,31 @@ class RunResult:
 
 
 # --- shared, process-wide resources ------------------------------------------------------------------------------
-@st.cache_resource(max_entries=2, show_spinner=False)
-def cached_model(name: str, device: str, dtype: str, _progress: object = None) -> LoadedModel:
-    """One loaded model per (name, device, dtype) for every session of this server process."""
-    return load_model(name, device, dtype, on_progress=_progress)
+class ModelStore:
+    """Loaded models for every session of this server process, at most `capacity`, oldest evicted first.
+
+    Not `st.cache_resource` on the loader itself: a cached function may not draw into the caller's progress bar.
+    """
+
+    def __init__(self, capacity: int = 2) -> None:
+        self.capacity = capacity
+        self.models: dict[tuple[str, str, str], LoadedModel] = {}
+        self.lock = threading.Lock()
+
+    def get(self, name: str, device: str, dtype: str, on_progress: Progress | None = None) -> LoadedModel:
+        key = (name, device, dtype)
+        with self.lock:  # two sessions asking for the same new model load it once
+            if key not in self.models:
+                loaded = load_model(name, device, dtype, on_progress=on_progress)
+                while len(self.models) >= self.capacity:
+                    self.models.pop(next(iter(self.models)))
+                self.models[key] = loaded
+            return self.models[key]
+
+
+@st.cache_resource
+def model_store() -> ModelStore:
+    return ModelStore()
 
 
 @st.cache_resource
@@ -76,7 +97,7 @@ def get_model(inputs: RunInputs) -> LoadedModel:
         bar.progress(min(1.0, fraction), text=text)
 
     try:
-        return cached_model(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, progress)
+        return model_store().get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, progress)
     finally:
         bar.empty()
 

@@ -1,0 +1,178 @@
+"""The app through AppTest: a run from the sidebar, every page from its trace, views that never call the model."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.testing.v1 import AppTest
+
+from explorer import ui
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ["pages/run.py", "pages/attention.py", "pages/kv_cache.py", "pages/cost.py", "pages/latency.py"]
+TIMEOUT_S = 180  # a first run loads the model and measures the device
+HOSTILE = "<img src=x onerror=alert(1)> **bold** <script>alert(2)</script>"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def navigation_like_a_server() -> Iterator[None]:
+    """AppTest rebuilds its PagesManager every run and, seeing a `pages/` folder, falls back to the legacy multipage
+    path that skips app.py. A real server keeps the flag that `st.navigation` cleared; do the same here."""
+    original = PagesManager.__init__
+
+    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    with mock.patch.object(PagesManager, "__init__", init):
+        yield
+
+
+class ForwardCounter:
+    """Counts real forward passes of the cached model: the proof that a view change did not run it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        lm = ui.model_store().get("embedded", "auto", "float32")
+        self.handle = lm.model.register_forward_hook(self.count)
+
+    def count(self, *_: object) -> None:
+        self.calls += 1
+
+    def close(self) -> None:
+        self.handle.remove()
+
+
+def new_app() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def run_from_sidebar(at: AppTest, prompt: str | None = None, max_new_tokens: int = 8) -> AppTest:
+    if prompt is not None:
+        at.sidebar.text_area[0].input(prompt)
+    at.sidebar.number_input[0].set_value(max_new_tokens)
+    at.sidebar.button[0].click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def assert_page_renders(at: AppTest, page: str) -> None:
+    at.switch_page(page).run()
+    assert not at.exception, f"{page}: {at.exception}"
+    assert not at.error, f"{page}: {[e.value for e in at.error]}"
+    assert len(at.get("vega_lite_chart")) >= 1, f"{page} drew no chart"
+    captions = " ".join(c.value for c in at.caption)
+    assert any(word in captions for word in ("measured", "modelled", "spec")), f"{page} names no source"
+
+
+@pytest.fixture(scope="module")
+def ran() -> AppTest:
+    """One real run with the default prompt, shared by the page tests."""
+    return run_from_sidebar(new_app())
+
+
+def test_app_starts_without_a_run() -> None:
+    at = new_app()
+    assert any("No run yet" in i.value for i in at.info)
+    assert at.sidebar.text_area[0].value == ui.DEFAULT_PROMPT
+
+
+def test_a_run_from_the_sidebar_produces_a_trace(ran: AppTest) -> None:
+    result = ran.session_state[ui.RUN]
+    trace = result.trace
+    assert trace.prompt_text == ui.DEFAULT_PROMPT and 1 <= trace.new_tokens <= 8
+    assert trace.passes[0].phase == "prefill" and result.attention is not None
+    assert [m.label for m in ran.metric][:3] == ["Prompt tokens", "New tokens", "TTFT"]
+    assert any(trace.passes[0].token_text.strip() in t.value for t in ran.text)  # the live stream's final state
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_its_charts_and_captions(ran: AppTest, page: str) -> None:
+    assert_page_renders(ran, page)
+
+
+def test_changing_views_never_calls_the_model(ran: AppTest) -> None:
+    counter = ForwardCounter()
+    try:
+        ran.switch_page("pages/run.py").run()
+        ran.slider[0].set_value(ran.session_state[ui.RUN].trace.new_tokens - 1).run()
+        ran.switch_page("pages/attention.py").run()
+        for box in ran.selectbox:
+            if len(box.options) > 1:
+                box.set_value(box.options[-1]).run()
+        for page in PAGES:
+            ran.switch_page(page).run()
+        for number in ran.number_input:
+            number.increment().run()
+        assert not ran.exception
+        assert counter.calls == 0
+    finally:
+        counter.close()
+
+
+def test_empty_prompt_shows_an_error_and_starts_no_run() -> None:
+    at = new_app()
+    counter = ForwardCounter()
+    try:
+        run_from_sidebar(at, prompt="   ")
+        assert any("prompt is empty" in e.value for e in at.error)
+        assert ui.RUN not in at.session_state
+        assert counter.calls == 0
+    finally:
+        counter.close()
+
+
+def test_a_bad_model_is_one_line_and_keeps_the_last_run(ran: AppTest) -> None:
+    before = ran.session_state[ui.RUN]
+    ran.sidebar.text_input[0].input("./no/such/model")
+    ran.sidebar.button[0].click().run()
+    errors = [e.value for e in ran.error]
+    assert len(errors) == 1 and "does not exist" in errors[0] and "\n" not in errors[0]
+    assert ran.session_state[ui.RUN] is before  # nothing lost
+    ran.sidebar.text_input[0].input("embedded").run()
+
+
+def test_hostile_prompt_is_shown_as_text_on_every_page() -> None:
+    at = run_from_sidebar(new_app(), prompt=HOSTILE, max_new_tokens=4)
+    assert at.session_state[ui.RUN].trace.prompt_text == HOSTILE
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert not at.exception
+        for element in at.markdown:  # markdown is where HTML or markup could be interpreted
+            assert "<img" not in element.value and "<script" not in element.value and "**bold**" not in element.value
+    at.switch_page("pages/run.py").run()
+    shown = " ".join(c.value for c in at.code)
+    assert "img" in shown and "onerror" in shown  # the prompt's tokens, as plain text
+
+
+def test_no_page_or_module_allows_raw_html() -> None:
+    for path in [ROOT / "app.py", *ROOT.glob("pages/*.py"), *ROOT.glob("explorer/**/*.py")]:
+        assert "unsafe_allow_html" not in path.read_text(), path
+
+
+def test_only_the_ui_bridge_imports_streamlit() -> None:
+    importers = set()
+    for path in ROOT.glob("explorer/**/*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "streamlit" or n.startswith("streamlit.") for n in names):
+                importers.add(path.relative_to(ROOT).as_posix())
+    assert importers == {"explorer/ui.py"}
+    code = "import sys; sys.modules['streamlit'] = None; import explorer.cli, explorer.bench, explorer.attention"
+    code += "; import explorer.charts.run, explorer.charts.attention, explorer.charts.kv, explorer.charts.cost"
+    code += ", explorer.charts.latency"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=os.environ)
+    assert out.returncode == 0, out.stderr

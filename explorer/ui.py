@@ -6,6 +6,7 @@ Pages call these and the pure builders in `explorer.charts`; nothing else in `ex
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 import altair as alt
@@ -133,11 +134,12 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         st.error(str(exc))
         return None
     lock = device_lock()
-    waiting = st.empty()
     if not lock.acquire(blocking=False):
+        waiting = st.empty()
         waiting.info("Another session is running on this device: waiting for it, so the timings stay clean…")
+        started = time.perf_counter()
         lock.acquire()
-    waiting.empty()
+        waiting.caption(f"Waited {time.perf_counter() - started:.1f} s for another session's run to finish.")
     try:
         lm = get_model(inputs)
         live = st.container(border=True)
@@ -174,8 +176,9 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
     preview = inputs.prompt.strip().replace("\n", " ")
     result = RunResult(trace, attention, note, f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}")
     previous = current_run()
-    if previous is not None:
-        st.session_state[HISTORY] = (history() + [previous])[-HISTORY_LENGTH:]
+    if previous is not None:  # earlier runs keep their trace; their attention maps (up to the cap each) are dropped
+        kept = RunResult(previous.trace, None, "Attention maps are kept for the current run only.", previous.label)
+        st.session_state[HISTORY] = (history() + [kept])[-HISTORY_LENGTH:]
     st.session_state[RUN] = result
     return result
 

@@ -6,6 +6,7 @@ import ast
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -176,3 +177,17 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
     code += ", explorer.charts.latency"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=os.environ)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_second_session_waits_for_the_device() -> None:
+    at = new_app()
+    lock = ui.device_lock()
+    lock.acquire()
+    releaser = threading.Timer(1.0, lock.release)  # the "other session" finishes after a second
+    releaser.start()
+    try:
+        run_from_sidebar(at, max_new_tokens=2)
+    finally:
+        releaser.join()
+    assert any("Waited" in c.value and "another session" in c.value for c in at.caption)
+    assert at.session_state[ui.RUN].trace.new_tokens <= 2

@@ -17,7 +17,6 @@ from explorer.attention import AttentionMaps, capture_attention
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request, generate, validate
 from explorer.errors import ExplorerError
 from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, Progress, load_model
-from explorer.report import ms
 from explorer.trace import PassRecord, Sampling, Trace
 
 # --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
@@ -249,15 +248,22 @@ def run_metrics(trace: Trace) -> None:
     cols = st.columns(6)
     cols[0].metric("Prompt tokens", trace.prompt_len)
     cols[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
-    cols[2].metric("TTFT", ms(trace.ttft_s), help="measured: request start (before tokenizing) to the first token")
-    cols[3].metric("ITL p50", ms(trace.itl_p50_s), help="measured: median gap between consecutive tokens")
+    cols[2].metric("TTFT", short_time(trace.ttft_s), help="measured: request start (before tokenizing) to first token")
+    cols[3].metric("ITL p50", short_time(trace.itl_p50_s), help="measured: median gap between consecutive tokens")
     rate = trace.decode_tokens_per_s
-    cols[4].metric("Decode", f"{rate:.1f} tok/s" if rate else "n/a", help="measured: decode tokens / sum of ITLs")
-    cols[5].metric("E2E", ms(trace.e2e_s), help="measured: request start to the last token")
-    st.caption(
+    cols[4].metric("Decode tok/s", f"{rate:.1f}" if rate else "n/a", help="measured: decode tokens / sum of ITLs")
+    cols[5].metric("E2E", short_time(trace.e2e_s), help="measured: request start to the last token")
+    st.text(  # text, not markdown: the model name is whatever the user typed
         f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all six figures measured"
         + ("" if trace.warmup_ran else " · no warm-up: the first pass includes one-off start-up costs")
     )
+
+
+def short_time(seconds: float | None) -> str:
+    """Fits a metric column: '87 ms', '1.44 s'."""
+    if seconds is None:
+        return "n/a"
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.0f} ms"
 
 
 def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:

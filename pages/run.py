@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import run as charts
+from explorer.charts.common import display_token
 from explorer.report import human_bytes, ms
 
 st.title("Inside one inference")
@@ -14,8 +15,11 @@ if result is not None:
     ui.run_metrics(trace)
 
     st.subheader("Tokens")
-    st.markdown("**Prompt** (what the prefill pass computes, all at once):")
-    st.code(" ".join(repr(t) for t in trace.prompt_tokens_text), language=None, wrap_lines=True)
+    st.markdown("**Prompt**, as typed:")
+    st.code(trace.prompt_text, language=None, wrap_lines=True)
+    template = "with the chat template" if trace.chat_template_used else "raw, no chat template"
+    st.markdown(f"…and as the model sees it ({template}): **{trace.prompt_len} tokens**, all computed by the prefill:")
+    st.code(" │ ".join(display_token(t) for t in trace.prompt_tokens_text), language=None, wrap_lines=True)
     st.markdown("**Generated** (one per pass, with the gap since the previous token):")
     ui.table(
         charts.generated_frame(trace), "The first token arrives after TTFT; each later one after one ITL.", "measured"

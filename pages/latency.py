@@ -38,14 +38,15 @@ if result is not None:
     )
     ttft_slo_s, itl_slo_s = ttft_slo_ms / 1e3, itl_slo_ms / 1e3
     slos = charts.slo_frame(trace, ttft_slo_s, itl_slo_s)
+    # A badge, not st.error: a missed SLO is a finding about this run, not an error of the app.
     for column, check in zip((left, right), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
         verdict = charts.slo_verdict(check.metric, check.value_ms, check.slo_ms)  # numbers only: safe as markdown
         if check.passes is None:
-            column.info(verdict)
+            column.badge(verdict, icon=":material/remove:", color="gray")
         elif check.passes:
-            column.success(verdict)
+            column.badge(verdict, icon=":material/check_circle:", color="green")
         else:
-            column.error(verdict)
+            column.badge(verdict, icon=":material/cancel:", color="red")
     ui.table(
         slos,
         "One request's TTFT and the percentiles of its inter-token gaps, each against its SLO (pass = strictly under).",

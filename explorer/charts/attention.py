@@ -27,6 +27,7 @@ ATTENDED = "attended"
 MASKED_COLOR = "#d9d9d9"  # light grey: distinct from the darkest (smallest) probability colour
 # Square-root colour scale: real heads put most mass on a few keys, so a linear scale would hide everything else.
 PROB_SCALE = alt.Scale(type="sqrt", domain=[0.0, 1.0], scheme="viridis")
+PROB_LEGEND = alt.Legend(values=[0.0, 0.05, 0.2, 0.5, 1.0], format=".2~f")
 
 
 @dataclass(frozen=True)
@@ -102,16 +103,17 @@ def _heatmap_height_px(rows: int) -> int:
 def prefill_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Rows are queries, columns keys, both labelled with their tokens; the grey upper triangle is the causal mask."""
     order = frame.drop_duplicates("query_pos").sort_values("query_pos")["query"].tolist()
-    axis = {"labelFontSize": 9, "labelLimit": 90}
+    # Every token label fits up to 64 rows; beyond that Vega-Lite drops overlapping ones (tooltips still name each).
+    axis = {"labelFontSize": 9, "labelLimit": 90, "labelOverlap": False if len(order) <= 64 else "greedy"}
     base = alt.Chart(frame).encode(
-        x=alt.X("key:N", sort=order, title="key position (what is attended to)", axis=alt.Axis(labelAngle=-60, **axis)),
+        x=alt.X("key:N", sort=order, title="key position (what is attended to)", axis=alt.Axis(labelAngle=-90, **axis)),
         y=alt.Y("query:N", sort=order, title="query position (who attends)", axis=alt.Axis(**axis)),
         tooltip=["query", "key", alt.Tooltip("prob:Q", format=".4f", title="probability"), "cell"],
     )
     attended = (
         base.transform_filter("!datum.masked")
         .mark_rect()
-        .encode(color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability"))
+        .encode(color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=PROB_LEGEND))
     )
     masked = (
         base.transform_filter("datum.masked")
@@ -167,7 +169,7 @@ def _pooled_encoding(frame: pd.DataFrame) -> dict[str, object]:
         "y2": "query_stop:Q",
         "color": alt.when(alt.datum.masked)
         .then(alt.value(MASKED_COLOR))
-        .otherwise(alt.Color("prob_max:Q", scale=PROB_SCALE, title="max probability in block")),
+        .otherwise(alt.Color("prob_max:Q", scale=PROB_SCALE, title="block max (√ scale)", legend=PROB_LEGEND)),
         "tooltip": [
             "head_label",
             alt.Tooltip("query_start:Q", title="queries from"),
@@ -262,9 +264,12 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
             x=alt.X("key_start:Q", title="key position (cached K and V)", scale=alt.Scale(nice=False, zero=True)),
             x2="key_stop:Q",
             y=alt.Y(
-                "row:N", sort=order, title="decode step (token fed)", axis=alt.Axis(labelFontSize=9, labelLimit=160)
+                "row:N",
+                sort=order,
+                title="decode step (token fed)",
+                axis=alt.Axis(labelFontSize=9, labelLimit=160, labelOverlap=False if len(order) <= 48 else "greedy"),
             ),
-            color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability"),
+            color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=PROB_LEGEND),
             tooltip=["row", "key", "cache_len", alt.Tooltip("prob:Q", format=".4f", title="probability")],
         )
     )

@@ -74,7 +74,12 @@ def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
                 title=None,
                 legend=alt.Legend(orient="top", columns=2, labelLimit=320),
             ),
-            stroke=alt.Stroke("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="right")),
+            stroke=alt.Stroke(
+                "phase:N",
+                scale=PHASE_COLOR,
+                title="outline",
+                legend=alt.Legend(orient="right", symbolFillColor="white", symbolStrokeWidth=2),
+            ),
             order=alt.Order("part_order:Q"),
             tooltip=[
                 "pass:O",
@@ -164,10 +169,15 @@ def roofline_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Log-log: the roof min(peak, intensity x bandwidth), its ridge, and each pass coloured by phase."""
     x = alt.X(
         "intensity_flops_per_byte:Q",
-        scale=alt.Scale(type="log"),
+        scale=alt.Scale(type="log", nice=False),  # the roof spans the whole axis: it was drawn a decade past the data
         title="arithmetic intensity (FLOP/byte, modelled)",
     )
-    y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), title="FLOP/s (modelled FLOPs / measured time)")
+    y = alt.Y(
+        "flops_per_s:Q",
+        scale=alt.Scale(type="log"),
+        axis=alt.Axis(format="~s"),
+        title="FLOP/s (modelled FLOPs / measured time)",
+    )
     base = alt.Chart(frame).encode(x=x, y=y)
     roof = base.transform_filter("datum.kind == 'roof'").mark_line(color="#444444", strokeWidth=2)
     ridge = base.transform_filter("datum.kind == 'ridge'")
@@ -235,25 +245,26 @@ def percent(fraction: float) -> str:
     return f"{fraction * 100:.3g} %"
 
 
-def utilisation_chart(frame: pd.DataFrame) -> alt.Chart:
-    """Two groups of bars, compute and bandwidth, one bar per pass in its phase colour, as % of the device figure."""
-    return (
+def utilisation_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """One bar per (figure, pass) in the pass's phase colour: compute as % of peak, bandwidth as % of the device's."""
+    order = [f"{figure} · {label}" for figure in ("compute", "bandwidth") for label in frame["label"]]
+    base = (
         alt.Chart(frame)
         .transform_fold(["compute_utilisation", "bandwidth_utilisation"], as_=["figure", "fraction"])
         .transform_calculate(
-            measure="datum.figure == 'compute_utilisation' ? 'compute (% of peak FLOP/s)' : "
-            "'bandwidth (% of device bandwidth)'"
+            row="(datum.figure == 'compute_utilisation' ? 'compute' : 'bandwidth') + ' · ' + datum.label"
         )
-        .mark_bar()
         .encode(
-            x=alt.X("fraction:Q", axis=alt.Axis(format="%"), title="achieved / device figure"),
-            y=alt.Y("measure:N", title=None, axis=alt.Axis(labelLimit=260)),
-            yOffset=alt.YOffset("label:N"),
-            color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
-            tooltip=["label:N", "measure:N", alt.Tooltip("fraction:Q", format=".2%")],
+            x=alt.X("fraction:Q", axis=alt.Axis(format="%"), title="achieved / device figure (peak FLOP/s, bandwidth)"),
+            y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
         )
-        .properties(height=150)
     )
+    bars = base.mark_bar().encode(
+        color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
+        tooltip=["label:N", "figure:N", alt.Tooltip("fraction:Q", format=".3~p")],
+    )
+    values = base.mark_text(align="left", dx=4).encode(text=alt.Text("fraction:Q", format=".3~p"))
+    return (bars + values).properties(height=alt.Step(28))
 
 
 # --- the device ------------------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ DEFAULT_PROJECTION_CONTEXT = 8192
 DEFAULT_PROJECTION_BATCH = 32
 PROJECTION_BATCHES = (1, 8, 32)  # drawn as lines next to the batch the user picks
 PROJECTION_POINTS = 64  # context lengths per line: the lines are straight, this only spaces the tooltips
+KIB, MIB = 1024, 1024**2
+FORMULA = f"{MODELLED}: the formula"
 SOURCE_DOMAIN = [MEASURED, MODELLED]
 SOURCE_RANGE = ["#1b9e77", "#7570b3"]
 
@@ -21,40 +23,50 @@ SOURCE_RANGE = ["#1b9e77", "#7570b3"]
 # --- measured against the formula ------------------------------------------------------------------------------------
 def growth_frame(trace: Trace) -> pd.DataFrame:
     """One row per pass: the cache bytes summed over the real tensors after it, and the formula at that length."""
-    return pd.DataFrame(
-        {
-            "pass": p.index,
-            "phase": p.phase,
-            "cache_len": p.cache_len_after,
-            "measured_bytes": p.kv_cache_bytes,
-            "modelled_bytes": kv_cache_bytes(trace.model, p.cache_len_after),
-        }
-        for p in trace.passes
-    )
+    rows = []
+    for p in trace.passes:
+        modelled = kv_cache_bytes(trace.model, p.cache_len_after)
+        rows.append(
+            {
+                "pass": p.index,
+                "phase": p.phase,
+                "cache_len": p.cache_len_after,
+                "measured_bytes": p.kv_cache_bytes,
+                "modelled_bytes": modelled,
+                "measured_mib": p.kv_cache_bytes / MIB,
+                "modelled_mib": modelled / MIB,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Points: the measured cache after each pass (coloured by phase). Line: the formula. They coincide."""
+    """Points: the measured cache after each pass (coloured by phase). Line: the formula from an empty cache on."""
+    last = frame["cache_len"].max()
+    slope_mib = frame["modelled_mib"].max() / last  # the formula is a straight line through the origin
+    formula = pd.DataFrame({"cache_len": [0, last], "modelled_mib": [0.0, slope_mib * last], "source": FORMULA})
     line = (
-        alt.Chart(frame)
-        .transform_calculate(source=f"'{MODELLED}: 2 × layers × kv_heads × head_dim × cache_len × bytes'")
-        .mark_line(strokeDash=[6, 3], strokeWidth=2)
+        alt.Chart(formula)
+        .mark_line(strokeWidth=2, color=SOURCE_RANGE[1])
         .encode(
-            x=alt.X("cache_len:Q", title="positions in the cache after the pass", scale=alt.Scale(zero=True)),
-            y=alt.Y(
-                "modelled_bytes:Q", title="KV cache (bytes)", axis=alt.Axis(format="~s"), scale=alt.Scale(zero=True)
+            x=alt.X("cache_len:Q", title="positions in the cache after the pass", scale=alt.Scale(nice=False)),
+            y=alt.Y("modelled_mib:Q", title="KV cache (MiB)"),
+            # A field-driven dash overrides the mark's, so the dash pattern lives in the scale (and the legend).
+            strokeDash=alt.StrokeDash(
+                "source:N",
+                scale=alt.Scale(domain=[FORMULA], range=[[6, 3]]),
+                title=None,
+                legend=alt.Legend(orient="top", symbolStrokeWidth=2),
             ),
-            strokeDash=alt.StrokeDash("source:N", title=None, legend=alt.Legend(orient="top", symbolStrokeWidth=2)),
-            color=alt.value(SOURCE_RANGE[1]),
         )
     )
     points = (
         alt.Chart(frame)
-        .mark_point(filled=True, size=70, opacity=0.9)
+        .mark_point(filled=True, size=45, opacity=0.9)
         .encode(
             x="cache_len:Q",
-            y="measured_bytes:Q",
-            color=alt.Color("phase:N", scale=PHASE_COLOR, title=f"{MEASURED} (phase)", legend=alt.Legend(orient="top")),
+            y="measured_mib:Q",
+            color=alt.Color("phase:N", scale=PHASE_COLOR, title=f"{MEASURED}:", legend=alt.Legend(orient="top")),
             tooltip=[
                 "pass",
                 "phase",
@@ -64,7 +76,7 @@ def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
             ],
         )
     )
-    return alt.layer(line, points).resolve_scale(color="independent").properties(height=320)
+    return alt.layer(line, points).resolve_scale(color="independent").properties(height=380)
 
 
 def growth_check_text(frame: pd.DataFrame) -> str:
@@ -80,7 +92,13 @@ def layers_frame(trace: Trace, pass_index: int) -> pd.DataFrame:
     p = trace.passes[pass_index]
     modelled = trace.model.kv_bytes_per_token_per_layer * p.cache_len_after
     return pd.DataFrame(
-        {"layer": layer, "measured_bytes": measured, "modelled_bytes": modelled}
+        {
+            "layer": layer,
+            "measured_bytes": measured,
+            "modelled_bytes": modelled,
+            "measured_kib": measured / KIB,
+            "modelled_kib": modelled / KIB,
+        }
         for layer, measured in enumerate(p.kv_layer_bytes)
     )
 
@@ -92,7 +110,7 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
         .mark_bar(color=SOURCE_RANGE[0])
         .encode(
             x=alt.X("layer:O", title="layer"),
-            y=alt.Y("measured_bytes:Q", title="K + V bytes in this layer (measured)", axis=alt.Axis(format="~s")),
+            y=alt.Y("measured_kib:Q", title="K + V (KiB)"),
             tooltip=[
                 "layer",
                 alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes"),
@@ -103,9 +121,9 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
     rule = (
         alt.Chart(frame.head(1))
         .mark_rule(color=SOURCE_RANGE[1], strokeDash=[6, 3], strokeWidth=2)
-        .encode(y="modelled_bytes:Q")
+        .encode(y="modelled_kib:Q")
     )
-    return alt.layer(bars, rule).properties(height=260)
+    return alt.layer(bars, rule).properties(height=300)
 
 
 # --- the formula with this model's numbers -------------------------------------------------------------------------
@@ -161,6 +179,7 @@ def weights_frame(trace: Trace) -> pd.DataFrame:
             "item": item,
             "bytes": n,
             "shown": human_bytes(n),
+            "mib": n / MIB,
             "percent_of_weights": 100 * n / m.weight_bytes,
             "source": source,
             "note": note,
@@ -171,8 +190,8 @@ def weights_frame(trace: Trace) -> pd.DataFrame:
 
 def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
     base = alt.Chart(frame).encode(
-        y=alt.Y("item:N", sort=frame["item"].tolist(), title=None),
-        x=alt.X("bytes:Q", title="bytes", axis=alt.Axis(format="~s")),
+        y=alt.Y("item:N", sort=frame["item"].tolist(), title=None, axis=alt.Axis(labelLimit=220)),
+        x=alt.X("mib:Q", title="MiB"),
     )
     bars = base.mark_bar().encode(
         color=alt.Color(
@@ -181,7 +200,8 @@ def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
         tooltip=["item", "shown", alt.Tooltip("percent_of_weights:Q", format=".2f"), "source", "note"],
     )
     labels = base.mark_text(align="left", dx=4, fontSize=11).encode(text="shown:N")
-    return alt.layer(bars, labels).properties(height=150)
+    # In Streamlit the height includes the legend and axes: 300 px leaves ~150 px for the three bars.
+    return alt.layer(bars, labels).properties(height=300)
 
 
 def weights_ratio_text(trace: Trace) -> str:
@@ -237,10 +257,10 @@ def projection_chart(frame: pd.DataFrame, references: pd.DataFrame) -> alt.Layer
         alt.Chart(frame)
         .mark_line()
         .encode(
-            x=alt.X("context_len:Q", title="context length (tokens)"),
+            x=alt.X("context_len:Q", title="context length (tokens)", scale=alt.Scale(nice=False)),
             y=alt.Y("kv_gib:Q", title="KV cache (GiB, modelled)"),
             color=alt.Color(
-                "batch:O", title="batch", scale=alt.Scale(scheme="purples"), legend=alt.Legend(orient="top")
+                "batch:O", title="batch", scale=alt.Scale(scheme="category10"), legend=alt.Legend(orient="top")
             ),
             strokeWidth=alt.when(alt.datum.chosen).then(alt.value(3.5)).otherwise(alt.value(1.5)),
             tooltip=["context_len", "batch", alt.Tooltip("kv_gib:Q", format=".3f", title="GiB")],
@@ -256,4 +276,4 @@ def projection_chart(frame: pd.DataFrame, references: pd.DataFrame) -> alt.Layer
         .mark_text(align="left", dx=4, dy=-7, color="#444444", fontSize=11)
         .encode(y="gib:Q", x=alt.value(0), text="reference:N")
     )
-    return alt.layer(lines, rules, names).properties(height=340)
+    return alt.layer(lines, rules, names).properties(height=400)

@@ -18,7 +18,7 @@ SLO_RANGE = ["#1b9e77", "#e41a1c"]  # decode green when within the ITL SLO, red 
 SLO_RULE_COLOR = "#e41a1c"
 PERCENTILE_COLOR = "#555555"
 # Earlier runs light, the current run darkest: an order, not a phase, so purples rather than the phase colours.
-RUN_RANGE = ["#dadaeb", "#bcbddc", "#9e9ac8", "#807dba", "#6a51a3", "#54278f", "#3f007d"]
+RUN_RANGE = ["#bcbddc", "#9e9ac8", "#807dba", "#6a51a3", "#54278f", "#3f007d"]  # 6: HISTORY_LENGTH 5 + current
 HISTOGRAM_BINS = 30
 
 
@@ -124,7 +124,8 @@ def itl_histogram_chart(frame: pd.DataFrame, slos: pd.DataFrame) -> alt.LayerCha
     rules = base.mark_rule(color=PERCENTILE_COLOR, strokeWidth=2).encode(
         x="value_ms:Q", tooltip=["metric:N", alt.Tooltip("value_ms:Q", format=".2f")]
     )
-    labels = base.mark_text(align="left", angle=270, dx=4, dy=-4, baseline="bottom", color=PERCENTILE_COLOR).encode(
+    # Rotated to read along their rule, inside the plot: p50 and p90 are often too close for level labels.
+    labels = base.mark_text(align="right", angle=270, dx=-4, dy=-3, baseline="bottom", color=PERCENTILE_COLOR).encode(
         x="value_ms:Q", y=alt.value(0), text="metric:N"
     )
     itl_slo = slos[slos["metric"] == "ITL p99"]
@@ -138,8 +139,11 @@ def itl_histogram_chart(frame: pd.DataFrame, slos: pd.DataFrame) -> alt.LayerCha
 
 # --- runs compared ---------------------------------------------------------------------------------------------------
 def run_colors(count: int) -> list[str]:
-    """The last `count` purples: the newest run always gets the darkest."""
-    return RUN_RANGE[-count:] if count <= len(RUN_RANGE) else [RUN_RANGE[0]] * (count - len(RUN_RANGE)) + RUN_RANGE
+    """`count` purples spread from light to darkest (the newest run), so two runs are never near-identical shades."""
+    if count <= 1:
+        return RUN_RANGE[-1:] * count
+    last = len(RUN_RANGE) - 1
+    return [RUN_RANGE[last - round((count - 1 - i) * last / (count - 1))] for i in range(count)]
 
 
 def runs_itl_frame(runs: Sequence[LabelledTrace]) -> pd.DataFrame:

@@ -1,0 +1,170 @@
+"""The Cost page's frames checked exactly against a tiny model's real trace, utilisation against hand numbers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import altair as alt
+import pytest
+
+from explorer.charts import cost
+from explorer.charts.common import ms
+from explorer.engine import Request, generate
+from explorer.loading import LoadedModel
+from explorer.roofline import attainable_flops
+from explorer.trace import DeviceProfile, Trace
+
+SEGMENTS = ["weight_read_ms", "kv_read_ms", "compute_not_hidden_ms", "overhead_ms"]
+
+
+@pytest.fixture(scope="module")
+def trace(tiny_lm: LoadedModel) -> Trace:
+    return generate(tiny_lm, Request("abc", max_new_tokens=8))
+
+
+@pytest.fixture
+def hand_device() -> DeviceProfile:
+    return DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured")
+
+
+def with_walls(trace: Trace, walls_s: list[float]) -> Trace:
+    """The same trace with chosen measured times, to reach branches a real run only reaches by chance."""
+    return replace(trace, passes=tuple(replace(p, wall_s=w) for p, w in zip(trace.passes, walls_s, strict=True)))
+
+
+def test_time_split_segments_are_the_modelled_times_and_the_overhead(trace: Trace) -> None:
+    frame = cost.time_split_frame(trace)
+    assert list(frame["pass"]) == [p.index for p in trace.passes]
+    assert list(frame["phase"]) == ["prefill"] + ["decode"] * (trace.new_tokens - 1)
+    for row, p in zip(frame.itertuples(index=False), trace.passes, strict=True):
+        assert row.weight_read_ms == ms(p.t_weight_read_s)
+        assert row.kv_read_ms == ms(p.t_kv_read_s)
+        assert row.compute_not_hidden_ms == ms(max(0.0, p.t_compute_s - p.t_memory_s))
+        assert row.overhead_ms == ms(p.overhead_s)
+        assert row.wall_ms == ms(p.wall_s)
+        assert row.roofline_ms == ms(p.roofline_time_s)
+        assert row.bound == p.bound
+        assert row.faster_than_model == (p.wall_s < p.roofline_time_s)
+
+
+def test_segments_sum_to_the_wall_time_when_the_pass_is_slower_than_the_model(trace: Trace) -> None:
+    # Both cases by construction: compute hidden behind memory (decode), compute beyond it (a compute-heavy prefill).
+    slow = with_walls(trace, [p.roofline_time_s * 3 + 1e-3 for p in trace.passes])
+    compute_heavy = replace(slow.prefill, t_compute_s=slow.prefill.t_memory_s * 5)
+    slow = replace(slow, passes=(compute_heavy, *slow.decodes))
+    frame = cost.time_split_frame(slow)
+    assert frame.loc[0, "compute_not_hidden_ms"] > 0 and (frame.loc[1:, "compute_not_hidden_ms"] == 0).all()
+    for row, p in zip(frame.itertuples(index=False), slow.passes, strict=True):
+        assert sum(getattr(row, s) for s in SEGMENTS) == pytest.approx(ms(p.wall_s), rel=1e-12)
+        assert not row.faster_than_model
+
+
+def test_a_pass_faster_than_the_model_is_flagged_not_hidden(trace: Trace) -> None:
+    fast = with_walls(trace, [p.roofline_time_s / 2 for p in trace.passes])
+    frame = cost.time_split_frame(fast)
+    assert frame["faster_than_model"].all()
+    assert (frame["overhead_ms"] == 0).all()
+    # The bar shows the model's time, the tick the (shorter) measured one.
+    modelled = frame[SEGMENTS].sum(axis=1)
+    assert (frame["wall_ms"] < modelled).all()
+    assert list(modelled) == pytest.approx(list(frame["roofline_ms"]), rel=1e-12)
+
+
+def test_time_split_range(trace: Trace) -> None:
+    assert list(cost.time_split_frame(trace, 2, 4)["pass"]) == [2, 3, 4]
+    assert list(cost.time_split_frame(trace, 0, 0)["phase"]) == ["prefill"]
+
+
+def test_predicted_frame_is_the_raw_model(trace: Trace) -> None:
+    frame = cost.predicted_frame(trace)
+    assert len(frame) == trace.new_tokens
+    for row, p in zip(frame.to_dict("records"), trace.passes, strict=True):
+        assert row["flops"] == p.flops
+        assert row["weight_bytes_read"] == p.weight_bytes_read and row["kv_bytes_read"] == p.kv_bytes_read
+        assert row["t_compute_ms"] == ms(p.t_compute_s) and row["t_weight_read_ms"] == ms(p.t_weight_read_s)
+        assert row["t_kv_read_ms"] == ms(p.t_kv_read_s) and row["roofline_ms"] == ms(p.roofline_time_s)
+        assert row["overhead_ms"] == ms(p.overhead_s) and row["wall_ms"] == ms(p.wall_s)
+        assert row["wall_over_roofline"] == p.wall_s / p.roofline_time_s
+
+
+def test_roofline_points_roof_and_ridge(trace: Trace) -> None:
+    frame = cost.roofline_frame(trace)
+    device = trace.device
+    points = frame[frame["kind"] == "pass"]
+    assert list(points["pass"]) == [p.index for p in trace.passes]
+    assert list(points["intensity_flops_per_byte"]) == [p.arithmetic_intensity for p in trace.passes]
+    assert list(points["flops_per_s"]) == [p.achieved_flops_per_s for p in trace.passes]
+    # Prefill computes many tokens per weight read: it sits right of every decode.
+    assert points.iloc[0]["intensity_flops_per_byte"] > points.iloc[1:]["intensity_flops_per_byte"].max()
+
+    roof = frame[frame["kind"] == "roof"]
+    assert list(roof["flops_per_s"]) == [attainable_flops(x, device) for x in roof["intensity_flops_per_byte"]]
+    assert roof["intensity_flops_per_byte"].is_monotonic_increasing
+    assert device.ridge_point_flops_per_byte in set(roof["intensity_flops_per_byte"])  # the corner is drawn exactly
+    assert roof["intensity_flops_per_byte"].min() < points["intensity_flops_per_byte"].min()
+    assert roof["intensity_flops_per_byte"].max() > points["intensity_flops_per_byte"].max()
+
+    ridge = frame[frame["kind"] == "ridge"]
+    assert list(ridge["intensity_flops_per_byte"]) == [device.ridge_point_flops_per_byte]
+    assert list(ridge["flops_per_s"]) == [device.peak_flops]
+
+
+def test_median_decode_index(trace: Trace) -> None:
+    walls = [0.5, 0.04, 0.01, 0.03, 0.07, 0.02, 0.06, 0.05]  # decodes sorted: 0.01 0.02 0.03 0.04 0.05 0.06 0.07
+    assert cost.median_decode_index(with_walls(trace, walls)) == 1  # 0.04 s is pass 1
+    even = replace(trace, passes=with_walls(trace, walls).passes[:5])  # decodes 0.04 0.01 0.03 0.07: lower middle 0.03
+    assert cost.median_decode_index(even) == 3
+    assert cost.median_decode_index(replace(trace, passes=trace.passes[:1])) is None
+
+
+def test_utilisation_by_hand(trace: Trace, hand_device: DeviceProfile) -> None:
+    # Power-of-two times keep every quotient exact: 2e9 FLOPs in 0.5 s is 4e9 FLOP/s, 0.4 % of 1e12.
+    prefill = replace(
+        trace.prefill,
+        tokens_in=20,
+        flops=2_000_000_000,
+        weight_bytes_read=400_000_000,
+        kv_bytes_read=100_000_000,
+        wall_s=0.5,
+    )
+    decode = replace(
+        trace.decodes[0], flops=250_000_000, weight_bytes_read=499_000_000, kv_bytes_read=1_000_000, wall_s=0.25
+    )
+    frame = cost.utilisation_frame([prefill, decode], hand_device)
+    assert list(frame["label"]) == ["prefill (pass 0)", "decode (pass 1)"]
+    assert list(frame["achieved_flops_per_s"]) == [4e9, 1e9]
+    assert list(frame["compute_utilisation"]) == [0.004, 0.001]
+    assert list(frame["achieved_bandwidth_bytes_per_s"]) == [1e9, 2e9]
+    assert list(frame["bandwidth_utilisation"]) == [0.01, 0.02]
+    assert list(frame["tokens_per_s"]) == [40.0, 4.0]
+    assert cost.percent(0.0246) == "2.46 %" and cost.percent(0.5) == "50 %"
+
+
+def test_utilisation_matches_the_trace(trace: Trace) -> None:
+    frame = cost.utilisation_frame(trace.passes, trace.device)
+    for row, p in zip(frame.to_dict("records"), trace.passes, strict=True):
+        assert row["compute_utilisation"] == p.achieved_flops_per_s / trace.device.peak_flops
+        assert row["bandwidth_utilisation"] == p.achieved_bandwidth_bytes_per_s / trace.device.bandwidth_bytes_per_s
+        assert row["bytes_read"] == p.weight_bytes_read + p.kv_bytes_read
+
+
+def test_device_frame_shows_sources(hand_device: DeviceProfile) -> None:
+    gpu = replace(hand_device, kind="cuda", peak_flops_source="spec", bandwidth_source="nvml", measured_flops=None)
+    rows = dict(zip(cost.device_frame(gpu)["figure"], cost.device_frame(gpu).to_dict("records"), strict=True))
+    assert rows["peak compute"]["value"] == "1.00 TFLOP/s" and rows["peak compute"]["source"] == "spec"
+    assert rows["memory bandwidth"]["source"] == "nvml"
+    assert rows["ridge point"]["value"] == "10.0 FLOP/byte"
+    assert rows["matmul microbenchmark"]["value"] == "n/a"
+
+
+def test_charts_serialise(trace: Trace) -> None:
+    split = cost.time_split_frame(trace)
+    roofline = cost.roofline_frame(trace)
+    utilisation = cost.utilisation_frame([trace.prefill, trace.decodes[0]], trace.device)
+    charts = [cost.time_split_chart(split), cost.roofline_chart(roofline), cost.utilisation_chart(utilisation)]
+    for chart in charts:
+        assert isinstance(chart, alt.TopLevelMixin)
+        spec = chart.to_dict()
+        assert json.dumps(spec)  # what Streamlit ships to the browser
+    assert "log" in json.dumps(charts[1].to_dict())

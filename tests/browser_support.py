@@ -1,0 +1,185 @@
+"""Helpers for the real-browser smoke test: a Streamlit server in a subprocess, and waits that read Streamlit's DOM.
+
+Why these waits: in Streamlit 1.67 the header's `stStatusWidget` (the "running man") is not rendered in every
+layout (it never appeared in this app's headless runs), so the run state is read from the attribute the front end
+keeps on its root element, `[data-testid='stApp'][data-test-script-state]` ('initial', 'running', 'notRunning',
+'rerunRequested', ...), through a MutationObserver that records every transition. The status widget is still
+accepted as a "running" signal where it does show up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+HOST = "127.0.0.1"
+
+# Installs (once per document) a recorder of the script-run state, and marks where "now" is in its log.
+INSTALL_RECORDER_JS = """() => {
+  const app = document.querySelector("[data-testid='stApp']");
+  if (!app) return -1;
+  if (!window.__stStates) {
+    window.__stStates = [app.dataset.testScriptState];
+    new MutationObserver(() => window.__stStates.push(app.dataset.testScriptState))
+      .observe(app, {attributes: true, attributeFilter: ["data-test-script-state"]});
+    new MutationObserver(() => {
+      if (document.querySelector("[data-testid='stStatusWidget']")) window.__stStates.push("statusWidget");
+    }).observe(document.body, {childList: true, subtree: true});
+  }
+  return window.__stStates.length;
+}"""
+STARTED_SINCE_JS = """(mark) => (window.__stStates || []).slice(mark)
+  .some(s => s === "running" || s === "rerunRequested" || s === "statusWidget")"""
+IDLE_JS = """() => {
+  const app = document.querySelector("[data-testid='stApp']");
+  return !!app && app.dataset.testScriptState === "notRunning"
+    && !document.querySelector("[data-testid='stStatusWidget']")
+    && !document.querySelector("[data-stale='true']")
+    && !document.querySelector("[data-testid='stSpinner']");
+}"""
+# A chart counts as drawn when vega-embed has put a canvas or svg of non-zero size inside it.
+CHARTS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stVegaLiteChart']")).map(el => {
+  const g = el.querySelector("canvas, svg.marks");
+  const r = g ? g.getBoundingClientRect() : {width: 0, height: 0};
+  return r.width > 0 && r.height > 0;
+})"""
+# Streamlit scrolls inside `stMain`, so a full-page screenshot needs a viewport as tall as the content.
+CONTENT_HEIGHT_JS = """() => Math.max(...["stMain", "stSidebarContent"]
+  .map(t => document.querySelector(`[data-testid='${t}']`)).filter(Boolean).map(e => e.scrollHeight),
+  document.documentElement.scrollHeight)"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+            return response.read().decode().strip() == "ok"
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group, then SIGKILL if it has not gone within 10 s."""
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def log_tail(log_path: Path, chars: int = 3000) -> str:
+    try:
+        return log_path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no server log)"
+
+
+@contextlib.contextmanager
+def streamlit_server(log_path: Path, startup_timeout_s: float = 60.0) -> Iterator[str]:
+    """`streamlit run app.py` on a free local port, from the repository root; yields its URL; always stopped."""
+    port = free_port()
+    url = f"http://{HOST}:{port}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.headless",
+        "true",
+        "--server.address",
+        HOST,
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as log:
+        # Own process group, so that everything it starts can be stopped together.
+        proc = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while not _healthy(url):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log_tail(log_path)}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit not healthy after {startup_timeout_s:.0f} s:\n{log_tail(log_path)}")
+                time.sleep(0.25)
+            yield url
+        finally:
+            _stop(proc)
+
+
+def mark_run_state(page) -> int:
+    """Start recording run-state transitions (if not already) and return a mark to wait from."""
+    page.wait_for_selector("[data-testid='stApp']", state="attached")
+    return page.evaluate(INSTALL_RECORDER_JS)
+
+
+def wait_until_rerun_done(page, mark: int, timeout_s: float, start_timeout_s: float = 10.0) -> None:
+    """Wait until a rerun has started after `mark` and the app is idle again (no stale elements, no spinner).
+
+    A very short rerun may be batched away by React before 'running' is ever drawn: if no start is seen within
+    `start_timeout_s`, being idle is enough.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(STARTED_SINCE_JS, arg=mark, timeout=start_timeout_s * 1000, polling=50)
+    page.wait_for_function(IDLE_JS, timeout=timeout_s * 1000, polling=100)
+
+
+def wait_for_charts(page, timeout_s: float) -> tuple[int, int]:
+    """(charts drawn, chart elements) once every chart element is drawn, or whatever is drawn at the timeout."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(f"() => ({CHARTS_JS})().every(Boolean)", timeout=timeout_s * 1000, polling=200)
+    drawn = page.evaluate(CHARTS_JS)
+    return sum(drawn), len(drawn)
+
+
+def full_screenshot(page, path: Path, width: int, height: int, max_height: int = 12_000) -> None:
+    """A screenshot of everything on the page: the viewport is stretched to the content, then restored."""
+    content = min(max_height, int(page.evaluate(CONTENT_HEIGHT_JS)) + 40)
+    if content > height:
+        page.set_viewport_size({"width": width, "height": content})
+        page.wait_for_timeout(500)  # let charts and the layout settle at the new size
+    try:
+        page.screenshot(path=str(path), full_page=True)
+    finally:
+        if content > height:
+            page.set_viewport_size({"width": width, "height": height})

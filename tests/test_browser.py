@@ -1,0 +1,215 @@
+"""Real-browser smoke test: the app in headless Chromium, one run with a hostile prompt, every page visited.
+
+Starts `streamlit run app.py` on a free local port, types an HTML/markdown-injection prompt into the sidebar, runs
+it (8 new tokens), then opens each page from the sidebar navigation and checks: no exception, at least one drawn
+chart, the prompt shown as text (never as HTML: no `img[src='x']`, no alert dialog). A full-height screenshot of
+every page is kept for a human to look at: in `$EXPLORER_SCREENSHOTS` if set, else in pytest's temporary folder
+(the path is printed; run with `-s` to see it).
+
+Needs Debian's chromium at /usr/bin/chromium and the `playwright` package (its own browser download is not used).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.browser_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    HOST,
+    full_screenshot,
+    log_tail,
+    mark_run_state,
+    streamlit_server,
+    wait_for_charts,
+    wait_until_rerun_done,
+)
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError as exc:  # pragma: no cover - only where the dev requirements are not installed
+    _MISSING = f"the `playwright` package is not importable ({exc}); install requirements-dev.txt"
+else:
+    _MISSING = "" if CHROMIUM.exists() else f"{CHROMIUM} is missing; install Debian's `chromium` (see the README)"
+if _MISSING:
+    _REASON = f"BROWSER TEST SKIPPED, the app was NOT checked in a browser: {_MISSING}"
+    warnings.warn(_REASON, stacklevel=1)
+    pytest.skip(_REASON, allow_module_level=True)
+
+HOSTILE_PROMPT = "<img src=x onerror=alert(1)> **bold** <script>alert(2)</script>"
+HOSTILE_FRAGMENT = "<img src=x onerror=alert(1)>"
+MAX_NEW_TOKENS = "8"
+RUN_PAGE_TITLE = "Inside one inference"
+EXPECTED_PAGES = 5
+VIEWPORT = {"width": 1400, "height": 1000}
+RUN_TIMEOUT_S = 120  # model load (a first-ever GGUF conversion takes ~20 s) + 8 tokens + attention replay
+PAGE_TIMEOUT_S = 60
+CHART_DRAW_TIMEOUT_S = 20
+
+
+@dataclass
+class Session:
+    """One browser tab on the app, after one run, and everything it has seen so far."""
+
+    page: object
+    url: str
+    shots: Path
+    server_log: Path
+    dialogs: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    run_s: float = 0.0
+
+
+def _screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("EXPLORER_SCREENSHOTS")
+    if wanted:
+        folder = Path(wanted).expanduser().resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    return tmp_path_factory.mktemp("browser-screenshots")
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "page"
+
+
+def _injected_images(page) -> int:
+    """How many `img[src=x]` or `onerror` attributes the DOM holds, open shadow roots included: any means injection."""
+    return page.evaluate(
+        """() => {
+          const roots = [document];
+          for (let i = 0; i < roots.length; i++)
+            for (const el of roots[i].querySelectorAll("*")) if (el.shadowRoot) roots.push(el.shadowRoot);
+          return roots.reduce((n, r) => n + r.querySelectorAll("img[src='x'], [onerror]").length, 0);
+        }"""
+    )
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    shots = _screenshot_dir(tmp_path_factory)
+    server_log = tmp_path_factory.mktemp("streamlit-server") / "server.log"
+    print(f"\n[browser test] screenshots: {shots}\n[browser test] server log: {server_log}")
+    with streamlit_server(server_log) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport=VIEWPORT)
+            page = context.new_page()
+            page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
+            s = Session(page=page, url=url, shots=shots, server_log=server_log)
+
+            def only_local(route) -> None:  # never let the page reach past this machine (e.g. metrics configs)
+                if urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:")):
+                    route.continue_()
+                else:
+                    s.blocked.append(route.request.url)
+                    route.abort()
+
+            def on_dialog(dialog) -> None:
+                s.dialogs.append(f"{dialog.type}: {dialog.message}")
+                dialog.dismiss()
+
+            context.route("**/*", only_local)
+            page.on("dialog", on_dialog)
+            page.on("pageerror", lambda error: s.page_errors.append(str(error)))
+            page.goto(url)
+            _run_hostile_prompt(s)
+            yield s
+        finally:
+            browser.close()
+
+
+def _run_hostile_prompt(s: Session) -> None:
+    page = s.page
+    prompt = page.locator("[data-testid='stSidebar']").get_by_label("Prompt", exact=True)
+    prompt.wait_for()
+    mark_run_state(page)
+    wait_until_rerun_done(page, 0, PAGE_TIMEOUT_S, start_timeout_s=0.1)  # the first script run has drawn the form
+    prompt.fill(HOSTILE_PROMPT)
+    prompt.blur()  # commits a Streamlit text area (Ctrl+Enter after fill does not)
+    max_tokens = page.locator("[data-testid='stSidebar']").get_by_label("Max new tokens", exact=True)
+    max_tokens.fill(MAX_NEW_TOKENS)
+    max_tokens.blur()
+    mark = mark_run_state(page)
+    started = time.monotonic()
+    page.locator("[data-testid='stSidebar']").get_by_role("button", name="Run", exact=True).click()
+    try:
+        wait_until_rerun_done(page, mark, RUN_TIMEOUT_S)
+        page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=RUN_TIMEOUT_S * 1000)
+    except Exception:
+        full_screenshot(page, s.shots / "00-run-did-not-finish.png", **VIEWPORT)
+        raise AssertionError(f"the run did not finish; server log:\n{log_tail(s.server_log)}") from None
+    s.run_s = time.monotonic() - started
+    print(f"[browser test] run with {MAX_NEW_TOKENS} new tokens: {s.run_s:.1f} s in the browser")
+
+
+def test_browser_run_page_shows_hostile_prompt_as_text(session: Session) -> None:
+    page = session.page
+    main = page.locator("[data-testid='stMain']")
+    main_text = main.evaluate("e => e.textContent")
+    assert RUN_PAGE_TITLE in main_text
+    assert page.locator("[data-testid='stException']").count() == 0, main.inner_text()[:2000]
+    assert HOSTILE_FRAGMENT in main_text, "the Run page should show the prompt, as literal text"
+    assert _injected_images(page) == 0, "an <img src=x> element exists: the prompt was rendered as HTML"
+    assert session.dialogs == [], f"a dialog fired (HTML/JS injection): {session.dialogs}"
+
+
+def test_browser_every_page_renders(session: Session) -> None:
+    page = session.page
+    links = page.locator("[data-testid='stSidebarNavLink']")
+    labels = [label.strip() for label in links.all_inner_texts()]
+    assert len(labels) == EXPECTED_PAGES, f"sidebar pages: {labels}"
+    problems: list[str] = []
+    timings: list[str] = []
+    for i, label in enumerate(labels):
+        link = links.nth(i)
+        href = link.get_attribute("href") or ""
+        mark = mark_run_state(page)
+        started = time.monotonic()
+        link.click()
+        try:
+            page.wait_for_url(href, timeout=PAGE_TIMEOUT_S * 1000)
+            wait_until_rerun_done(page, mark, PAGE_TIMEOUT_S)
+        except Exception as exc:  # keep going: the screenshot and the other pages still tell something
+            problems.append(f"{label}: did not finish rendering ({type(exc).__name__}: {str(exc).splitlines()[0]})")
+        drawn, charts = wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+        timings.append(f"{label} {time.monotonic() - started:.1f} s")
+        shot = session.shots / f"{i + 1:02d}-{_slug(label)}.png"
+        full_screenshot(page, shot, **VIEWPORT)
+
+        main = page.locator("[data-testid='stMain']")
+        text = main.inner_text()
+        headings = [h.strip() for h in main.locator("h1").all_inner_texts() if h.strip()]
+        if not headings:  # titles are the pages' own ("Where the time goes" under "Cost (roofline)"): any will do
+            problems.append(f"{label}: the page shows no title")
+        exceptions = page.locator("[data-testid='stException']")
+        if exceptions.count() or "Traceback" in text:
+            detail = exceptions.first.inner_text()[:500] if exceptions.count() else text[:500]
+            problems.append(f"{label}: an exception is shown: {detail!r}")
+        errors = page.locator("[data-testid='stAlertContentError']").all_inner_texts()
+        if errors:
+            problems.append(f"{label}: error message(s) shown: {[e[:200] for e in errors]}")
+        if drawn < 1:
+            problems.append(f"{label}: no chart drawn ({charts} chart element(s), {drawn} drawn)")
+        if _injected_images(page):
+            problems.append(f"{label}: an <img src=x> element exists: the prompt was rendered as HTML")
+        if i == 0 and HOSTILE_FRAGMENT not in main.evaluate("e => e.textContent"):
+            problems.append(f"{label}: the prompt is not shown as literal text")
+        print(f"[browser test] {label}: title {headings[:1]}, {drawn}/{charts} charts drawn, screenshot {shot.name}")
+
+    print(f"[browser test] page times: {', '.join(timings)}")
+    if session.blocked:
+        print(f"[browser test] blocked non-local requests: {sorted(set(session.blocked))}")
+    assert session.dialogs == [], f"a dialog fired (HTML/JS injection): {session.dialogs}"
+    assert session.page_errors == [], f"uncaught JavaScript errors in the page: {session.page_errors}"
+    assert not problems, "\n".join([*problems, f"screenshots: {session.shots}"])

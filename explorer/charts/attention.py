@@ -280,4 +280,6 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
         .mark_text(align="left", dx=4, dy=-6, color="#d95f02", fontSize=11)
         .encode(x="key_start:Q", y=alt.value(0), text="label:N")
     )
-    return alt.layer(cells, rule, text).properties(height=min(900, max(120, 18 * len(order))))
+    return alt.layer(cells, rule, text).properties(
+        height=min(900, max(260, 18 * len(order)))
+    )  # the height includes axes and legend

@@ -58,7 +58,7 @@ def time_split_frame(trace: Trace, first_pass: int = 0, last_pass: int | None = 
 
 def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Stacked modelled segments plus overhead per pass, outlined in the phase colour, with a tick at the wall time."""
-    base = alt.Chart(frame).encode(x=alt.X("pass:O", title="pass (0 = prefill)"))
+    base = alt.Chart(frame).encode(x=alt.X("pass:O", title="pass (0 = prefill)", axis=alt.Axis(labelAngle=0)))
     bars = (
         base.transform_fold(SEGMENT_COLUMNS, as_=["segment", "segment_ms"])
         .transform_calculate(

@@ -116,7 +116,7 @@ def itl_histogram_chart(frame: pd.DataFrame, slos: pd.DataFrame) -> alt.LayerCha
         .mark_bar(color=SLO_RANGE[0], opacity=0.8)
         .encode(
             x=alt.X("itl_ms:Q", bin=alt.Bin(maxbins=HISTOGRAM_BINS), title="inter-token latency (ms, measured)"),
-            y=alt.Y("count():Q", title="tokens"),
+            y=alt.Y("count():Q", title="tokens", axis=alt.Axis(tickMinStep=1, format="d")),  # counts are whole
         )
     )
     percentiles = slos[slos["metric"].str.startswith("ITL") & slos["value_ms"].notna()]

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from explorer.errors import BadInput, ExplorerError
+from explorer.errors import BadInput, ExplorerError, one_line
 from explorer.loading import EMBEDDED, LoadedModel, load_model
 from explorer.report import format_trace
 
@@ -136,5 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except MemoryError:
         print("error: out of memory: use a shorter prompt, fewer new tokens or a smaller dtype.", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if os.environ.get("EXPLORER_DEBUG"):  # a developer wants the traceback
+            raise
+        print(f"error: unexpected failure: {one_line(exc)} (set EXPLORER_DEBUG=1 for details)", file=sys.stderr)
         return 1
     return 0

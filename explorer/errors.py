@@ -17,3 +17,9 @@ class RunFailed(ExplorerError):
     """The request was fine but running it failed: out of memory, a device error."""
 
     exit_code = 1
+
+
+def one_line(exc: BaseException) -> str:
+    """An unexpected exception as one short line: its type and the first line of its message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__

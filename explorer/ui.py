@@ -15,7 +15,7 @@ import streamlit as st
 
 from explorer.attention import AttentionMaps, capture_attention
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request, generate, validate
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, one_line
 from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, Progress, load_model
 from explorer.trace import PassRecord, Sampling, Trace
 
@@ -160,13 +160,13 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
             try:
                 with st.spinner("Replaying the same tokens with eager attention to capture the maps (untimed)…"):
                     attention, note = capture_attention(lm, trace), ""
-            except ExplorerError as exc:
-                note = str(exc)
+            except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
+                note = str(exc) if isinstance(exc, ExplorerError) else f"Attention capture failed: {one_line(exc)}"
     except ExplorerError as exc:
         st.error(str(exc))
         return None
     except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        st.error(f"The run failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+        st.error(f"The run failed: {one_line(exc)}")
         return None
     finally:
         lock.release()

@@ -100,3 +100,10 @@ def test_prompt_beyond_the_context_exits_2(tiny_llama_dir: Path) -> None:
     assert out.returncode == 2
     assert "exceeds" in out.stderr and "context of 256 tokens" in out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_a_failure_while_running_exits_1_with_one_line(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    out = explorer("run", "--prompt", "hi", "--model", str(tiny_llama_dir), "--json", str(tmp_path / "no" / "t.json"))
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: unexpected failure: FileNotFoundError")
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

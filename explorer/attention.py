@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -15,7 +17,12 @@ from explorer.errors import BadInput
 from explorer.loading import LoadedModel
 from explorer.trace import Trace
 
-DEFAULT_CAP_BYTES = 512 * 1024**2
+CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # a hosted demo can lower the per-run cap
+
+
+def default_cap_bytes() -> int:
+    """$EXPLORER_ATTENTION_CAP_MIB, else 512 MiB of float16 maps per run (30 layers x 512 tokens take ~141 MiB)."""
+    return int(float(os.environ.get(CAP_ENV, "512")) * 2**20)
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,11 @@ class AttentionMaps:
     prompt_len: int
     prefill: dict[int, np.ndarray]
     decode: dict[int, tuple[np.ndarray, ...]]
+    replay_token_ids: tuple[int, ...]  # the replay's argmax after each pass: equals a greedy run's tokens
+
+    def same_tokens_as(self, trace: Trace) -> bool | None:
+        """Whether the eager replay picks the timed run's tokens; None for a sampled run (argmax need not match)."""
+        return self.replay_token_ids == trace.generated_token_ids if trace.sampling.is_greedy else None
 
     @property
     def heads(self) -> int:
@@ -70,12 +82,13 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
 
 
 def capture_attention(
-    lm: LoadedModel, trace: Trace, layers: list[int] | None = None, cap_bytes: int = DEFAULT_CAP_BYTES
+    lm: LoadedModel, trace: Trace, layers: list[int] | None = None, cap_bytes: int | None = None
 ) -> AttentionMaps:
     """Replay the trace's exact tokens (prompt, then each generated token fed back) and keep the attention maps.
 
     The timed run never pays for this: it is a second, untimed replay of the same tokens through the same cache logic.
     """
+    cap_bytes = default_cap_bytes() if cap_bytes is None else cap_bytes
     info = trace.model
     chosen = sorted(set(range(info.layers) if layers is None else layers))
     if not chosen or chosen[0] < 0 or chosen[-1] >= info.layers:
@@ -101,10 +114,12 @@ def capture_attention(
     try:
         with eager_attention(lm.model):
             cache = new_cache(lm.model)
-            prefill(lm.model, torch.tensor([list(trace.prompt_token_ids)], device=lm.torch_device), cache)
+            logits = prefill(lm.model, torch.tensor([list(trace.prompt_token_ids)], device=lm.torch_device), cache)
+            replayed = [int(logits.argmax(-1).item())]
             prefill_maps = dict(current)
             for fed in trace.decodes:
-                decode_one_token(lm.model, torch.tensor([[fed.input_token_ids[0]]], device=lm.torch_device), cache)
+                token = torch.tensor([[fed.input_token_ids[0]]], device=lm.torch_device)  # the run's token, fed back
+                replayed.append(int(decode_one_token(lm.model, token, cache).argmax(-1).item()))
                 for i in chosen:
                     decode_rows[i].append(current[i][:, 0, :])  # (H, 1, cache_len) -> (H, cache_len)
     finally:
@@ -116,4 +131,13 @@ def capture_attention(
         prompt_len=trace.prompt_len,
         prefill=prefill_maps,
         decode={i: tuple(rows) for i, rows in decode_rows.items()},
+        replay_token_ids=tuple(replayed),
     )
+
+
+def save_attention(maps: AttentionMaps, path: Path) -> None:
+    """One .npz: `prefill_L{layer}` (heads, T, T) and `decode_L{layer}_{k}` (heads, cache_len), float16."""
+    arrays = {f"prefill_L{layer}": maps.prefill[layer] for layer in maps.layers}
+    for layer in maps.layers:
+        arrays.update({f"decode_L{layer}_{k}": row for k, row in enumerate(maps.decode[layer])})
+    np.savez_compressed(path, tokens=np.array(maps.tokens_text), **arrays)

@@ -115,12 +115,14 @@ class BenchResult:
         return json.dumps({**asdict(self), "summary": self.summary()}, indent=1)
 
 
-def fixed_prompt_ids(lm: LoadedModel, n_tokens: int) -> list[int]:
+def fixed_prompt_ids(lm: LoadedModel, config: BenchConfig) -> list[int]:
+    if config.prompt_tokens + config.new_tokens > lm.info.max_context:
+        raise BadInput(
+            f"--prompt-tokens {config.prompt_tokens} + --new-tokens {config.new_tokens} exceed the model's context of "
+            f"{lm.info.max_context}."
+        )
     one = lm.tokenizer(PROMPT_TEXT, add_special_tokens=False)["input_ids"]
-    ids = (one * (n_tokens // len(one) + 1))[:n_tokens]
-    if n_tokens + 1 > lm.info.max_context:
-        raise BadInput(f"--prompt-tokens {n_tokens} exceeds the model's context of {lm.info.max_context}.")
-    return ids
+    return (one * (config.prompt_tokens // len(one) + 1))[: config.prompt_tokens]
 
 
 class _TokenClock:
@@ -192,7 +194,7 @@ def run_bench(
     lm: LoadedModel, config: BenchConfig, on_progress: Callable[[float, str], None] | None = None
 ) -> BenchResult:
     config.validate()
-    ids = fixed_prompt_ids(lm, config.prompt_tokens)
+    ids = fixed_prompt_ids(lm, config)
     warm_up(lm)
     time_hf_generate(lm, ids[:8], 4)  # warm-up of generate()'s own path, not recorded
     sides: dict[str, list[SideTiming]] = {"hf": [], "explorer": []}

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--attention", action="store_true", help="also capture attention maps (untimed replay)")
     run.add_argument("--attention-layers", default=None, help="comma-separated layer indices (default: all)")
+    run.add_argument("--attention-npz", type=Path, default=None, help="capture attention and save it (.npz)")
     run.add_argument("--json", type=Path, default=None, help="write the trace as JSON")
     run.add_argument("--csv", type=Path, default=None, help="write one row per pass as CSV")
 
@@ -70,7 +71,7 @@ def load(args: argparse.Namespace) -> LoadedModel:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from explorer.attention import capture_attention
+    from explorer.attention import capture_attention, save_attention
     from explorer.engine import Request, generate, validate
     from explorer.trace import Sampling
 
@@ -85,18 +86,23 @@ def cmd_run(args: argparse.Namespace) -> None:
     lm = load(args)
     trace = generate(lm, request)
     print(format_trace(trace))
-    if args.attention:
-        maps = capture_attention(lm, trace, layers)
-        print(
-            f"attention: captured {len(maps.layers)} layers x {maps.heads} heads, prefill {trace.prompt_len}x"
-            f"{trace.prompt_len}, {len(trace.decodes)} decode rows, {maps.nbytes / 2**20:.1f} MiB (float16)"
-        )
-    if args.json:
+    if args.json:  # written before the capture, so a capture over its cap loses nothing
         args.json.write_text(trace.to_json(), encoding="utf-8")
         print(f"wrote {args.json}")
     if args.csv:
         args.csv.write_text(trace.passes_csv(), encoding="utf-8")
         print(f"wrote {args.csv}")
+    if args.attention or args.attention_npz:
+        maps = capture_attention(lm, trace, layers)
+        same = {True: "yes", False: "NO", None: "n/a (sampled run)"}[maps.same_tokens_as(trace)]
+        print(
+            f"attention: captured {len(maps.layers)} layers x {maps.heads} heads, prefill {trace.prompt_len}x"
+            f"{trace.prompt_len}, {len(trace.decodes)} decode rows, {maps.nbytes / 2**20:.1f} MiB (float16); "
+            f"replay chose the same tokens: {same}"
+        )
+        if args.attention_npz:
+            save_attention(maps, args.attention_npz)
+            print(f"wrote {args.attention_npz}")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:

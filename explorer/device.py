@@ -293,12 +293,27 @@ def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
     )
 
 
+def tf32_matmuls_enabled() -> bool:
+    """Whether float32 matmuls may run on TF32 tensor cores. torch 2.13 raises on the old getter once the new
+    `fp32_precision` API has been used, so ask the new API first."""
+    try:
+        precision = torch.backends.cuda.matmul.fp32_precision  # "tf32", "ieee", or "none": not set, see the old API
+    except (AttributeError, RuntimeError):
+        precision = "none"
+    if precision != "none":
+        return precision == "tf32"
+    try:
+        return torch.get_float32_matmul_precision() != "highest"
+    except RuntimeError:
+        return False
+
+
 def _pick_peak_flops(
     spec: GpuSpec | None, dtype: str, measured_flops: float | None, notes: list[str]
 ) -> tuple[float | None, Source]:
     """The table's figure where it has one that applies; otherwise what the matmul achieved."""
     spec_flops = spec.peak_flops(dtype) if spec is not None else None
-    if dtype == "float32" and torch.get_float32_matmul_precision() != "highest":
+    if dtype == "float32" and tf32_matmuls_enabled():
         # TF32 tensor cores then run float32 matmuls, well above the table's non-tensor FP32 figure.
         notes.append("TF32 matmuls are enabled: float32 peak is measured, not the FP32 spec figure")
         spec_flops = None

@@ -199,6 +199,14 @@ def generate(
 ) -> Trace:
     """Run one request and return its Trace. `prompt_token_ids` skips tokenization (the benchmark's fixed prompts)."""
     validate(request, needs_prompt=prompt_token_ids is None)
+    # Refuse a prompt that cannot fit before paying for the device profile and warm-up; the timed request below
+    # tokenizes again, because TTFT counts tokenization.
+    checked = (
+        prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
+    )
+    if not checked:
+        raise BadInput("The prompt produced no tokens: type some text to run.")
+    check_context(lm, len(checked), request.max_new_tokens)
     device = device_profile(lm.torch_device.type, lm.info.dtype)
     if warmup:
         warm_up(lm)
@@ -211,9 +219,6 @@ def generate(
 
     request_start = time.perf_counter()  # TTFT counts tokenization
     ids = prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
-    if not ids:
-        raise BadInput("The prompt produced no tokens: type some text to run.")
-    check_context(lm, len(ids), request.max_new_tokens)
 
     passes: list[PassRecord] = []
     token_times: list[float] = []

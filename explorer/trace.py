@@ -126,8 +126,8 @@ class PassRecord:
 
     @property
     def arithmetic_intensity(self) -> float:
-        """FLOPs per byte moved from memory (modelled)."""
-        return self.flops / max(1, self.bytes_read + self.kv_bytes_written)
+        """FLOPs per byte read from memory (modelled): the same bytes as `t_memory_s`, so it agrees with `bound`."""
+        return self.flops / max(1, self.bytes_read)
 
     @property
     def t_memory_s(self) -> float:

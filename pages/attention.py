@@ -8,7 +8,7 @@ from explorer.charts import attention as charts
 from explorer.trace import Trace
 
 
-def prefill_section(maps: AttentionMaps, layer: int, head: int) -> None:
+def prefill_section(maps: AttentionMaps, layer: int, head: int, kv_heads: int) -> None:
     st.subheader("Prefill: every prompt token at once, under a causal mask")
     T = maps.prompt_len
     start = 0
@@ -46,7 +46,7 @@ def prefill_section(maps: AttentionMaps, layer: int, head: int) -> None:
         "rounding) — *measured*"
     )
     if T > charts.WINDOW_POSITIONS:
-        pooled = charts.pooled_frame(maps, layer, [head], charts.POOLED_SIDE, maps.heads)
+        pooled = charts.pooled_frame(maps, layer, [head], charts.POOLED_SIDE, kv_heads)
         block = int(pooled["block"].iloc[0])
         st.markdown(
             f"**The whole prompt, max-pooled:** each cell is the largest probability in a block of "
@@ -145,6 +145,6 @@ if result is not None:
             "new token's query meets only the keys in the KV cache: every one of them is from the past (or the token "
             "itself). The future has not been generated yet, so there is nothing to mask."
         )
-        prefill_section(maps, layer, head)
+        prefill_section(maps, layer, head, trace.model.kv_heads)
         decode_section(maps, layer, head)
         heads_section(maps, trace, layer)

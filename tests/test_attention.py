@@ -14,6 +14,7 @@ from explorer.trace import Trace
 
 def assert_attention_structure(lm: LoadedModel, trace: Trace, layers: list[int] | None = None) -> None:
     maps = capture_attention(lm, trace, layers)
+    assert maps.same_tokens_as(trace)  # the eager replay re-derives the timed run's greedy tokens
     T = trace.prompt_len
     assert maps.layers == tuple(layers if layers is not None else range(trace.model.layers))
     assert len(maps.tokens_text) == T + trace.new_tokens

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from explorer.trace import Trace
@@ -16,8 +17,8 @@ from explorer.trace import Trace
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def explorer(*args: str, timeout_s: int = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def explorer(*args: str, timeout_s: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "explorer", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
     )
@@ -36,9 +37,10 @@ def test_run_on_the_embedded_model_writes_json_and_csv(tmp_path: Path) -> None:
         str(tmp_path / "t.json"),
         "--csv",
         str(tmp_path / "t.csv"),
-        "--attention",
         "--attention-layers",
         "0,29",
+        "--attention-npz",
+        str(tmp_path / "a.npz"),
     )
     assert out.returncode == 0, out.stderr
     trace = Trace.from_json((tmp_path / "t.json").read_text())
@@ -48,6 +50,10 @@ def test_run_on_the_embedded_model_writes_json_and_csv(tmp_path: Path) -> None:
     assert [r["phase"] for r in rows] == [p.phase for p in trace.passes]
     for needle in ("TTFT", "ITL p50", "p99", "KV cache", "prefill", "attention: captured 2 layers x 9 heads"):
         assert needle in out.stdout
+    assert "replay chose the same tokens: yes" in out.stdout
+    saved = np.load(tmp_path / "a.npz")
+    assert saved["prefill_L29"].shape == (9, trace.prompt_len, trace.prompt_len)
+    assert saved[f"decode_L0_{len(trace.decodes) - 1}"].shape == (9, trace.passes[-1].cache_len_after)
 
 
 def test_bench_runs_both_sides_on_a_local_model(tiny_llama_dir: Path, tmp_path: Path) -> None:
@@ -107,3 +113,19 @@ def test_a_failure_while_running_exits_1_with_one_line(tiny_llama_dir: Path, tmp
     assert out.returncode == 1
     assert out.stderr.startswith("error: unexpected failure: FileNotFoundError")
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_attention_over_the_cap_keeps_the_written_trace(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    out = explorer(
+        "run",
+        "--prompt",
+        "hi",
+        "--model",
+        str(tiny_llama_dir),
+        "--attention",
+        "--json",
+        str(tmp_path / "t.json"),
+        env={"EXPLORER_ATTENTION_CAP_MIB": "0"},
+    )
+    assert out.returncode == 2 and "over the 0 MiB cap" in out.stderr and out.stderr.count("\n") == 1
+    assert Trace.from_json((tmp_path / "t.json").read_text()).new_tokens >= 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from explorer.loading import LoadedModel
@@ -46,10 +48,16 @@ def test_bytes_and_times_by_hand(real_lm: LoadedModel, device: DeviceProfile) ->
     assert cost.t_compute_s == pytest.approx(275_871_744 / 1e12)
 
 
-def test_untied_embeddings_are_gathered_not_read(tiny_gpt2: LoadedModel) -> None:
+def test_tied_embeddings_are_read_whole(tiny_gpt2: LoadedModel) -> None:
     info = tiny_gpt2.info
-    assert info.tied_embeddings  # GPT-2 ties its LM head to the token embeddings
+    assert info.tied_embeddings  # GPT-2 ties its LM head to the token embeddings: the LM head reads the whole table
     assert weight_bytes_read(info, 3) == info.weight_bytes
+
+
+def test_untied_embeddings_are_gathered_not_read(tiny_lm: LoadedModel) -> None:
+    info = replace(tiny_lm.info, tied_embeddings=False)
+    # 4 bytes per float32 element; a 3-token pass gathers 3 rows of 64 instead of the 256 x 64 table
+    assert weight_bytes_read(info, 3) == info.weight_bytes - 256 * 64 * 4 + 3 * 64 * 4
 
 
 def test_roofline_by_hand(device: DeviceProfile) -> None:

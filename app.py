@@ -17,4 +17,5 @@ navigation = st.navigation(pages)
 inputs = ui.sidebar()
 if inputs is not None:
     ui.execute_run(inputs)
+ui.sidebar_downloads()
 navigation.run()

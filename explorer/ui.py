@@ -5,9 +5,13 @@ Pages call these and the pure builders in `explorer.charts`; nothing else in `ex
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 
 import altair as alt
 import pandas as pd
@@ -15,9 +19,25 @@ import streamlit as st
 
 from explorer.attention import AttentionMaps, capture_attention
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request, generate, validate
-from explorer.errors import ExplorerError, one_line
+from explorer.errors import BadInput, ExplorerError, one_line
 from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, Progress, load_model
 from explorer.trace import PassRecord, Sampling, Trace
+
+ALLOWED_MODELS_ENV = "EXPLORER_ALLOWED_MODELS"  # comma-separated; a hosted demo sets it to stop arbitrary downloads
+ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
+
+
+def escape_markdown(text: str) -> str:
+    """Backslash-escape what Streamlit's markdown would interpret, for messages that quote user input."""
+    return MARKDOWN_SPECIALS.sub(r"\\\1", text)
+
+
+def check_model_allowed(name: str) -> None:
+    allowed = [m.strip() for m in os.environ.get(ALLOWED_MODELS_ENV, "").split(",") if m.strip()]
+    if allowed and (name.strip() or EMBEDDED) not in allowed:
+        raise BadInput(f"This server only runs these models: {', '.join(allowed)}.")
+
 
 # --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
 RUN = "explorer_run"  # the current RunResult
@@ -91,10 +111,10 @@ def device_lock() -> threading.Lock:
 
 
 def get_model(inputs: RunInputs) -> LoadedModel:
-    bar = st.progress(0.0, text=f"Loading {inputs.model} …")
+    bar = st.progress(0.0, text=escape_markdown(f"Loading {inputs.model} …"))
 
     def progress(fraction: float, text: str) -> None:
-        bar.progress(min(1.0, fraction), text=text)
+        bar.progress(min(1.0, fraction), text=escape_markdown(text))
 
     try:
         return model_store().get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, progress)
@@ -119,6 +139,73 @@ def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
     return "  ".join(parts)
 
 
+@contextmanager
+def device_turn() -> Iterator[None]:
+    """Hold the device for a whole run; a second session waits here and says so."""
+    lock = device_lock()
+    if not lock.acquire(blocking=False):
+        waiting = st.empty()
+        waiting.info("Another session is running on this device: waiting for it, so the timings stay clean…")
+        started = time.perf_counter()
+        lock.acquire()
+        waiting.caption(f"Waited {time.perf_counter() - started:.1f} s for another session's run to finish.")
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def run_streaming(lm: LoadedModel, request: Request) -> Trace:
+    """The timed run, drawing each token with its gap as its pass finishes (the drawing falls inside the ITL)."""
+    live = st.container(border=True)
+    live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
+    stream = live.empty()
+    streamed: list[PassRecord] = []
+    token_times: list[float] = []
+
+    def on_pass(p: PassRecord) -> None:
+        streamed.append(p)
+        token_times.append(p.start_s + p.wall_s)
+        gaps = [b - a for a, b in zip(token_times, token_times[1:])]
+        stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
+
+    trace = generate(lm, request, on_pass=on_pass)
+    stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
+    return trace
+
+
+def remember(trace: Trace, prompt: str) -> RunResult:
+    """Keep a finished run at once, before anything else can interrupt the script (a click reruns it)."""
+    count = st.session_state.get(RUN_COUNT, 0) + 1
+    st.session_state[RUN_COUNT] = count
+    preview = prompt.strip().replace("\n", " ")
+    result = RunResult(
+        trace, None, "Capturing attention…", f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
+    )
+    previous = current_run()
+    if previous is not None:  # earlier runs keep their trace; their attention maps (up to the cap each) are dropped
+        kept = RunResult(previous.trace, None, "Attention maps are kept for the current run only.", previous.label)
+        st.session_state[HISTORY] = (history() + [kept])[-HISTORY_LENGTH:]
+    st.session_state[RUN] = result
+    return result
+
+
+def attach_attention(lm: LoadedModel, result: RunResult) -> RunResult:
+    """The untimed eager replay; a failure or the memory cap leaves the timed run intact, with a note why."""
+    try:
+        with st.spinner("Replaying the same tokens with eager attention to capture the maps (untimed)…"):
+            result = replace(result, attention=capture_attention(lm, result.trace), attention_note="")
+    except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
+        note = str(exc) if isinstance(exc, ExplorerError) else f"Attention capture failed: {one_line(exc)}"
+        result = replace(result, attention_note=note)
+    st.session_state[RUN] = result
+    return result
+
+
+def show_error(message: str) -> None:
+    st.error(escape_markdown(message))  # messages quote the model name the user typed
+
+
 def execute_run(inputs: RunInputs) -> RunResult | None:
     """Validate, wait for the device, load, run with live streaming, capture attention; keep the result in state."""
     request = Request(
@@ -129,57 +216,20 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
     )
     try:
         validate(request)
+        check_model_allowed(inputs.model)
+        with device_turn():
+            lm = get_model(inputs)
+            result = remember(run_streaming(lm, request), inputs.prompt)
+            if not inputs.capture_attention:
+                result = replace(result, attention_note=ATTENTION_OFF)
+                st.session_state[RUN] = result
+                return result
+            return attach_attention(lm, result)
     except ExplorerError as exc:
-        st.error(str(exc))
-        return None
-    lock = device_lock()
-    if not lock.acquire(blocking=False):
-        waiting = st.empty()
-        waiting.info("Another session is running on this device: waiting for it, so the timings stay clean…")
-        started = time.perf_counter()
-        lock.acquire()
-        waiting.caption(f"Waited {time.perf_counter() - started:.1f} s for another session's run to finish.")
-    try:
-        lm = get_model(inputs)
-        live = st.container(border=True)
-        live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
-        stream = live.empty()
-        streamed: list[PassRecord] = []
-        token_times: list[float] = []
-
-        def on_pass(p: PassRecord) -> None:
-            streamed.append(p)
-            token_times.append(p.start_s + p.wall_s)
-            gaps = [b - a for a, b in zip(token_times, token_times[1:])]
-            stream.text(_stream_text(streamed, gaps))  # text, never HTML: tokens come from the user
-
-        trace = generate(lm, request, on_pass=on_pass)
-        stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
-        attention, note = None, "Attention capture was off for this run: switch it on in the sidebar and run again."
-        if inputs.capture_attention:
-            try:
-                with st.spinner("Replaying the same tokens with eager attention to capture the maps (untimed)…"):
-                    attention, note = capture_attention(lm, trace), ""
-            except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
-                note = str(exc) if isinstance(exc, ExplorerError) else f"Attention capture failed: {one_line(exc)}"
-    except ExplorerError as exc:
-        st.error(str(exc))
-        return None
+        show_error(str(exc))
     except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        st.error(f"The run failed: {one_line(exc)}")
-        return None
-    finally:
-        lock.release()
-    count = st.session_state.get(RUN_COUNT, 0) + 1
-    st.session_state[RUN_COUNT] = count
-    preview = inputs.prompt.strip().replace("\n", " ")
-    result = RunResult(trace, attention, note, f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}")
-    previous = current_run()
-    if previous is not None:  # earlier runs keep their trace; their attention maps (up to the cap each) are dropped
-        kept = RunResult(previous.trace, None, "Attention maps are kept for the current run only.", previous.label)
-        st.session_state[HISTORY] = (history() + [kept])[-HISTORY_LENGTH:]
-    st.session_state[RUN] = result
-    return result
+        show_error(f"The run failed: {one_line(exc)}")
+    return None
 
 
 # --- the shared sidebar --------------------------------------------------------------------------------------------
@@ -208,9 +258,6 @@ def sidebar() -> RunInputs | None:
             top_k = st.number_input("Top-k (0 = off)", min_value=0, max_value=1000, value=0)
             seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0)
         submitted = st.form_submit_button("Run", type="primary", width="stretch")
-    run = current_run()
-    if run is not None:
-        downloads(run.trace, st.sidebar)
     if not submitted:
         return None
     return RunInputs(
@@ -225,12 +272,16 @@ def sidebar() -> RunInputs | None:
     )
 
 
-def downloads(trace: Trace, where: object) -> None:
-    where.download_button(
-        "Download trace (JSON)", trace.to_json(), file_name="trace.json", mime="application/json", on_click="ignore"
+def sidebar_downloads() -> None:
+    """The current run's trace and passes; drawn after any run of this script, so they are never one run behind."""
+    run = current_run()
+    if run is None:
+        return
+    st.sidebar.download_button(
+        "Download trace (JSON)", run.trace.to_json(), file_name="trace.json", mime="application/json", on_click="ignore"
     )
-    where.download_button(
-        "Download passes (CSV)", trace.passes_csv(), file_name="passes.csv", mime="text/csv", on_click="ignore"
+    st.sidebar.download_button(
+        "Download passes (CSV)", run.trace.passes_csv(), file_name="passes.csv", mime="text/csv", on_click="ignore"
     )
 
 

@@ -145,6 +145,12 @@ if result is not None:
             "new token's query meets only the keys in the KV cache: every one of them is from the past (or the token "
             "itself). The future has not been generated yet, so there is nothing to mask."
         )
+        same = maps.same_tokens_as(trace)
+        if same is not None:
+            st.caption(
+                "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
+                f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
+            )
         prefill_section(maps, layer, head, trace.model.kv_heads)
         decode_section(maps, layer, head)
         heads_section(maps, trace, layer)

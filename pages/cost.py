@@ -32,8 +32,8 @@ if result is not None:
         charts.time_split_chart(split),
         split,
         "time-split",
-        "Blue is the weight and KV reads the model predicts, grey is everything it does not explain; the black tick "
-        "is the measured time. Outline: orange prefill, green decode.",
+        "Blue is the weight and KV reads the model predicts, purple the maths the reads cannot hide, grey everything "
+        "it does not explain; the black tick is the measured time. Outline: orange prefill, green decode.",
         "weight, KV and compute times modelled (roofline; maths overlaps memory, so only compute beyond the reads "
         "shows) · wall measured · overhead = measured − modelled",
     )

@@ -103,6 +103,28 @@ def test_every_page_renders_its_charts_and_captions(ran: AppTest, page: str) -> 
     assert_page_renders(ran, page)
 
 
+def test_a_one_token_run_renders_every_page() -> None:
+    at = run_from_sidebar(new_app(), max_new_tokens=1)
+    assert at.session_state[ui.RUN].trace.new_tokens == 1
+    for page in PAGES[:-1]:
+        assert_page_renders(at, page)
+    at.switch_page("pages/latency.py").run()  # one token has a TTFT but no inter-token latency to chart
+    assert not at.exception and not at.error
+    assert any("no inter-token latency" in i.value for i in at.info)
+
+
+def test_downloads_follow_the_run_that_just_finished() -> None:
+    at = new_app()
+    assert not at.get("download_button")
+    run_from_sidebar(at, prompt="first prompt", max_new_tokens=2)
+    labels = [b.label for b in at.sidebar.get("download_button")]
+    assert labels == ["Download trace (JSON)", "Download passes (CSV)"]  # drawn in the very script run that ran
+    run_from_sidebar(at, prompt="second prompt", max_new_tokens=2)
+    assert at.session_state[ui.RUN].trace.prompt_text == "second prompt"
+    assert [r.trace.prompt_text for r in at.session_state[ui.HISTORY]] == ["first prompt"]
+    assert at.session_state[ui.HISTORY][0].attention is None  # earlier runs drop their maps
+
+
 def test_changing_views_never_calls_the_model(ran: AppTest) -> None:
     counter = ForwardCounter()
     try:
@@ -140,6 +162,7 @@ def test_a_bad_model_is_one_line_and_keeps_the_last_run(ran: AppTest) -> None:
     ran.sidebar.button[0].click().run()
     errors = [e.value for e in ran.error]
     assert len(errors) == 1 and "does not exist" in errors[0] and "\n" not in errors[0]
+    assert "\\." in errors[0]  # the typed name is escaped: markdown in it is shown, not interpreted
     assert ran.session_state[ui.RUN] is before  # nothing lost
     ran.sidebar.text_input[0].input("embedded").run()
 

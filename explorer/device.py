@@ -15,6 +15,7 @@ import torch
 
 from explorer.errors import BadInput, RunFailed
 from explorer.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
+from explorer.loading import DTYPES
 from explorer.trace import DeviceProfile, Source
 
 pynvml: ModuleType | None
@@ -23,7 +24,6 @@ try:
 except ImportError:  # optional: without it, bandwidth comes from the spec table or a measurement
     pynvml = None
 
-TORCH_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICE_KINDS = ("cpu", "cuda")
 
 # CPU microbenchmarks: together well under 2 s on 2 cores.
@@ -43,8 +43,8 @@ def device_profile(kind: str, dtype: str) -> DeviceProfile:
     """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`; measured once per process."""
     if kind not in DEVICE_KINDS:
         raise BadInput(f"Unknown device '{kind}': use cpu, cuda or auto.")
-    if dtype not in TORCH_DTYPES:
-        raise BadInput(f"Unknown dtype '{dtype}': use one of {', '.join(TORCH_DTYPES)}.")
+    if dtype not in DTYPES:
+        raise BadInput(f"Unknown dtype '{dtype}': use one of {', '.join(DTYPES)}.")
     if kind == "cuda" and not torch.cuda.is_available():
         raise BadInput("CUDA requested but no GPU is available: use --device cpu or auto")
     return _cached_profile(kind, dtype)
@@ -128,7 +128,7 @@ def measure_cpu_matmul_flops(dtype: str, repeats: int = CPU_REPEATS) -> float:
     n doubles from a small size until one matmul takes CPU_MATMUL_MIN_S: big enough to reach the kernels' steady
     rate, yet a dtype this CPU lacks fast kernels for (float16 without AVX512-FP16) stays at a small, quick n.
     """
-    torch_dtype = TORCH_DTYPES[dtype]
+    torch_dtype = DTYPES[dtype]
     n = CPU_MATMUL_MIN_N
     while True:
         a = torch.randn(n, n).to(torch_dtype)
@@ -235,9 +235,9 @@ def measure_cuda_copy_bandwidth_bytes_per_s(index: int, size_bytes: int = GPU_CO
 def measure_cuda_matmul_flops(index: int, dtype: str, n: int = GPU_MATMUL_N) -> float:
     """Achieved FLOP/s of a square matmul in the run's dtype (2 n^3 FLOPs)."""
     device = f"cuda:{index}"
-    a = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
-    b = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dtype])
-    out = torch.empty(n, n, device=device, dtype=TORCH_DTYPES[dtype])
+    a = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
+    b = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
+    out = torch.empty(n, n, device=device, dtype=DTYPES[dtype])
     return 2 * n**3 / best_cuda_s(lambda: torch.mm(a, b, out=out), GPU_REPEATS)
 
 

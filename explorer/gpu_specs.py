@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from explorer.roofline import GIB
+
 TERA = 1e12
 GIGA = 1e9
-GIB = 1024**3
 
 A100_DATASHEET = (
     "NVIDIA A100 Tensor Core GPU datasheet, "

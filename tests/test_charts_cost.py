@@ -9,7 +9,7 @@ import altair as alt
 import pytest
 
 from explorer.charts import cost
-from explorer.charts.common import ms
+from explorer.charts.common import to_ms
 from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
 from explorer.roofline import attainable_flops
@@ -38,12 +38,12 @@ def test_time_split_segments_are_the_modelled_times_and_the_overhead(trace: Trac
     assert list(frame["pass"]) == [p.index for p in trace.passes]
     assert list(frame["phase"]) == ["prefill"] + ["decode"] * (trace.new_tokens - 1)
     for row, p in zip(frame.itertuples(index=False), trace.passes, strict=True):
-        assert row.weight_read_ms == ms(p.t_weight_read_s)
-        assert row.kv_read_ms == ms(p.t_kv_read_s)
-        assert row.compute_not_hidden_ms == ms(max(0.0, p.t_compute_s - p.t_memory_s))
-        assert row.overhead_ms == ms(p.overhead_s)
-        assert row.wall_ms == ms(p.wall_s)
-        assert row.roofline_ms == ms(p.roofline_time_s)
+        assert row.weight_read_ms == to_ms(p.t_weight_read_s)
+        assert row.kv_read_ms == to_ms(p.t_kv_read_s)
+        assert row.compute_not_hidden_ms == to_ms(max(0.0, p.t_compute_s - p.t_memory_s))
+        assert row.overhead_ms == to_ms(p.overhead_s)
+        assert row.wall_ms == to_ms(p.wall_s)
+        assert row.roofline_ms == to_ms(p.roofline_time_s)
         assert row.bound == p.bound
         assert row.faster_than_model == (p.wall_s < p.roofline_time_s)
 
@@ -56,7 +56,7 @@ def test_segments_sum_to_the_wall_time_when_the_pass_is_slower_than_the_model(tr
     frame = cost.time_split_frame(slow)
     assert frame.loc[0, "compute_not_hidden_ms"] > 0 and (frame.loc[1:, "compute_not_hidden_ms"] == 0).all()
     for row, p in zip(frame.itertuples(index=False), slow.passes, strict=True):
-        assert sum(getattr(row, s) for s in SEGMENTS) == pytest.approx(ms(p.wall_s), rel=1e-12)
+        assert sum(getattr(row, s) for s in SEGMENTS) == pytest.approx(to_ms(p.wall_s), rel=1e-12)
         assert not row.faster_than_model
 
 
@@ -82,9 +82,9 @@ def test_predicted_frame_is_the_raw_model(trace: Trace) -> None:
     for row, p in zip(frame.to_dict("records"), trace.passes, strict=True):
         assert row["flops"] == p.flops
         assert row["weight_bytes_read"] == p.weight_bytes_read and row["kv_bytes_read"] == p.kv_bytes_read
-        assert row["t_compute_ms"] == ms(p.t_compute_s) and row["t_weight_read_ms"] == ms(p.t_weight_read_s)
-        assert row["t_kv_read_ms"] == ms(p.t_kv_read_s) and row["roofline_ms"] == ms(p.roofline_time_s)
-        assert row["overhead_ms"] == ms(p.overhead_s) and row["wall_ms"] == ms(p.wall_s)
+        assert row["t_compute_ms"] == to_ms(p.t_compute_s) and row["t_weight_read_ms"] == to_ms(p.t_weight_read_s)
+        assert row["t_kv_read_ms"] == to_ms(p.t_kv_read_s) and row["roofline_ms"] == to_ms(p.roofline_time_s)
+        assert row["overhead_ms"] == to_ms(p.overhead_s) and row["wall_ms"] == to_ms(p.wall_s)
         assert row["wall_over_roofline"] == p.wall_s / p.roofline_time_s
 
 

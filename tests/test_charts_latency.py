@@ -9,7 +9,7 @@ import altair as alt
 import pytest
 
 from explorer.charts import latency
-from explorer.charts.common import display_token, ms
+from explorer.charts.common import display_token, to_ms
 from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
 from explorer.trace import Trace
@@ -29,7 +29,7 @@ def test_itl_frame_is_the_trace_gaps(trace: Trace) -> None:
     slo_s = sorted(trace.itl_s)[len(trace.itl_s) // 2]  # some gaps under, some at or over
     frame = latency.itl_frame(trace, slo_s)
     assert list(frame["token_index"]) == list(range(1, trace.new_tokens))
-    assert list(frame["itl_ms"]) == [ms(gap) for gap in trace.itl_s]
+    assert list(frame["itl_ms"]) == [to_ms(gap) for gap in trace.itl_s]
     assert list(frame["token"]) == [display_token(p.token_text) for p in trace.decodes]
     assert list(frame["over_slo"]) == [not gap < slo_s for gap in trace.itl_s]
     assert frame["over_slo"].any() and not frame["over_slo"].all()
@@ -39,10 +39,10 @@ def test_itl_frame_is_the_trace_gaps(trace: Trace) -> None:
 def test_slo_frame_percentiles_and_flags(trace: Trace) -> None:
     frame = latency.slo_frame(trace, 1.0, 0.05)
     rows = {r["metric"]: r for r in frame.to_dict("records")}
-    assert rows["TTFT"]["value_ms"] == ms(trace.ttft_s) and rows["TTFT"]["slo_ms"] == 1000.0
-    assert rows["ITL p50"]["value_ms"] == ms(trace.itl_p50_s)
-    assert rows["ITL p90"]["value_ms"] == ms(trace.itl_p90_s)
-    assert rows["ITL p99"]["value_ms"] == ms(trace.itl_p99_s)
+    assert rows["TTFT"]["value_ms"] == to_ms(trace.ttft_s) and rows["TTFT"]["slo_ms"] == 1000.0
+    assert rows["ITL p50"]["value_ms"] == to_ms(trace.itl_p50_s)
+    assert rows["ITL p90"]["value_ms"] == to_ms(trace.itl_p90_s)
+    assert rows["ITL p99"]["value_ms"] == to_ms(trace.itl_p99_s)
     assert rows["TTFT"]["passes"] == (trace.ttft_s < 1.0)
     assert rows["ITL p99"]["passes"] == (trace.itl_p99_s < 0.05)
 
@@ -83,13 +83,13 @@ def test_runs_frames(trace: Trace, one_token: Trace) -> None:
     ]
     itl = latency.runs_itl_frame(runs)
     assert len(itl) == len(other.itl_s) + len(trace.itl_s)  # the one-token run adds no ITL rows
-    assert list(itl[itl["run"] == 2]["itl_ms"]) == [ms(gap) for gap in trace.itl_s]
-    assert list(itl[itl["run"] == 1]["itl_ms"]) == [ms(2 * gap) for gap in trace.itl_s]
+    assert list(itl[itl["run"] == 2]["itl_ms"]) == [to_ms(gap) for gap in trace.itl_s]
+    assert list(itl[itl["run"] == 1]["itl_ms"]) == [to_ms(2 * gap) for gap in trace.itl_s]
     assert set(itl[itl["current"]]["label"]) == {"run 3: c"}
 
     ttft = latency.runs_ttft_frame(runs, 1.0)
     assert list(ttft["label"]) == [r.label for r in runs]
-    assert list(ttft["ttft_ms"]) == [ms(one_token.ttft_s), 2500.0, ms(trace.ttft_s)]
+    assert list(ttft["ttft_ms"]) == [to_ms(one_token.ttft_s), 2500.0, to_ms(trace.ttft_s)]
     assert list(ttft["passes"]) == [one_token.ttft_s < 1.0, False, trace.ttft_s < 1.0]
     assert list(ttft["current"]) == [False, False, True]
     assert list(ttft["prompt_tokens"]) == [r.trace.prompt_len for r in runs]

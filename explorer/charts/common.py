@@ -8,7 +8,7 @@ PHASE_DOMAIN = ["prefill", "decode"]
 PHASE_RANGE = ["#d95f02", "#1b9e77"]  # prefill orange, decode green: the same in every chart
 PHASE_COLOR = alt.Scale(domain=PHASE_DOMAIN, range=PHASE_RANGE)
 
-MEASURED, MODELLED, SPEC = "measured", "modelled", "spec"
+MEASURED, MODELLED = "measured", "modelled"
 
 
 def display_token(text: str) -> str:
@@ -24,5 +24,5 @@ def position_label(position: int, text: str) -> str:
     return f"{position}:{display_token(text)}"
 
 
-def ms(seconds: float) -> float:
+def to_ms(seconds: float) -> float:
     return seconds * 1e3

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, ms
+from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, to_ms
 from explorer.report import human_bytes, human_flops
 from explorer.roofline import attainable_flops
 from explorer.trace import DeviceProfile, PassRecord, Trace
@@ -40,13 +40,13 @@ def time_split_frame(trace: Trace, first_pass: int = 0, last_pass: int | None = 
             {
                 "pass": p.index,
                 "phase": p.phase,
-                "weight_read_ms": ms(p.t_weight_read_s),
-                "kv_read_ms": ms(p.t_kv_read_s),
+                "weight_read_ms": to_ms(p.t_weight_read_s),
+                "kv_read_ms": to_ms(p.t_kv_read_s),
                 # The roofline model overlaps maths with memory traffic: only compute beyond the memory time shows.
-                "compute_not_hidden_ms": ms(max(0.0, p.t_compute_s - p.t_memory_s)),
-                "overhead_ms": ms(p.overhead_s),
-                "wall_ms": ms(p.wall_s),
-                "roofline_ms": ms(p.roofline_time_s),
+                "compute_not_hidden_ms": to_ms(max(0.0, p.t_compute_s - p.t_memory_s)),
+                "overhead_ms": to_ms(p.overhead_s),
+                "wall_ms": to_ms(p.wall_s),
+                "roofline_ms": to_ms(p.roofline_time_s),
                 "bound": p.bound,
                 # A pass faster than the model's lower bound means the device figures are too pessimistic (e.g. the
                 # weights sat in a cache faster than the measured bandwidth): shown, not hidden.
@@ -114,13 +114,13 @@ def predicted_frame(trace: Trace) -> pd.DataFrame:
             "flops": p.flops,
             "weight_bytes_read": p.weight_bytes_read,
             "kv_bytes_read": p.kv_bytes_read,
-            "t_weight_read_ms": ms(p.t_weight_read_s),
-            "t_kv_read_ms": ms(p.t_kv_read_s),
-            "t_compute_ms": ms(p.t_compute_s),
-            "roofline_ms": ms(p.roofline_time_s),
+            "t_weight_read_ms": to_ms(p.t_weight_read_s),
+            "t_kv_read_ms": to_ms(p.t_kv_read_s),
+            "t_compute_ms": to_ms(p.t_compute_s),
+            "roofline_ms": to_ms(p.roofline_time_s),
             "bound": p.bound,
-            "wall_ms": ms(p.wall_s),
-            "overhead_ms": ms(p.overhead_s),
+            "wall_ms": to_ms(p.wall_s),
+            "overhead_ms": to_ms(p.overhead_s),
             "wall_over_roofline": p.wall_s / p.roofline_time_s if p.roofline_time_s > 0 else math.nan,
         }
         for p in trace.passes
@@ -148,7 +148,7 @@ def roofline_frame(trace: Trace) -> pd.DataFrame:
             "intensity_flops_per_byte": p.arithmetic_intensity,
             "flops_per_s": p.achieved_flops_per_s,
             "bound": p.bound,
-            "wall_ms": ms(p.wall_s),
+            "wall_ms": to_ms(p.wall_s),
         }
         for p in trace.passes
     ]

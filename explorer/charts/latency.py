@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import display_token, ms
+from explorer.charts.common import display_token, to_ms
 from explorer.trace import Trace
 
 DEFAULT_TTFT_SLO_S = 1.0
@@ -39,7 +39,7 @@ def itl_frame(trace: Trace, itl_slo_s: float) -> pd.DataFrame:
             "token_index": k,
             "pass": k,
             "token": display_token(trace.passes[k].token_text),
-            "itl_ms": ms(gap_s),
+            "itl_ms": to_ms(gap_s),
             "over_slo": not gap_s < itl_slo_s,
             "vs_slo": SLO_DOMAIN[0] if gap_s < itl_slo_s else SLO_DOMAIN[1],
         }
@@ -59,8 +59,8 @@ def slo_frame(trace: Trace, ttft_slo_s: float, itl_slo_s: float) -> pd.DataFrame
     return pd.DataFrame(
         {
             "metric": name,
-            "value_ms": None if value_s is None else ms(value_s),
-            "slo_ms": ms(slo_s),
+            "value_ms": None if value_s is None else to_ms(value_s),
+            "slo_ms": to_ms(slo_s),
             # The SLO is a strict bound, as written in the essay: "p99 ITL < 50 ms".
             "passes": None if value_s is None else bool(value_s < slo_s),
         }
@@ -105,7 +105,7 @@ def itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
             tooltip=["token_index:O", "token:N", alt.Tooltip("itl_ms:Q", format=".2f"), "vs_slo:N"],
         )
     )
-    slo_ms = ms(itl_slo_s)
+    slo_ms = to_ms(itl_slo_s)
     return (bars + _slo_rule(slo_ms, f"ITL SLO {slo_ms:.0f} ms")).properties(height=280)
 
 
@@ -154,7 +154,7 @@ def runs_itl_frame(runs: Sequence[LabelledTrace]) -> pd.DataFrame:
             "label": run.label,
             "current": order == len(runs) - 1,
             "token_index": k,
-            "itl_ms": ms(gap_s),
+            "itl_ms": to_ms(gap_s),
         }
         for order, run in enumerate(runs)
         for k, gap_s in enumerate(run.trace.itl_s, start=1)
@@ -180,7 +180,7 @@ def runs_itl_chart(frame: pd.DataFrame, labels: Sequence[str], itl_slo_s: float)
     earlier = base.transform_filter("!datum.current").mark_line(point=True, strokeWidth=1.5)
     current = base.transform_filter("datum.current").mark_line(point=True, strokeWidth=3)
     lines = earlier + current
-    slo_ms = ms(itl_slo_s)
+    slo_ms = to_ms(itl_slo_s)
     return (lines + _slo_rule(slo_ms, f"ITL SLO {slo_ms:.0f} ms")).properties(height=280)
 
 
@@ -192,7 +192,7 @@ def runs_ttft_frame(runs: Sequence[LabelledTrace], ttft_slo_s: float) -> pd.Data
             "label": run.label,
             "current": order == len(runs) - 1,
             "prompt_tokens": run.trace.prompt_len,
-            "ttft_ms": ms(run.trace.ttft_s),
+            "ttft_ms": to_ms(run.trace.ttft_s),
             "passes": bool(run.trace.ttft_s < ttft_slo_s),
         }
         for order, run in enumerate(runs)
@@ -212,5 +212,5 @@ def runs_ttft_chart(frame: pd.DataFrame, ttft_slo_s: float) -> alt.LayerChart:
             tooltip=["label:N", "prompt_tokens:Q", alt.Tooltip("ttft_ms:Q", format=".2f"), "passes:N"],
         )
     )
-    slo_ms = ms(ttft_slo_s)
+    slo_ms = to_ms(ttft_slo_s)
     return (bars + _slo_rule(slo_ms, f"TTFT SLO {slo_ms:.0f} ms")).properties(height=240)

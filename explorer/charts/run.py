@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import PHASE_COLOR, display_token, ms
+from explorer.charts.common import PHASE_COLOR, display_token, to_ms
 from explorer.trace import Trace
 
 TOKENS_PER_ROW = 12
@@ -18,9 +18,9 @@ def timeline_frame(trace: Trace) -> pd.DataFrame:
         {
             "pass": p.index,
             "phase": p.phase,
-            "start_ms": ms(p.start_s),
-            "end_ms": ms(p.start_s + p.wall_s),
-            "wall_ms": ms(p.wall_s),
+            "start_ms": to_ms(p.start_s),
+            "end_ms": to_ms(p.start_s + p.wall_s),
+            "wall_ms": to_ms(p.wall_s),
             "tokens_in": p.tokens_in,
             "cache_len_after": p.cache_len_after,
             "token": display_token(p.token_text),
@@ -118,7 +118,7 @@ def generated_frame(trace: Trace) -> pd.DataFrame:
             "phase": p.phase,
             "token": display_token(p.token_text),
             "latency": "TTFT" if p.is_prefill else "ITL",
-            "latency_ms": round(ms(gap), 2),
+            "latency_ms": round(to_ms(gap), 2),
             "top-5 next tokens (probability)": "  ".join(f"{display_token(t.text)} {t.prob:.2f}" for t in p.top_tokens),
         }
         for p, gap in zip(trace.passes, gaps)

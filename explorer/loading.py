@@ -271,13 +271,14 @@ def load_model(
         ) from exc
     model.eval()
     info = describe(model, name, display_name, torch_device)
+    load_s = time.perf_counter() - started
     if on_progress:
-        on_progress(1.0, f"Loaded {display_name}: {info.params / 1e6:.0f} M parameters.")
+        on_progress(1.0, f"Loaded {display_name}: {info.params / 1e6:.0f} M parameters in {load_s:.1f} s.")
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         info=info,
         torch_device=torch_device,
         eos_token_ids=eos_ids(model, tokenizer),
-        load_s=time.perf_counter() - started,
+        load_s=load_s,
     )

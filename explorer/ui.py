@@ -49,7 +49,6 @@ DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
 DEFAULT_MAX_NEW_TOKENS = 32
 APP_MAX_NEW_TOKENS = 512  # the sidebar's bound; the engine accepts up to MAX_NEW_TOKENS_LIMIT
 PROMPT_MAX_CHARS = 20_000
-SOURCE_HELP = "measured: timed or read from the real run · modelled: computed by the roofline model · spec: datasheet"
 
 
 @dataclass(frozen=True)

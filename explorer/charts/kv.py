@@ -42,9 +42,14 @@ def growth_frame(trace: Trace) -> pd.DataFrame:
 
 def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Points: the measured cache after each pass (coloured by phase). Line: the formula from an empty cache on."""
-    last = frame["cache_len"].max()
-    slope_mib = frame["modelled_mib"].max() / last  # the formula is a straight line through the origin
-    formula = pd.DataFrame({"cache_len": [0, last], "modelled_mib": [0.0, slope_mib * last], "source": FORMULA})
+    # The formula is a straight line through the origin: its two ends are enough.
+    formula = pd.DataFrame(
+        {
+            "cache_len": [0, frame["cache_len"].max()],
+            "modelled_mib": [0.0, frame["modelled_mib"].max()],
+            "source": FORMULA,
+        }
+    )
     line = (
         alt.Chart(formula)
         .mark_line(strokeWidth=2, color=SOURCE_RANGE[1])
@@ -129,11 +134,11 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
 # --- the formula with this model's numbers -------------------------------------------------------------------------
 def formula_text(model: ModelInfo, cache_len: int) -> str:
     """`2 × 30 × 3 × 64 × 4 B = 46,080 B per token` and the same times the current cache length."""
-    per_token = model.kv_bytes_per_token
+    total = kv_cache_bytes(model, cache_len)
     return (
         f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
-        f"{model.bytes_per_element} B ({model.dtype}) = {per_token:,} B per token; "
-        f"× {cache_len:,} cached positions = {per_token * cache_len:,} B ({human_bytes(per_token * cache_len)})"
+        f"{model.bytes_per_element} B ({model.dtype}) = {model.kv_bytes_per_token:,} B per token; "
+        f"× {cache_len:,} cached positions = {total:,} B ({human_bytes(total)})"
     )
 
 
@@ -141,7 +146,7 @@ def gqa_text(model: ModelInfo, cache_len: int) -> str:
     """What the cache would cost with one KV head per query head (plain multi-head attention)."""
     if not model.is_gqa:
         return "This model has one KV head per query head (multi-head attention): no sharing, no saving."
-    mha_per_token = 2 * model.layers * model.heads * model.head_dim * model.bytes_per_element
+    mha_per_token = model.kv_bytes_per_token * model.heads // model.kv_heads  # one KV head per query head
     return (
         f"Grouped-query attention: {model.heads} query heads share {model.kv_heads} KV heads "
         f"({model.heads // model.kv_heads} each). With one KV head per query head it would be "
@@ -152,6 +157,7 @@ def gqa_text(model: ModelInfo, cache_len: int) -> str:
 
 def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
     """The formula's factors, each with its value, and the products for one token and for the current cache."""
+    total = kv_cache_bytes(model, cache_len)
     rows = [
         ("K and V", 2, "two tensors per layer"),
         ("layers", model.layers, "every decoder block keeps its own cache"),
@@ -160,7 +166,7 @@ def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
         ("bytes per element", model.bytes_per_element, model.dtype),
         ("= bytes per token", model.kv_bytes_per_token, "the product of the five above"),
         ("× cached positions", cache_len, "prompt + generated tokens fed back"),
-        ("= KV cache now", model.kv_bytes_per_token * cache_len, human_bytes(model.kv_bytes_per_token * cache_len)),
+        ("= KV cache now", total, human_bytes(total)),
     ]
     return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from explorer.errors import BadInput, ExplorerError, one_line
@@ -54,7 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--new-tokens", type=int, default=64)
     bench.add_argument("--repeats", type=int, default=5)
     bench.add_argument("--json", type=Path, default=None)
+    run.set_defaults(func=cmd_run)
+    bench.set_defaults(func=cmd_bench)
+    for register in extra_commands():
+        register(commands)
     return parser
+
+
+def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Subcommands that live beside the feature they drive: each module's `register(commands)` adds its parser and
+    sets `func`. Imported lazily so `python -m explorer run` does not pay for them."""
+    return []
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -133,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     try:
         args = build_parser().parse_args(argv)
-        {"run": cmd_run, "bench": cmd_bench}[args.command](args)
+        args.func(args)
     except ExplorerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -193,6 +193,7 @@ def generate(
     lm: LoadedModel,
     request: Request,
     *,
+    device: DeviceProfile | None = None,
     on_pass: OnPass | None = None,
     warmup: bool = True,
     prompt_token_ids: list[int] | None = None,
@@ -207,7 +208,8 @@ def generate(
     if not checked:
         raise BadInput("The prompt produced no tokens: type some text to run.")
     check_context(lm, len(checked), request.max_new_tokens)
-    device = device_profile(lm.torch_device.type, lm.info.dtype)
+    if device is None:
+        device = device_profile(lm.torch_device.type, lm.info.dtype)
     if warmup:
         warm_up(lm)
     sampling = request.sampling

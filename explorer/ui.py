@@ -285,11 +285,12 @@ def sidebar_downloads() -> None:
 
 
 # --- page helpers --------------------------------------------------------------------------------------------------
-def require_run() -> RunResult | None:
-    """The current run, or a hint to make one (pages render nothing else without it)."""
+def require_run() -> RunResult:
+    """The current run; without one, a hint to make one and the page stops here (it has nothing else to draw)."""
     run = current_run()
     if run is None:
         st.info("No run yet: press **Run** in the sidebar (a default prompt is filled in).")
+        st.stop()
     return run
 
 

@@ -9,7 +9,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -23,7 +23,8 @@ from explorer.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS, Request, validate
 from explorer.errors import BadInput, ExplorerError, one_line
 from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, Progress, load_model
 from explorer.measure import keep_figures_honest, measure, recost
-from explorer.trace import PassRecord, Sampling, Trace
+from explorer.trace import PassRecord, Sampling, Spread, Trace
+from explorer.units import short_time
 
 ALLOWED_MODELS_ENV = "EXPLORER_ALLOWED_MODELS"  # comma-separated; a hosted demo sets it to stop arbitrary downloads
 ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
@@ -324,26 +325,40 @@ def require_run() -> RunResult:
 
 
 def run_metrics(trace: Trace) -> None:
-    """The request's headline numbers, all measured."""
+    """The request's headline numbers, all measured: medians over repeats with their min and max, or one sample."""
     cols = st.columns(6)
     cols[0].metric("Prompt tokens", trace.prompt_len)
     cols[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
-    cols[2].metric("TTFT", short_time(trace.ttft_s), help="measured: request start (before tokenizing) to first token")
-    cols[3].metric("ITL p50", short_time(trace.itl_p50_s), help="measured: median gap between consecutive tokens")
-    rate = trace.decode_tokens_per_s
-    cols[4].metric("Decode tok/s", f"{rate:.1f}" if rate else "n/a", help="measured: decode tokens / sum of ITLs")
-    cols[5].metric("E2E", short_time(trace.e2e_s), help="measured: request start to the last token")
+    figures = [
+        ("TTFT", "ttft_s", "request start (before tokenizing) to first token"),
+        ("ITL p50", "itl_p50_s", "median gap between consecutive tokens"),
+        ("E2E", "e2e_s", "request start to the last token"),
+    ]
+    for col, (label, name, meaning) in zip([cols[2], cols[3], cols[5]], figures):
+        spread = trace.spread(name)
+        value = short_time(spread.median if spread else None)
+        col.metric(label, value, help=f"measured: {meaning}; {spread_help(spread, short_time)}")
+    rate = trace.spread("decode_tokens_per_s")
+    cols[4].metric(
+        "Decode tok/s",
+        f"{rate.median:.1f}" if rate else "n/a",
+        help=f"measured: decode tokens / sum of ITLs; {spread_help(rate, lambda v: f'{v:.1f}')}",
+    )
+    samples = (
+        f"medians of {trace.repeat_count} repeats (hover for min–max)"
+        if trace.repeat_count > 1
+        else "one sample on a shared machine: raise Repeats for a median and its spread"
+    )
     st.text(  # text, not markdown: the model name is whatever the user typed
-        f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all six figures measured"
+        f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all six figures measured, {samples}"
         + ("" if trace.warmup_ran else " · no warm-up: the first pass includes one-off start-up costs")
     )
 
 
-def short_time(seconds: float | None) -> str:
-    """Fits a metric column: '87 ms', '1.44 s'."""
-    if seconds is None:
-        return "n/a"
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.0f} ms"
+def spread_help(spread: Spread | None, fmt: Callable[[float], str]) -> str:
+    if spread is None or spread.samples == 1:
+        return "one sample"
+    return f"median of {spread.samples} repeats, min {fmt(spread.low)}, max {fmt(spread.high)}"
 
 
 def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:

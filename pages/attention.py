@@ -122,35 +122,32 @@ st.caption(
     "where the future does not exist yet."
 )
 result = ui.require_run()
-if result is not None:
-    maps = result.attention
-    if maps is None:
-        st.info(result.attention_note)
-    else:
-        trace = result.trace
-        group = max(1, trace.model.heads // max(1, trace.model.kv_heads))
-        left, right = st.columns(2)
-        layer = left.selectbox(
-            "Layer", maps.layers, index=len(maps.layers) // 2, key=f"attention-layer-{len(maps.layers)}"
+maps = result.attention
+if maps is None:
+    st.info(result.attention_note)
+else:
+    trace = result.trace
+    group = max(1, trace.model.heads // max(1, trace.model.kv_heads))
+    left, right = st.columns(2)
+    layer = left.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key=f"attention-layer-{len(maps.layers)}")
+    head = right.selectbox(
+        "Head",
+        list(range(maps.heads)),
+        format_func=lambda h: f"head {h} (reads KV head {h // group})",
+        key=f"attention-head-{maps.heads}",
+    )
+    st.markdown(
+        "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so the scores of a "
+        "token against *later* tokens are computed too and must be masked to 0 before the softmax. In decode the "
+        "new token's query meets only the keys in the KV cache: every one of them is from the past (or the token "
+        "itself). The future has not been generated yet, so there is nothing to mask."
+    )
+    same = maps.same_tokens_as(trace)
+    if same is not None:
+        st.caption(
+            "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
+            f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
         )
-        head = right.selectbox(
-            "Head",
-            list(range(maps.heads)),
-            format_func=lambda h: f"head {h} (reads KV head {h // group})",
-            key=f"attention-head-{maps.heads}",
-        )
-        st.markdown(
-            "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so the scores of a "
-            "token against *later* tokens are computed too and must be masked to 0 before the softmax. In decode the "
-            "new token's query meets only the keys in the KV cache: every one of them is from the past (or the token "
-            "itself). The future has not been generated yet, so there is nothing to mask."
-        )
-        same = maps.same_tokens_as(trace)
-        if same is not None:
-            st.caption(
-                "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
-                f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
-            )
-        prefill_section(maps, layer, head, trace.model.kv_heads)
-        decode_section(maps, layer, head)
-        heads_section(maps, trace, layer)
+    prefill_section(maps, layer, head, trace.model.kv_heads)
+    decode_section(maps, layer, head)
+    heads_section(maps, trace, layer)

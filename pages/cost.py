@@ -6,13 +6,12 @@ from explorer import ui
 from explorer.charts import cost as charts
 from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent
 
-st.title("Where the time goes")
-st.caption(
+result = ui.page_with_run(
+    "Where the time goes",
     "The roofline model predicts a pass from three costs: reading every weight, reading the KV cache, and the maths. "
     "A prefill does maths for every prompt token per read of the weights; a decode for one token. Where each pass "
-    "lands is computed below from its own FLOPs and bytes."
+    "lands is computed below from its own FLOPs and bytes.",
 )
-result = ui.require_run()
 trace = result.trace
 device = trace.device
 ui.run_metrics(trace)
@@ -93,29 +92,19 @@ utilisation = charts.utilisation_frame(shown, device)
 for column, row in zip(st.columns(len(shown)), utilisation.itertuples(index=False)):
     with column:
         st.markdown(f"**{row.label}**")  # built from the phase and the index: no user text
-        st.metric(
-            "Compute utilisation",
-            percent(row.compute_utilisation),
-            help=f"achieved FLOP/s / peak compute ({human_flops(device.peak_flops)}/s, {device.peak_flops_source})",
+        peak = f"{human_flops(device.peak_flops)}/s, {device.peak_flops_source}"
+        moved = f"modelled {human_bytes(row.bytes_read)} moved (weights + KV read and write)"
+        device_bandwidth = f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_source})"
+        ui.metrics(
+            [
+                ("Compute utilisation", percent(row.compute_utilisation), f"achieved FLOP/s / peak ({peak})"),
+                ("Achieved compute", human_flops(row.achieved_flops_per_s) + "/s", f"/ measured {ms(row.wall_s)}"),
+                ("Achieved bandwidth", human_bandwidth(row.achieved_bandwidth_bytes_per_s), f"{moved} / wall"),
+                ("Of the device bandwidth", percent(row.bandwidth_utilisation), f"device: {device_bandwidth}"),
+                ("Tokens/s in this pass", f"{row.tokens_per_s:,.0f}", "tokens computed / measured time"),
+            ],
+            columns=1,
         )
-        st.metric(
-            "Achieved compute",
-            human_flops(row.achieved_flops_per_s) + "/s",
-            help=f"modelled {human_flops(row.flops)} / measured {ms(row.wall_s)}",
-        )
-        st.metric(
-            "Achieved bandwidth",
-            human_bandwidth(row.achieved_bandwidth_bytes_per_s),
-            help=f"modelled {human_bytes(row.bytes_read)} moved (weights + KV read and write) / measured "
-            f"{ms(row.wall_s)}",
-        )
-        st.metric(
-            "Of the device bandwidth",
-            percent(row.bandwidth_utilisation),
-            help=f"device bandwidth {human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_source}, "
-            f"{device.bandwidth_counts})",
-        )
-        st.metric("Tokens/s in this pass", f"{row.tokens_per_s:,.0f}", help="tokens computed / measured time")
 ui.chart(
     charts.utilisation_chart(utilisation),
     utilisation,
@@ -132,13 +121,4 @@ ui.table(
     "measured: best of 5 fixed-size microbenchmarks after the warm-up · spec: datasheet · nvml: the driver's "
     "clocks · achieved: raised to what a pass of this run did",
 )
-if device.kind == "cpu":
-    st.caption(
-        "A CPU has no datasheet here: its 'peaks' are what a large matmul and a large copy achieved on this "
-        "machine with the same threads, so a pass can approach the roof but a real kernel rarely reaches it."
-    )
-else:
-    st.caption(
-        "On a GPU the peaks come from the datasheet or the driver; the microbenchmark rows show what is "
-        "achievable in practice, usually somewhat below."
-    )
+st.caption(charts.DEVICE_NOTE[device.kind])

@@ -5,12 +5,11 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import kv as charts
 
-st.title("The KV cache")
-st.caption(
+result = ui.page_with_run(
+    "The KV cache",
     "Every cached position keeps its K and V in every layer, so the cache grows by the same number of bytes per "
-    "token: prefill writes the whole prompt at once, each decode pass appends one position."
+    "token: prefill writes the whole prompt at once, each decode pass appends one position.",
 )
-result = ui.require_run()
 trace = result.trace
 model = trace.model
 cache_len = trace.passes[-1].cache_len_after

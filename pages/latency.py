@@ -5,39 +5,19 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import latency as charts
 
-st.title("Latency: TTFT and ITL")
-st.caption(
+result = ui.page_with_run(
+    "Latency: TTFT and ITL",
     "TTFT is what you notice when you press Enter: mostly the prefill. ITL is the speed of the streaming text: one "
-    "decode pass per token. A service promises both as SLOs, e.g. p99 ITL < 50 ms."
+    "decode pass per token. A service promises both as SLOs, e.g. p99 ITL < 50 ms.",
 )
-result = ui.require_run()
 trace = result.trace
 ui.run_metrics(trace)
 
 st.subheader("Against your SLOs")
-left, right = st.columns(2)
-ttft_slo_ms = left.number_input(
-    "TTFT SLO (ms)",
-    min_value=1.0,
-    max_value=600_000.0,
-    value=charts.DEFAULT_TTFT_SLO_S * 1e3,
-    step=100.0,
-    key="latency-ttft-slo-ms",
-    help="Changing an SLO only re-reads this run's stored timings: nothing is run again.",
-)
-itl_slo_ms = right.number_input(
-    "ITL SLO (ms)",
-    min_value=0.1,
-    max_value=60_000.0,
-    value=charts.DEFAULT_ITL_SLO_S * 1e3,
-    step=5.0,
-    key="latency-itl-slo-ms",
-    help="Checked against the p99 of this run's inter-token latencies; each token's gap is coloured too.",
-)
-ttft_slo_s, itl_slo_s = ttft_slo_ms / 1e3, itl_slo_ms / 1e3
+ttft_slo_s, itl_slo_s = ui.slo_inputs()
 slos = charts.slo_frame(trace, ttft_slo_s, itl_slo_s)
 # A badge, not st.error: a missed SLO is a finding about this run, not an error of the app.
-for column, check in zip((left, right), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
+for column, check in zip(st.columns(2), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
     verdict = charts.slo_verdict(check.metric, check.value_ms, check.slo_ms)  # numbers only: safe as markdown
     if check.passes is None:
         column.badge(verdict, icon=":material/remove:", color="gray")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (cuda only)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="explorer", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
@@ -64,15 +64,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, default=None)
     run.set_defaults(func=cmd_run, precheck=precheck_run)
     bench.set_defaults(func=cmd_bench, precheck=lambda args: check_output_paths(args.json))
-    for register in extra_commands():
-        register(commands)
+    for name, (module, help_text) in EXTRA_COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).register(commands)
+        else:  # listed for --help; its module (and torch) loads only when it is the command being run
+            commands.add_parser(name, help=help_text)
     return parser
 
 
-def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """Subcommands that live beside the feature they drive: each module's `register(commands)` adds its parser and
-    sets `func`. Imported lazily so `python -m explorer run` does not pay for them."""
-    return []
+# Subcommands that live beside the feature they drive: each module's `register(commands)` adds its parser and sets
+# `func` (and optionally `precheck`).
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "nocache": ("explorer.nocache", "the cached loop against a naive loop that re-runs the whole sequence each step"),
+    "batch": ("explorer.batch", "decode B requests together: step time, tokens/s and ITL against batch size"),
+}
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -183,7 +188,8 @@ def quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else argv
+        args = build_parser(argv[0] if argv else None).parse_args(argv)
         if getattr(args, "precheck", None):
             args.precheck(args)
         quiet_libraries()

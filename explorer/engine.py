@@ -63,6 +63,13 @@ def decode_one_token(model: torch.nn.Module, input_ids: torch.Tensor, cache: obj
     return model(input_ids=input_ids, past_key_values=cache, use_cache=True).logits[:, -1, :]
 
 
+@torch.inference_mode()
+def forward_without_cache(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    # input_ids: (B, L), the whole sequence so far -> logits (B, vocab) for its last position; keeps nothing.
+    # The naive loop: every step recomputes K and V of every earlier token, which is what a KV cache saves.
+    return model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[:, -1, :]
+
+
 # --- sampling --------------------------------------------------------------------------------------------------------
 def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> torch.Tensor:
     # logits: (B, vocab) -> (B, 1) token ids
@@ -183,7 +190,8 @@ class RequestClock:
 # --- the request -----------------------------------------------------------------------------------------------------
 class LiveRequest:
     """One request between its passes: its KV cache, sampler and clock. `generate()` drives it to the end in one go;
-    the step mode drives it one pass per click. The clock starts here: TTFT counts tokenization."""
+    the step mode drives it one pass per click; the batching lab gives it B prompts of equal length (`batch_rows`),
+    decoded together in one cache of batch B. The clock starts here: TTFT counts tokenization."""
 
     def __init__(
         self,
@@ -192,14 +200,19 @@ class LiveRequest:
         device: DeviceProfile,
         sampling: Sampling,
         prompt_token_ids: list[int] | None = None,
+        batch_rows: list[list[int]] | None = None,
     ) -> None:
         self.lm, self.request, self.device, self.sampling = lm, request, device, sampling
         self.clock = RequestClock()
+        if batch_rows is not None:  # equal lengths: no padding, so every row's positions and mask are its own
+            assert batch_rows and len({len(row) for row in batch_rows}) == 1, "batch rows must share one length"
+            prompt_token_ids = batch_rows[0]
         self.prompt_ids = (
             prompt_token_ids
             if prompt_token_ids is not None
             else tokenize(lm, request.prompt, request.use_chat_template)
         )
+        self.rows = batch_rows if batch_rows is not None else [self.prompt_ids]
         self.generator = None if sampling.is_greedy else torch.Generator(lm.torch_device).manual_seed(sampling.seed)
         self.cache: object | None = new_cache(lm.model)
         self.passes: list[PassRecord] = []
@@ -223,15 +236,16 @@ class LiveRequest:
         """The one timed step of both phases: clock, time the forward alone, sample, record."""
         assert self.cache is not None and not self.done, "step() on a finished or freed request"
         phase: Phase = "decode" if self.passes else "prefill"
-        input_ids = [self.passes[-1].token_id] if self.passes else self.prompt_ids
+        rows = [[t] for t in self.passes[-1].batch_token_ids] if self.passes else self.rows
         forward = decode_one_token if self.passes else prefill
         cache_len_before = self.cache.get_seq_length()
-        ids = torch.tensor([input_ids], device=self.lm.torch_device)  # (1, T) for prefill, (1, 1) for decode
+        ids = torch.tensor(rows, device=self.lm.torch_device)  # (B, T) for prefill, (B, 1) for decode
         start_s = self.clock.now_s()
         with out_of_memory_as_run_failed(f"pass {len(self.passes)} on {self.lm.torch_device.type}"):
             logits, wall_s = timed(self.lm.torch_device, forward, self.lm.model, ids, self.cache)
-        token_id = int(sample(logits, self.sampling, self.generator).item())
+        token_ids = [int(t) for t in sample(logits, self.sampling, self.generator)[:, 0].tolist()]
         token_s = self.clock.now_s()
+        input_ids, token_id = rows[0], token_ids[0]  # the first sequence is the one a page follows token by token
         layer_bytes = cache_layer_bytes(self.cache)
         record = PassRecord(
             index=len(self.passes),
@@ -244,11 +258,12 @@ class LiveRequest:
             start_s=start_s,
             wall_s=wall_s,
             token_s=token_s,
-            cost=pass_cost(self.lm.info, self.device, len(input_ids), cache_len_before),
+            cost=pass_cost(self.lm.info, self.device, len(input_ids), cache_len_before, batch=len(rows)),
             token_id=token_id,
             token_text=token_text(self.lm.tokenizer, token_id),
             top_tokens=top_tokens(logits, self.lm.tokenizer),
             input_token_ids=tuple(input_ids),
+            batch_token_ids=tuple(token_ids),
         )
         self.passes.append(record)
         return record

@@ -167,6 +167,11 @@ class PassRecord:
     token_text: str
     top_tokens: tuple[TopToken, ...]
     input_token_ids: tuple[int, ...]  # the tokens this pass computed (all prompt tokens, or the one new token)
+    batch_token_ids: tuple[int, ...] = ()  # the token each sequence of the batch sampled; (token_id,) at batch 1
+
+    @property
+    def batch(self) -> int:
+        return max(1, len(self.batch_token_ids))
 
     @property
     def is_prefill(self) -> bool:
@@ -415,6 +420,7 @@ def pass_from_dict(p: dict[str, Any]) -> PassRecord:
             "top_tokens": tuple(TopToken(**t) for t in p["top_tokens"]),
             "input_token_ids": tuple(p["input_token_ids"]),
             "kv_layer_bytes": tuple(p["kv_layer_bytes"]),
+            "batch_token_ids": tuple(p.get("batch_token_ids", ())),
         }
     )
 
@@ -436,7 +442,7 @@ def passes_to_csv(passes: tuple[PassRecord, ...]) -> str:
             value = getattr(p, name)
             if name == "top_tokens":
                 value = json.dumps([asdict(t) for t in value], ensure_ascii=False)
-            elif name in ("input_token_ids", "kv_layer_bytes"):
+            elif name in ("input_token_ids", "kv_layer_bytes", "batch_token_ids"):
                 value = " ".join(map(str, value))
             row.append(value)
         row += [getattr(p.cost, name) for name in cost_columns]

@@ -6,13 +6,19 @@ from explorer import ui
 
 st.set_page_config(page_title="Prefill–Decode Explorer", page_icon="⏱", layout="wide")
 
-pages = [
-    st.Page("pages/run.py", title="Inside one inference", default=True),
-    st.Page("pages/attention.py", title="Attention"),
-    st.Page("pages/kv_cache.py", title="KV cache"),
-    st.Page("pages/cost.py", title="Cost (roofline)"),
-    st.Page("pages/latency.py", title="Latency"),
-]
+pages = {
+    "One request": [
+        st.Page("pages/run.py", title="Inside one inference", default=True),
+        st.Page("pages/attention.py", title="Attention"),
+        st.Page("pages/kv_cache.py", title="KV cache"),
+        st.Page("pages/cost.py", title="Cost (roofline)"),
+        st.Page("pages/latency.py", title="Latency"),
+    ],
+    "Serving": [
+        st.Page("pages/nocache.py", title="Without a KV cache"),
+        st.Page("pages/batching.py", title="Batching"),
+    ],
+}
 navigation = st.navigation(pages)
 inputs = ui.sidebar()
 if inputs is not None:

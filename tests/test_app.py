@@ -213,3 +213,41 @@ def test_a_second_session_waits_for_the_device() -> None:
         releaser.join()
     assert any("Waited" in c.value and "another session" in c.value for c in at.caption)
     assert at.session_state[ui.RUN].trace.new_tokens <= 2
+
+
+@pytest.fixture
+def lab_app(tiny_llama_dir: Path) -> AppTest:
+    """The app with the tiny model as the sidebar's last choice: the labs run on it, fast."""
+    at = new_app()
+    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    return at
+
+
+def test_the_no_cache_lab_runs_and_renders(lab_app: AppTest) -> None:
+    at = lab_app.switch_page("pages/nocache.py").run()
+    assert any("Run both loops" in i.value for i in at.info)
+    at.text_input[0].input("hello there")
+    at.number_input[0].set_value(10)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert len(at.get("vega_lite_chart")) == 4
+    assert [m.value for m in at.metric][0] == "yes"  # the same tokens both ways, shown
+    assert "first 8 decode steps" in " ".join(m.value for m in at.markdown)
+    counter_before = at.session_state["explorer_nocache_result"]
+    at.switch_page("pages/batching.py").run().switch_page("pages/nocache.py").run()
+    assert at.session_state["explorer_nocache_result"] is counter_before  # a view change never re-runs it
+
+
+def test_the_batching_lab_runs_renders_and_refuses_bad_input(lab_app: AppTest) -> None:
+    at = lab_app.switch_page("pages/batching.py").run()
+    at.text_input[0].input("1,0")
+    at.button[0].click().run()
+    assert any("between 1 and" in e.value for e in at.error) and not at.exception
+    at.text_input[0].input("1,2,4")
+    at.number_input[0].set_value(8)
+    at.number_input[1].set_value(4)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert len(at.get("vega_lite_chart")) == 4
+    assert at.metric[0].value == "yes"  # every request's tokens equal its solo tokens
+    assert len(at.session_state["explorer_batch_result"].runs) == 3

@@ -185,3 +185,53 @@ def test_attention_over_the_cap_keeps_the_written_trace(tiny_llama_dir: Path, tm
     )
     assert out.returncode == 2 and "over the 0 MiB cap" in one_error_line(out.stderr)
     assert Trace.from_json((tmp_path / "t.json").read_text()).new_tokens >= 1
+
+
+def test_the_serving_lab_commands_write_their_json(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    out = explorer(
+        "nocache",
+        "--prompt",
+        "hi there",
+        "--model",
+        str(tiny_llama_dir),
+        "--max-new-tokens",
+        "10",
+        "--no-chat-template",
+        "--json",
+        str(tmp_path / "n.json"),
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "n.json").read_text())
+    assert data["cached"]["token_ids"] == data["uncached"]["token_ids"] and len(data["uncached"]["step_s"]) == 10
+    assert "same tokens both ways: yes" in out.stdout and "modelled (linear fit" in out.stdout
+    out = explorer(
+        "batch",
+        "--model",
+        str(tiny_llama_dir),
+        "--batch-sizes",
+        "1,4",
+        "--prompt-tokens",
+        "8",
+        "--new-tokens",
+        "4",
+        "--json",
+        str(tmp_path / "b.json"),
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert [r["batch_size"] for r in data["results"]] == [1, 4]
+    assert all(len(r["token_ids"]) == r["batch_size"] for r in data["results"])
+    assert "every request's tokens equal its solo tokens: yes" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["batch", "--batch-sizes", "0,2"], "between 1 and"),
+        (["batch", "--batch-sizes", "x"], "comma-separated integers"),
+        (["nocache", "--prompt", "hi", "--max-new-tokens", "1"], "at least 2 new tokens"),
+    ],
+)
+def test_bad_lab_input_exits_2_with_one_line(tiny_llama_dir: Path, args: list[str], message: str) -> None:
+    out = explorer(*args, "--model", str(tiny_llama_dir))
+    assert out.returncode == 2 and message in one_error_line(out.stderr)

@@ -10,11 +10,13 @@ from explorer.ui.runner import (
     execute_run,
     get_model,
     model_store,
+    run_lab,
 )
 from explorer.ui.sidebar import remeasure_button, sidebar, sidebar_downloads
 from explorer.ui.state import (
     DEFAULT_PROMPT,
     HISTORY,
+    LAST_INPUTS,
     RUN,
     RunInputs,
     RunResult,
@@ -39,6 +41,7 @@ __all__ = [
     "ALLOWED_MODELS_ENV",
     "DEFAULT_PROMPT",
     "HISTORY",
+    "LAST_INPUTS",
     "RUN",
     "RunInputs",
     "RunResult",
@@ -57,6 +60,7 @@ __all__ = [
     "page_with_run",
     "remeasure_button",
     "require_run",
+    "run_lab",
     "run_metrics",
     "show_error",
     "sidebar",

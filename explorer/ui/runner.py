@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -14,12 +14,12 @@ import streamlit as st
 
 from explorer.attention import capture_attention
 from explorer.device import device_profile
-from explorer.engine import Request, validate
+from explorer.engine import Request, validate, warm_up
 from explorer.errors import BadInput, ExplorerError, one_line
 from explorer.loading import EMBEDDED, LoadedModel, Progress, load_model
 from explorer.measure import keep_figures_honest, measure, recost
-from explorer.trace import PassRecord, Trace
-from explorer.ui.state import RUN, RunInputs, RunResult, current_run, remember
+from explorer.trace import DeviceProfile, PassRecord, Trace
+from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_run, remember
 from explorer.ui.widgets import escape_markdown, show_error
 
 ALLOWED_MODELS_ENV = "EXPLORER_ALLOWED_MODELS"  # comma-separated; a hosted demo sets it to stop arbitrary downloads
@@ -143,6 +143,7 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         sampling=inputs.sampling,
         repeats=inputs.repeats,
     )
+    st.session_state[LAST_INPUTS] = inputs  # the labs run on the model and dtype of the sidebar's last run
     try:
         validate(request)
         check_model_allowed(inputs.model)
@@ -170,3 +171,29 @@ def remeasure_device() -> None:
     if run is not None:
         st.session_state[RUN] = replace(run, trace=keep_figures_honest(recost(run.trace, fresh)))
     st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
+
+
+def run_lab(key: str, what: str, work: Callable[[LoadedModel, DeviceProfile, Progress], object]) -> object | None:
+    """A lab's run: under the device lock, on the sidebar's model, with progress; kept in the session under `key` so
+    changing a view never runs it again. Errors are one line and keep the previous result."""
+    inputs = st.session_state.get(LAST_INPUTS, RunInputs())
+    try:
+        check_model_allowed(inputs.model)
+        with device_turn():
+            lm = get_model(inputs)
+            bar = st.progress(0.0, text=escape_markdown(what))
+
+            def progress(fraction: float, text: str) -> None:
+                bar.progress(min(1.0, fraction), text=escape_markdown(text))
+
+            warm_up(lm)
+            device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every run
+            result = work(lm, device, progress)
+            bar.empty()
+        st.session_state[key] = result
+        return result
+    except ExplorerError as exc:
+        show_error(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
+        show_error(f"{what} failed: {one_line(exc)}")
+    return None

@@ -14,6 +14,7 @@ from explorer.trace import Sampling, Trace
 RUN = "explorer_run"  # the current RunResult
 HISTORY = "explorer_history"  # earlier RunResults of this session, oldest first
 RUN_COUNT = "explorer_run_count"  # how many runs this session started
+LAST_INPUTS = "explorer_last_inputs"  # the RunInputs of the sidebar's last Run: the labs use its model and dtype
 HISTORY_LENGTH = 5
 
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."

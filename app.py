@@ -18,5 +18,6 @@ navigation = st.navigation(pages)
 inputs = ui.sidebar()
 if inputs is not None:
     ui.execute_run(inputs)
+ui.remeasure_button()
 ui.sidebar_downloads()
 navigation.run()

@@ -18,9 +18,11 @@ import pandas as pd
 import streamlit as st
 
 from explorer.attention import AttentionMaps, capture_attention
-from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request, generate, validate
+from explorer.device import device_profile
+from explorer.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS, Request, validate
 from explorer.errors import BadInput, ExplorerError, one_line
 from explorer.loading import DEVICES, DTYPES, EMBEDDED, LoadedModel, Progress, load_model
+from explorer.measure import keep_figures_honest, measure, recost
 from explorer.trace import PassRecord, Sampling, Trace
 
 ALLOWED_MODELS_ENV = "EXPLORER_ALLOWED_MODELS"  # comma-separated; a hosted demo sets it to stop arbitrary downloads
@@ -63,6 +65,7 @@ class RunInputs:
     use_chat_template: bool = True
     capture_attention: bool = True
     sampling: Sampling = field(default_factory=Sampling)
+    repeats: int = 1
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,7 @@ def run_streaming(lm: LoadedModel, request: Request) -> Trace:
         gaps = [b - a for a, b in zip(token_times, token_times[1:])]
         stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
 
-    trace = generate(lm, request, on_pass=on_pass)
+    trace = measure(lm, request, on_pass=on_pass)
     stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
     return trace
 
@@ -212,6 +215,7 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         max_new_tokens=inputs.max_new_tokens,
         use_chat_template=inputs.use_chat_template,
         sampling=inputs.sampling,
+        repeats=inputs.repeats,
     )
     try:
         validate(request)
@@ -248,6 +252,13 @@ def sidebar() -> RunInputs | None:
         attention = st.toggle(
             "Capture attention maps", value=True, help="An untimed replay of the same tokens with eager attention."
         )
+        repeats = st.number_input(
+            "Repeats",
+            min_value=1,
+            max_value=MAX_REPEATS,
+            value=1,
+            help="Run the same request N times in a row: figures become a median with their min and max.",
+        )
         with st.expander("Model and device"):
             model = st.text_input("Model", value=EMBEDDED, help="'embedded' (SmolLM2-135M), a hub id or a folder")
             device = st.selectbox("Device", DEVICES, index=0)
@@ -267,8 +278,26 @@ def sidebar() -> RunInputs | None:
         max_new_tokens=int(max_new_tokens),
         use_chat_template=use_chat_template,
         capture_attention=attention,
+        repeats=int(repeats),
         sampling=Sampling(temperature=float(temperature), top_k=int(top_k) or None, seed=int(seed)),
     )
+
+
+def remeasure_button() -> None:
+    """Take the device figures again now and re-cost the current run with them: no model call."""
+    if not st.sidebar.button(
+        "Re-measure device figures",
+        help="Runs the matmul and copy microbenchmarks again (they are reused otherwise, and re-taken by themselves "
+        "when a pass beats them), then divides the current run by the new figures.",
+    ):
+        return
+    run = current_run()
+    with device_turn(), st.spinner("Measuring the device (best of 5 matmuls and copies)…"):
+        kind, dtype = (run.trace.device.kind, run.trace.device.dtype) if run else ("cpu", "float32")
+        fresh = device_profile(kind, dtype, fresh=True)
+    if run is not None:
+        st.session_state[RUN] = replace(run, trace=keep_figures_honest(recost(run.trace, fresh)))
+    st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
 
 
 def sidebar_downloads() -> None:

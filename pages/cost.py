@@ -4,7 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import cost as charts
-from explorer.report import human_bytes, human_flops, ms
+from explorer.units import human_bytes, human_flops, ms
 
 st.title("Where the time goes")
 st.caption(

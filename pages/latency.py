@@ -4,7 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import latency as charts
-from explorer.report import ms
+from explorer.units import ms
 
 st.title("Latency: TTFT and ITL")
 st.caption(

@@ -22,7 +22,3 @@ def display_token(text: str) -> str:
 def position_label(position: int, text: str) -> str:
     """Unique axis labels: the same token at two positions must stay two rows."""
     return f"{position}:{display_token(text)}"
-
-
-def to_ms(seconds: float) -> float:
-    return seconds * 1e3

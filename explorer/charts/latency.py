@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import display_token, to_ms
+from explorer.charts.common import display_token
 from explorer.trace import Trace
+from explorer.units import to_ms
 
 DEFAULT_TTFT_SLO_S = 1.0
 DEFAULT_ITL_SLO_S = 0.050

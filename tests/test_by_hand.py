@@ -20,7 +20,7 @@ from explorer.attention import AttentionMaps, capture_attention
 from explorer.charts import by_hand as charts
 from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
-from explorer.trace import Trace
+from explorer.trace import DeviceProfile, Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "pages/by_hand.py"
@@ -117,8 +117,8 @@ def test_mask_off_is_reported_with_the_leak() -> None:
 
 # --- the real shapes ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def run(tiny_lm: LoadedModel) -> tuple[Trace, AttentionMaps]:
-    trace = generate(tiny_lm, Request("by hand", max_new_tokens=4))
+def run(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> tuple[Trace, AttentionMaps]:
+    trace = generate(tiny_lm, Request("by hand", max_new_tokens=4), cpu_figures)
     return trace, capture_attention(tiny_lm, trace)
 
 

@@ -17,6 +17,7 @@ import pytest
 from explorer.charts import export
 from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
+from explorer.trace import DeviceProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -86,12 +87,12 @@ def test_compositions_keep_their_own_sizes() -> None:
     assert 3 * 120 < width < export.DEFAULT_WIDTH_PX
 
 
-def test_every_kind_of_app_chart_renders(tiny_lm: LoadedModel) -> None:
+def test_every_kind_of_app_chart_renders(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
     """Layers, folds, log scales and facets from the real builders, on a tiny model's trace."""
     from explorer.attention import capture_attention
     from explorer.charts import attention, run
 
-    trace = generate(tiny_lm, Request("export me", max_new_tokens=4))
+    trace = generate(tiny_lm, Request("export me", max_new_tokens=4), cpu_figures)
     maps = capture_attention(tiny_lm, trace)
     charts = [
         run.timeline_chart(run.timeline_frame(trace)),

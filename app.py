@@ -13,6 +13,7 @@ pages = [
     st.Page("pages/cost.py", title="Cost (roofline)"),
     st.Page("pages/latency.py", title="Latency"),
     st.Page("pages/by_hand.py", title="By hand"),
+    st.Page("pages/check_yourself.py", title="Check yourself"),
 ]
 navigation = st.navigation(pages)
 inputs = ui.sidebar()

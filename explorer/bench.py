@@ -55,36 +55,18 @@ class SideTiming:
 
 @dataclass(frozen=True)
 class BenchResult:
+    config: BenchConfig
     model: ModelInfo
     device: DeviceProfile
-    config: BenchConfig
-    hf: tuple[SideTiming, ...]
-    explorer: tuple[SideTiming, ...]
+    hf: tuple[SideTiming, ...]  # HF generate(), one entry per repeat
+    explorer: tuple[SideTiming, ...]  # the explorer's loop, one entry per repeat
     prefill_flops: int
 
-    @staticmethod
-    def _median_prefill(side: tuple[SideTiming, ...]) -> float:
-        return statistics.median(s.prefill_s for s in side)
+    def median_prefill_s(self, side: str) -> float:
+        return statistics.median(s.prefill_s for s in getattr(self, side))
 
-    @staticmethod
-    def _median_itl(side: tuple[SideTiming, ...]) -> float:
-        return statistics.median(gap for s in side for gap in s.itl_s)
-
-    @property
-    def hf_prefill_s(self) -> float:
-        return self._median_prefill(self.hf)
-
-    @property
-    def explorer_prefill_s(self) -> float:
-        return self._median_prefill(self.explorer)
-
-    @property
-    def hf_itl_s(self) -> float:
-        return self._median_itl(self.hf)
-
-    @property
-    def explorer_itl_s(self) -> float:
-        return self._median_itl(self.explorer)
+    def median_itl_s(self, side: str) -> float:
+        return statistics.median(gap for s in getattr(self, side) for gap in s.itl_s)
 
     @property
     def decode_limit_s(self) -> float:
@@ -101,13 +83,15 @@ class BenchResult:
         return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer)
 
     def summary(self) -> dict[str, float | bool]:
+        prefill = {side: self.median_prefill_s(side) for side in ("hf", "explorer")}
+        itl = {side: self.median_itl_s(side) for side in ("hf", "explorer")}
         return {
-            "hf_prefill_s": self.hf_prefill_s,
-            "explorer_prefill_s": self.explorer_prefill_s,
-            "prefill_ratio_explorer_over_hf": self.explorer_prefill_s / self.hf_prefill_s,
-            "hf_itl_s": self.hf_itl_s,
-            "explorer_itl_s": self.explorer_itl_s,
-            "itl_ratio_explorer_over_hf": self.explorer_itl_s / self.hf_itl_s,
+            "hf_prefill_s": prefill["hf"],
+            "explorer_prefill_s": prefill["explorer"],
+            "prefill_ratio_explorer_over_hf": prefill["explorer"] / prefill["hf"],
+            "hf_itl_s": itl["hf"],
+            "explorer_itl_s": itl["explorer"],
+            "itl_ratio_explorer_over_hf": itl["explorer"] / itl["hf"],
             "decode_limit_s": self.decode_limit_s,
             "prefill_limit_s": self.prefill_limit_s,
             "same_tokens": self.same_tokens,
@@ -206,9 +190,9 @@ def run_bench(
         if on_progress:
             on_progress((r + 1) / config.repeats, f"repeat {r + 1}/{config.repeats} done ({' then '.join(order)})")
     return BenchResult(
+        config=config,
         model=lm.info,
         device=device,
-        config=config,
         hf=tuple(sides["hf"]),
         explorer=tuple(sides["explorer"]),
         prefill_flops=pass_flops(lm.info, len(ids), len(ids)),

@@ -65,8 +65,17 @@ def forget_profiles() -> None:
         _profiles.clear()
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+def benchmark_record(
+    flops_samples: list[float], bandwidth_samples: list[float], matmul_n: int, copy_bytes: int
+) -> dict[str, Any]:
+    """The DeviceProfile fields that say what the microbenchmarks were and what every repeat gave."""
+    return {
+        "flops_samples": tuple(flops_samples),
+        "bandwidth_samples": tuple(bandwidth_samples),
+        "matmul_n": matmul_n,
+        "copy_bytes": copy_bytes,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
 
 
 # --- CPU -------------------------------------------------------------------------------------------------------------
@@ -90,11 +99,7 @@ def cpu_profile(dtype: str) -> DeviceProfile:
         measured_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
         memory_bytes=cpu_memory_bytes(),
         notes=f"CPU: peak figures are the best of {REPEATS} microbenchmark runs ({threads} threads)",
-        flops_samples=tuple(flops_samples),
-        bandwidth_samples=tuple(bandwidth_samples),
-        matmul_n=CPU_MATMUL_N,
-        copy_bytes=CPU_COPY_BYTES,
-        measured_at=now_iso(),
+        **benchmark_record(flops_samples, bandwidth_samples, CPU_MATMUL_N, CPU_COPY_BYTES),
     )
 
 
@@ -257,11 +262,7 @@ def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
         measured_bandwidth_bytes_per_s=measured_bandwidth,
         memory_bytes=memory_bytes,
         notes="; ".join(notes),
-        flops_samples=tuple(flops_samples),
-        bandwidth_samples=tuple(bandwidth_samples),
-        matmul_n=GPU_MATMUL_N,
-        copy_bytes=GPU_COPY_BYTES,
-        measured_at=now_iso(),
+        **benchmark_record(flops_samples, bandwidth_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
     )
 
 

@@ -18,19 +18,12 @@ from explorer.roofline import pass_cost
 from explorer.trace import PLAUSIBLE_SLACK, DeviceProfile, PassRecord, Trace
 
 
-def measure(
-    lm: LoadedModel,
-    request: Request,
-    *,
-    on_pass: OnPass | None = None,
-    remeasure: bool = False,
-    prompt_token_ids: list[int] | None = None,
-) -> Trace:
+def measure(lm: LoadedModel, request: Request, *, on_pass: OnPass | None = None, remeasure: bool = False) -> Trace:
     """Check the request, warm up, take the device figures (fresh ones if `remeasure`), run, keep the figures honest."""
-    checked_prompt_ids(lm, request, prompt_token_ids)
+    checked_prompt_ids(lm, request)
     warm_up(lm)
     device = device_profile(lm.torch_device.type, lm.info.dtype, fresh=remeasure)
-    trace = generate(lm, request, device, on_pass=on_pass, prompt_token_ids=prompt_token_ids)
+    trace = generate(lm, request, device, on_pass=on_pass)
     return keep_figures_honest(trace)
 
 

@@ -12,7 +12,7 @@ from explorer.charts import cost
 from explorer.engine import Request
 from explorer.loading import LoadedModel
 from explorer.measure import measure
-from explorer.roofline import attainable_flops
+from explorer.roofline import attainable_flops, pass_cost, prefill_ridge_tokens
 from explorer.trace import DeviceProfile, PassRecord, Trace
 from explorer.units import percent, to_ms
 
@@ -197,3 +197,25 @@ def test_charts_serialise(trace: Trace) -> None:
         spec = chart.to_dict()
         assert json.dumps(spec)  # what Streamlit ships to the browser
     assert "log" in json.dumps(charts[1].to_dict())
+
+
+def test_bound_sentences_follow_the_intensity_not_the_phase(trace: Trace, hand_device: DeviceProfile) -> None:
+    p = trace.prefill
+    ridge = p.cost.arithmetic_intensity  # put the ridge exactly on the pass, then either side of it
+    for peak, expected in [(ridge * 1e11 * 2, "left of the ridge: memory-bound"), (ridge * 1e11 / 2, "right")]:
+        device = replace(hand_device, peak_flops=peak, bandwidth_bytes_per_s=1e11)
+        recosted = replace(p, cost=pass_cost(trace.model, device, p.tokens_in, 0))
+        assert expected in cost.bound_sentence(recosted, device)
+        assert f"{recosted.cost.bound}-bound" in cost.bound_sentence(recosted, device)
+
+
+def test_prefill_ridge_sentence_and_kv_formula(trace: Trace) -> None:
+    text = cost.prefill_ridge_sentence(trace)
+    tokens = prefill_ridge_tokens(trace.model, trace.device)
+    assert f"past ~{tokens:,.0f} prompt tokens" in text and f"This prompt has {trace.prompt_len} tokens" in text
+    last = trace.decodes[-1]
+    formula = cost.kv_traffic_formula(trace, last)
+    assert (
+        f"(old {last.cache_len_before} + new 1) positions" in formula
+        and f"+ {last.cache_len_after} by attention" in formula
+    )

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN
-from explorer.roofline import attainable_flops
+from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
+from explorer.roofline import attainable_flops, prefill_ridge_tokens
 from explorer.trace import DeviceProfile, PassRecord, Trace
 from explorer.units import human_bandwidth, human_bytes, human_flops, to_ms
 
@@ -24,6 +24,12 @@ SEGMENT_LABELS = [
 ]
 SEGMENT_RANGE = ["#3182bd", "#9ecae1", "#756bb1", "#bdbdbd"]  # blues, purple, grey: never the phase colours
 ROOF_POINTS_PER_DECADE = 8
+DEVICE_NOTE = {
+    "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul and a large copy achieved on "
+    "this machine with the same threads, so a pass can approach the roof but a real kernel rarely reaches it.",
+    "cuda": "On a GPU the peaks come from the datasheet or the driver; the microbenchmark rows show what is "
+    "achievable in practice, usually somewhat below.",
+}
 
 
 def _vega_list(values: Sequence[str]) -> str:
@@ -204,22 +210,16 @@ def roofline_chart(frame: pd.DataFrame) -> alt.LayerChart:
     ridge_dot = ridge.mark_point(shape="diamond", size=90, filled=True, color="#444444").encode(
         tooltip=[alt.Tooltip("intensity_flops_per_byte:Q", title="ridge point (FLOP/byte)", format=".2f")]
     )
-    points = (
-        base.transform_filter("datum.kind == 'pass'")
-        .mark_point(filled=True, size=70, opacity=0.85)
-        .encode(
-            color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
-            shape=alt.Shape("phase:N", scale=alt.Scale(domain=PHASE_DOMAIN, range=["square", "circle"]), legend=None),
-            tooltip=[
-                "pass:Q",
-                "phase:N",
-                "bound:N",
-                alt.Tooltip("intensity_flops_per_byte:Q", title="FLOP/byte", format=".2f"),
-                alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"),
-                alt.Tooltip("wall_ms:Q", title="wall (ms)", format=".3f"),
-            ],
-        )
-    )
+    tooltip = [
+        "pass:Q",
+        "phase:N",
+        "bound:N",
+        alt.Tooltip("intensity_flops_per_byte:Q", title="FLOP/byte", format=".2f"),
+        alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"),
+        alt.Tooltip("wall_ms:Q", title="wall (ms)", format=".3f"),
+    ]
+    shape = alt.Shape("phase:N", scale=alt.Scale(domain=PHASE_DOMAIN, range=["square", "circle"]), legend=None)
+    points = phase_points(base.transform_filter("datum.kind == 'pass'"), 70, shape=shape, tooltip=tooltip)
     return (roof + ridge_rule + ridge_dot + ridge_label + points).properties(height=360)
 
 
@@ -267,7 +267,7 @@ def utilisation_chart(frame: pd.DataFrame) -> alt.LayerChart:
         )
     )
     bars = base.mark_bar().encode(
-        color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
+        color=phase_color("phase"),
         tooltip=["label:N", "figure:N", alt.Tooltip("fraction:Q", format=".3~p")],
     )
     values = base.mark_text(align="left", dx=4).encode(text=alt.Text("fraction:Q", format=".3~p"))
@@ -319,3 +319,39 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
 
 def _rate_or_na(value: float | None, fmt: Callable[[float], str]) -> str:
     return "n/a" if value is None else fmt(value)
+
+
+# --- sentences that state a bound: computed, never asserted -------------------------------------------------------
+def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
+    """Which side of the ridge a pass sits on, from its modelled intensity against this device's ridge point."""
+    intensity, ridge = p.cost.arithmetic_intensity, device.ridge_point_flops_per_byte
+    side = "right" if intensity >= ridge else "left"
+    return (
+        f"The {p.phase} (pass {p.index}) does {intensity:,.2f} FLOP per byte moved; this device's ridge is "
+        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {p.cost.bound}-bound by the model."
+    )
+
+
+def prefill_ridge_sentence(trace: Trace) -> str:
+    tokens = prefill_ridge_tokens(trace.model, trace.device)
+    now = "above" if trace.prompt_len >= tokens else "below"
+    return (
+        f"A prefill does about 2 FLOPs per weight per prompt token and reads each weight "
+        f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once, so its intensity is about "
+        f"2 × T / {trace.model.bytes_per_element} FLOP/B: "
+        f"past ~{tokens:,.0f} prompt tokens a prefill is compute-bound on this device in {trace.device.dtype} "
+        f"(ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B). This prompt has {trace.prompt_len} tokens, "
+        f"{now} that."
+    )
+
+
+def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
+    """The KV term of pass `p`, written out with its numbers."""
+    per_token = trace.model.kv_bytes_per_token
+    before, new, after = p.cache_len_before, p.tokens_in, p.cache_len_after
+    return (
+        f"transformers' DynamicCache grows by concatenation, so every pass rewrites each layer's whole cache. "
+        f"Pass {p.index}: read = (old {before} + new {new}) positions by the update + {after} by attention = "
+        f"{before + new + after} × {per_token:,} B = {human_bytes(p.cost.kv_bytes_read)}; written = {after} × "
+        f"{per_token:,} B = {human_bytes(p.cost.kv_bytes_written)} (a pre-allocated cache would write only {new})."
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR
+from explorer.charts.common import MEASURED, MODELLED, phase_points
 from explorer.roofline import kv_cache_bytes
 from explorer.trace import ModelInfo, Trace
 from explorer.units import GB, KB, MB, human_bytes
@@ -64,22 +64,9 @@ def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
             ),
         )
     )
-    points = (
-        alt.Chart(frame)
-        .mark_point(filled=True, size=45, opacity=0.9)
-        .encode(
-            x="cache_len:Q",
-            y="measured_mb:Q",
-            color=alt.Color("phase:N", scale=PHASE_COLOR, title=f"{MEASURED}:", legend=alt.Legend(orient="top")),
-            tooltip=[
-                "pass",
-                "phase",
-                "cache_len",
-                alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes"),
-                alt.Tooltip("modelled_bytes:Q", format=",", title="modelled bytes"),
-            ],
-        )
-    )
+    byte_tips = [alt.Tooltip(f"{kind}_bytes:Q", format=",", title=f"{kind} bytes") for kind in (MEASURED, MODELLED)]
+    tooltip = ["pass", "phase", "cache_len", *byte_tips]
+    points = phase_points(alt.Chart(frame), 45, f"{MEASURED}:", x="cache_len:Q", y="measured_mb:Q", tooltip=tooltip)
     return alt.layer(line, points).resolve_scale(color="independent").properties(height=380)
 
 

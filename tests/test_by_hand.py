@@ -257,6 +257,7 @@ def test_page_links_the_toy_to_the_run(run: tuple[Trace, AttentionMaps]) -> None
 
 
 def test_page_without_attention_maps_says_why(run: tuple[Trace, AttentionMaps]) -> None:
-    at = open_page(ui.RunResult(run[0], None, ui.ATTENTION_OFF, "run 1"))
-    assert any(i.value == ui.ATTENTION_OFF for i in at.info)
+    note = "Attention capture was off for this run."
+    at = open_page(ui.RunResult(run[0], None, note, "run 1"))
+    assert any(i.value == note for i in at.info)
     assert len(at.get("vega_lite_chart")) == 1

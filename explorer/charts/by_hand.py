@@ -16,7 +16,6 @@ from explorer.by_hand import (
     WorkedRow,
     dot_text,
     number,
-    vector_text,
 )
 from explorer.charts.attention import MASKED_COLOR, PROB_LEGEND, PROB_SCALE
 from explorer.charts.common import position_label
@@ -42,13 +41,13 @@ def vectors_from_frame(frame: pd.DataFrame) -> tuple[Vector, ...]:
 
 # --- the arithmetic, step by step ---------------------------------------------------------------------------------
 def steps_frame(row: WorkedRow) -> pd.DataFrame:
-    """One line per key: q·k, ÷√d, the mask, e^x (exact and as written on paper), the probability (both routes)."""
+    """One line per key: q·k (which spells out the key), ÷√d, the mask, e^x (exact and as written on paper), the
+    probability (both routes)."""
     inputs = row.inputs
     scale = number(row.scale)
     return pd.DataFrame(
         {
             "key": name,
-            "key vector": vector_text(k),
             f"{inputs.query_name} · key": dot_text(inputs.query, k),
             "÷ √d": f"{number(raw)} ÷ {scale} = {number(scaled)}",
             "mask": "−∞ (future)" if masked else "none",
@@ -158,7 +157,7 @@ def rows_chart(frame: pd.DataFrame) -> alt.LayerChart:
             color=alt.condition("datum.prob > 0.5", alt.value("black"), alt.value("white")),
         )
         layers.append(labels)
-    return alt.layer(*layers).properties(height=max(120, 48 * len(order)))
+    return alt.layer(*layers).properties(height=60 + 60 * len(order))  # the height includes the axis below
 
 
 def shape_links_frame(links: list[ShapeLink]) -> pd.DataFrame:

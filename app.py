@@ -14,6 +14,10 @@ pages = {
         st.Page("pages/cost.py", title="Cost (roofline)"),
         st.Page("pages/latency.py", title="Latency"),
     ],
+    "Workshop": [
+        st.Page("pages/by_hand.py", title="By hand"),
+        st.Page("pages/check_yourself.py", title="Check yourself"),
+    ],
     "Serving": [
         st.Page("pages/nocache.py", title="Without a KV cache"),
         st.Page("pages/batching.py", title="Batching"),

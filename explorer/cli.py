@@ -55,6 +55,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--attention-npz", type=Path, default=None, help="capture attention and save it (.npz)")
     run.add_argument("--json", type=Path, default=None, help="write the trace as JSON")
     run.add_argument("--csv", type=Path, default=None, help="write one row per pass as CSV")
+    run.add_argument("--perfetto", type=Path, default=None, help="write a Chrome trace-event JSON (ui.perfetto.dev)")
 
     bench = commands.add_parser("bench", help="the instrumented loop against HF generate(), A/B in one process")
     add_model_args(bench)
@@ -107,7 +108,7 @@ def precheck_run(args: argparse.Namespace) -> None:
     known = layer_count_without_loading(args.model)
     if layers is not None and known is not None:
         check_layers(layers, known)
-    check_output_paths(args.json, args.csv, args.attention_npz)
+    check_output_paths(args.json, args.csv, args.perfetto, args.attention_npz)
 
 
 def check_layers(layers: list[int], layer_count: int) -> None:
@@ -149,6 +150,11 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.csv:
         args.csv.write_text(trace.passes_csv(), encoding="utf-8")
         print(f"wrote {args.csv}")
+    if args.perfetto:
+        from explorer.perfetto import write_perfetto
+
+        write_perfetto(trace, args.perfetto)
+        print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
     if args.attention or args.attention_npz:
         maps = capture_attention(lm, trace, layers)
         same = {True: "yes", False: "NO", None: "n/a (sampled run)"}[maps.same_tokens_as(trace)]

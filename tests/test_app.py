@@ -18,7 +18,14 @@ from streamlit.testing.v1 import AppTest
 from explorer import ui
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["pages/run.py", "pages/attention.py", "pages/kv_cache.py", "pages/cost.py", "pages/latency.py"]
+PAGES = [
+    "pages/run.py",
+    "pages/attention.py",
+    "pages/kv_cache.py",
+    "pages/cost.py",
+    "pages/latency.py",
+    "pages/by_hand.py",
+]
 TIMEOUT_S = 180  # a first run loads the model and measures the device
 HOSTILE = "<img src=x onerror=alert(1)> **bold** <script>alert(2)</script>"
 
@@ -118,7 +125,11 @@ def test_downloads_follow_the_run_that_just_finished() -> None:
     assert not at.get("download_button")
     run_from_sidebar(at, prompt="first prompt", max_new_tokens=2)
     labels = [b.label for b in at.sidebar.get("download_button")]
-    assert labels == ["Download trace (JSON)", "Download passes (CSV)"]  # drawn in the very script run that ran
+    assert labels == [
+        "Download trace (JSON)",
+        "Download passes (CSV)",
+        "Download timeline (Perfetto JSON)",
+    ]  # drawn in the very script run that ran
     run_from_sidebar(at, prompt="second prompt", max_new_tokens=2)
     assert at.session_state[ui.RUN].trace.prompt_text == "second prompt"
     assert [r.trace.prompt_text for r in at.session_state[ui.HISTORY]] == ["first prompt"]
@@ -196,7 +207,8 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
     assert importers and all(path.startswith("explorer/ui/") for path in importers)
     code = "import sys; sys.modules['streamlit'] = None; import explorer.cli, explorer.bench, explorer.attention"
     code += "; import explorer.charts.run, explorer.charts.attention, explorer.charts.kv, explorer.charts.cost"
-    code += ", explorer.charts.latency"
+    code += ", explorer.charts.latency, explorer.charts.serving, explorer.charts.by_hand, explorer.charts.export"
+    code += "; import explorer.by_hand, explorer.quiz, explorer.perfetto, explorer.batch, explorer.nocache"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=os.environ)
     assert out.returncode == 0, out.stderr
 
@@ -251,3 +263,10 @@ def test_the_batching_lab_runs_renders_and_refuses_bad_input(lab_app: AppTest) -
     assert len(at.get("vega_lite_chart")) == 4
     assert at.metric[0].value == "yes"  # every request's tokens equal its solo tokens
     assert len(at.session_state["explorer_batch_result"].runs) == 3
+
+
+def test_every_chart_offers_png_and_svg(ran: AppTest) -> None:
+    for page in PAGES:
+        ran.switch_page(page).run()
+        labels = [b.label for b in ran.main.get("download_button")]
+        assert labels.count("PNG") == labels.count("SVG") == len(ran.get("vega_lite_chart")), page

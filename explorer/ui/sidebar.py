@@ -7,6 +7,7 @@ import streamlit as st
 
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.loading import DEVICES, DTYPES, EMBEDDED
+from explorer.perfetto import perfetto_json
 from explorer.trace import Sampling
 from explorer.ui.runner import remeasure_device
 from explorer.ui.state import (
@@ -85,4 +86,12 @@ def sidebar_downloads() -> None:
     )
     st.sidebar.download_button(
         "Download passes (CSV)", run.trace.passes_csv(), file_name="passes.csv", mime="text/csv", on_click="ignore"
+    )
+    st.sidebar.download_button(
+        "Download timeline (Perfetto JSON)",
+        perfetto_json(run.trace),
+        file_name="trace.perfetto.json",
+        mime="application/json",
+        on_click="ignore",
+        help="Open in ui.perfetto.dev or chrome://tracing: passes as slices, tokens as instants, KV cache as a counter",
     )

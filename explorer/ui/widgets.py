@@ -10,6 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from explorer.charts import export
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
 from explorer.trace import Spread, Trace
 from explorer.ui.state import RunResult, current_run
@@ -77,14 +78,34 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
     """A chart, its one-line caption with where its numbers come from, and a download of the data behind it."""
     st.altair_chart(chart_obj, width="stretch")
     st.caption(f"{caption} — *{source}*")
-    st.download_button(
-        f"Download data: {name}.csv",
-        data.to_csv(index=False),
-        file_name=f"{name}.csv",
-        mime="text/csv",
-        key=f"download-{name}",
-        on_click="ignore",
-    )
+    with st.container(horizontal=True, gap="small"):
+        st.download_button(
+            f"Download data: {name}.csv",
+            data.to_csv(index=False),
+            file_name=f"{name}.csv",
+            mime="text/csv",
+            key=f"download-{name}",
+            on_click="ignore",
+        )
+        # A callable runs only when its button is clicked: no page pays for renders nobody asked for.
+        st.download_button(
+            "PNG",
+            lambda: export.chart_png(chart_obj),
+            file_name=f"{name}.png",
+            mime="image/png",
+            key=f"download-{name}-png",
+            on_click="ignore",
+            help="The chart as an image at twice its size, rendered offline",
+        )
+        st.download_button(
+            "SVG",
+            lambda: export.chart_svg(chart_obj),
+            file_name=f"{name}.svg",
+            mime="image/svg+xml",
+            key=f"download-{name}-svg",
+            on_click="ignore",
+            help="The chart as a vector drawing, for slides",
+        )
 
 
 def table(data: pd.DataFrame, caption: str, source: str) -> None:

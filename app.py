@@ -15,6 +15,7 @@ pages = {
         st.Page("pages/latency.py", title="Latency"),
     ],
     "Workshop": [
+        st.Page("pages/step.py", title="Step by step"),
         st.Page("pages/by_hand.py", title="By hand"),
         st.Page("pages/check_yourself.py", title="Check yourself"),
     ],

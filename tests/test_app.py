@@ -113,7 +113,7 @@ def test_every_page_renders_its_charts_and_captions(ran: AppTest, page: str) -> 
 def test_a_one_token_run_renders_every_page() -> None:
     at = run_from_sidebar(new_app(), max_new_tokens=1)
     assert at.session_state[ui.RUN].trace.new_tokens == 1
-    for page in PAGES[:-1]:
+    for page in [p for p in PAGES if p != "pages/latency.py"]:
         assert_page_renders(at, page)
     at.switch_page("pages/latency.py").run()  # one token has a TTFT but no inter-token latency to chart
     assert not at.exception and not at.error

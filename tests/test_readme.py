@@ -28,7 +28,10 @@ def test_the_hub_login_command_is_the_current_one() -> None:
 
 def test_every_file_the_examples_write_is_ignored_by_git() -> None:
     written = [
-        args[i + 1] for args in EXAMPLES for i, a in enumerate(args) if a in ("--json", "--csv", "--attention-npz")
+        args[i + 1]
+        for args in EXAMPLES
+        for i, a in enumerate(args)
+        if a in ("--json", "--csv", "--attention-npz", "--perfetto")
     ]
     assert {"t.json", "maps.npz", "p.json"} <= set(written)
     ignored = subprocess.run(["git", "check-ignore", *written], cwd=ROOT, capture_output=True, text=True).stdout.split()

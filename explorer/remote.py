@@ -76,6 +76,9 @@ ERROR_BODY_CHARS = 200
 HOSTED_ENV = "EXPLORER_HOSTED"
 ALLOWED_ENDPOINTS_ENV = "EXPLORER_ALLOWED_ENDPOINTS"  # comma-separated base URLs a hosted app may measure
 TRUE_WORDS = ("1", "true", "yes", "on")
+HOSTED_MAX_CONCURRENCY = 16
+HOSTED_MAX_REQUESTS = 64
+HOSTED_MAX_TOKENS = 512
 
 ITL_RULE = (
     "ITL is per token: a chunk bringing n tokens g ms after the previous token-bearing chunk counts as n gaps of "
@@ -185,6 +188,20 @@ class EndpointPolicy:
             )
         if normalized not in self.allowed:
             raise BadInput(f"This hosted server only measures these endpoints: {', '.join(self.allowed)}.")
+
+    def check_limits(self, concurrency_levels: Sequence[int], requests_per_level: int, max_tokens: int) -> None:
+        """In hosted mode a visitor's sweep stays small: it loads someone's server, maybe a shared one."""
+        if not self.hosted:
+            return
+        if (
+            max(concurrency_levels, default=0) > HOSTED_MAX_CONCURRENCY
+            or requests_per_level > HOSTED_MAX_REQUESTS
+            or max_tokens > HOSTED_MAX_TOKENS
+        ):
+            raise BadInput(
+                f"This hosted server caps a sweep at concurrency {HOSTED_MAX_CONCURRENCY}, {HOSTED_MAX_REQUESTS} "
+                f"requests per level and {HOSTED_MAX_TOKENS} max tokens."
+            )
 
 
 def check_endpoint_allowed(base_url: str, environ: Mapping[str, str] | None = None) -> None:
@@ -658,7 +675,9 @@ def _read_events(
             continue
         elif line.startswith("data:"):
             data_lines.append(line[5:].removeprefix(" "))
-            if len(data_lines) == 1 and line[5:].strip() == "[DONE]":
+            # An event is complete at its blank line; dispatching as soon as its data is whole JSON (as vLLM's
+            # client does) times it at its own line, and copes with servers that leave the blank line out.
+            if _is_complete("\n".join(data_lines)) and not dispatch(now_s):
                 break
         # other fields (event:, id:, retry:) carry nothing measured here
     if not texts:
@@ -668,6 +687,17 @@ def _read_events(
             + ": raise max tokens or check the prompt."
         )
     return Stream(tuple(arrivals), tuple(texts), tuple(chunk_usage), completion_tokens, prompt_tokens, finish_reason)
+
+
+def _is_complete(payload: str) -> bool:
+    text = payload.strip()
+    if text == "[DONE]":
+        return True
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 # --- counting tokens ---------------------------------------------------------------------------------------------
@@ -831,7 +861,9 @@ def run_sweep(
 ) -> SweepResult:
     """Check, warm up with one request (whose failure ends the sweep with its one line), then run every level."""
     config.validate()
-    (policy or EndpointPolicy.from_env()).check(config.endpoint.base_url)
+    policy = policy or EndpointPolicy.from_env()
+    policy.check(config.endpoint.base_url)
+    policy.check_limits(config.concurrency_levels, config.requests_per_level, config.max_tokens)
     deadline = Deadline(config.time_limit_s)
     total = config.requests_per_level * len(config.concurrency_levels) + (1 if config.warmup else 0)
     done = 0
@@ -963,7 +995,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     remote.add_argument("--no-warmup", action="store_true", help="skip the uncounted first request")
     remote.add_argument("--json", type=Path, default=None, help="write levels, percentiles and every request")
-    remote.set_defaults(func=cmd_remote)
+    remote.set_defaults(func=cmd_remote, loads_models=False)  # cli.main may skip importing transformers
 
 
 def api_key_from_env(name: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -976,7 +1008,7 @@ def api_key_from_env(name: str | None, environ: Mapping[str, str] | None = None)
 
 
 def cmd_remote(args: argparse.Namespace) -> None:
-    from explorer.cli import stderr_progress
+    from explorer.cli import quiet_libraries, stderr_progress
 
     config = SweepConfig(
         endpoint=make_endpoint(args.base_url, args.model, args.api),
@@ -992,7 +1024,10 @@ def cmd_remote(args: argparse.Namespace) -> None:
     )
     config.validate()  # before a tokenizer loads: bad input fails in a blink
     api_key = api_key_from_env(args.api_key_env)
-    counter = load_chunk_counter(args.tokenizer) if args.tokenizer else None
+    counter = None
+    if args.tokenizer:
+        quiet_libraries()  # only this option loads transformers in this command
+        counter = load_chunk_counter(args.tokenizer)
     result = run_sweep(config, api_key=api_key, counter=counter, on_progress=stderr_progress)
     print(format_sweep(result))
     if args.json:

@@ -19,7 +19,11 @@ st.caption(
 policy = remote.EndpointPolicy.from_env()
 if policy.hosted:
     allowed = ", ".join(policy.allowed) or "none (the operator sets EXPLORER_ALLOWED_ENDPOINTS)"
-    st.caption(f"Hosted mode: only these endpoints can be measured: {ui.escape_markdown(allowed)}")
+    st.caption(
+        f"Hosted mode: only these endpoints can be measured: {ui.escape_markdown(allowed)}; a sweep is capped at "
+        f"concurrency {remote.HOSTED_MAX_CONCURRENCY}, {remote.HOSTED_MAX_REQUESTS} requests per level and "
+        f"{remote.HOSTED_MAX_TOKENS} max tokens."
+    )
 
 with st.form("endpoint-form"):
     left, right = st.columns([3, 2])
@@ -32,13 +36,20 @@ with st.form("endpoint-form"):
     api = st.radio("API", remote.APIS, horizontal=True, help="chat sends the prompt as one user message.")
     prompt = st.text_area("Prompt", value=ui.DEFAULT_PROMPT, max_chars=ui.PROMPT_MAX_CHARS, height=80)
     cols = st.columns(4)
-    max_tokens = cols[0].number_input("Max tokens", min_value=1, max_value=1024, value=remote.DEFAULT_MAX_TOKENS)
+    max_tokens = cols[0].number_input(
+        "Max tokens",
+        min_value=1,
+        max_value=remote.HOSTED_MAX_TOKENS if policy.hosted else remote.MAX_TOKENS_LIMIT,
+        value=remote.DEFAULT_MAX_TOKENS,
+    )
     levels_text = cols[1].text_input("Concurrency levels", value="1,4", help="Comma-separated, e.g. 1,2,4,8.")
     requests = cols[2].number_input(
         "Requests per level", min_value=1, max_value=64, value=remote.DEFAULT_REQUESTS, help="Bounded: at most 64."
     )
     timeout_s = cols[3].number_input("Timeout (s)", min_value=1.0, max_value=600.0, value=remote.DEFAULT_TIMEOUT_S)
-    api_key = st.text_input("API key (optional)", type="password", help="Sent as a bearer token; never stored.")
+    api_key = st.text_input(
+        "API key (optional)", type="password", help="Sent as a bearer token; never shown or written to a file."
+    )
     submitted = st.form_submit_button("Measure", type="primary")
 
 uploaded = st.file_uploader(

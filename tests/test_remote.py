@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ import pytest
 from explorer import remote
 from explorer.charts import latency
 from explorer.cli import main
-from explorer.errors import BadInput
+from explorer.errors import BadInput, RunFailed
 from tests.tiny import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +115,39 @@ def test_hosted_mode_allows_only_listed_endpoints() -> None:
     assert not remote.EndpointPolicy.from_env({remote.HOSTED_ENV: "0"}).hosted
     with pytest.raises(BadInput):
         remote.check_endpoint_allowed("http://x/v1", {remote.HOSTED_ENV: "true"})
+
+
+def test_hosted_mode_caps_a_sweep() -> None:
+    policy = remote.EndpointPolicy(hosted=True, allowed=("http://h/v1",))
+    policy.check_limits((1, 16), 64, 512)
+    for levels, requests, tokens in (((1, 17), 8, 32), ((1,), 65, 32), ((1,), 8, 513)):
+        with pytest.raises(BadInput, match="caps a sweep"):
+            policy.check_limits(levels, requests, tokens)
+    remote.EndpointPolicy().check_limits((256,), 1000, 4096)  # local use stays free
+
+
+def test_server_sent_events_are_parsed_chunk_by_chunk() -> None:
+    stream = io.BytesIO(
+        b": a comment, as servers send for keep-alive\n\n"
+        b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n'
+        b'data: {"choices": [{"delta": {"content": "Hel"}}]}\n'  # no blank line: still one event
+        b'data: {"choices": [{"delta": {"content": "lo"}, "finish_reason": null}]}\n\n'
+        b"event: ignored\n"
+        b'data: {"choices": [{"delta": {}, "finish_reason": "length"}], "usage": {"completion_tokens": 2, '
+        b'"prompt_tokens": 9}}\n\n'
+        b"data: [DONE]\n\n"
+        b'data: {"choices": [{"delta": {"content": "after done"}}]}\n\n'
+    )
+    request = remote.StreamRequest(remote.make_endpoint("http://h/v1", "m"), "hi", 4)
+    parsed = remote._read_events(request, stream, time.perf_counter(), None)
+    assert parsed.texts == ("Hel", "lo") and len(parsed.arrivals_s) == 2
+    assert (parsed.completion_tokens, parsed.prompt_tokens, parsed.finish_reason) == (2, 9, "length")
+    with pytest.raises(BadInput, match="not JSON"):
+        remote._read_events(request, io.BytesIO(b"data: {oops\n\n"), time.perf_counter(), None)
+    with pytest.raises(RunFailed, match="error mid-stream: overloaded"):
+        remote._read_events(request, io.BytesIO(b'data: {"error": {"message": "overloaded"}}\n\n'), 0.0, None)
+    with pytest.raises(RunFailed, match="no output text"):
+        remote._read_events(request, io.BytesIO(b"data: [DONE]\n\n"), 0.0, None)
 
 
 def test_run_sweep_refuses_an_unlisted_endpoint_before_sending_anything() -> None:
@@ -498,3 +532,80 @@ def test_the_page_says_in_one_line_what_is_wrong() -> None:
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and errors[0].startswith("This file is not JSON") and "\n" not in errors[0]
     assert not at.get("vega_lite_chart")
+
+
+# --- the Endpoint page, live in a real browser -------------------------------------------------------------------
+BROWSER_RUN_TIMEOUT_S = 400  # warm-up + 2 levels x 2 requests on a busy 2-core machine
+
+
+def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: Path) -> None:
+    from tests.browser_support import (
+        CHROMIUM,
+        CHROMIUM_ARGS,
+        full_screenshot,
+        log_tail,
+        mark_run_state,
+        streamlit_server,
+        wait_for_charts,
+        wait_until_rerun_done,
+    )
+
+    if importlib.util.find_spec("playwright") is None or not CHROMIUM.exists():
+        pytest.skip("BROWSER TEST SKIPPED: needs the playwright package and /usr/bin/chromium (see the README)")
+    from playwright.sync_api import sync_playwright
+
+    shots = Path(os.environ.get("EXPLORER_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    server_log = tmp_path / "streamlit.log"
+    viewport = {"width": 1400, "height": 1000}
+    with streamlit_server(server_log) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport=viewport)
+            page.set_default_timeout(60_000)
+            page_errors: list[str] = []
+            page.on("pageerror", lambda error: page_errors.append(str(error)))
+            page.goto(url)  # through app.py, as a visitor arrives: a first request straight to /endpoint skips it
+            page.locator("[data-testid='stSidebarNavLink']", has_text="Endpoint").click()
+            main_area = page.locator("[data-testid='stMain']")
+            main_area.get_by_text("No sweep yet").wait_for()
+            for label, value in (
+                ("Base URL", engine.base_url),
+                ("Model", engine.model),
+                ("Max tokens", "4"),
+                ("Concurrency levels", "1,2"),
+                ("Requests per level", "2"),
+            ):
+                box = main_area.get_by_label(label, exact=True)
+                box.fill(value)
+                box.blur()
+            mark = mark_run_state(page)
+            main_area.get_by_role("button", name="Measure").click()
+            try:
+                wait_until_rerun_done(page, mark, BROWSER_RUN_TIMEOUT_S)
+                drawn, charts = wait_for_charts(page, 30)
+            finally:
+                full_screenshot(page, shots / "endpoint-live.png", **viewport)
+            errors = page.locator("[data-testid='stAlertContentError']").all_inner_texts()
+            assert not errors, f"{errors}; server log: {log_tail(server_log)}"
+            assert (drawn, charts) == (2, 2), f"{drawn} of {charts} charts drawn; see {shots / 'endpoint-live.png'}"
+            text = main_area.inner_text()
+            assert "ITL is per token" in text and engine.base_url in text
+            assert page_errors == []
+        finally:
+            browser.close()
+    print(f"[browser test] endpoint page screenshot: {shots / 'endpoint-live.png'}")
+
+
+def test_hosted_mode_refuses_an_unlisted_endpoint_on_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(remote.HOSTED_ENV, "1")
+    monkeypatch.setenv(remote.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
+    at = endpoint_page()
+    assert next(t for t in at.text_input if t.label == "Base URL").value == "http://127.0.0.1:8000/v1"
+    next(t for t in at.text_input if t.label == "Base URL").input("http://169.254.169.254/v1")
+    next(t for t in at.text_input if t.label == "Model").input("m")
+    with mock.patch.object(remote, "stream_once") as sent:
+        next(b for b in at.button if b.label == "Measure").click().run()
+    sent.assert_not_called()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "only measures these endpoints" in errors[0] and "\n" not in errors[0]

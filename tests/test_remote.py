@@ -515,10 +515,18 @@ def synthetic_sweep_json() -> bytes:
     )
 
 
-def test_the_page_renders_a_json_and_rereads_it_against_new_slos() -> None:
+def test_the_page_renders_a_json_and_rereads_it_against_new_slos(tiny_lm) -> None:
+    from explorer import ui
+    from explorer.engine import Request, generate
+
     at = endpoint_page()
+    local = generate(tiny_lm, Request(prompt="hi", max_new_tokens=3))
+    at.session_state[ui.RUN] = ui.RunResult(local, None, "", "run 1: hi")  # as if the sidebar had run it
     at.get("file_uploader")[0].set_value(("sweep.json", synthetic_sweep_json(), "application/json")).run()
     assert_renders(at)
+    beside = at.dataframe[-1].value
+    assert beside["where"].iloc[0].startswith("local instrumented run")
+    assert beside["ttft_p50_ms"].iloc[0] == pytest.approx(local.ttft_s * 1e3)
     shown = at.session_state["endpoint_result"]
     assert list(at.dataframe[0].value["goodput_requests"]) == [1, 1]  # the slow request's 70 ms gap misses 50 ms
     at.number_input(key="endpoint-itl-slo-ms").set_value(100.0).run()
@@ -566,7 +574,9 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
             page_errors: list[str] = []
             page.on("pageerror", lambda error: page_errors.append(str(error)))
             page.goto(url)  # through app.py, as a visitor arrives: a first request straight to /endpoint skips it
-            page.locator("[data-testid='stSidebarNavLink']", has_text="Endpoint").click()
+            # Until app.py's first run draws, the sidebar lists pages/ by file name: wait for its own sidebar.
+            page.locator("[data-testid='stSidebar']").get_by_role("button", name="Run", exact=True).wait_for()
+            page.locator("[data-testid='stSidebarNavLink']").get_by_text("Endpoint", exact=True).click()
             main_area = page.locator("[data-testid='stMain']")
             main_area.get_by_text("No sweep yet").wait_for()
             for label, value in (
@@ -591,6 +601,8 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
             assert (drawn, charts) == (2, 2), f"{drawn} of {charts} charts drawn; see {shots / 'endpoint-live.png'}"
             text = main_area.inner_text()
             assert "ITL is per token" in text and engine.base_url in text
+            nav = [label.strip() for label in page.locator("[data-testid='stSidebarNavLink']").all_inner_texts()]
+            assert nav[-1] == "Endpoint" and "Inside one inference" in nav  # app.py's navigation, not pages/
             assert page_errors == []
         finally:
             browser.close()

@@ -269,11 +269,6 @@ class RequestRecord:
     def tokens_per_s(self) -> float | None:
         return self.output_tokens / self.e2e_s if self.ok and self.e2e_s else None
 
-    @property
-    def uncounted_tokens(self) -> int:
-        """Output tokens the server's usage reports beyond those seen in chunks (often the end-of-sequence token)."""
-        return self.output_tokens - sum(self.chunk_tokens)
-
     def meets_slos(self, ttft_slo_s: float, itl_slo_s: float) -> bool:
         """Strictly under both: TTFT, and the p99 of this request's ITLs (a one-token request has no ITL to miss)."""
         if not self.ok or self.ttft_s is None or not self.ttft_s < ttft_slo_s:

@@ -78,6 +78,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "nocache": ("explorer.nocache", "the cached loop against a naive loop that re-runs the whole sequence each step"),
     "batch": ("explorer.batch", "decode B requests together: step time, tokens/s and ITL against batch size"),
+    "remote": ("explorer.remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server"),
+    "soak": ("explorer.soak", "RSS over many in-process runs"),
 }
 
 
@@ -198,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(argv[0] if argv else None).parse_args(argv)
         if getattr(args, "precheck", None):
             args.precheck(args)
-        quiet_libraries()
+        if getattr(args, "loads_models", True):  # a client of a remote server never imports torch
+            quiet_libraries()
         args.func(args)
     except ExplorerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -209,6 +209,9 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
     code += "; import explorer.charts.run, explorer.charts.attention, explorer.charts.kv, explorer.charts.cost"
     code += ", explorer.charts.latency, explorer.charts.serving, explorer.charts.by_hand, explorer.charts.export"
     code += "; import explorer.by_hand, explorer.quiz, explorer.perfetto, explorer.batch, explorer.nocache"
+    code += (
+        "; import explorer.remote, explorer.soak, explorer.charts.remote, explorer.stepping, explorer.charts.compare"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=os.environ)
     assert out.returncode == 0, out.stderr
 

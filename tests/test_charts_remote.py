@@ -1,0 +1,112 @@
+"""The Endpoint page's builders on a hand-made sweep: exact values, SLO colouring, failures kept, charts valid."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer import remote
+from explorer.charts import remote as charts
+from explorer.engine import Request, generate
+from explorer.loading import LoadedModel
+
+TTFT_SLO_S, ITL_SLO_S = 0.25, 0.05
+
+
+def record(index: int, start_s: float, arrivals: tuple[float, ...], tokens: tuple[int, ...]) -> remote.RequestRecord:
+    return remote.RequestRecord(
+        index=index,
+        start_s=start_s,
+        ttft_s=arrivals[0],
+        e2e_s=arrivals[-1],
+        chunk_arrivals_s=arrivals,
+        chunk_tokens=tokens,
+        output_tokens=sum(tokens),
+        output_tokens_from="usage",
+        chunk_tokens_from="chunks",
+        prompt_tokens=5,
+        finish_reason="length",
+        text="t" * len(arrivals),
+    )
+
+
+FAILED = remote.RequestRecord(2, 0.0, None, None, (), (), 0, "chunks", "chunks", None, None, "", "connection reset")
+
+
+@pytest.fixture
+def result() -> remote.SweepResult:
+    one = remote.LevelResult(
+        1,
+        1.0,
+        (record(0, 0.0, (0.1, 0.14, 0.18), (1, 1, 1)), record(1, 0.2, (0.2, 0.26, 0.32), (1, 1, 1))),
+    )
+    # at 2 in flight: TTFTs 300 and 100 ms, one 3-token chunk after 90 ms (3 gaps of 30 ms), and a failure
+    two = remote.LevelResult(2, 0.5, (record(0, 0.0, (0.3, 0.35), (1, 1)), record(1, 0.0, (0.1, 0.19), (1, 3)), FAILED))
+    return remote.SweepResult(
+        endpoint=remote.make_endpoint("http://127.0.0.1:8000/v1", "m"),
+        prompt="p",
+        max_tokens=4,
+        requests_per_level=2,
+        ttft_slo_s=TTFT_SLO_S,
+        itl_slo_s=ITL_SLO_S,
+        levels=(one, two),
+        warmup=None,
+        created_at="2026-01-01T00:00:00+00:00",
+    )
+
+
+def test_levels_frame_values(result: remote.SweepResult) -> None:
+    frame = charts.levels_frame(result, TTFT_SLO_S, ITL_SLO_S)
+    assert list(frame["concurrency"]) == [1, 2]
+    first, second = frame.iloc[0], frame.iloc[1]
+    assert first["ttft_p50_ms"] == pytest.approx(150.0)  # median of 100 and 200 ms
+    assert first["itl_p50_ms"] == pytest.approx(50.0)  # gaps 40, 40, 60, 60
+    assert first["total_output_tokens_per_s"] == pytest.approx(6 / 1.0)
+    assert first["goodput_requests"] == 1  # the second request's 60 ms gaps miss the 50 ms ITL SLO
+    assert (second["succeeded"], second["failed"]) == (2, 1)
+    assert second["itl_p50_ms"] == pytest.approx(30.0)  # 50 ms, then 30, 30, 30
+    assert second["total_output_tokens_per_s"] == pytest.approx(6 / 0.5)
+    assert second["goodput_requests"] == 1 and second["goodput_pct"] == pytest.approx(100 / 3)
+
+
+def test_percentiles_frame_is_long_and_complete(result: remote.SweepResult) -> None:
+    frame = charts.percentiles_frame(result)
+    assert len(frame) == 2 * 2 * 3  # levels x (TTFT, ITL) x (p50, p90, p99)
+    ttft_p99 = frame.query("concurrency == 2 and metric == 'TTFT' and percentile == 'p99'")["value_ms"].item()
+    assert ttft_p99 == pytest.approx(100 + 0.99 * 200)
+
+
+def test_tradeoff_frame_labels_goodput(result: remote.SweepResult) -> None:
+    frame = charts.tradeoff_frame(result, TTFT_SLO_S, ITL_SLO_S)
+    assert list(frame["label"]) == ["c=1 · 1/2 good", "c=2 · 1/3 good"]
+    assert set(frame["goodput"]) == {charts.GOODPUT_DOMAIN[1]}
+    relaxed = charts.tradeoff_frame(result, 1.0, 1.0)
+    assert list(relaxed["goodput"]) == [charts.GOODPUT_DOMAIN[0], charts.GOODPUT_DOMAIN[1]]  # the failure never counts
+
+
+def test_requests_frame_keeps_failures(result: remote.SweepResult) -> None:
+    frame = charts.requests_frame(result, TTFT_SLO_S, ITL_SLO_S)
+    assert len(frame) == 5
+    failed = frame[frame["error"] != ""]
+    assert list(failed["error"]) == ["connection reset"] and not failed["meets_slos"].item()
+    assert frame.iloc[3]["tpot_ms"] == pytest.approx(90 / 3)  # (190 - 100) / (4 - 1)
+
+
+def test_charts_build(result: remote.SweepResult) -> None:
+    for chart in (
+        charts.percentiles_chart(charts.percentiles_frame(result), TTFT_SLO_S, ITL_SLO_S),
+        charts.tradeoff_chart(charts.tradeoff_frame(result, TTFT_SLO_S, ITL_SLO_S), TTFT_SLO_S, ITL_SLO_S),
+    ):
+        spec = chart.to_dict()
+        assert len(spec["hconcat"]) == 2
+
+
+def test_local_run_sits_beside_the_remote_levels(result: remote.SweepResult, tiny_lm: LoadedModel) -> None:
+    assert list(charts.local_vs_remote_frame(result, None)["where"]) == [
+        "remote, concurrency 1",
+        "remote, concurrency 2",
+    ]
+    trace = generate(tiny_lm, Request(prompt="hi", max_new_tokens=3))
+    frame = charts.local_vs_remote_frame(result, trace)
+    assert frame.iloc[0]["where"].startswith("local instrumented run")
+    assert frame.iloc[0]["ttft_p50_ms"] == pytest.approx(trace.ttft_s * 1e3)
+    assert frame.iloc[0]["itl_p50_ms"] == pytest.approx(trace.itl_p50_s * 1e3)

@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 
 import altair as alt
+import pandas as pd
 import pytest
 
+from explorer.charts import cost
 from explorer.charts import profile as charts
+from explorer.charts.common import to_ms
 from explorer.charts.cost import SEGMENT_LABELS
+from explorer.engine import Request, generate
+from explorer.loading import LoadedModel
 from explorer.profiler import CPU_REMAINDER, KV_UPDATE, LINEAR, OP_GROUPS, OpTime, PassProfile, ProfileGroup
 
 # Seconds per op group, in OP_GROUPS order: linear, attention, KV update, norms/activations, embedding/LM head, other.
@@ -53,6 +58,21 @@ def roofline() -> charts.RooflineParts:
     return charts.RooflineParts(
         weight_read_s=0.125, kv_read_s=0.0078125, compute_not_hidden_s=0.0, overhead_s=0.3671875, wall_s=0.5
     )
+
+
+def test_roofline_parts_come_from_the_time_split_row_of_the_pass() -> None:
+    split = pd.DataFrame(
+        {
+            "pass": [2, 3],
+            "weight_read_ms": [1.0, 125.0],
+            "kv_read_ms": [1.0, 7.8125],
+            "compute_not_hidden_ms": [1.0, 0.0],
+            "overhead_ms": [1.0, 367.1875],
+            "wall_ms": [4.0, 500.0],
+        }
+    )
+    parts = charts.roofline_parts(split, 3)
+    assert parts == charts.RooflineParts(0.125, 0.0078125, 0.0, 0.3671875, 0.5)
 
 
 def test_profile_frame_is_the_groups_then_the_remainder(profile: PassProfile) -> None:
@@ -111,3 +131,16 @@ def test_chart_serialises_with_one_colour_per_part(profile: PassProfile, rooflin
     assert scale["domain"] == [*SEGMENT_LABELS, *OP_GROUPS, CPU_REMAINDER]
     assert len(scale["range"]) == len(scale["domain"]) == len(set(scale["range"]))
     assert spec["layer"][1]["encoding"]["color"]["scale"]["domain"] == charts.WALL_DOMAIN
+
+
+def test_roofline_parts_match_the_time_split_of_a_real_trace(tiny_lm: LoadedModel) -> None:
+    trace = generate(tiny_lm, Request("abc", max_new_tokens=4))
+    split = cost.time_split_frame(trace)
+    for k in range(trace.new_tokens):
+        parts = charts.roofline_parts(split, k)
+        row = split.loc[k]
+        assert [to_ms(parts.weight_read_s), to_ms(parts.kv_read_s)] == pytest.approx(
+            [row["weight_read_ms"], row["kv_read_ms"]], rel=1e-12
+        )
+        assert to_ms(parts.overhead_s) == pytest.approx(row["overhead_ms"], rel=1e-12)
+        assert to_ms(parts.wall_s) == pytest.approx(to_ms(trace.passes[k].wall_s), rel=1e-12)

@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, to_ms
-from explorer.charts.cost import SEGMENT_LABELS, SEGMENT_RANGE
+from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE
 
 if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
     from explorer.profiler import PassProfile
@@ -36,6 +36,13 @@ class RooflineParts:
     compute_not_hidden_s: float  # modelled: compute beyond the memory time
     overhead_s: float  # measured wall - modelled roofline time, at least 0
     wall_s: float  # measured: the pass in the run
+
+
+def roofline_parts(split: pd.DataFrame, pass_index: int) -> RooflineParts:
+    """The pass's bar exactly as the Cost page's time split stacks it (`cost.time_split_frame`), back in seconds."""
+    row = split.loc[split["pass"] == pass_index].iloc[0]
+    weight_ms, kv_ms, compute_ms, overhead_ms = (float(row[c]) for c in SEGMENT_COLUMNS)
+    return RooflineParts(weight_ms / 1e3, kv_ms / 1e3, compute_ms / 1e3, overhead_ms / 1e3, float(row["wall_ms"]) / 1e3)
 
 
 def profile_frame(profile: PassProfile) -> pd.DataFrame:

@@ -251,8 +251,8 @@ def _state_before(lm: LoadedModel, trace: Trace, pass_index: int) -> object:
 def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
     """Replay pass K of `trace` on its model: warm up, time it without the profiler, then time it under it."""
     check_pass(trace, pass_index)
-    if trace.model.display_name != lm.info.display_name or trace.model.dtype != lm.info.dtype:
-        raise BadInput("This run came from another model or dtype: run it again on the loaded one, then profile.")
+    if trace.model != lm.info:  # replaying its tokens through another model would profile a different computation
+        raise BadInput("This run came from another model, dtype or device: run it again on this one, then profile.")
     record = trace.passes[pass_index]
     device = lm.torch_device
     ids = torch.tensor([list(record.input_token_ids)], device=device)  # (1, T) prefill, (1, 1) decode

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from explorer.errors import BadInput
-from explorer.profiler import PassProfile
+
+if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
+    from explorer.profiler import PassProfile
 
 TOP_OPS_SHOWN = 3
 

@@ -15,7 +15,7 @@ TOP_OPS_SHOWN = 3
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    """Add the `profile` subcommand (listed in `explorer.cli.extra_commands`)."""
+    """Add the `profile` subcommand (listed in `explorer.cli.EXTRA_COMMANDS`)."""
     from explorer.cli import add_model_args
 
     parser = commands.add_parser("profile", help="replay one pass of a run under torch.profiler, grouped by what ran")
@@ -27,7 +27,22 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-chat-template", action="store_true", help="tokenize the raw prompt")
     parser.add_argument("--json", type=Path, default=None, help="write the profile (every op, grouped) as JSON")
-    parser.set_defaults(func=cmd_profile)
+    parser.set_defaults(func=cmd_profile, precheck=precheck_profile)
+
+
+def new_tokens_for(args: argparse.Namespace) -> int:
+    """Just enough new tokens to reach `--pass` unless `--max-new-tokens` says otherwise."""
+    return max(1, args.pass_index + 1) if args.max_new_tokens is None else args.max_new_tokens
+
+
+def precheck_profile(args: argparse.Namespace) -> None:
+    """What can be refused before torch is even imported: the pass, the prompt, the output folder."""
+    from explorer.cli import check_output_paths
+
+    check_pass_reachable(args.pass_index, new_tokens_for(args))
+    if not args.prompt or not args.prompt.strip():
+        raise BadInput("The prompt is empty: type some text to run.")
+    check_output_paths(args.json)
 
 
 def check_pass_reachable(pass_index: int, max_new_tokens: int) -> None:
@@ -66,18 +81,16 @@ def format_profile(profile: PassProfile) -> str:
 
 def cmd_profile(args: argparse.Namespace) -> None:
     from explorer.cli import load
-    from explorer.device import device_profile
-    from explorer.engine import Request, generate, validate
+    from explorer.engine import Request, validate
+    from explorer.measure import measure
     from explorer.profiler import profile_pass
 
-    # Before the model loads, bad input should fail in a blink; the pass first, since the default token count
-    # derives from it.
-    max_new_tokens = max(1, args.pass_index + 1) if args.max_new_tokens is None else args.max_new_tokens
-    check_pass_reachable(args.pass_index, max_new_tokens)
-    request = Request(prompt=args.prompt, max_new_tokens=max_new_tokens, use_chat_template=not args.no_chat_template)
+    request = Request(
+        prompt=args.prompt, max_new_tokens=new_tokens_for(args), use_chat_template=not args.no_chat_template
+    )
     validate(request)
     lm = load(args)
-    trace = generate(lm, request, device=device_profile(lm.torch_device.type, lm.info.dtype))
+    trace = measure(lm, request)  # the request as `run` runs it: checked, warmed up, with honest device figures
     profile = profile_pass(lm, trace, args.pass_index)
     print(format_profile(profile))
     if args.json:

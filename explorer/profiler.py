@@ -85,7 +85,7 @@ class PassProfile:
     time_kind: str  # what `self_s` measures: "CPU self time" | "GPU kernel time"
     wall_s_profiled: float  # measured: the pass under the profiler (with its region markers)
     wall_s_unprofiled: float  # measured: the same pass in the same replay, no profiler, no markers
-    wall_s_run: float  # measured: the pass in the run itself
+    wall_s_run: float  # measured: the pass in the run itself (the median over the run's repeats)
     groups: tuple[ProfileGroup, ...]  # OP_GROUPS, in order, zeros included
     remainder_name: str  # CPU_REMAINDER | CUDA_REMAINDER
     remainder_s: float  # wall_s_profiled - op_total_s; negative only if the profiler's clocks disagree
@@ -291,7 +291,7 @@ def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
         time_kind="GPU kernel time" if on_gpu else "CPU self time",
         wall_s_profiled=wall_s_profiled,
         wall_s_unprofiled=wall_s_unprofiled,
-        wall_s_run=record.wall_s,
+        wall_s_run=trace.pass_wall_spread(pass_index).median,
         groups=groups,
         remainder_name=CUDA_REMAINDER if on_gpu else CPU_REMAINDER,
         remainder_s=wall_s_profiled - sum(g.self_s for g in groups),

@@ -10,11 +10,12 @@ import pytest
 
 from explorer.charts import cost
 from explorer.charts import profile as charts
-from explorer.charts.common import to_ms
-from explorer.charts.cost import SEGMENT_LABELS
+from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS
 from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
 from explorer.profiler import CPU_REMAINDER, KV_UPDATE, LINEAR, OP_GROUPS, OpTime, PassProfile, ProfileGroup
+from explorer.trace import DeviceProfile
+from explorer.units import to_ms
 
 # Seconds per op group, in OP_GROUPS order: linear, attention, KV update, norms/activations, embedding/LM head, other.
 GROUP_S = [0.25, 0.125, 0.0625, 0.03125, 0.0, 0.015625]
@@ -56,20 +57,14 @@ def profile() -> PassProfile:
 @pytest.fixture
 def roofline() -> charts.RooflineParts:
     return charts.RooflineParts(
-        weight_read_s=0.125, kv_read_s=0.0078125, compute_not_hidden_s=0.0, overhead_s=0.3671875, wall_s=0.5
+        weight_read_s=0.125, kv_s=0.0078125, compute_not_hidden_s=0.0, overhead_s=0.3671875, wall_s=0.5
     )
 
 
 def test_roofline_parts_come_from_the_time_split_row_of_the_pass() -> None:
+    segments_ms = [[1.0, 125.0], [1.0, 7.8125], [1.0, 0.0], [1.0, 367.1875]]
     split = pd.DataFrame(
-        {
-            "pass": [2, 3],
-            "weight_read_ms": [1.0, 125.0],
-            "kv_read_ms": [1.0, 7.8125],
-            "compute_not_hidden_ms": [1.0, 0.0],
-            "overhead_ms": [1.0, 367.1875],
-            "wall_ms": [4.0, 500.0],
-        }
+        {"pass": [2, 3], **dict(zip(SEGMENT_COLUMNS, segments_ms, strict=True)), "wall_ms": [4.0, 500.0]}
     )
     parts = charts.roofline_parts(split, 3)
     assert parts == charts.RooflineParts(0.125, 0.0078125, 0.0, 0.3671875, 0.5)
@@ -133,14 +128,14 @@ def test_chart_serialises_with_one_colour_per_part(profile: PassProfile, rooflin
     assert spec["layer"][1]["encoding"]["color"]["scale"]["domain"] == charts.WALL_DOMAIN
 
 
-def test_roofline_parts_match_the_time_split_of_a_real_trace(tiny_lm: LoadedModel) -> None:
-    trace = generate(tiny_lm, Request("abc", max_new_tokens=4))
+def test_roofline_parts_match_the_time_split_of_a_real_trace(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
+    trace = generate(tiny_lm, Request("abc", max_new_tokens=4, repeats=3), cpu_figures)
     split = cost.time_split_frame(trace)
     for k in range(trace.new_tokens):
         parts = charts.roofline_parts(split, k)
         row = split.loc[k]
-        assert [to_ms(parts.weight_read_s), to_ms(parts.kv_read_s)] == pytest.approx(
-            [row["weight_read_ms"], row["kv_read_ms"]], rel=1e-12
+        assert [to_ms(parts.weight_read_s), to_ms(parts.kv_s)] == pytest.approx(
+            [row["weight_read_ms"], row["kv_ms"]], rel=1e-12
         )
         assert to_ms(parts.overhead_s) == pytest.approx(row["overhead_ms"], rel=1e-12)
-        assert to_ms(parts.wall_s) == pytest.approx(to_ms(trace.passes[k].wall_s), rel=1e-12)
+        assert to_ms(parts.wall_s) == pytest.approx(to_ms(trace.pass_wall_spread(k).median), rel=1e-12)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED, to_ms
+from explorer.charts.common import MEASURED, MODELLED
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE
+from explorer.units import to_ms
 
 if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
     from explorer.profiler import PassProfile
@@ -21,7 +22,9 @@ BARS = [ROOFLINE_BAR, PROFILE_BAR]  # top to bottom
 # explains. Neither the phase orange nor the phase green.
 GROUP_RANGE = ["#e7ba52", "#d6616b", "#ce6dbd", "#8ca252", "#843c39", "#7b4173"]
 REMAINDER_COLOR = "#737373"
-PROFILED_WALL, UNPROFILED_WALL, RUN_WALL = "profiled wall", "same pass without the profiler", "the pass in the run"
+PROFILED_WALL = "profiled wall"
+UNPROFILED_WALL = "same pass without the profiler"
+RUN_WALL = "the pass in the run (median)"
 WALL_DOMAIN = [PROFILED_WALL, UNPROFILED_WALL, RUN_WALL]
 WALL_RANGE = ["#000000", "#e31a1c", "#08306b"]  # black, red, navy: apart from every segment
 TOP_OPS_SHOWN = 3
@@ -32,10 +35,10 @@ class RooflineParts:
     """The same pass's roofline bar, as the time split draws it, in seconds."""
 
     weight_read_s: float  # modelled
-    kv_read_s: float  # modelled
+    kv_s: float  # modelled: the KV cache's reads and writes
     compute_not_hidden_s: float  # modelled: compute beyond the memory time
     overhead_s: float  # measured wall - modelled roofline time, at least 0
-    wall_s: float  # measured: the pass in the run
+    wall_s: float  # measured: the pass in the run (the median over its repeats, as the time split draws it)
 
 
 def roofline_parts(split: pd.DataFrame, pass_index: int) -> RooflineParts:
@@ -106,7 +109,7 @@ def bars_frame(frame: pd.DataFrame, roofline: RooflineParts) -> pd.DataFrame:
             "part_order": range(len(SEGMENT_LABELS)),
             "ms": [
                 to_ms(roofline.weight_read_s),
-                to_ms(roofline.kv_read_s),
+                to_ms(roofline.kv_s),
                 to_ms(roofline.compute_not_hidden_s),
                 to_ms(roofline.overhead_s),
             ],

@@ -78,6 +78,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "nocache": ("explorer.nocache", "the cached loop against a naive loop that re-runs the whole sequence each step"),
     "batch": ("explorer.batch", "decode B requests together: step time, tokens/s and ITL against batch size"),
+    "profile": ("explorer.profile_cli", "replay one pass of a run under torch.profiler: its time grouped by what ran"),
 }
 
 

@@ -15,8 +15,8 @@ from explorer.units import to_ms
 if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
     from explorer.profiler import PassProfile
 
-PROFILE_BAR = f"profiled: op self times ({MEASURED})"
-ROOFLINE_BAR = f"roofline: weight, KV, compute ({MODELLED}) + overhead"
+PROFILE_BAR = f"profiled ({MEASURED})"
+ROOFLINE_BAR = f"roofline ({MODELLED}) + overhead"
 BARS = [ROOFLINE_BAR, PROFILE_BAR]  # top to bottom
 # Warm colours for what runs, so they never read as the roofline's blues; the remainder is grey like the overhead it
 # explains. Neither the phase orange nor the phase green.
@@ -165,7 +165,7 @@ def profile_chart(frame: pd.DataFrame, roofline: RooflineParts) -> alt.LayerChar
                 "wall:N",
                 scale=alt.Scale(domain=WALL_DOMAIN, range=WALL_RANGE),
                 title="measured wall",
-                legend=alt.Legend(orient="bottom"),
+                legend=alt.Legend(orient="bottom", labelLimit=320),
             ),
             tooltip=["bar:N", "wall:N", alt.Tooltip("ms:Q", title="ms (measured)", format=".3f")],
         )

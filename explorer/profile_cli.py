@@ -58,6 +58,14 @@ def check_pass_reachable(pass_index: int, max_new_tokens: int) -> None:
 
 def format_profile(profile: PassProfile) -> str:
     wall_s = profile.wall_s_profiled
+    samples = ", ".join(f"{t * 1e3:.2f}" for t in profile.wall_s_unprofiled_samples)
+    cost = (
+        f"profiling added {profile.profiler_cost_s * 1e3:.2f} ms ({profile.profiler_cost_s / wall_s:.0%} of the "
+        "profiled wall): its event recording and our region markers"
+        if profile.profiler_cost_s >= 0
+        else "the profiled pass ran faster than the median without the profiler: the machine's load changed between "
+        "them, so read every time here as one noisy sample"
+    )
     tokens = f"{profile.tokens_in} token{'s' if profile.tokens_in != 1 else ''}"
     lines = [
         f"pass {profile.pass_index} ({profile.phase}: {tokens} in, {profile.cache_len_before} cached before) on "
@@ -73,8 +81,9 @@ def format_profile(profile: PassProfile) -> str:
         f"{'total':<40} {profile.parts_total_s * 1e3:>9.2f} {profile.parts_total_s / wall_s:>7.1%}",
         "",
         f"profiled wall {profile.wall_s_profiled * 1e3:.2f} ms; same pass timed without the profiler "
-        f"{profile.wall_s_unprofiled * 1e3:.2f} ms, so profiling cost {profile.profiler_cost_s * 1e3:+.2f} ms "
-        f"(the pass in the run: {profile.wall_s_run * 1e3:.2f} ms)",
+        f"{profile.wall_s_unprofiled * 1e3:.2f} ms (median of {samples}; the pass in the run: "
+        f"{profile.wall_s_run * 1e3:.2f} ms)",
+        cost,
     ]
     return "\n".join(lines)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +55,7 @@ PASS_REGION = REGION_PREFIX + "pass"
 REGIONS = {REGION_PREFIX + name: name for name in OP_GROUPS}  # region name -> group
 US_PER_S = 1e6  # the profiler reports microseconds
 KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
+UNPROFILED_REPEATS = 3  # the reference the profiler's cost is read against: a median, so one noisy sample can't set it
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ class PassProfile:
     device_kind: str  # "cpu" | "cuda"
     time_kind: str  # what `self_s` measures: "CPU self time" | "GPU kernel time"
     wall_s_profiled: float  # measured: the pass under the profiler (with its region markers)
-    wall_s_unprofiled: float  # measured: the same pass in the same replay, no profiler, no markers
+    wall_s_unprofiled: float  # measured: the same pass in the same replay, no profiler, no markers (median)
+    wall_s_unprofiled_samples: tuple[float, ...]  # measured: each of the UNPROFILED_REPEATS timings, in order
     wall_s_run: float  # measured: the pass in the run itself (the median over the run's repeats)
     groups: tuple[ProfileGroup, ...]  # OP_GROUPS, in order, zeros included
     remainder_name: str  # CPU_REMAINDER | CUDA_REMAINDER
@@ -249,7 +252,8 @@ def _state_before(lm: LoadedModel, trace: Trace, pass_index: int) -> object:
 
 
 def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
-    """Replay pass K of `trace` on its model: warm up, time it without the profiler, then time it under it."""
+    """Replay pass K of `trace` on its model: warm up, time it without the profiler (median of a few), then time it
+    once under the profiler."""
     check_pass(trace, pass_index)
     if trace.model != lm.info:  # replaying its tokens through another model would profile a different computation
         raise BadInput("This run came from another model, dtype or device: run it again on this one, then profile.")
@@ -269,8 +273,10 @@ def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
 
     forward(lm.model, ids, cache)  # warm-up: kernel choice, allocator, page faults
     rewind()
-    _, wall_s_unprofiled = timed(device, forward, lm.model, ids, cache)
-    rewind()
+    unprofiled_s = []
+    for _ in range(UNPROFILED_REPEATS):
+        unprofiled_s.append(timed(device, forward, lm.model, ids, cache)[1])
+        rewind()
     on_gpu = device.type == "cuda"
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
     # Kineto prints start/stop banners on stderr at its default level, which would break the CLI's one-line errors;
@@ -290,7 +296,8 @@ def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
         device_kind=device.type,
         time_kind="GPU kernel time" if on_gpu else "CPU self time",
         wall_s_profiled=wall_s_profiled,
-        wall_s_unprofiled=wall_s_unprofiled,
+        wall_s_unprofiled=statistics.median(unprofiled_s),
+        wall_s_unprofiled_samples=tuple(unprofiled_s),
         wall_s_run=trace.pass_wall_spread(pass_index).median,
         groups=groups,
         remainder_name=CUDA_REMAINDER if on_gpu else CPU_REMAINDER,

@@ -46,6 +46,7 @@ def profile() -> PassProfile:
         time_kind="CPU self time",
         wall_s_profiled=1.0,
         wall_s_unprofiled=0.75,
+        wall_s_unprofiled_samples=(0.75, 1.0, 0.5),
         wall_s_run=0.5,
         groups=groups,
         remainder_name=CPU_REMAINDER,

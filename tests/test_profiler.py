@@ -65,6 +65,8 @@ def assert_adds_up(profile: PassProfile) -> None:
         assert [o.self_s for o in group.ops] == sorted((o.self_s for o in group.ops), reverse=True)
     assert profile.group(LINEAR).self_s > 0
     assert profile.wall_s_unprofiled > 0 and profile.wall_s_run > 0
+    assert len(profile.wall_s_unprofiled_samples) == profiler.UNPROFILED_REPEATS
+    assert profile.wall_s_unprofiled == sorted(profile.wall_s_unprofiled_samples)[1]  # the median of three
 
 
 def test_a_decode_pass_on_the_tiny_llama(tiny_lm: LoadedModel, llama_trace: Trace) -> None:

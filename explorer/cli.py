@@ -80,6 +80,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "batch": ("explorer.batch", "decode B requests together: step time, tokens/s and ITL against batch size"),
     "remote": ("explorer.remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server"),
     "soak": ("explorer.soak", "RSS over many in-process runs"),
+    "profile": ("explorer.profile_cli", "replay one pass of a run under torch.profiler: its time grouped by what ran"),
 }
 
 

@@ -4,7 +4,11 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import cost as charts
+from explorer.charts import profile as profile_charts
+from explorer.profiler import profile_pass
 from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent
+
+PROFILE = "explorer_profile"  # (run label, PassProfile) of the last "Profile this pass"
 
 result = ui.page_with_run(
     "Where the time goes",
@@ -61,6 +65,56 @@ with ui.secondary("The raw predictions, pass by pass"):
         "slower than the model the pass really ran.",
         "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
     )
+
+st.subheader("The overhead explained: one pass under the profiler")
+st.caption(
+    "The roofline model cannot say what the grey overhead is; the profiler can. It replays one pass of this run and "
+    "adds up each op's own time by the module it ran in. What no op accounts for is Python and framework dispatch "
+    "(on a GPU: the GPU idling between kernel launches)."
+)
+profile_index = st.selectbox(
+    "Pass to profile",
+    [p.index for p in trace.passes],
+    index=min(3, trace.new_tokens - 1),
+    format_func=lambda k: f"pass {k} ({trace.passes[k].phase}, {ms(trace.passes[k].wall_s)} in the run)",
+    help="0 is the prefill. The run's tokens are replayed up to this pass (untimed); the pass then runs once to warm "
+    "up, three times timed without the profiler and once timed under it.",
+)
+if st.button("Profile this pass", help="Runs the model again: the replay and five runs of this pass."):
+    ui.run_lab(
+        PROFILE,
+        f"Profiling pass {profile_index}",
+        lambda lm, _device, _progress: (result.label, profile_pass(lm, trace, profile_index)),
+    )
+kept = st.session_state.get(PROFILE)  # (run label, PassProfile): shown only for the run and pass it was taken for
+profiled = kept[1] if kept and kept[0] == result.label and kept[1].pass_index == profile_index else None
+if profiled is None:
+    st.info("Press **Profile this pass** to see where its time goes, op by op.")
+else:
+    ui.metrics(
+        [
+            ("Profiled wall", ms(profiled.wall_s_profiled), "measured: the pass under the profiler"),
+            ("Without the profiler", ms(profiled.wall_s_unprofiled), "measured: same pass, no profiler, median of 3"),
+            ("In the run", ms(profiled.wall_s_run), "measured: the pass as the run timed it (median over repeats)"),
+        ]
+    )
+    parts = profile_charts.profile_frame(profiled)
+    same_pass_bar = profile_charts.roofline_parts(charts.time_split_frame(trace), profile_index)
+    ui.chart(
+        profile_charts.profile_chart(parts, same_pass_bar),
+        parts,
+        "profile",
+        "Bottom: the profiled pass by what ran; the dark grey remainder is time in no op. The gap between the black "
+        "and red ticks is what profiling itself added. Top: the same pass's bar from the chart above.",
+        f"groups measured ({profiled.time_kind} per op, torch.profiler) · remainder = profiled wall − every op's self "
+        "time · top bar modelled, its overhead = measured − modelled",
+    )
+    with ui.secondary("Every op in the profiled pass"):
+        ui.table(
+            profile_charts.ops_frame(profiled),
+            "Each op the profiler saw, with the group of the module it ran in, its calls and its own time.",
+            f"measured: {profiled.time_kind}, summed over the op's calls in the pass",
+        )
 
 st.subheader("The roofline")
 roofline = charts.roofline_frame(trace)

@@ -4,11 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import cost as charts
-from explorer.charts import profile as profile_charts
-from explorer.profiler import profile_pass
-from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent
-
-PROFILE = "explorer_profile"  # (run label, PassProfile) of the last "Profile this pass"
+from explorer.ui.sections import profile_section, utilisation_section
 
 result = ui.page_with_run(
     "Where the time goes",
@@ -66,55 +62,7 @@ with ui.secondary("The raw predictions, pass by pass"):
         "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
     )
 
-st.subheader("The overhead explained: one pass under the profiler")
-st.caption(
-    "The roofline model cannot say what the grey overhead is; the profiler can. It replays one pass of this run and "
-    "adds up each op's own time by the module it ran in. What no op accounts for is Python and framework dispatch "
-    "(on a GPU: the GPU idling between kernel launches)."
-)
-profile_index = st.selectbox(
-    "Pass to profile",
-    [p.index for p in trace.passes],
-    index=min(3, trace.new_tokens - 1),
-    format_func=lambda k: f"pass {k} ({trace.passes[k].phase}, {ms(trace.passes[k].wall_s)} in the run)",
-    help="0 is the prefill. The run's tokens are replayed up to this pass (untimed); the pass then runs once to warm "
-    "up, three times timed without the profiler and once timed under it.",
-)
-if st.button("Profile this pass", help="Runs the model again: the replay and five runs of this pass."):
-    ui.run_lab(
-        PROFILE,
-        f"Profiling pass {profile_index}",
-        lambda lm, _device, _progress: (result.label, profile_pass(lm, trace, profile_index)),
-    )
-kept = st.session_state.get(PROFILE)  # (run label, PassProfile): shown only for the run and pass it was taken for
-profiled = kept[1] if kept and kept[0] == result.label and kept[1].pass_index == profile_index else None
-if profiled is None:
-    st.info("Press **Profile this pass** to see where its time goes, op by op.")
-else:
-    ui.metrics(
-        [
-            ("Profiled wall", ms(profiled.wall_s_profiled), "measured: the pass under the profiler"),
-            ("Without the profiler", ms(profiled.wall_s_unprofiled), "measured: same pass, no profiler, median of 3"),
-            ("In the run", ms(profiled.wall_s_run), "measured: the pass as the run timed it (median over repeats)"),
-        ]
-    )
-    parts = profile_charts.profile_frame(profiled)
-    same_pass_bar = profile_charts.roofline_parts(charts.time_split_frame(trace), profile_index)
-    ui.chart(
-        profile_charts.profile_chart(parts, same_pass_bar),
-        parts,
-        "profile",
-        "Bottom: the profiled pass by what ran; the dark grey remainder is time in no op. The gap between the black "
-        "and red ticks is what profiling itself added. Top: the same pass's bar from the chart above.",
-        f"groups measured ({profiled.time_kind} per op, torch.profiler) · remainder = profiled wall − every op's self "
-        "time · top bar modelled, its overhead = measured − modelled",
-    )
-    with ui.secondary("Every op in the profiled pass"):
-        ui.table(
-            profile_charts.ops_frame(profiled),
-            "Each op the profiler saw, with the group of the module it ran in, its calls and its own time.",
-            f"measured: {profiled.time_kind}, summed over the op's calls in the pass",
-        )
+profile_section(result)
 
 st.subheader("The roofline")
 roofline = charts.roofline_frame(trace)
@@ -128,46 +76,7 @@ ui.chart(
     f"[{device.peak_flops_source}] and bandwidth [{device.bandwidth_source}]",
 )
 
-st.subheader("Utilisation: the prefill against one decode")
-median_index = charts.median_decode_index(trace)
-shown = [trace.prefill]
-if median_index is None:
-    st.info("This run made one token, so there is no decode pass: raise Max new tokens and run again.")
-else:
-    decode_indices = [p.index for p in trace.decodes]
-    decode_index = st.selectbox(
-        "Decode pass",
-        decode_indices,
-        index=decode_indices.index(median_index),
-        format_func=lambda k: f"pass {k} ({ms(trace.passes[k].wall_s)})",
-        help="Defaults to the decode pass with the median measured time.",
-    )
-    shown.append(trace.passes[decode_index])
-utilisation = charts.utilisation_frame(shown, device)
-for column, row in zip(st.columns(len(shown)), utilisation.itertuples(index=False)):
-    with column:
-        st.markdown(f"**{row.label}**")  # built from the phase and the index: no user text
-        peak = f"{human_flops(device.peak_flops)}/s, {device.peak_flops_source}"
-        moved = f"modelled {human_bytes(row.bytes_read)} moved (weights + KV read and write)"
-        device_bandwidth = f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_source})"
-        ui.metrics(
-            [
-                ("Compute utilisation", percent(row.compute_utilisation), f"achieved FLOP/s / peak ({peak})"),
-                ("Achieved compute", human_flops(row.achieved_flops_per_s) + "/s", f"/ measured {ms(row.wall_s)}"),
-                ("Achieved bandwidth", human_bandwidth(row.achieved_bandwidth_bytes_per_s), f"{moved} / wall"),
-                ("Of the device bandwidth", percent(row.bandwidth_utilisation), f"device: {device_bandwidth}"),
-                ("Tokens/s in this pass", f"{row.tokens_per_s:,.0f}", "tokens computed / measured time"),
-            ],
-            columns=1,
-        )
-ui.chart(
-    charts.utilisation_chart(utilisation),
-    utilisation,
-    "utilisation",
-    "Each pass's achieved compute as a share of the peak, and its achieved bandwidth as a share of the device's "
-    "(at most 100 %): the essay's widget, measured on this run.",
-    "achieved = modelled FLOPs or bytes / measured time · device figures as in the table below",
-)
+utilisation_section(trace)
 
 with ui.secondary("The device figures"):
     ui.table(

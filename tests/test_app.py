@@ -303,3 +303,18 @@ def test_compare_two_runs() -> None:
     assert not at.exception and not at.error
     assert len(at.get("vega_lite_chart")) == 1 and len(at.dataframe) == 1
     assert set(at.dataframe[0].value.columns) >= {"figure", *[s.label for s in [at.session_state[ui.RUN]]]}
+
+
+def test_the_cost_page_profiles_a_pass_on_request(ran: AppTest) -> None:
+    ran.switch_page("pages/cost.py").run()
+    charts_before = len(ran.get("vega_lite_chart"))
+    assert any("Profile this pass" in i.value for i in ran.info)
+    next(b for b in ran.button if b.label == "Profile this pass").click().run()
+    assert not ran.exception and not ran.error, [e.value for e in ran.error]
+    assert len(ran.get("vega_lite_chart")) == charts_before + 1
+    labels = [m.label for m in ran.metric]
+    assert {"Profiled wall", "Without the profiler", "In the run"} <= set(labels)
+    profile = ran.session_state["explorer_profile"][1]
+    groups = {g.name: g.self_s for g in profile.groups}
+    assert any("KV" in name and self_s > 0 for name, self_s in groups.items())
+    assert sum(groups.values()) <= profile.wall_s_profiled

@@ -314,3 +314,17 @@ def test_browser_presenter_mode_is_readable_at_1280x720(session: Session) -> Non
     assert largest_chart_px and max(largest_chart_px) >= 18
     toggle.click()
     page.set_viewport_size(VIEWPORT)
+
+
+def test_browser_cost_page_profiles_a_pass(session: Session) -> None:
+    page = session.page
+    _goto_page(session, "Cost (roofline)")
+    wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+    before = page.locator("[data-testid='stVegaLiteChart']").count()
+    mark = mark_run_state(page)
+    page.get_by_role("button", name="Profile this pass").click()
+    wait_until_rerun_done(page, mark, RUN_TIMEOUT_S)
+    page.locator("[data-testid='stMetric']").filter(has_text="Profiled wall").wait_for(timeout=RUN_TIMEOUT_S * 1000)
+    assert page.locator("[data-testid='stVegaLiteChart']").count() == before + 1
+    assert page.locator("[data-testid='stAlertContentError']").count() == 0
+    full_screenshot(page, session.shots / "cost-profile.png", **VIEWPORT)

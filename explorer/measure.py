@@ -40,23 +40,17 @@ def beaten_passes(trace: Trace) -> list[PassRecord]:
     return [p for passes in trace.repeats for p in passes if p.beats_model]
 
 
+FLOPS_FIELDS = ("peak_flops", "peak_flops_source", "measured_flops", "flops_samples")
+BANDWIDTH_FIELDS = ("bandwidth_bytes_per_s", "bandwidth_source", "measured_bandwidth_bytes_per_s", "bandwidth_samples")
+
+
 def higher_figures(old: DeviceProfile, new: DeviceProfile) -> DeviceProfile:
     """Each peak is the best ever seen in this process: a busy moment can only lower a measurement."""
-    better_flops = new.peak_flops >= old.peak_flops
-    better_bandwidth = new.bandwidth_bytes_per_s >= old.bandwidth_bytes_per_s
-    flops_from = new if better_flops else old
-    bandwidth_from = new if better_bandwidth else old
-    return replace(
-        new,
-        peak_flops=flops_from.peak_flops,
-        peak_flops_source=flops_from.peak_flops_source,
-        measured_flops=flops_from.measured_flops,
-        flops_samples=flops_from.flops_samples,
-        bandwidth_bytes_per_s=bandwidth_from.bandwidth_bytes_per_s,
-        bandwidth_source=bandwidth_from.bandwidth_source,
-        measured_bandwidth_bytes_per_s=bandwidth_from.measured_bandwidth_bytes_per_s,
-        bandwidth_samples=bandwidth_from.bandwidth_samples,
-    )
+    flops_from = new if new.peak_flops >= old.peak_flops else old
+    bandwidth_from = new if new.bandwidth_bytes_per_s >= old.bandwidth_bytes_per_s else old
+    kept = {name: getattr(flops_from, name) for name in FLOPS_FIELDS}
+    kept |= {name: getattr(bandwidth_from, name) for name in BANDWIDTH_FIELDS}
+    return replace(new, **kept)
 
 
 def raised_to_achieved(device: DeviceProfile, beaten: list[PassRecord]) -> DeviceProfile:

@@ -94,26 +94,11 @@ st.text(  # text, never markdown: the URL, model and prompt are whatever was typ
 st.info(result.itl_rule, icon=":material/straighten:")
 
 st.subheader("Against your SLOs")
-left, right = st.columns(2)
-ttft_slo_ms = left.number_input(
-    "TTFT SLO (ms)",
-    min_value=1.0,
-    max_value=600_000.0,
-    value=result.ttft_slo_s * 1e3,
-    step=100.0,
-    key="endpoint-ttft-slo-ms",
-    help="Changing an SLO re-reads the stored requests: nothing is sent again.",
+st.caption(
+    "The same SLOs as the Latency page. A request is good when its TTFT and the p99 of its ITLs are both strictly "
+    "under them; changing an SLO re-reads the stored requests: nothing is sent again."
 )
-itl_slo_ms = right.number_input(
-    "ITL SLO (ms)",
-    min_value=0.1,
-    max_value=60_000.0,
-    value=result.itl_slo_s * 1e3,
-    step=5.0,
-    key="endpoint-itl-slo-ms",
-    help="A request is good when its TTFT and the p99 of its ITLs are both strictly under their SLOs.",
-)
-ttft_slo_s, itl_slo_s = ttft_slo_ms / 1e3, itl_slo_ms / 1e3
+ttft_slo_s, itl_slo_s = ui.slo_inputs()
 
 levels = charts.levels_frame(result, ttft_slo_s, itl_slo_s)
 ui.table(

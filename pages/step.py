@@ -5,6 +5,8 @@ from streamlit_shortcuts import add_shortcuts
 
 from explorer import ui
 from explorer.charts import attention as attention_charts
+from explorer.charts import cost as cost_charts
+from explorer.charts import kv as kv_charts
 from explorer.charts import stepping as charts
 from explorer.ui import stepper
 
@@ -67,21 +69,22 @@ def live_view() -> None:
         "key longer each time, no mask needed.",
         "measured (captured attention probabilities, untimed eager shadow)",
     )
-    kv = charts.kv_growth_frame(trace)
+    kv = kv_charts.growth_frame(trace)
     ui.chart(
-        charts.kv_growth_chart(kv),
+        kv_charts.growth_chart(kv),
         kv,
         "step-kv",
         f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers.",
         "measured: bytes of the real cache tensors",
     )
-    timing = charts.pass_times_frame(trace)
+    timing = cost_charts.time_split_frame(trace)
     ui.chart(
-        charts.pass_times_chart(timing),
+        cost_charts.time_split_chart(timing),
         timing,
         "step-times",
-        "Each pass's measured time beside the roofline model's floor for it.",
-        "wall measured · floor modelled",
+        "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "
+        "Cost page.",
+        "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
     )
 
 

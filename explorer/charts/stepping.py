@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import altair as alt
 import numpy as np
 import pandas as pd
 
 from explorer.attention import AttentionMaps
 from explorer.charts.attention import ATTENDED, MASKED, WINDOW_POSITIONS
-from explorer.charts.common import display_token, phase_color, position_label
+from explorer.charts.common import display_token, position_label
 from explorer.trace import PassRecord, Trace
-from explorer.units import human_bytes, short_time, to_ms
+from explorer.units import human_bytes, short_time
 
 
 def running_figures(trace: Trace, done: bool) -> list[tuple[str, str, str]]:
@@ -65,54 +64,3 @@ def attention_rows_frame(maps: AttentionMaps, layer: int, head: int) -> pd.DataF
                 }
             )
     return pd.DataFrame(records)
-
-
-def kv_growth_frame(trace: Trace) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "pass": p.index,
-            "phase": p.phase,
-            "cache_len": p.cache_len_after,
-            "kv_cache_bytes": p.kv_cache_bytes,
-            "added_bytes": p.kv_cache_bytes - (trace.passes[p.index - 1].kv_cache_bytes if p.index else 0),
-        }
-        for p in trace.passes
-    )
-
-
-def kv_growth_chart(frame: pd.DataFrame) -> alt.Chart:
-    return (
-        alt.Chart(frame)
-        .mark_bar()
-        .encode(
-            x=alt.X("pass:O", title="pass (0 = prefill)", axis=alt.Axis(labelAngle=0)),
-            y=alt.Y("kv_cache_bytes:Q", title="KV cache after the pass (bytes, measured)", axis=alt.Axis(format="~s")),
-            color=phase_color(),
-            tooltip=["pass", "phase", "cache_len", alt.Tooltip("kv_cache_bytes:Q", format=","), "added_bytes"],
-        )
-        .properties(height=220)
-    )
-
-
-def pass_times_frame(trace: Trace) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "pass": p.index,
-            "phase": p.phase,
-            "wall_ms": to_ms(p.wall_s),
-            "roofline_ms": to_ms(p.cost.roofline_time_s),
-            "bound": p.cost.bound,
-        }
-        for p in trace.passes
-    )
-
-
-def pass_times_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    base = alt.Chart(frame).encode(x=alt.X("pass:O", title="pass (0 = prefill)", axis=alt.Axis(labelAngle=0)))
-    bars = base.mark_bar().encode(
-        y=alt.Y("wall_ms:Q", title="time (ms)"),
-        color=phase_color(),
-        tooltip=["pass", "phase", alt.Tooltip("wall_ms:Q", format=".2f"), alt.Tooltip("roofline_ms:Q", format=".2f")],
-    )
-    floor = base.mark_tick(color="black", thickness=2).encode(y="roofline_ms:Q")
-    return (bars + floor).properties(height=220)

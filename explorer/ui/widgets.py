@@ -90,24 +90,19 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
             on_click="ignore",
         )
         # A callable runs only when its button is clicked: no page pays for renders nobody asked for.
-        st.download_button(
-            "PNG",
-            lambda: export.chart_png(chart_obj),
-            file_name=f"{name}.png",
-            mime="image/png",
-            key=f"download-{name}-png",
-            on_click="ignore",
-            help="The chart as an image at twice its size, rendered offline",
-        )
-        st.download_button(
-            "SVG",
-            lambda: export.chart_svg(chart_obj),
-            file_name=f"{name}.svg",
-            mime="image/svg+xml",
-            key=f"download-{name}-svg",
-            on_click="ignore",
-            help="The chart as a vector drawing, for slides",
-        )
+        for kind, render, mime, what in (
+            ("png", export.chart_png, "image/png", "an image at twice its size, rendered offline"),
+            ("svg", export.chart_svg, "image/svg+xml", "a vector drawing, for slides"),
+        ):
+            st.download_button(
+                kind.upper(),
+                lambda render=render: render(chart_obj),
+                file_name=f"{name}.{kind}",
+                mime=mime,
+                key=f"download-{name}-{kind}",
+                on_click="ignore",
+                help=f"The chart as {what}",
+            )
 
 
 def table(data: pd.DataFrame, caption: str, source: str) -> None:

@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live beside the feature they drive: each module's `register(commands)` adds its parser and
     sets `func`. Imported lazily so `python -m explorer run` does not pay for them."""
-    return []
+    from explorer.schedule_cli import register as schedule
+
+    return [schedule]
 
 
 def parse_layers(text: str | None) -> list[int] | None:

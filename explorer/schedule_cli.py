@@ -131,7 +131,7 @@ def step_rows(run: ScheduleRun) -> list[str]:
         if len(parts) > MAX_ENTRIES_SHOWN:
             parts = parts[:MAX_ENTRIES_SHOWN] + [f"+{len(parts) - MAX_ENTRIES_SHOWN} more"]
         notes = [s.kind] + (["chunked"] if s.has_partial_prefill else [])
-        notes += [f"prefix hit {h.request} {h.tokens} tok" for h in s.prefix_hits]
+        parts += [f"(prefix hit: {h.request} reuses {h.tokens} tokens)" for h in s.prefix_hits]
         rows.append(
             f"{s.index:>4} {s.start_s * 1e3:>9.1f} {s.wall_s * 1e3:>8.1f} {s.prefill_tokens:>8} {s.decode_tokens:>7} "
             f"{s.blocks_held:>7} {s.free_blocks:>5}  {'+'.join(notes):<14} {' '.join(parts)}"

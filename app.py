@@ -12,6 +12,7 @@ pages = [
     st.Page("pages/kv_cache.py", title="KV cache"),
     st.Page("pages/cost.py", title="Cost (roofline)"),
     st.Page("pages/latency.py", title="Latency"),
+    st.Page("pages/scheduling.py", title="Scheduling"),
 ]
 navigation = st.navigation(pages)
 inputs = ui.sidebar()

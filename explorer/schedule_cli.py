@@ -119,7 +119,7 @@ def ms(seconds: float | None) -> str:
 
 def step_rows(run: ScheduleRun) -> list[str]:
     rows = [
-        "step  start_ms  wall_ms  prefill  decode  blocks  free  kind           requests (p = prefill tokens, d = decode)",
+        "step  start_ms  wall_ms  prefill  decode  blocks  free  kind           requests (p prefill, d decode)",
     ]
     for s in run.steps:
         parts = [

@@ -34,6 +34,7 @@ from explorer.schedule import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+RUN_KEY = "explorer_schedule_run"  # pages/scheduling.py keeps its run here
 
 
 # --- what we rely on in transformers, pinned -------------------------------------------------------------------------
@@ -311,3 +312,73 @@ def navigation_like_a_server() -> Iterator[None]:
 
     with mock.patch.object(PagesManager, "__init__", init):
         yield
+
+
+PAGE = "pages/scheduling.py"
+APP_TIMEOUT_S = 240  # a first run measures the device and warms the engine
+
+
+def by_label(elements: object, label: str) -> object:
+    return next(e for e in elements if e.label == label)
+
+
+def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server: None, tiny_llama_dir: Path) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from explorer import ui
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=APP_TIMEOUT_S)
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert any("No scheduling run yet" in i.value for i in at.info)
+    by_label(at.main.number_input, "Requests").set_value(3)
+    by_label(at.main.text_input, "Prompt tokens (cycled over the requests)").input("8,24")
+    by_label(at.main.text_input, "New tokens (cycled)").input("4")
+    by_label(at.main.number_input, "Arrivals every (ms)").set_value(150.0)
+    by_label(at.main.number_input, "Token budget per step").set_value(8)
+    by_label(at.main.number_input, "KV block size (tokens)").set_value(4)
+    by_label(at.main.number_input, "KV blocks").set_value(64)
+    by_label(at.main.toggle, "Shared system prompt").set_value(True)
+    by_label(at.main.text_area, "System prompt").input("SYSTEM: be brief, <b>kind</b> **and** exact.")
+    by_label(at.main.text_input, "Model").input(str(tiny_llama_dir))
+    by_label(at.main.button, "Run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+    run = at.session_state[RUN_KEY]
+    assert len(run.requests) == 3 and all(c.matches for c in run.checks)
+    assert [m.mode for m in run.modes] == [CONTINUOUS, STATIC, SEQUENTIAL] and run.prefix_off is not None
+    assert len(at.get("vega_lite_chart")) == 8  # steps, timeline, blocks, memory, 2 comparisons, 2 prefix
+    captions = " ".join(c.value for c in at.caption)
+    assert "measured" in captions and "modelled" in captions
+    modes_table = next(d.value for d in at.dataframe if "tokens_per_s" in d.value.columns)
+    assert list(modes_table["mode"]) == [CONTINUOUS, STATIC, SEQUENTIAL]
+    for element in at.markdown:  # the prefix is shown only as data, never interpreted
+        assert "<b>" not in element.value and "**and**" not in element.value
+
+    lm = ui.model_store().get(str(tiny_llama_dir), "auto", "float32")
+    calls = []
+    handle = lm.model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        by_label(at.main.number_input, "ITL SLO (ms)").set_value(1.0).run()  # a view change re-reads the run
+        at.switch_page("pages/latency.py").run()
+        at.switch_page(PAGE).run()
+    finally:
+        handle.remove()
+    assert not at.exception and calls == []
+    assert at.session_state[RUN_KEY] is run
+
+
+def test_bad_workload_on_the_page_is_one_line(navigation_like_a_server: None) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=APP_TIMEOUT_S)
+    at.run()
+    at.switch_page(PAGE).run()
+    by_label(at.main.number_input, "Token budget per step").set_value(8)  # below the 16-token block
+    by_label(at.main.button, "Run").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "below one KV block" in errors[0]
+    assert RUN_KEY not in at.session_state

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -425,6 +426,7 @@ class ServedMode:
     mode: str
     requests: tuple[RequestRecord, ...]
     checks: tuple[TokenCheck, ...] = ()
+    load_avg_1m: float | None = None  # the OS's 1-minute load average as the mode finished: others' work here
 
     @property
     def total_tokens(self) -> int:
@@ -449,6 +451,7 @@ class ServedMode:
             "total_tokens": self.total_tokens,
             "span_s": self.span_s,
             "tokens_per_s": self.tokens_per_s,
+            "load_avg_1m": self.load_avg_1m,
             "requests": [r.to_dict() for r in self.requests],
             "checks": [asdict(c) for c in self.checks],
         }
@@ -473,12 +476,13 @@ class ScheduleRun:
     checks: tuple[TokenCheck, ...] = ()
     baselines: tuple[ServedMode, ...] = ()  # static batching and one at a time, when compared
     prefix_off: ScheduleRun | None = None  # the same workload with prefix sharing off, when a prefix is set
+    load_avg_1m: float | None = None  # the OS's 1-minute load average as the engine's run finished
     transformers_version: str = ""
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     @property
     def served(self) -> ServedMode:
-        return ServedMode(CONTINUOUS, self.requests, self.checks)
+        return ServedMode(CONTINUOUS, self.requests, self.checks, self.load_avg_1m)
 
     @property
     def modes(self) -> tuple[ServedMode, ...]:
@@ -520,6 +524,7 @@ class ScheduleRun:
             "device": self.device,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "engine_num_blocks": self.engine_num_blocks,
+            "load_avg_1m": self.load_avg_1m,
             "transformers_version": self.transformers_version,
             "created_at": self.created_at,
             "summary": self.summary(),
@@ -535,6 +540,14 @@ class ScheduleRun:
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, kept beside each measurement: on a shared machine it says how busy it was."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return None
 
 
 # --- the run ---------------------------------------------------------------------------------------------------------
@@ -567,16 +580,18 @@ def run_schedule(
     with_prefix_off = bool(workload.prefix) and settings.prefix_sharing
     engine.warm_up(lm, settings)
     steps, served, num_blocks = engine.serve(lm, planned, settings, workload.stop_at_eos, progress(0.0, 0.4))
+    load = load_average()
     prefix_off = None
     if with_prefix_off:
         off = replace(settings, prefix_sharing=False)
         off_steps, off_served, _ = engine.serve(lm, planned, off, workload.stop_at_eos, progress(0.4, 0.55))
-        prefix_off = (off, off_steps, off_served)
+        prefix_off = (off, off_steps, off_served, load_average())
     modes: list[ServedMode] = []
     if compare:
         static = baselines.serve_static_batch(lm, planned, workload.stop_at_eos, progress(0.55, 0.7))
+        static = replace(static, load_avg_1m=load_average())
         sequential, solo = baselines.serve_one_at_a_time(lm, planned, profile, workload.stop_at_eos, progress(0.7, 1))
-        modes = [static, sequential]
+        modes = [static, replace(sequential, load_avg_1m=load_average())]
     else:
         solo = baselines.solo_traces(lm, planned, profile, workload.stop_at_eos, progress(0.55, 1.0))
     check = baselines.check_against_solo
@@ -584,7 +599,12 @@ def run_schedule(
 
     import transformers
 
-    def build(run_settings: EngineSettings, run_steps: tuple[StepRecord, ...], run_requests: tuple) -> ScheduleRun:
+    def build(
+        run_settings: EngineSettings,
+        run_steps: tuple[StepRecord, ...],
+        run_requests: tuple[RequestRecord, ...],
+        run_load: float | None,
+    ) -> ScheduleRun:
         return ScheduleRun(
             workload=workload,
             settings=run_settings,
@@ -596,10 +616,11 @@ def run_schedule(
             steps=run_steps,
             requests=run_requests,
             checks=check(run_requests, solo, lm.tokenizer),
+            load_avg_1m=run_load,
             transformers_version=transformers.__version__,
         )
 
-    run = replace(build(settings, steps, served), baselines=tuple(modes))
+    run = replace(build(settings, steps, served, load), baselines=tuple(modes))
     if prefix_off is not None:
         run = replace(run, prefix_off=build(*prefix_off))
     if on_progress:

@@ -221,8 +221,9 @@ def prefix_lines(run: ScheduleRun) -> list[str]:
 
 def comparison_lines(run: ScheduleRun) -> list[str]:
     lines = [
-        "serving modes compared on the same workload (measured on this machine, one after another)",
-        "mode                  tokens  span_s  tokens/s  ttft_p50_ms  itl_p50_ms  e2e_max_ms  same as solo",
+        "serving modes compared on the same workload (measured one after another; load_1m: the OS load average as "
+        "each finished, other work on this machine)",
+        "mode                  tokens  span_s  tokens/s  ttft_p50_ms  itl_p50_ms  e2e_max_ms  load_1m  same as solo",
     ]
     from explorer.trace import percentile
 
@@ -230,9 +231,10 @@ def comparison_lines(run: ScheduleRun) -> list[str]:
         ttft = percentile([r.ttft_s for r in mode.requests], 50)
         itl = percentile([g for r in mode.requests for g in r.itl_s], 50)
         same = {None: "n/a", True: "yes", False: "NO"}[mode.all_tokens_match]
+        load = "n/a" if mode.load_avg_1m is None else f"{mode.load_avg_1m:.1f}"
         lines.append(
             f"{mode.mode:<20} {mode.total_tokens:>7} {mode.span_s:>7.2f} {mode.tokens_per_s:>9.1f} {ms(ttft):>12} "
-            f"{ms(itl):>11} {ms(max(r.e2e_s for r in mode.requests)):>11}  {same}"
+            f"{ms(itl):>11} {ms(max(r.e2e_s for r in mode.requests)):>11} {load:>8}  {same}"
         )
         lines += [f"  {c.explanation}" for c in mode.checks if not c.matches]
     return lines

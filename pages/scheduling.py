@@ -53,7 +53,9 @@ with st.form("schedule-form"):
     )
     use_prefix = middle.toggle("Shared system prompt", value=False)
     prefix = middle.text_area("System prompt", value=DEFAULT_PREFIX, height=100, max_chars=4000)
-    compare = middle.toggle("Compare with static batching and one at a time", value=True)
+    compare = middle.toggle(
+        "Compare 3 ways", value=True, help="Also serve it with static batching and one request at a time."
+    )
     scheduler = right.selectbox("Scheduler", list(SCHEDULERS), index=0, help="fifo: decodes first; prefill-first")
     token_budget = right.number_input(
         "Token budget per step", min_value=4, max_value=8192, value=engine_defaults.token_budget, step=16
@@ -107,10 +109,14 @@ summary = run.summary()
 cols = st.columns(6)
 cols[0].metric("Steps", summary["steps"])
 cols[1].metric("Mixed steps", summary["mixed_steps"], help="prefill and decode tokens in one forward pass")
-cols[2].metric("Chunked-prefill steps", summary["steps_with_partial_prefill"])
-cols[3].metric("Prefill tokens computed", summary["prefill_tokens_computed"], help="measured from the engine's steps")
+cols[2].metric("Chunked steps", summary["steps_with_partial_prefill"], help="steps carrying part of a split prompt")
+cols[3].metric("Prefill tokens", summary["prefill_tokens_computed"], help="prompt tokens the engine computed")
 cols[4].metric("Tokens/s", f"{summary['tokens_per_s']:.1f}", help="measured: all tokens / first arrival to last token")
-cols[5].metric("Tokens = solo greedy", {True: "yes", False: "NO", None: "n/a"}[summary["all_tokens_match_solo"]])
+cols[5].metric(
+    "Same as solo",
+    {True: "yes", False: "NO", None: "n/a"}[summary["all_tokens_match_solo"]],
+    help="every request's greedy tokens equal the explorer's solo run of its prompt",
+)
 st.text(  # text, not markdown: the model name is whatever the user typed
     f"{run.model} · {run.dtype} on {run.device} · transformers {run.transformers_version} · scheduler "
     f"{run.settings.scheduler}, budget {run.settings.token_budget} tokens/step, {run.engine_num_blocks} blocks x "

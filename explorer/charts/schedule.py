@@ -20,10 +20,10 @@ MIB = 2**20
 REQUEST_RANGE = ["#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39", "#7b4173"]
 SHARED, SHARED_COLOR = "shared by several", "#000000"
 STATE_DOMAIN = ["queued", "prefilling", "decoding", "done"]
-STATE_RANGE = ["#bdbdbd", PHASE_RANGE[0], PHASE_RANGE[1], "#eeeeee"]
+STATE_RANGE = ["#bdbdbd", PHASE_RANGE[0], PHASE_RANGE[1], "#e5e5e5"]
 MODE_DOMAIN = [CONTINUOUS, STATIC, SEQUENTIAL]
 MODE_RANGE = ["#6a51a3", "#e7298a", "#737373"]
-LAYOUT_DOMAIN = ["paged: blocks held", "contiguous: max length reserved per request"]
+LAYOUT_DOMAIN = ["paged (blocks held)", "contiguous (max length reserved)"]
 LAYOUT_RANGE = ["#6a51a3", "#bdbdbd"]
 
 
@@ -133,7 +133,7 @@ def timeline_chart(frame: pd.DataFrame, request_ids: Sequence[str]) -> alt.Layer
     y = alt.Y("request:N", sort=list(request_ids), title=None, axis=alt.Axis(labelFontSize=13))
     segments = (
         base.transform_filter("datum.state != 'token'")
-        .mark_bar(height=16)
+        .mark_bar()  # no fixed bar height: it would turn the request axis's bands into one cramped row
         .encode(
             x=alt.X("start_ms:Q", title="time since the first arrival (ms, measured)"),
             x2="end_ms:Q",
@@ -142,7 +142,7 @@ def timeline_chart(frame: pd.DataFrame, request_ids: Sequence[str]) -> alt.Layer
                 "state:N",
                 scale=alt.Scale(domain=STATE_DOMAIN, range=STATE_RANGE),
                 title="state",
-                legend=alt.Legend(orient="top"),
+                legend=alt.Legend(orient="right"),
             ),
             tooltip=[
                 "request:N",
@@ -154,7 +154,7 @@ def timeline_chart(frame: pd.DataFrame, request_ids: Sequence[str]) -> alt.Layer
     )
     ticks = (
         base.transform_filter("datum.state == 'token'")
-        .mark_tick(color="#000000", thickness=1.5, size=18)
+        .mark_tick(color="#000000", thickness=1.5, size=14)
         .encode(
             x="start_ms:Q", y=y, tooltip=["request:N", alt.Tooltip("start_ms:Q", title="token at (ms)", format=".1f")]
         )
@@ -221,7 +221,7 @@ def blocks_chart(frame: pd.DataFrame, request_ids: Sequence[str], num_blocks: in
                 "holder:N",
                 scale=alt.Scale(domain=domain, range=[*request_colors(request_ids), SHARED_COLOR]),
                 title="held by",
-                legend=alt.Legend(orient="top", columns=8),
+                legend=alt.Legend(orient="right"),
             ),
             tooltip=["step:O", "block:O", "holders:N", "shared:N"],
         )
@@ -253,7 +253,7 @@ def memory_chart(frame: pd.DataFrame) -> alt.Chart:
                 "layout:N",
                 scale=alt.Scale(domain=LAYOUT_DOMAIN, range=LAYOUT_RANGE),
                 title=None,
-                legend=alt.Legend(orient="top", labelLimit=360),
+                legend=alt.Legend(orient="right", labelLimit=260),
             ),
             tooltip=["step:Q", "layout:N", alt.Tooltip("mib:Q", format=".2f")],
         )
@@ -274,6 +274,7 @@ def modes_frame(modes: Sequence[ServedMode]) -> pd.DataFrame:
             "itl_p50_ms": to_ms(percentile([g for r in m.requests for g in r.itl_s], 50) or 0.0),
             "e2e_max_ms": to_ms(max(r.e2e_s for r in m.requests)),
             "same_tokens_as_solo": m.all_tokens_match,
+            "load_avg_1m": m.load_avg_1m,
         }
         for m in modes
     )
@@ -294,7 +295,7 @@ def throughput_chart(frame: pd.DataFrame) -> alt.Chart:
                 alt.Tooltip("tokens_per_s:Q", format=".1f"),
             ],
         )
-        .properties(height=120)
+        .properties(height=alt.Step(40))  # one 40-px row per mode, so no mode's label is dropped for overlap
     )
 
 
@@ -325,7 +326,7 @@ def mode_requests_chart(frame: pd.DataFrame, metric: str, title: str) -> alt.Cha
                 "mode:N",
                 scale=alt.Scale(domain=MODE_DOMAIN, range=MODE_RANGE),
                 title=None,
-                legend=alt.Legend(orient="top"),
+                legend=alt.Legend(orient="right"),
             ),
             tooltip=["mode:N", "request:N", alt.Tooltip(f"{metric}:Q", format=".1f")],
         )
@@ -368,7 +369,7 @@ def prefix_chart(frame: pd.DataFrame, metric: str, title: str) -> alt.Chart:
                 "sharing:N",
                 scale=alt.Scale(domain=["off", "on"], range=["#bdbdbd", "#6a51a3"]),
                 title="prefix sharing",
-                legend=alt.Legend(orient="top"),
+                legend=alt.Legend(orient="right"),
             ),
             tooltip=[
                 "request:N",

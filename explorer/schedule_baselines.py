@@ -15,16 +15,9 @@ from collections.abc import Sequence
 import torch
 
 from explorer.engine import Request, generate, new_cache, warm_up
-from explorer.loading import LoadedModel
-from explorer.schedule import (
-    SEQUENTIAL,
-    STATIC,
-    PlannedRequest,
-    Progress,
-    RequestRecord,
-    ServedMode,
-    TokenCheck,
-)
+from explorer.loading import LoadedModel, Progress
+from explorer.schedule import SEQUENTIAL, STATIC, RequestRecord, ServedMode, TokenCheck
+from explorer.schedule_workload import PlannedRequest
 from explorer.timing import synchronize
 from explorer.trace import DeviceProfile, Trace
 

@@ -15,14 +15,13 @@ from pathlib import Path
 
 from explorer.cli import add_model_args, load
 from explorer.report import human_bytes
-from explorer.schedule import (
+from explorer.schedule import ScheduleRun, run_schedule
+from explorer.schedule_workload import (
     SCHEDULERS,
     EngineSettings,
-    ScheduleRun,
     Workload,
     parse_float_list,
     parse_int_list,
-    run_schedule,
     validate,
 )
 

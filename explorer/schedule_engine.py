@@ -22,17 +22,9 @@ from transformers.generation.continuous_batching import ContinuousBatchingManage
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
 from explorer.errors import RunFailed
-from explorer.loading import LoadedModel
-from explorer.schedule import (
-    BlockHolding,
-    EngineSettings,
-    PlannedRequest,
-    PrefixHit,
-    Progress,
-    RequestRecord,
-    StepEntry,
-    StepRecord,
-)
+from explorer.loading import LoadedModel, Progress
+from explorer.schedule import BlockHolding, PrefixHit, RequestRecord, StepEntry, StepRecord
+from explorer.schedule_workload import EngineSettings, PlannedRequest
 from explorer.timing import synchronize
 
 NO_EOS = -1  # transformers' "no end-of-sequence token": every request makes exactly its max new tokens

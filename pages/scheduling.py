@@ -9,15 +9,8 @@ from explorer.charts import schedule as charts
 from explorer.errors import ExplorerError, one_line
 from explorer.loading import DEVICES, DTYPES, EMBEDDED
 from explorer.report import human_bytes
-from explorer.schedule import (
-    SCHEDULERS,
-    EngineSettings,
-    ScheduleRun,
-    Workload,
-    parse_int_list,
-    run_schedule,
-    validate,
-)
+from explorer.schedule import ScheduleRun, run_schedule
+from explorer.schedule_workload import SCHEDULERS, EngineSettings, Workload, parse_int_list, validate
 
 RUN_KEY = "explorer_schedule_run"  # the last ScheduleRun of this session (not a widget key)
 DEFAULT_PREFIX = (

@@ -12,7 +12,6 @@ from explorer.schedule import (
     CONTINUOUS,
     SEQUENTIAL,
     BlockHolding,
-    EngineSettings,
     PrefixHit,
     RequestRecord,
     ScheduleRun,
@@ -20,8 +19,8 @@ from explorer.schedule import (
     StepEntry,
     StepRecord,
     TokenCheck,
-    Workload,
 )
+from explorer.schedule_workload import EngineSettings, Workload
 
 MIB = 2**20
 

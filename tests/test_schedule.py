@@ -18,18 +18,13 @@ import pytest
 from explorer import schedule_baselines as baselines
 from explorer.errors import BadInput
 from explorer.loading import LoadedModel
-from explorer.schedule import (
-    CONTINUOUS,
-    SEQUENTIAL,
-    STATIC,
+from explorer.schedule import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun, run_schedule
+from explorer.schedule_workload import (
     EngineSettings,
-    RequestRecord,
-    ScheduleRun,
     Workload,
     check_fits,
     parse_int_list,
     plan_requests,
-    run_schedule,
     validate,
 )
 

@@ -54,6 +54,7 @@ class StepRecorder:
         self.t0 = time.perf_counter()
         self.steps: list[StepRecord] = []
         self.token_times: dict[str, list[float]] = {}
+        self.tokens_done = 0  # read by the waiting thread for progress: an int, never a dict being resized
         self.first_forward: dict[str, float] = {}
         self.prefill_computed: Counter[str] = Counter()
         self.reused: Counter[str] = Counter()
@@ -92,6 +93,7 @@ class StepRecorder:
             for future in batch:
                 if future.has_new_token:
                     self.token_times.setdefault(future.state.request_id, []).append(done)
+                    self.tokens_done += 1
             self.steps.append(StepRecord(index=len(self.steps), update_s=done - started, **self._pending))
             self._pending = {}
 
@@ -249,13 +251,14 @@ def collect(manager: InstrumentedManager, planned: Sequence[PlannedRequest], on_
         result = manager.get_result(timeout=RESULT_POLL_S)
         if result is not None and result.is_finished():
             if result.error is not None:
-                raise RunFailed(f"The engine failed request {result.request_id}: {result.error.splitlines()[0]}")
+                reason = (str(result.error).strip().splitlines() or ["no reason given"])[0]
+                raise RunFailed(f"The engine failed request {result.request_id}: {reason}")
             outputs[result.request_id] = result
         elif result is None and not manager.is_running():
             error = manager.background_thread_status.fatal_error
             raise RunFailed(f"The engine stopped before finishing: {error or 'no error given'}")
         if on_progress:
-            done = sum(len(t) for t in manager.recorder.token_times.values())
+            done = manager.recorder.tokens_done
             on_progress(min(1.0, done / total), f"Continuous batching: {done} of {total} tokens…")
     return outputs
 

@@ -5,7 +5,8 @@ a fixed corpus, starting at sentence i, as many words as stay within its --promp
 token or two short). --prefix TEXT is written in front of every prompt as "TEXT\\n<prompt>". Each request's prompt
 is printed in full and kept in the JSON (requests[i].prompt_text, .prompt_token_ids); to check a request alone run
 `python -m explorer run --no-chat-template --max-new-tokens N --prompt "<its prompt_text>"`: the token ids must be
-the same (the output says which token differs and why if the engine's float rounding flips a near tie).
+the same (the output says which token differs and why if the engine's float rounding flips a near tie). `run` stops
+at an end-of-sequence token and this command does not, unless --stop-at-eos: compare up to `run`'s last token.
 """
 
 from __future__ import annotations

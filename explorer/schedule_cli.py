@@ -179,11 +179,11 @@ def format_run(run: ScheduleRun) -> str:
         f"{run.served.total_tokens} tokens in {run.served.span_s:.2f} s = {run.served.tokens_per_s:.1f} tokens/s",
     ]
     mismatches = [c for c in run.checks if not c.matches]
-    lines.append(
-        "tokens    every request's tokens equal its solo greedy run (explorer engine, same prompt ids)"
-        if run.checks and not mismatches
-        else "tokens    " + "; ".join(c.explanation for c in mismatches)
-    )
+    if not mismatches:
+        lines.append("tokens    every request's tokens equal its solo greedy run (explorer engine, same prompt ids)")
+    else:
+        lines.append(f"tokens    {len(mismatches)} of {len(run.checks)} requests differ from their solo greedy run:")
+        lines += [f"  {c.explanation}" for c in mismatches]
     if run.prefix_off is not None:
         lines += ["", *prefix_lines(run)]
     if run.baselines:

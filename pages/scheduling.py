@@ -115,9 +115,11 @@ st.text(  # text, not markdown: the model name is whatever the user typed
     f"{run.settings.scheduler}, budget {run.settings.token_budget} tokens/step, {run.engine_num_blocks} blocks x "
     f"{run.settings.block_size} tokens · measured on a machine other sessions may share"
 )
-for check in (c for c in run.checks if not c.matches):
-    st.warning("A request's tokens differ from its solo greedy run; which token and why:")
-    st.text(check.explanation)  # token texts come from the model: never markdown
+mismatches = [c for c in run.checks if not c.matches]
+if mismatches:
+    st.warning(f"{len(mismatches)} of {len(run.checks)} requests differ from their solo greedy run (why, below).")
+    for check in mismatches:
+        st.text(check.explanation)  # token texts come from the model: never markdown
 
 st.subheader("Engine steps")
 steps = charts.steps_frame(run)

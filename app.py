@@ -6,17 +6,29 @@ from explorer import ui
 
 st.set_page_config(page_title="Prefill–Decode Explorer", page_icon="⏱", layout="wide")
 
-pages = [
-    st.Page("pages/run.py", title="Inside one inference", default=True),
-    st.Page("pages/attention.py", title="Attention"),
-    st.Page("pages/kv_cache.py", title="KV cache"),
-    st.Page("pages/cost.py", title="Cost (roofline)"),
-    st.Page("pages/latency.py", title="Latency"),
-    st.Page("pages/scheduling.py", title="Scheduling"),
-]
+pages = {
+    "One request": [
+        st.Page("pages/run.py", title="Inside one inference", default=True),
+        st.Page("pages/attention.py", title="Attention"),
+        st.Page("pages/kv_cache.py", title="KV cache"),
+        st.Page("pages/cost.py", title="Cost (roofline)"),
+        st.Page("pages/latency.py", title="Latency"),
+    ],
+    "Workshop": [
+        st.Page("pages/step.py", title="Step by step"),
+        st.Page("pages/by_hand.py", title="By hand"),
+        st.Page("pages/check_yourself.py", title="Check yourself"),
+    ],
+    "Serving": [
+        st.Page("pages/nocache.py", title="Without a KV cache"),
+        st.Page("pages/batching.py", title="Batching"),
+        st.Page("pages/scheduling.py", title="Scheduling"),
+    ],
+}
 navigation = st.navigation(pages)
 inputs = ui.sidebar()
 if inputs is not None:
     ui.execute_run(inputs)
+ui.remeasure_button()
 ui.sidebar_downloads()
 navigation.run()

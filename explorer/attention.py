@@ -15,7 +15,7 @@ from torch import nn
 from explorer.engine import decode_one_token, new_cache, prefill
 from explorer.errors import BadInput
 from explorer.loading import LoadedModel
-from explorer.trace import Trace
+from explorer.trace import ModelInfo, Trace
 
 CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # a hosted demo can lower the per-run cap
 
@@ -81,6 +81,79 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
+class AttentionReplay:
+    """An untimed eager shadow of a request, fed the same tokens pass by pass, keeping each pass's attention maps.
+
+    It has its own cache, so the timed request's SDPA cache is never touched; the capture of a finished run and the
+    step mode (one pass per click) both feed it. Eager attention mutates the shared model: hold the run lock.
+    """
+
+    def __init__(self, lm: LoadedModel, layers: list[int]) -> None:
+        self.lm, self.layers = lm, layers
+        self.modules = decoder_attention_modules(lm.model)
+        self.cache = new_cache(lm.model)
+        self.prefill: dict[int, np.ndarray] = {}
+        self.decode: dict[int, list[np.ndarray]] = {i: [] for i in layers}
+        self.replayed: list[int] = []
+
+    def step(self, input_ids: list[int]) -> int:
+        """Feed one pass's tokens (the prompt, then each token fed back); return the replay's own argmax."""
+        current: dict[int, np.ndarray] = {}
+
+        def keep(layer: int) -> Callable[..., None]:
+            def hook(_module: nn.Module, _args: object, output: tuple[torch.Tensor, ...]) -> None:
+                current[layer] = output[1][0].to("cpu", torch.float16).numpy()  # (1, H, Tq, Tk) -> (H, Tq, Tk)
+
+            return hook
+
+        handles = [self.modules[i].register_forward_hook(keep(i)) for i in self.layers]
+        ids = torch.tensor([input_ids], device=self.lm.torch_device)  # (1, T) or (1, 1)
+        try:
+            with eager_attention(self.lm.model):
+                forward = prefill if not self.replayed else decode_one_token
+                token_id = int(forward(self.lm.model, ids, self.cache).argmax(-1).item())
+        finally:
+            for handle in handles:
+                handle.remove()
+        if not self.replayed:
+            self.prefill = current
+        else:
+            for i in self.layers:
+                self.decode[i].append(current[i][:, 0, :])  # (H, 1, cache_len) -> (H, cache_len)
+        self.replayed.append(token_id)
+        return token_id
+
+    def maps(self, tokens_text: tuple[str, ...], prompt_len: int) -> AttentionMaps:
+        return AttentionMaps(
+            layers=tuple(self.layers),
+            tokens_text=tokens_text,
+            prompt_len=prompt_len,
+            prefill=dict(self.prefill),
+            decode={i: tuple(rows) for i, rows in self.decode.items()},
+            replay_token_ids=tuple(self.replayed),
+        )
+
+    def free(self) -> None:
+        self.cache = None
+
+
+def check_capture(
+    info: ModelInfo, layers: list[int] | None, prompt_len: int, decode_lens: list[int], cap_bytes: int | None = None
+) -> list[int]:
+    """The layers to capture, refused before anything runs when they do not exist or would pass the memory cap."""
+    cap_bytes = default_cap_bytes() if cap_bytes is None else cap_bytes
+    chosen = sorted(set(range(info.layers) if layers is None else layers))
+    if not chosen or chosen[0] < 0 or chosen[-1] >= info.layers:
+        raise BadInput(f"Attention layers must be between 0 and {info.layers - 1}.")
+    needed = attention_bytes(len(chosen), info.heads, prompt_len, decode_lens)
+    if needed > cap_bytes:
+        raise AttentionCapExceeded(
+            f"Attention capture needs {needed / 2**20:.0f} MiB for {len(chosen)} layers x {prompt_len} tokens, "
+            f"over the {cap_bytes / 2**20:.0f} MiB cap: capture fewer layers or use a shorter prompt."
+        )
+    return chosen
+
+
 def capture_attention(
     lm: LoadedModel, trace: Trace, layers: list[int] | None = None, cap_bytes: int | None = None
 ) -> AttentionMaps:
@@ -88,51 +161,14 @@ def capture_attention(
 
     The timed run never pays for this: it is a second, untimed replay of the same tokens through the same cache logic.
     """
-    cap_bytes = default_cap_bytes() if cap_bytes is None else cap_bytes
-    info = trace.model
-    chosen = sorted(set(range(info.layers) if layers is None else layers))
-    if not chosen or chosen[0] < 0 or chosen[-1] >= info.layers:
-        raise BadInput(f"Attention layers must be between 0 and {info.layers - 1}.")
-    needed = attention_bytes(len(chosen), info.heads, trace.prompt_len, [p.cache_len_after for p in trace.decodes])
-    if needed > cap_bytes:
-        raise AttentionCapExceeded(
-            f"Attention capture needs {needed / 2**20:.0f} MiB for {len(chosen)} layers x {trace.prompt_len} tokens, "
-            f"over the {cap_bytes / 2**20:.0f} MiB cap: capture fewer layers or use a shorter prompt."
-        )
-    modules = decoder_attention_modules(lm.model)
-    current: dict[int, np.ndarray] = {}
-
-    def keep(layer: int) -> Callable[..., None]:
-        def hook(_module: nn.Module, _args: object, output: tuple[torch.Tensor, ...]) -> None:
-            current[layer] = output[1][0].to("cpu", torch.float16).numpy()  # (1, H, Tq, Tk) -> (H, Tq, Tk)
-
-        return hook
-
-    handles = [modules[i].register_forward_hook(keep(i)) for i in chosen]
-    prefill_maps: dict[int, np.ndarray] = {}
-    decode_rows: dict[int, list[np.ndarray]] = {i: [] for i in chosen}
-    try:
-        with eager_attention(lm.model):
-            cache = new_cache(lm.model)
-            logits = prefill(lm.model, torch.tensor([list(trace.prompt_token_ids)], device=lm.torch_device), cache)
-            replayed = [int(logits.argmax(-1).item())]
-            prefill_maps = dict(current)
-            for fed in trace.decodes:
-                token = torch.tensor([[fed.input_token_ids[0]]], device=lm.torch_device)  # the run's token, fed back
-                replayed.append(int(decode_one_token(lm.model, token, cache).argmax(-1).item()))
-                for i in chosen:
-                    decode_rows[i].append(current[i][:, 0, :])  # (H, 1, cache_len) -> (H, cache_len)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return AttentionMaps(
-        layers=tuple(chosen),
-        tokens_text=trace.prompt_tokens_text + tuple(p.token_text for p in trace.passes),
-        prompt_len=trace.prompt_len,
-        prefill=prefill_maps,
-        decode={i: tuple(rows) for i, rows in decode_rows.items()},
-        replay_token_ids=tuple(replayed),
-    )
+    decode_lens = [p.cache_len_after for p in trace.decodes]
+    chosen = check_capture(trace.model, layers, trace.prompt_len, decode_lens, cap_bytes)
+    replay = AttentionReplay(lm, chosen)
+    replay.step(list(trace.prompt_token_ids))
+    for fed in trace.decodes:
+        replay.step([fed.input_token_ids[0]])  # the run's own token, fed back
+    replay.free()
+    return replay.maps(trace.prompt_tokens_text + tuple(p.token_text for p in trace.passes), trace.prompt_len)
 
 
 def save_attention(maps: AttentionMaps, path: Path) -> None:

@@ -19,7 +19,9 @@ from explorer.device import device_profile
 from explorer.engine import Request, generate, warm_up
 from explorer.errors import BadInput
 from explorer.loading import LoadedModel
+from explorer.report import format_device
 from explorer.roofline import pass_flops
+from explorer.timing import synchronize
 from explorer.trace import DeviceProfile, ModelInfo
 
 # Public-domain text (the opening of "Pride and Prejudice"), repeated to reach the requested prompt length.
@@ -53,36 +55,18 @@ class SideTiming:
 
 @dataclass(frozen=True)
 class BenchResult:
+    config: BenchConfig
     model: ModelInfo
     device: DeviceProfile
-    config: BenchConfig
-    hf: tuple[SideTiming, ...]
-    explorer: tuple[SideTiming, ...]
+    hf: tuple[SideTiming, ...]  # HF generate(), one entry per repeat
+    explorer: tuple[SideTiming, ...]  # the explorer's loop, one entry per repeat
     prefill_flops: int
 
-    @staticmethod
-    def _median_prefill(side: tuple[SideTiming, ...]) -> float:
-        return statistics.median(s.prefill_s for s in side)
+    def median_prefill_s(self, side: str) -> float:
+        return statistics.median(s.prefill_s for s in getattr(self, side))
 
-    @staticmethod
-    def _median_itl(side: tuple[SideTiming, ...]) -> float:
-        return statistics.median(gap for s in side for gap in s.itl_s)
-
-    @property
-    def hf_prefill_s(self) -> float:
-        return self._median_prefill(self.hf)
-
-    @property
-    def explorer_prefill_s(self) -> float:
-        return self._median_prefill(self.explorer)
-
-    @property
-    def hf_itl_s(self) -> float:
-        return self._median_itl(self.hf)
-
-    @property
-    def explorer_itl_s(self) -> float:
-        return self._median_itl(self.explorer)
+    def median_itl_s(self, side: str) -> float:
+        return statistics.median(gap for s in getattr(self, side) for gap in s.itl_s)
 
     @property
     def decode_limit_s(self) -> float:
@@ -99,13 +83,15 @@ class BenchResult:
         return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer)
 
     def summary(self) -> dict[str, float | bool]:
+        prefill = {side: self.median_prefill_s(side) for side in ("hf", "explorer")}
+        itl = {side: self.median_itl_s(side) for side in ("hf", "explorer")}
         return {
-            "hf_prefill_s": self.hf_prefill_s,
-            "explorer_prefill_s": self.explorer_prefill_s,
-            "prefill_ratio_explorer_over_hf": self.explorer_prefill_s / self.hf_prefill_s,
-            "hf_itl_s": self.hf_itl_s,
-            "explorer_itl_s": self.explorer_itl_s,
-            "itl_ratio_explorer_over_hf": self.explorer_itl_s / self.hf_itl_s,
+            "hf_prefill_s": prefill["hf"],
+            "explorer_prefill_s": prefill["explorer"],
+            "prefill_ratio_explorer_over_hf": prefill["explorer"] / prefill["hf"],
+            "hf_itl_s": itl["hf"],
+            "explorer_itl_s": itl["explorer"],
+            "itl_ratio_explorer_over_hf": itl["explorer"] / itl["hf"],
             "decode_limit_s": self.decode_limit_s,
             "prefill_limit_s": self.prefill_limit_s,
             "same_tokens": self.same_tokens,
@@ -140,21 +126,16 @@ class _TokenClock:
         pass
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTiming:
     forward_s: list[float] = []
     started: list[float] = []
 
     def before(_module: torch.nn.Module, _args: object) -> None:
-        _sync(lm.torch_device)
+        synchronize(lm.torch_device)
         started.append(time.perf_counter())
 
     def after(_module: torch.nn.Module, _args: object, _output: object) -> None:
-        _sync(lm.torch_device)
+        synchronize(lm.torch_device)
         forward_s.append(time.perf_counter() - started[-1])
 
     clock = _TokenClock()
@@ -183,10 +164,9 @@ def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTi
     )
 
 
-def time_explorer(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTiming:
-    trace = generate(
-        lm, Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False), warmup=False, prompt_token_ids=ids
-    )
+def time_explorer(lm: LoadedModel, ids: list[int], new_tokens: int, device: DeviceProfile) -> SideTiming:
+    request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False)
+    trace = generate(lm, request, device, warmup=False, prompt_token_ids=ids)
     return SideTiming(prefill_s=trace.prefill.wall_s, itl_s=trace.itl_s, token_ids=trace.generated_token_ids)
 
 
@@ -196,9 +176,13 @@ def run_bench(
     config.validate()
     ids = fixed_prompt_ids(lm, config)
     warm_up(lm)
+    device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every measured run
     time_hf_generate(lm, ids[:8], 4)  # warm-up of generate()'s own path, not recorded
     sides: dict[str, list[SideTiming]] = {"hf": [], "explorer": []}
-    runners = {"hf": time_hf_generate, "explorer": time_explorer}
+    runners = {
+        "hf": time_hf_generate,
+        "explorer": lambda lm, ids, n: time_explorer(lm, ids, n, device),
+    }
     for r in range(config.repeats):
         order = ("hf", "explorer") if r % 2 == 0 else ("explorer", "hf")
         for name in order:
@@ -206,9 +190,9 @@ def run_bench(
         if on_progress:
             on_progress((r + 1) / config.repeats, f"repeat {r + 1}/{config.repeats} done ({' then '.join(order)})")
     return BenchResult(
-        model=lm.info,
-        device=device_profile(lm.torch_device.type, lm.info.dtype),
         config=config,
+        model=lm.info,
+        device=device,
         hf=tuple(sides["hf"]),
         explorer=tuple(sides["explorer"]),
         prefill_flops=pass_flops(lm.info, len(ids), len(ids)),
@@ -222,8 +206,7 @@ def format_bench(result: BenchResult) -> str:
         [
             f"bench   {m.display_name}, {m.dtype} on {d.name} ({d.kind}); prompt {c.prompt_tokens} tokens, "
             f"{c.new_tokens} new tokens, {c.repeats} repeats, A/B alternating, one process",
-            f"device  peak {d.peak_flops / 1e12:.2f} TFLOP/s [{d.peak_flops_source}], "
-            f"bandwidth {d.bandwidth_bytes_per_s / 1e9:.1f} GB/s [{d.bandwidth_source}]",
+            format_device(d),
             "                       HF generate   explorer   explorer/HF   roofline limit   measured/limit (expl.)",
             f"prefill (median)      {s['hf_prefill_s'] * 1e3:9.2f} ms {s['explorer_prefill_s'] * 1e3:8.2f} ms "
             f"{s['prefill_ratio_explorer_over_hf']:10.3f}x {s['prefill_limit_s'] * 1e3:12.2f} ms "

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from explorer.errors import BadInput, ExplorerError, one_line
-from explorer.loading import EMBEDDED, LoadedModel, load_model
-from explorer.report import format_trace
+from explorer.paths import EMBEDDED, layer_count_without_loading
+
+if TYPE_CHECKING:  # torch and transformers load only once the input has been checked: bad input fails in a blink
+    from explorer.loading import LoadedModel
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -21,8 +24,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def stderr_progress(fraction: float, text: str) -> None:
-    if sys.stderr.isatty():  # progress is for a person watching; piped stderr keeps only errors
-        print(f"[{fraction:4.0%}] {text}", file=sys.stderr, flush=True)
+    """Plain lines, terminal or not: a first load takes a while and piped output must not look hung."""
+    print(f"[{fraction:4.0%}] {text}", file=sys.stderr, flush=True)
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +34,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (cuda only)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="explorer", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
@@ -43,11 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
     run.add_argument("--top-k", type=int, default=None)
     run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--repeats", type=int, default=1, help="run the same request N times: medians and spreads")
+    run.add_argument(
+        "--remeasure-device", action="store_true", help="take the device figures again (they are reused otherwise)"
+    )
     run.add_argument("--attention", action="store_true", help="also capture attention maps (untimed replay)")
     run.add_argument("--attention-layers", default=None, help="comma-separated layer indices (default: all)")
     run.add_argument("--attention-npz", type=Path, default=None, help="capture attention and save it (.npz)")
     run.add_argument("--json", type=Path, default=None, help="write the trace as JSON")
     run.add_argument("--csv", type=Path, default=None, help="write one row per pass as CSV")
+    run.add_argument("--perfetto", type=Path, default=None, help="write a Chrome trace-event JSON (ui.perfetto.dev)")
 
     bench = commands.add_parser("bench", help="the instrumented loop against HF generate(), A/B in one process")
     add_model_args(bench)
@@ -55,19 +63,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--new-tokens", type=int, default=64)
     bench.add_argument("--repeats", type=int, default=5)
     bench.add_argument("--json", type=Path, default=None)
-    run.set_defaults(func=cmd_run)
-    bench.set_defaults(func=cmd_bench)
-    for register in extra_commands():
-        register(commands)
+    run.set_defaults(func=cmd_run, precheck=precheck_run)
+    bench.set_defaults(func=cmd_bench, precheck=lambda args: check_output_paths(args.json))
+    for name, (module, help_text) in EXTRA_COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).register(commands)
+        else:  # listed for --help; its module (and torch) loads only when it is the command being run
+            commands.add_parser(name, help=help_text)
     return parser
 
 
-def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """Subcommands that live beside the feature they drive: each module's `register(commands)` adds its parser and
-    sets `func`. Imported lazily so `python -m explorer run` does not pay for them."""
-    from explorer.schedule_cli import register as schedule
-
-    return [schedule]
+# Subcommands that live beside the feature they drive: each module's `register(commands)` adds its parser and sets
+# `func` (and optionally `precheck`).
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "nocache": ("explorer.nocache", "the cached loop against a naive loop that re-runs the whole sequence each step"),
+    "batch": ("explorer.batch", "decode B requests together: step time, tokens/s and ITL against batch size"),
+    "schedule": ("explorer.schedule_cli", "serve a workload with continuous batching and print every engine step"),
+}
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -79,13 +91,44 @@ def parse_layers(text: str | None) -> list[int] | None:
         raise BadInput(f"--attention-layers takes comma-separated integers, not '{text}'.") from exc
 
 
+def check_output_paths(*paths: Path | None) -> None:
+    for path in paths:
+        if path is not None and not path.parent.is_dir():
+            raise BadInput(f"Cannot write {path}: its folder {path.parent} does not exist.")
+
+
+def precheck_run(args: argparse.Namespace) -> None:
+    """What can be refused before torch is even imported: the request's numbers, layers, output folders."""
+    if not args.prompt or not args.prompt.strip():
+        raise BadInput("The prompt is empty: type some text to run.")
+    if args.max_new_tokens < 1:
+        raise BadInput(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}.")
+    if args.repeats < 1:
+        raise BadInput(f"--repeats must be at least 1, not {args.repeats}.")
+    layers = parse_layers(args.attention_layers)
+    known = layer_count_without_loading(args.model)
+    if layers is not None and known is not None:
+        check_layers(layers, known)
+    check_output_paths(args.json, args.csv, args.perfetto, args.attention_npz)
+
+
+def check_layers(layers: list[int], layer_count: int) -> None:
+    bad = [layer for layer in layers if not 0 <= layer < layer_count]
+    if bad:
+        raise BadInput(f"--attention-layers {bad[0]} is out of range: the model has layers 0 to {layer_count - 1}.")
+
+
 def load(args: argparse.Namespace) -> LoadedModel:
+    from explorer.loading import load_model
+
     return load_model(args.model, args.device, args.dtype, on_progress=stderr_progress)
 
 
 def cmd_run(args: argparse.Namespace) -> None:
     from explorer.attention import capture_attention, save_attention
-    from explorer.engine import Request, generate, validate
+    from explorer.engine import Request, validate
+    from explorer.measure import measure
+    from explorer.report import format_trace
     from explorer.trace import Sampling
 
     request = Request(
@@ -93,11 +136,14 @@ def cmd_run(args: argparse.Namespace) -> None:
         max_new_tokens=args.max_new_tokens,
         use_chat_template=not args.no_chat_template,
         sampling=Sampling(temperature=args.temperature, top_k=args.top_k, seed=args.seed),
+        repeats=args.repeats,
     )
-    validate(request)  # before the model loads: bad input should fail in a blink
+    validate(request)
     layers = parse_layers(args.attention_layers)
     lm = load(args)
-    trace = generate(lm, request)
+    if layers is not None:
+        check_layers(layers, lm.info.layers)  # a hub model's layers are known only now, still before the run
+    trace = measure(lm, request, remeasure=args.remeasure_device)
     print(format_trace(trace))
     if args.json:  # written before the capture, so a capture over its cap loses nothing
         args.json.write_text(trace.to_json(), encoding="utf-8")
@@ -105,6 +151,11 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.csv:
         args.csv.write_text(trace.passes_csv(), encoding="utf-8")
         print(f"wrote {args.csv}")
+    if args.perfetto:
+        from explorer.perfetto import write_perfetto
+
+        write_perfetto(trace, args.perfetto)
+        print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
     if args.attention or args.attention_npz:
         maps = capture_attention(lm, trace, layers)
         same = {True: "yes", False: "NO", None: "n/a (sampled run)"}[maps.same_tokens_as(trace)]
@@ -143,9 +194,12 @@ def quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    quiet_libraries()
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else argv
+        args = build_parser(argv[0] if argv else None).parse_args(argv)
+        if getattr(args, "precheck", None):
+            args.precheck(args)
+        quiet_libraries()
         args.func(args)
     except ExplorerError as exc:
         print(f"error: {exc}", file=sys.stderr)

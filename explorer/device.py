@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 import platform
-import time
+import threading
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
@@ -16,6 +16,7 @@ import torch
 from explorer.errors import BadInput, RunFailed
 from explorer.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.loading import DTYPES
+from explorer.timing import repeat_timed
 from explorer.trace import DeviceProfile, Source
 
 pynvml: ModuleType | None
@@ -26,43 +27,65 @@ except ImportError:  # optional: without it, bandwidth comes from the spec table
 
 DEVICE_KINDS = ("cpu", "cuda")
 
-# CPU microbenchmarks: together well under 2 s on 2 cores.
-CPU_COPY_BYTES = 256 * 1024**2  # far larger than any CPU cache, so the copy streams from DRAM
-CPU_MATMUL_MIN_N = 256
-CPU_MATMUL_MAX_N = 2048
-CPU_MATMUL_MIN_S = 0.02  # one timed matmul at least this long, so thread start-up is a small part of it
-CPU_REPEATS = 5
+# Microbenchmarks: fixed sizes large enough to be steady, each timed REPEATS times and reduced to the best (the least
+# disturbed by other processes), with every sample kept for the spread.
+CPU_COPY_BYTES = 512 * 1000**2  # far larger than any CPU cache, so the copy streams from DRAM
+CPU_MATMUL_N = 2048  # ~17 GFLOP a call: tens of ms on a few cores, so thread start-up is a small part of it
+GPU_COPY_BYTES = 1024**3  # leaves every L2 cache (H100 50 MB, L40S 96 MB)
+GPU_MATMUL_N = 8192  # fills every SM
+REPEATS = 5
 
-# GPU microbenchmarks: large enough to leave every L2 cache (H100 50 MB, L40S 96 MB) and fill every SM.
-GPU_COPY_BYTES = 256 * 1024**2
-GPU_MATMUL_N = 8192
-GPU_REPEATS = 5
+_profiles: dict[tuple[str, str], DeviceProfile] = {}  # per process: hardware does not change, only how busy it is
+_profiles_lock = threading.Lock()
 
 
-def device_profile(kind: str, dtype: str) -> DeviceProfile:
-    """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`; measured once per process."""
+def device_profile(kind: str, dtype: str, *, fresh: bool = False) -> DeviceProfile:
+    """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`: measured once per process and reused,
+    or measured again when `fresh` (a user's "re-measure", or a run that beat them)."""
     if kind not in DEVICE_KINDS:
         raise BadInput(f"Unknown device '{kind}': use cpu, cuda or auto.")
     if dtype not in DTYPES:
         raise BadInput(f"Unknown dtype '{dtype}': use one of {', '.join(DTYPES)}.")
     if kind == "cuda" and not torch.cuda.is_available():
         raise BadInput("CUDA requested but no GPU is available: use --device cpu or auto")
-    return _cached_profile(kind, dtype)
+    with _profiles_lock:  # two sessions asking at once measure once, and never at the same time
+        if fresh or (kind, dtype) not in _profiles:
+            _profiles[(kind, dtype)] = cpu_profile(dtype) if kind == "cpu" else cuda_profile(dtype)
+        return _profiles[(kind, dtype)]
 
 
-@functools.cache
-def _cached_profile(kind: str, dtype: str) -> DeviceProfile:
-    # The microbenchmarks take a second or so; hardware does not change within a process.
-    return cpu_profile(dtype) if kind == "cpu" else cuda_profile(dtype)
+def remember_profile(profile: DeviceProfile) -> None:
+    """Keep better figures (a re-measurement, or raised to what a run achieved) for later runs in this process."""
+    with _profiles_lock:
+        _profiles[(profile.kind, profile.dtype)] = replace(profile, busy_note="")
+
+
+def forget_profiles() -> None:
+    with _profiles_lock:
+        _profiles.clear()
+
+
+def benchmark_record(
+    flops_samples: list[float], bandwidth_samples: list[float], matmul_n: int, copy_bytes: int
+) -> dict[str, Any]:
+    """The DeviceProfile fields that say what the microbenchmarks were and what every repeat gave."""
+    return {
+        "flops_samples": tuple(flops_samples),
+        "bandwidth_samples": tuple(bandwidth_samples),
+        "matmul_n": matmul_n,
+        "copy_bytes": copy_bytes,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
 
 
 # --- CPU -------------------------------------------------------------------------------------------------------------
 
 
 def cpu_profile(dtype: str) -> DeviceProfile:
-    """A CPU has no spec table: both peaks are what short microbenchmarks achieve here, with torch's threads."""
-    flops = measure_cpu_matmul_flops(dtype)
-    bandwidth_bytes_per_s = measure_cpu_copy_bandwidth_bytes_per_s()
+    """A CPU has no spec table: both peaks are the best that fixed-size microbenchmarks achieve here."""
+    flops_samples = measure_matmul_flops("cpu", dtype, CPU_MATMUL_N)
+    bandwidth_samples = measure_copy_bandwidth("cpu", CPU_COPY_BYTES)
+    flops, bandwidth_bytes_per_s = max(flops_samples), max(bandwidth_samples)
     threads = torch.get_num_threads()
     return DeviceProfile(
         name=cpu_name(),
@@ -75,7 +98,8 @@ def cpu_profile(dtype: str) -> DeviceProfile:
         measured_flops=flops,
         measured_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
         memory_bytes=cpu_memory_bytes(),
-        notes=f"CPU: peak figures are measured by microbenchmarks ({threads} threads)",
+        notes=f"CPU: peak figures are the best of {REPEATS} microbenchmark runs ({threads} threads)",
+        **benchmark_record(flops_samples, bandwidth_samples, CPU_MATMUL_N, CPU_COPY_BYTES),
     )
 
 
@@ -104,44 +128,21 @@ def cpu_memory_bytes() -> int | None:
         return None
 
 
-def best_wall_s(fn: Callable[[], Any], repeats: int) -> float:
-    """The fastest of `repeats` calls: the least disturbed by the OS and other processes."""
-    best_s = math.inf
-    for _ in range(repeats):
-        start_s = time.perf_counter()
-        fn()
-        best_s = min(best_s, time.perf_counter() - start_s)
-    return max(best_s, 1e-9)
-
-
-def measure_cpu_copy_bandwidth_bytes_per_s(size_bytes: int = CPU_COPY_BYTES, repeats: int = CPU_REPEATS) -> float:
-    """Achieved DRAM bandwidth of a large copy, counting the read and the write (2 x size)."""
-    src = torch.ones(size_bytes // 4, dtype=torch.float32)
+def measure_copy_bandwidth(device: str, size_bytes: int, repeats: int = REPEATS) -> list[float]:
+    """Bandwidth of each of `repeats` copies of `size_bytes`, counting the read and the write (2 x size per copy)."""
+    src = torch.ones(size_bytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    dst.copy_(src)  # warm-up: the first write into dst pays page faults, not bandwidth
-    return 2 * src.nbytes / best_wall_s(lambda: dst.copy_(src), repeats)
+    # repeat_timed's untimed first call also pays dst's page faults, which are not bandwidth.
+    return [2 * src.nbytes / s for s in repeat_timed(device, lambda: dst.copy_(src), repeats)]
 
 
-def measure_cpu_matmul_flops(dtype: str, repeats: int = CPU_REPEATS) -> float:
-    """Achieved FLOP/s of a square matmul in the run's dtype (2 n^3 FLOPs), best of a few after a warm-up.
-
-    n doubles from a small size until one matmul takes CPU_MATMUL_MIN_S: big enough to reach the kernels' steady
-    rate, yet a dtype this CPU lacks fast kernels for (float16 without AVX512-FP16) stays at a small, quick n.
-    """
+def measure_matmul_flops(device: str, dtype: str, n: int, repeats: int = REPEATS) -> list[float]:
+    """FLOP/s of each of `repeats` n x n matmuls in the run's dtype (2 n^3 FLOPs each)."""
     torch_dtype = DTYPES[dtype]
-    n = CPU_MATMUL_MIN_N
-    while True:
-        a = torch.randn(n, n).to(torch_dtype)
-        b = torch.randn(n, n).to(torch_dtype)
-        out = torch.empty(n, n, dtype=torch_dtype)
-        matmul = functools.partial(torch.mm, a, b, out=out)
-        matmul()  # warm-up: the first call picks kernels and wakes the thread pool
-        best_s = best_wall_s(matmul, 1)
-        if best_s >= CPU_MATMUL_MIN_S or n >= CPU_MATMUL_MAX_N:
-            break
-        n *= 2
-    best_s = min(best_s, best_wall_s(matmul, repeats - 1))
-    return 2 * n**3 / best_s
+    a = torch.randn(n, n, device=device).to(torch_dtype)
+    b = torch.randn(n, n, device=device).to(torch_dtype)
+    out = torch.empty(n, n, dtype=torch_dtype, device=device)
+    return [2 * n**3 / s for s in repeat_timed(device, lambda: torch.mm(a, b, out=out), repeats)]
 
 
 # --- CUDA ------------------------------------------------------------------------------------------------------------
@@ -209,44 +210,12 @@ def torch_gpu_uuid(index: int) -> str | None:
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
-def best_cuda_s(fn: Callable[[], Any], repeats: int) -> float:
-    """The fastest of `repeats` calls, timed on the GPU with event pairs (perf_counter would time only the launch)."""
-    fn()  # warm-up: cuBLAS picks its kernel and the allocator settles
-    torch.cuda.synchronize()
-    best_s = math.inf
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        best_s = min(best_s, start.elapsed_time(end) / 1e3)  # elapsed_time is in ms
-    return max(best_s, 1e-9)
-
-
-def measure_cuda_copy_bandwidth_bytes_per_s(index: int, size_bytes: int = GPU_COPY_BYTES) -> float:
-    """Achieved device-memory bandwidth of a large copy, counting the read and the write (2 x size)."""
-    src = torch.ones(size_bytes // 4, dtype=torch.float32, device=f"cuda:{index}")
-    dst = torch.empty_like(src)
-    return 2 * src.nbytes / best_cuda_s(lambda: dst.copy_(src), GPU_REPEATS)
-
-
-def measure_cuda_matmul_flops(index: int, dtype: str, n: int = GPU_MATMUL_N) -> float:
-    """Achieved FLOP/s of a square matmul in the run's dtype (2 n^3 FLOPs)."""
-    device = f"cuda:{index}"
-    a = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
-    b = torch.randn(n, n, device=device, dtype=DTYPES[dtype])
-    out = torch.empty(n, n, device=device, dtype=DTYPES[dtype])
-    return 2 * n**3 / best_cuda_s(lambda: torch.mm(a, b, out=out), GPU_REPEATS)
-
-
-def _measure_or_reason(measure: Callable[[], float]) -> tuple[float | None, str]:
+def _measure_or_reason(measure: Callable[[], list[float]]) -> tuple[list[float], str]:
     """Run a GPU microbenchmark; a failure (out of memory, a dtype the GPU lacks) is a note, not a crash."""
     try:
         return measure(), ""
     except RuntimeError as error:  # torch.cuda.OutOfMemoryError is a RuntimeError too
-        return None, str(error).splitlines()[0] if str(error) else type(error).__name__
+        return [], str(error).splitlines()[0] if str(error) else type(error).__name__
     finally:
         torch.cuda.empty_cache()  # give the benchmark's buffers back before the model loads
 
@@ -267,8 +236,11 @@ def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
         notes.append("NVML unavailable")
 
     spec = match_gpu_spec(name, memory_bytes)
-    measured_flops, flops_failure = _measure_or_reason(lambda: measure_cuda_matmul_flops(index, dtype))
-    measured_bandwidth, bandwidth_failure = _measure_or_reason(lambda: measure_cuda_copy_bandwidth_bytes_per_s(index))
+    device = f"cuda:{index}"
+    flops_samples, flops_failure = _measure_or_reason(lambda: measure_matmul_flops(device, dtype, GPU_MATMUL_N))
+    bandwidth_samples, bandwidth_failure = _measure_or_reason(lambda: measure_copy_bandwidth(device, GPU_COPY_BYTES))
+    measured_flops = max(flops_samples) if flops_samples else None
+    measured_bandwidth = max(bandwidth_samples) if bandwidth_samples else None
     notes += [f"matmul benchmark failed: {flops_failure}"] if flops_failure else []
     notes += [f"copy benchmark failed: {bandwidth_failure}"] if bandwidth_failure else []
 
@@ -290,6 +262,7 @@ def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
         measured_bandwidth_bytes_per_s=measured_bandwidth,
         memory_bytes=memory_bytes,
         notes="; ".join(notes),
+        **benchmark_record(flops_samples, bandwidth_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
     )
 
 

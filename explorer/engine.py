@@ -1,12 +1,14 @@
 """One request's life, instrumented: tokenize, ONE prefill pass into an empty KV cache, then cached one-token decodes.
 
-Shaped like gpt-fast's generate.py: `prefill()` and `decode_one_token()` are the two forwards, `time_pass()` wraps
-each of them and nothing else, and `generate()` only orchestrates and records a `PassRecord` per pass.
+Shaped like gpt-fast's generate.py: `prefill()` and `decode_one_token()` are the two forwards; `LiveRequest.step()`
+is the one timed step both phases share (clock, time the forward, sample, record); `generate()` is a short ladder:
+prefill, then `decode_n_tokens()`, once per repeat.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,13 +16,14 @@ from datetime import UTC, datetime
 
 import torch
 
-from explorer.device import device_profile
-from explorer.errors import BadInput, RunFailed
+from explorer.errors import BadInput, out_of_memory_as_run_failed
 from explorer.loading import LoadedModel
 from explorer.roofline import pass_cost
+from explorer.timing import synchronize, timed
 from explorer.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
 
 MAX_NEW_TOKENS_LIMIT = 4096
+MAX_REPEATS = 20
 TOP_K_SHOWN = 5
 WARMUP_PROMPT_TOKENS = 8
 WARMUP_DECODES = 2
@@ -35,6 +38,7 @@ class Request:
     use_chat_template: bool = True
     sampling: Sampling = field(default_factory=Sampling)
     stop_at_eos: bool = True
+    repeats: int = 1  # run the same request this many times in a row, for the spread of every timing
 
 
 # --- the two forwards ------------------------------------------------------------------------------------------------
@@ -59,19 +63,11 @@ def decode_one_token(model: torch.nn.Module, input_ids: torch.Tensor, cache: obj
     return model(input_ids=input_ids, past_key_values=cache, use_cache=True).logits[:, -1, :]
 
 
-def time_pass(device: torch.device, forward: Callable[..., torch.Tensor], *args: object) -> tuple[torch.Tensor, float]:
-    """Synchronize, read the clock, forward, synchronize, read the clock: the pass alone, in seconds."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(device)
-        start.record()
-        out = forward(*args)
-        end.record()
-        end.synchronize()
-        return out, start.elapsed_time(end) / 1000.0
-    started = time.perf_counter()
-    out = forward(*args)
-    return out, time.perf_counter() - started
+@torch.inference_mode()
+def forward_without_cache(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    # input_ids: (B, L), the whole sequence so far -> logits (B, vocab) for its last position; keeps nothing.
+    # The naive loop: every step recomputes K and V of every earlier token, which is what a KV cache saves.
+    return model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[:, -1, :]
 
 
 # --- sampling --------------------------------------------------------------------------------------------------------
@@ -123,6 +119,8 @@ def validate(request: Request, needs_prompt: bool = True) -> None:
         raise BadInput("The prompt is empty: type some text to run.")
     if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
         raise BadInput(f"max new tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}, not {request.max_new_tokens}.")
+    if not 1 <= request.repeats <= MAX_REPEATS:
+        raise BadInput(f"repeats must be between 1 and {MAX_REPEATS}, not {request.repeats}.")
     if request.sampling.temperature < 0:
         raise BadInput("temperature must be >= 0 (0 means greedy).")
     if request.sampling.top_k is not None and request.sampling.top_k < 1:
@@ -138,148 +136,215 @@ def check_context(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> None
         )
 
 
+def checked_prompt_ids(lm: LoadedModel, request: Request, prompt_token_ids: list[int] | None = None) -> list[int]:
+    """Refuse a request that cannot run before paying for anything; the timed request tokenizes again (TTFT counts
+    tokenization)."""
+    validate(request, needs_prompt=prompt_token_ids is None)
+    ids = prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
+    if not ids:
+        raise BadInput("The prompt produced no tokens: type some text to run.")
+    check_context(lm, len(ids), request.max_new_tokens)
+    return ids
+
+
 def warm_up(lm: LoadedModel) -> None:
-    """A short prefill and a few decodes first: the first forwards of a process pay for lazy kernel setup."""
+    """A short prefill and a few decodes first: the first forwards of a process pay for lazy kernel setup, and the
+    device microbenchmarks leave the caches full of their own buffers."""
     ids = torch.arange(WARMUP_PROMPT_TOKENS, device=lm.torch_device).remainder(lm.info.vocab_size)[None, :]
     cache = new_cache(lm.model)
     logits = prefill(lm.model, ids, cache)
     for _ in range(WARMUP_DECODES):
         logits = decode_one_token(lm.model, logits.argmax(-1, keepdim=True), cache)
-    if lm.torch_device.type == "cuda":
-        torch.cuda.synchronize(lm.torch_device)
+    synchronize(lm.torch_device)
 
 
-def record_pass(
+def seeded(sampling: Sampling) -> Sampling:
+    """A sampled run gets a seed recorded, so it can be replayed (and every repeat draws the same tokens)."""
+    if sampling.is_greedy or sampling.seed is not None:
+        return sampling
+    return Sampling(sampling.temperature, sampling.top_k, int.from_bytes(os.urandom(4), "little"))
+
+
+class RequestClock:
+    """Seconds since the request started, not counting time it was paused (the step mode waits for clicks)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.paused_s = 0.0
+        self.paused_at: float | None = None
+
+    def now_s(self) -> float:
+        now = self.paused_at if self.paused_at is not None else time.perf_counter()
+        return now - self.started - self.paused_s
+
+    def pause(self) -> None:
+        if self.paused_at is None:
+            self.paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        if self.paused_at is not None:
+            self.paused_s += time.perf_counter() - self.paused_at
+            self.paused_at = None
+
+
+# --- the request -----------------------------------------------------------------------------------------------------
+class LiveRequest:
+    """One request between its passes: its KV cache, sampler and clock. `generate()` drives it to the end in one go;
+    the step mode drives it one pass per click; the batching lab gives it B prompts of equal length (`batch_rows`),
+    decoded together in one cache of batch B. The clock starts here: TTFT counts tokenization."""
+
+    def __init__(
+        self,
+        lm: LoadedModel,
+        request: Request,
+        device: DeviceProfile,
+        sampling: Sampling,
+        prompt_token_ids: list[int] | None = None,
+        batch_rows: list[list[int]] | None = None,
+    ) -> None:
+        self.lm, self.request, self.device, self.sampling = lm, request, device, sampling
+        self.clock = RequestClock()
+        if batch_rows is not None:  # equal lengths: no padding, so every row's positions and mask are its own
+            assert batch_rows and len({len(row) for row in batch_rows}) == 1, "batch rows must share one length"
+            prompt_token_ids = batch_rows[0]
+        self.prompt_ids = (
+            prompt_token_ids
+            if prompt_token_ids is not None
+            else tokenize(lm, request.prompt, request.use_chat_template)
+        )
+        self.rows = batch_rows if batch_rows is not None else [self.prompt_ids]
+        self.generator = None if sampling.is_greedy else torch.Generator(lm.torch_device).manual_seed(sampling.seed)
+        self.cache: object | None = new_cache(lm.model)
+        self.passes: list[PassRecord] = []
+
+    @property
+    def done(self) -> bool:
+        if not self.passes:
+            return False
+        hit_eos = self.request.stop_at_eos and self.passes[-1].token_id in self.lm.eos_token_ids
+        return hit_eos or len(self.passes) >= self.request.max_new_tokens
+
+    @property
+    def stop_reason(self) -> str:
+        return (
+            "eos"
+            if self.request.stop_at_eos and self.passes[-1].token_id in self.lm.eos_token_ids
+            else "max_new_tokens"
+        )
+
+    def step(self) -> PassRecord:
+        """The one timed step of both phases: clock, time the forward alone, sample, record."""
+        assert self.cache is not None and not self.done, "step() on a finished or freed request"
+        phase: Phase = "decode" if self.passes else "prefill"
+        rows = [[t] for t in self.passes[-1].batch_token_ids] if self.passes else self.rows
+        forward = decode_one_token if self.passes else prefill
+        cache_len_before = self.cache.get_seq_length()
+        ids = torch.tensor(rows, device=self.lm.torch_device)  # (B, T) for prefill, (B, 1) for decode
+        start_s = self.clock.now_s()
+        with out_of_memory_as_run_failed(f"pass {len(self.passes)} on {self.lm.torch_device.type}"):
+            logits, wall_s = timed(self.lm.torch_device, forward, self.lm.model, ids, self.cache)
+        token_ids = [int(t) for t in sample(logits, self.sampling, self.generator)[:, 0].tolist()]
+        token_s = self.clock.now_s()
+        input_ids, token_id = rows[0], token_ids[0]  # the first sequence is the one a page follows token by token
+        layer_bytes = cache_layer_bytes(self.cache)
+        record = PassRecord(
+            index=len(self.passes),
+            phase=phase,
+            tokens_in=len(input_ids),
+            cache_len_before=cache_len_before,
+            cache_len_after=self.cache.get_seq_length(),
+            kv_cache_bytes=sum(layer_bytes),
+            kv_layer_bytes=layer_bytes,
+            start_s=start_s,
+            wall_s=wall_s,
+            token_s=token_s,
+            cost=pass_cost(self.lm.info, self.device, len(input_ids), cache_len_before, batch=len(rows)),
+            token_id=token_id,
+            token_text=token_text(self.lm.tokenizer, token_id),
+            top_tokens=top_tokens(logits, self.lm.tokenizer),
+            input_token_ids=tuple(input_ids),
+            batch_token_ids=tuple(token_ids),
+        )
+        self.passes.append(record)
+        return record
+
+    def free(self) -> None:
+        """Drop the KV cache now (the step mode frees it on reset, a new prompt, or an idle timeout)."""
+        self.cache = None
+
+
+def decode_n_tokens(live: LiveRequest, on_pass: OnPass | None) -> None:
+    while not live.done:
+        record = live.step()
+        if on_pass:
+            on_pass(record)
+
+
+def run_once(
     lm: LoadedModel,
+    request: Request,
     device: DeviceProfile,
-    index: int,
-    phase: Phase,
-    input_ids: list[int],
-    cache_len_before: int,
-    cache: object,
-    start_s: float,
-    wall_s: float,
-    logits: torch.Tensor,
-    token_id: int,
-) -> PassRecord:
-    cache_len_after = cache.get_seq_length()
-    layer_bytes = cache_layer_bytes(cache)
-    cost = pass_cost(lm.info, device, len(input_ids), cache_len_after)
-    return PassRecord(
-        index=index,
-        phase=phase,
-        tokens_in=len(input_ids),
-        cache_len_before=cache_len_before,
-        cache_len_after=cache_len_after,
-        kv_cache_bytes=sum(layer_bytes),
-        kv_layer_bytes=layer_bytes,
-        start_s=start_s,
-        wall_s=wall_s,
-        flops=cost.flops,
-        weight_bytes_read=cost.weight_bytes_read,
-        kv_bytes_read=cost.kv_bytes_read,
-        kv_bytes_written=cost.kv_bytes_written,
-        t_weight_read_s=cost.t_weight_read_s,
-        t_kv_read_s=cost.t_kv_read_s,
-        t_compute_s=cost.t_compute_s,
-        token_id=token_id,
-        token_text=token_text(lm.tokenizer, token_id),
-        top_tokens=top_tokens(logits, lm.tokenizer),
-        input_token_ids=tuple(input_ids),
-    )
+    sampling: Sampling,
+    on_pass: OnPass | None,
+    prompt_token_ids: list[int] | None,
+) -> LiveRequest:
+    live = LiveRequest(lm, request, device, sampling, prompt_token_ids)
+    first = live.step()  # the prefill
+    if on_pass:
+        on_pass(first)
+    decode_n_tokens(live, on_pass)
+    live.free()
+    return live
 
 
 def generate(
     lm: LoadedModel,
     request: Request,
+    device: DeviceProfile,
     *,
-    device: DeviceProfile | None = None,
     on_pass: OnPass | None = None,
     warmup: bool = True,
     prompt_token_ids: list[int] | None = None,
 ) -> Trace:
-    """Run one request and return its Trace. `prompt_token_ids` skips tokenization (the benchmark's fixed prompts)."""
-    validate(request, needs_prompt=prompt_token_ids is None)
-    # Refuse a prompt that cannot fit before paying for the device profile and warm-up; the timed request below
-    # tokenizes again, because TTFT counts tokenization.
-    checked = (
-        prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
-    )
-    if not checked:
-        raise BadInput("The prompt produced no tokens: type some text to run.")
-    check_context(lm, len(checked), request.max_new_tokens)
-    if device is None:
-        device = device_profile(lm.torch_device.type, lm.info.dtype)
+    """Run one request `request.repeats` times with the device figures `device`; `prompt_token_ids` skips
+    tokenization (the benchmark's fixed prompts). `on_pass` sees the first repeat's passes as they finish."""
+    ids = checked_prompt_ids(lm, request, prompt_token_ids)
     if warmup:
         warm_up(lm)
-    sampling = request.sampling
-    if not sampling.is_greedy and sampling.seed is None:  # record a seed so every sampled run can be replayed
-        sampling = Sampling(sampling.temperature, sampling.top_k, int.from_bytes(os.urandom(4), "little"))
-    generator = None
-    if not sampling.is_greedy:
-        generator = torch.Generator(device=lm.torch_device).manual_seed(sampling.seed)
+    sampling = seeded(request.sampling)
+    runs = [
+        run_once(lm, request, device, sampling, on_pass if i == 0 else None, prompt_token_ids)
+        for i in range(request.repeats)
+    ]
+    return finished_trace(lm, request, device, ids, runs, sampling, warmup, prompt_token_ids is None)
 
-    request_start = time.perf_counter()  # TTFT counts tokenization
-    ids = prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
 
-    passes: list[PassRecord] = []
-    token_times: list[float] = []
-    stop_reason = "max_new_tokens"
-    try:
-        cache = new_cache(lm.model)
-        input_ids = torch.tensor([ids], device=lm.torch_device)  # (1, T)
-        start_s = time.perf_counter() - request_start
-        logits, wall_s = time_pass(lm.torch_device, prefill, lm.model, input_ids, cache)
-        next_id = int(sample(logits, sampling, generator).item())
-        token_times.append(time.perf_counter())
-        passes.append(record_pass(lm, device, 0, "prefill", ids, 0, cache, start_s, wall_s, logits, next_id))
-        if on_pass:
-            on_pass(passes[-1])
-        while True:
-            if request.stop_at_eos and next_id in lm.eos_token_ids:
-                stop_reason = "eos"
-                break
-            if len(passes) >= request.max_new_tokens:
-                break
-            cache_len_before = cache.get_seq_length()
-            token = torch.tensor([[next_id]], device=lm.torch_device)  # (1, 1)
-            start_s = time.perf_counter() - request_start
-            logits, wall_s = time_pass(lm.torch_device, decode_one_token, lm.model, token, cache)
-            fed_id, next_id = next_id, int(sample(logits, sampling, generator).item())
-            token_times.append(time.perf_counter())
-            record = record_pass(
-                lm, device, len(passes), "decode", [fed_id], cache_len_before, cache, start_s, wall_s, logits, next_id
-            )
-            passes.append(record)
-            if on_pass:
-                on_pass(passes[-1])
-    except torch.OutOfMemoryError as exc:
-        raise RunFailed(
-            f"Out of memory on {lm.torch_device.type} after {len(passes)} passes: use a shorter prompt, fewer new "
-            "tokens or a smaller dtype."
-        ) from exc
-    except RuntimeError as exc:
-        if "out of memory" in str(exc).lower() or "can't allocate memory" in str(exc).lower():
-            raise RunFailed(
-                f"Out of memory on {lm.torch_device.type}: use a shorter prompt, fewer new tokens or a smaller dtype."
-            ) from exc
-        raise
-
-    generated = [p.token_id for p in passes]
+def finished_trace(
+    lm: LoadedModel,
+    request: Request,
+    device: DeviceProfile,
+    ids: list[int],
+    runs: list[LiveRequest],
+    sampling: Sampling,
+    warmup_ran: bool,
+    tokenized: bool,
+) -> Trace:
+    """The Trace of finished runs of one request; pages show the repeat with the median end-to-end time."""
+    e2e_s = [run.passes[-1].token_s for run in runs]
+    shown = e2e_s.index(statistics.median_low(e2e_s))
+    passes = runs[shown].passes
     return Trace(
         model=lm.info,
         device=device,
         prompt_text=request.prompt,
         prompt_token_ids=tuple(ids),
         prompt_tokens_text=tuple(token_text(lm.tokenizer, i) for i in ids),
-        chat_template_used=request.use_chat_template and lm.has_chat_template and prompt_token_ids is None,
-        generated_text=lm.tokenizer.decode(generated, skip_special_tokens=True),
-        passes=tuple(passes),
-        ttft_s=token_times[0] - request_start,
-        itl_s=tuple(b - a for a, b in zip(token_times, token_times[1:])),
-        e2e_s=token_times[-1] - request_start,
-        warmup_ran=warmup,
-        stop_reason=stop_reason,
+        chat_template_used=request.use_chat_template and lm.has_chat_template and tokenized,
+        generated_text=lm.tokenizer.decode([p.token_id for p in passes], skip_special_tokens=True),
+        repeats=tuple(tuple(run.passes) for run in runs),
+        shown_repeat=shown,
+        warmup_ran=warmup_ran,
+        stop_reason=runs[shown].stop_reason,
         max_new_tokens=request.max_new_tokens,
         sampling=sampling,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),

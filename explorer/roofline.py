@@ -5,11 +5,7 @@ Plain Python, like nanoGPT's `estimate_mfu`: every count is written out so it ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from explorer.trace import DeviceProfile, ModelInfo
-
-GIB = 1024**3
+from explorer.trace import DeviceProfile, ModelInfo, PassCost
 
 
 def kv_cache_bytes(model: ModelInfo, cache_len: int, batch: int = 1) -> int:
@@ -38,24 +34,30 @@ def weight_bytes_read(model: ModelInfo, tokens_in: int) -> int:
     return model.weight_bytes - table_bytes + tokens_in * model.hidden_size * model.bytes_per_element
 
 
-@dataclass(frozen=True)
-class PassCost:
-    """The modelled side of a PassRecord."""
+def kv_traffic_bytes(model: ModelInfo, tokens_in: int, cache_len_before: int, batch: int = 1) -> tuple[int, int]:
+    """(bytes read, bytes written) of the KV cache by one pass, as transformers' DynamicCache really moves them.
 
-    flops: int
-    weight_bytes_read: int
-    kv_bytes_read: int
-    kv_bytes_written: int
-    t_weight_read_s: float
-    t_kv_read_s: float
-    t_compute_s: float
+    DynamicCache appends by concatenation (`torch.cat([old, new])`), so every pass re-writes each layer's whole cache:
+    - the update reads the old cache and the new K/V (cache_len_before + tokens_in positions) and writes the grown
+      cache (cache_len_after positions);
+    - attention then reads every cached position (cache_len_after).
+    A pre-allocated ("static") cache would write only the new positions: the cost of growing by copy is visible here.
+    """
+    cache_len_after = cache_len_before + tokens_in
+    update_read = kv_cache_bytes(model, cache_len_before + tokens_in, batch)
+    attention_read = kv_cache_bytes(model, cache_len_after, batch)
+    written = kv_cache_bytes(model, cache_len_after, batch)
+    return update_read + attention_read, written
 
 
-def pass_cost(model: ModelInfo, device: DeviceProfile, tokens_in: int, cache_len_after: int) -> PassCost:
-    flops = pass_flops(model, tokens_in, cache_len_after)
-    weights = weight_bytes_read(model, tokens_in)
-    kv_read = kv_cache_bytes(model, cache_len_after)  # attention reads K and V of every position, the new ones too
-    kv_written = kv_cache_bytes(model, tokens_in)
+def pass_cost(
+    model: ModelInfo, device: DeviceProfile, tokens_in: int, cache_len_before: int, batch: int = 1
+) -> PassCost:
+    """The modelled cost of a pass computing `tokens_in` new positions for each of `batch` sequences."""
+    cache_len_after = cache_len_before + tokens_in
+    flops = batch * pass_flops(model, tokens_in, cache_len_after)
+    weights = weight_bytes_read(model, tokens_in * batch)  # read once per pass, whatever the batch
+    kv_read, kv_written = kv_traffic_bytes(model, tokens_in, cache_len_before, batch)
     bandwidth = device.bandwidth_bytes_per_s
     return PassCost(
         flops=flops,
@@ -63,9 +65,19 @@ def pass_cost(model: ModelInfo, device: DeviceProfile, tokens_in: int, cache_len
         kv_bytes_read=kv_read,
         kv_bytes_written=kv_written,
         t_weight_read_s=weights / bandwidth,
-        t_kv_read_s=kv_read / bandwidth,
+        t_kv_s=(kv_read + kv_written) / bandwidth,
         t_compute_s=flops / device.peak_flops,
     )
+
+
+def prefill_ridge_tokens(model: ModelInfo, device: DeviceProfile) -> float:
+    """Prompt length above which a prefill is compute-bound on this device and dtype.
+
+    Per prompt token a prefill does ~2 FLOPs per matmul weight and reads every weight once per pass, so its
+    intensity is ~2 T / bytes_per_element FLOP/B (attention and KV traffic are small at these lengths); it crosses
+    the ridge when T > ridge x bytes_per_element / 2.
+    """
+    return device.ridge_point_flops_per_byte * model.bytes_per_element / 2
 
 
 def roofline_time(flops: float, bytes_moved: float, device: DeviceProfile) -> float:

@@ -9,15 +9,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: repeats, token times on passes, the modelled cost nested
 
 Phase = Literal["prefill", "decode"]
-Source = Literal["measured", "spec", "nvml", "modelled"]
+Source = Literal["measured", "spec", "nvml", "modelled", "achieved"]  # achieved: by a pass of the run itself
+# Every bandwidth figure counts bytes read plus bytes written, as STREAM's copy does; the roofline divides the bytes a
+# pass reads and writes by it, so both sides of that division count the same way.
+BANDWIDTH_COUNTS = "read + write"
 
 
 @dataclass(frozen=True)
@@ -69,15 +73,30 @@ class DeviceProfile:
     peak_flops_source: Source
     bandwidth_bytes_per_s: float  # memory bandwidth used by the roofline model
     bandwidth_source: Source
-    measured_flops: float | None = None  # achievable, from a short matmul microbenchmark
-    measured_bandwidth_bytes_per_s: float | None = None  # achievable, from a large copy
+    measured_flops: float | None = None  # achievable: the best of the matmul microbenchmark's repeats
+    measured_bandwidth_bytes_per_s: float | None = None  # achievable: the best of the copy's repeats
     memory_bytes: int | None = None
     notes: str = ""
+    flops_samples: tuple[float, ...] = ()  # FLOP/s of every timed matmul repeat
+    bandwidth_samples: tuple[float, ...] = ()  # B/s of every timed copy repeat
+    matmul_n: int | None = None  # the microbenchmark: an n x n by n x n matmul in `dtype`
+    copy_bytes: int | None = None  # the microbenchmark: a copy of this many bytes
+    bandwidth_counts: str = BANDWIDTH_COUNTS
+    measured_at: str = ""  # ISO time the microbenchmarks ran
+    busy_note: str = ""  # why the figures were re-taken or raised after a run beat them; empty when they held
 
     @property
     def ridge_point_flops_per_byte(self) -> float:
         """Arithmetic intensity above which a pass is compute-bound on this device."""
         return self.peak_flops / self.bandwidth_bytes_per_s
+
+    @property
+    def flops_spread(self) -> Spread | None:
+        return Spread.of(list(self.flops_samples))
+
+    @property
+    def bandwidth_spread(self) -> Spread | None:
+        return Spread.of(list(self.bandwidth_samples))
 
 
 @dataclass(frozen=True)
@@ -88,8 +107,50 @@ class TopToken:
 
 
 @dataclass(frozen=True)
+class PassCost:
+    """The roofline model's prediction for one pass (all modelled): what it computes and moves, and how long that
+    takes at the device's peak compute and bandwidth."""
+
+    flops: int  # matmuls + attention scores and values at the real cache length
+    weight_bytes_read: int  # every weight once per pass
+    kv_bytes_read: int  # attention's read of every cached K and V, plus the cache update's own read (see roofline)
+    kv_bytes_written: int  # the cache update's write: the whole grown cache when the cache concatenates
+    t_weight_read_s: float  # weight_bytes_read / bandwidth
+    t_kv_s: float  # (kv_bytes_read + kv_bytes_written) / bandwidth
+    t_compute_s: float  # flops / peak FLOP/s
+
+    @property
+    def kv_bytes_moved(self) -> int:
+        return self.kv_bytes_read + self.kv_bytes_written
+
+    @property
+    def bytes_moved(self) -> int:
+        """Weights read plus KV-cache traffic: what the memory side of the roofline divides by the bandwidth."""
+        return self.weight_bytes_read + self.kv_bytes_moved
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte moved: the same bytes as `t_memory_s`, so it agrees with `bound`."""
+        return self.flops / max(1, self.bytes_moved)
+
+    @property
+    def t_memory_s(self) -> float:
+        return self.t_weight_read_s + self.t_kv_s
+
+    @property
+    def roofline_time_s(self) -> float:
+        """The roofline model's lower bound: the slower of moving the bytes and doing the maths."""
+        return max(self.t_compute_s, self.t_memory_s)
+
+    @property
+    def bound(self) -> str:
+        """Which side of the ridge the pass sits on, from its intensity: never asserted, always computed."""
+        return "compute" if self.t_compute_s >= self.t_memory_s else "memory"
+
+
+@dataclass(frozen=True)
 class PassRecord:
-    """One forward pass: what went in, what the cache held, how long it took, what the roofline model predicts."""
+    """One forward pass: what went in, what the cache held, how long it took, and the model's prediction for it."""
 
     index: int
     phase: Phase
@@ -98,19 +159,19 @@ class PassRecord:
     cache_len_after: int
     kv_cache_bytes: int  # measured: summed over the real cache tensors after the pass
     kv_layer_bytes: tuple[int, ...]  # measured: the same, layer by layer
-    start_s: float  # measured: when the pass began, seconds after the request started
+    start_s: float  # measured: when the forward began, seconds after the request started
     wall_s: float  # measured: the forward alone
-    flops: int  # modelled: matmuls + attention scores and values at the real cache length
-    weight_bytes_read: int  # modelled
-    kv_bytes_read: int  # modelled: K and V of every cached position, every layer
-    kv_bytes_written: int  # modelled: K and V of the new positions
-    t_weight_read_s: float  # modelled: weight_bytes_read / bandwidth
-    t_kv_read_s: float  # modelled: kv_bytes_read / bandwidth
-    t_compute_s: float  # modelled: flops / peak FLOP/s
+    token_s: float  # measured: when this pass's token was sampled, seconds after the request started
+    cost: PassCost  # modelled
     token_id: int  # the token sampled from this pass's last-position logits
     token_text: str
     top_tokens: tuple[TopToken, ...]
     input_token_ids: tuple[int, ...]  # the tokens this pass computed (all prompt tokens, or the one new token)
+    batch_token_ids: tuple[int, ...] = ()  # the token each sequence of the batch sampled; (token_id,) at batch 1
+
+    @property
+    def batch(self) -> int:
+        return max(1, len(self.batch_token_ids))
 
     @property
     def is_prefill(self) -> bool:
@@ -121,39 +182,25 @@ class PassRecord:
         return self.phase == "decode"
 
     @property
-    def bytes_read(self) -> int:
-        return self.weight_bytes_read + self.kv_bytes_read
-
-    @property
-    def arithmetic_intensity(self) -> float:
-        """FLOPs per byte read from memory (modelled): the same bytes as `t_memory_s`, so it agrees with `bound`."""
-        return self.flops / max(1, self.bytes_read)
-
-    @property
-    def t_memory_s(self) -> float:
-        return self.t_weight_read_s + self.t_kv_read_s
-
-    @property
-    def roofline_time_s(self) -> float:
-        """The roofline model's lower bound: the slower of moving the bytes and doing the maths."""
-        return max(self.t_compute_s, self.t_memory_s)
-
-    @property
     def overhead_s(self) -> float:
-        """Measured time the roofline model does not explain (kernel launches, Python, small-matrix inefficiency)."""
-        return max(0.0, self.wall_s - self.roofline_time_s)
+        """Measured time the roofline model does not explain (dispatch, Python, kernel launches, small matrices)."""
+        return max(0.0, self.wall_s - self.cost.roofline_time_s)
 
     @property
-    def bound(self) -> str:
-        return "compute" if self.t_compute_s >= self.t_memory_s else "memory"
+    def beats_model(self) -> bool:
+        """Faster than the model's floor by more than 10 %: the device figures were too low for this pass."""
+        return self.cost.roofline_time_s > PLAUSIBLE_SLACK * self.wall_s
 
     @property
     def achieved_flops_per_s(self) -> float:
-        return self.flops / self.wall_s if self.wall_s > 0 else 0.0
+        return self.cost.flops / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
     def achieved_bandwidth_bytes_per_s(self) -> float:
-        return self.bytes_read / self.wall_s if self.wall_s > 0 else 0.0
+        return self.cost.bytes_moved / self.wall_s if self.wall_s > 0 else 0.0
+
+
+PLAUSIBLE_SLACK = 1.1  # a measured pass may beat the modelled floor by this factor before the figures are re-taken
 
 
 @dataclass(frozen=True)
@@ -173,8 +220,48 @@ def percentile(values: list[float] | tuple[float, ...], q: float) -> float | Non
 
 
 @dataclass(frozen=True)
+class Spread:
+    """A figure over repeats: the median, with the smallest and largest seen."""
+
+    median: float
+    low: float
+    high: float
+    samples: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread | None:
+        return cls(float(np.median(values)), min(values), max(values), len(values)) if values else None
+
+
+def ttft_of(passes: tuple[PassRecord, ...]) -> float:
+    """Request start (before tokenizing) to the first token: the prefill's token time."""
+    return passes[0].token_s
+
+
+def itl_of(passes: tuple[PassRecord, ...]) -> tuple[float, ...]:
+    """Gaps between consecutive tokens' times: one fewer than the tokens."""
+    return tuple(b.token_s - a.token_s for a, b in zip(passes, passes[1:]))
+
+
+def decode_rate_of(passes: tuple[PassRecord, ...]) -> float | None:
+    gaps = itl_of(passes)
+    return len(gaps) / sum(gaps) if gaps and sum(gaps) > 0 else None
+
+
+# Figures shown with their spread over repeats: name -> how to read it off one repeat's passes.
+REPEAT_FIGURES: dict[str, Callable[[tuple[PassRecord, ...]], float | None]] = {
+    "ttft_s": ttft_of,
+    "itl_p50_s": lambda passes: percentile(itl_of(passes), 50),
+    "itl_p90_s": lambda passes: percentile(itl_of(passes), 90),
+    "itl_p99_s": lambda passes: percentile(itl_of(passes), 99),
+    "e2e_s": lambda passes: passes[-1].token_s,
+    "decode_tokens_per_s": decode_rate_of,
+}
+
+
+@dataclass(frozen=True)
 class Trace:
-    """One request's life: tokenize, one prefill pass, then one decode pass per further token."""
+    """One request, run once or repeated: tokenize, one prefill pass, then one decode pass per further token."""
 
     model: ModelInfo
     device: DeviceProfile
@@ -183,10 +270,8 @@ class Trace:
     prompt_tokens_text: tuple[str, ...]  # one display string per prompt token
     chat_template_used: bool
     generated_text: str
-    passes: tuple[PassRecord, ...]
-    ttft_s: float  # measured: request start (before tokenization) to the first token sampled
-    itl_s: tuple[float, ...]  # measured: gaps between consecutive generated tokens
-    e2e_s: float  # measured: request start to the last token sampled
+    repeats: tuple[tuple[PassRecord, ...], ...]  # every repeat's passes, in the order they ran
+    shown_repeat: int  # the repeat pages show pass by pass: the one with the median E2E
     warmup_ran: bool
     stop_reason: str  # "eos" | "max_new_tokens"
     max_new_tokens: int
@@ -194,7 +279,11 @@ class Trace:
     created_at: str = ""  # ISO time of the run
     schema: int = SCHEMA_VERSION
 
-    # --- derived -------------------------------------------------------------------------------------------
+    # --- the shown repeat ------------------------------------------------------------------------------------
+    @property
+    def passes(self) -> tuple[PassRecord, ...]:
+        return self.repeats[self.shown_repeat]
+
     @property
     def prefill(self) -> PassRecord:
         return self.passes[0]
@@ -216,8 +305,20 @@ class Trace:
         return len(self.prompt_token_ids)
 
     @property
+    def ttft_s(self) -> float:
+        return ttft_of(self.passes)
+
+    @property
+    def itl_s(self) -> tuple[float, ...]:
+        return itl_of(self.passes)
+
+    @property
+    def e2e_s(self) -> float:
+        return self.passes[-1].token_s
+
+    @property
     def decode_tokens_per_s(self) -> float | None:
-        return len(self.itl_s) / sum(self.itl_s) if self.itl_s and sum(self.itl_s) > 0 else None
+        return decode_rate_of(self.passes)
 
     @property
     def itl_p50_s(self) -> float | None:
@@ -235,16 +336,39 @@ class Trace:
     def final_kv_cache_bytes(self) -> int:
         return self.passes[-1].kv_cache_bytes
 
+    # --- across repeats --------------------------------------------------------------------------------------
+    @property
+    def repeat_count(self) -> int:
+        return len(self.repeats)
+
+    def spread(self, figure: str) -> Spread | None:
+        """`figure` (a key of REPEAT_FIGURES) over every repeat: median, min and max."""
+        values = [REPEAT_FIGURES[figure](passes) for passes in self.repeats]
+        return Spread.of([v for v in values if v is not None])
+
+    @property
+    def all_itl_s(self) -> tuple[float, ...]:
+        """Every repeat's gaps together: the ITL distribution over all repeats."""
+        return tuple(gap for passes in self.repeats for gap in itl_of(passes))
+
+    def pass_wall_spread(self, index: int) -> Spread:
+        """Pass `index`'s measured time over the repeats that reached it."""
+        spread = Spread.of([passes[index].wall_s for passes in self.repeats if index < len(passes)])
+        assert spread is not None
+        return spread
+
+    @property
+    def same_tokens_every_repeat(self) -> bool:
+        return all(tuple(p.token_id for p in passes) == self.generated_token_ids for passes in self.repeats)
+
     def summary(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_len,
             "new_tokens": self.new_tokens,
-            "ttft_s": self.ttft_s,
-            "e2e_s": self.e2e_s,
-            "decode_tokens_per_s": self.decode_tokens_per_s,
-            "itl_p50_s": self.itl_p50_s,
-            "itl_p90_s": self.itl_p90_s,
-            "itl_p99_s": self.itl_p99_s,
+            "repeats": self.repeat_count,
+            "shown_repeat": self.shown_repeat,
+            **{name: getattr(self, name) for name in REPEAT_FIGURES},
+            **{f"{name}_spread": (asdict(s) if (s := self.spread(name)) else None) for name in REPEAT_FIGURES},
             "final_kv_cache_bytes": self.final_kv_cache_bytes,
             "warmup_ran": self.warmup_ran,
         }
@@ -262,29 +386,17 @@ class Trace:
     def from_dict(cls, data: dict[str, Any]) -> Trace:
         if data.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"trace schema {data.get('schema')!r} is not the supported {SCHEMA_VERSION}")
-        passes = tuple(
-            PassRecord(
-                **{
-                    **p,
-                    "top_tokens": tuple(TopToken(**t) for t in p["top_tokens"]),
-                    "input_token_ids": tuple(p["input_token_ids"]),
-                    "kv_layer_bytes": tuple(p["kv_layer_bytes"]),
-                }
-            )
-            for p in data["passes"]
-        )
         known = {f.name for f in fields(cls)}
         rest = {k: v for k, v in data.items() if k in known}
         return cls(
             **{
                 **rest,
                 "model": ModelInfo(**data["model"]),
-                "device": DeviceProfile(**data["device"]),
+                "device": DeviceProfile(**_tuples(data["device"], "flops_samples", "bandwidth_samples")),
                 "sampling": Sampling(**data["sampling"]),
                 "prompt_token_ids": tuple(data["prompt_token_ids"]),
                 "prompt_tokens_text": tuple(data["prompt_tokens_text"]),
-                "itl_s": tuple(data["itl_s"]),
-                "passes": passes,
+                "repeats": tuple(tuple(pass_from_dict(p) for p in passes) for passes in data["repeats"]),
             }
         )
 
@@ -296,23 +408,43 @@ class Trace:
         return passes_to_csv(self.passes)
 
 
-PASS_CSV_DERIVED = ("roofline_time_s", "overhead_s", "arithmetic_intensity", "bound")
+def _tuples(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: tuple(v) if k in keys and v is not None else v for k, v in data.items()}
+
+
+def pass_from_dict(p: dict[str, Any]) -> PassRecord:
+    return PassRecord(
+        **{
+            **p,
+            "cost": PassCost(**p["cost"]),
+            "top_tokens": tuple(TopToken(**t) for t in p["top_tokens"]),
+            "input_token_ids": tuple(p["input_token_ids"]),
+            "kv_layer_bytes": tuple(p["kv_layer_bytes"]),
+            "batch_token_ids": tuple(p.get("batch_token_ids", ())),
+        }
+    )
+
+
+PASS_CSV_DERIVED = ("overhead_s",)
+COST_CSV_DERIVED = ("t_memory_s", "roofline_time_s", "arithmetic_intensity", "bound")
 
 
 def passes_to_csv(passes: tuple[PassRecord, ...]) -> str:
-    """One row per pass: every stored field plus the derived roofline columns."""
-    columns = [f.name for f in fields(PassRecord)] + list(PASS_CSV_DERIVED)
+    """One row per pass: every measured field, the modelled cost's fields flattened, and the derived columns."""
+    pass_columns = [f.name for f in fields(PassRecord) if f.name != "cost"] + list(PASS_CSV_DERIVED)
+    cost_columns = [f.name for f in fields(PassCost)] + list(COST_CSV_DERIVED)
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(columns)
+    writer.writerow(pass_columns + cost_columns)
     for p in passes:
         row: list[Any] = []
-        for name in columns:
+        for name in pass_columns:
             value = getattr(p, name)
             if name == "top_tokens":
                 value = json.dumps([asdict(t) for t in value], ensure_ascii=False)
-            elif name in ("input_token_ids", "kv_layer_bytes"):
+            elif name in ("input_token_ids", "kv_layer_bytes", "batch_token_ids"):
                 value = " ".join(map(str, value))
             row.append(value)
+        row += [getattr(p.cost, name) for name in cost_columns]
         writer.writerow(row)
     return out.getvalue()

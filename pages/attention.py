@@ -11,17 +11,14 @@ from explorer.trace import Trace
 def prefill_section(maps: AttentionMaps, layer: int, head: int, kv_heads: int) -> None:
     st.subheader("Prefill: every prompt token at once, under a causal mask")
     T = maps.prompt_len
-    start = 0
-    if T > charts.WINDOW_POSITIONS:
-        # A T x T map of a long prompt is too many rectangles for a browser: show a diagonal window at full resolution.
-        start = st.slider(
-            "Window start (position)",
-            0,
-            T - charts.WINDOW_POSITIONS,
-            0,
-            key=f"attention-window-{T}",
-            help="The window is the block of query rows and key columns around the diagonal, where the mask edge is.",
-        )
+    # A T x T map of a long prompt is too many rectangles for a browser: a diagonal window at full resolution.
+    start = ui.window_slider(
+        "Window start (position)",
+        T,
+        charts.WINDOW_POSITIONS,
+        "attention-window",
+        "The window is the block of query rows and key columns around the diagonal, where the mask edge is.",
+    )
     start, stop = charts.window_bounds(T, start)
     if stop - start < T:
         st.markdown(
@@ -68,15 +65,7 @@ def decode_section(maps: AttentionMaps, layer: int, head: int) -> None:
     if steps == 0:
         st.info("This run generated one token, so there was no decode pass: raise max new tokens and run again.")
         return
-    step_start = 0
-    if steps > charts.DECODE_MAX_STEPS:
-        step_start = st.slider(
-            "First decode step shown",
-            0,
-            steps - charts.DECODE_MAX_STEPS,
-            0,
-            key=f"attention-steps-{steps}",
-        )
+    step_start = ui.window_slider("First decode step shown", steps, charts.DECODE_MAX_STEPS, "attention-steps")
     step_stop = min(steps, step_start + charts.DECODE_MAX_STEPS)
     key_bin = charts.decode_key_bin(charts.decode_cache_lens(maps, layer)[step_start:step_stop])
     shown = f"decode steps **{step_start}–{step_stop - 1} of {steps}**"
@@ -110,47 +99,37 @@ def heads_section(maps: AttentionMaps, trace: Trace, layer: int) -> None:
         charts.heads_chart(frame),
         frame,
         f"heads-layer{layer}",
-        f"Heads differ in where they look, yet all share the same causal triangle; under grouped-query attention "
-        f"{trace.model.heads // max(1, trace.model.kv_heads)} query heads read each KV head.",
+        charts.heads_caption(trace.model),
         "measured (captured probabilities, max-pooled)",
     )
 
 
-st.title("Attention")
-st.caption(
+result = ui.page_with_run(
+    "Attention",
     "Prefill scores a T × T matrix and must mask the future; decode scores one row against the cache, "
-    "where the future does not exist yet."
+    "where the future does not exist yet.",
 )
-result = ui.require_run()
-if result is not None:
-    maps = result.attention
-    if maps is None:
-        st.info(result.attention_note)
-    else:
-        trace = result.trace
-        group = max(1, trace.model.heads // max(1, trace.model.kv_heads))
-        left, right = st.columns(2)
-        layer = left.selectbox(
-            "Layer", maps.layers, index=len(maps.layers) // 2, key=f"attention-layer-{len(maps.layers)}"
+maps = result.attention
+if maps is None:
+    st.info(result.attention_note)
+else:
+    trace = result.trace
+    group = max(1, trace.model.heads // max(1, trace.model.kv_heads))
+    left, right = st.columns(2)
+    layer = left.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key=f"attention-layer-{len(maps.layers)}")
+    head = right.selectbox(
+        "Head",
+        list(range(maps.heads)),
+        format_func=lambda h: f"head {h} (reads KV head {h // group})" if trace.model.is_gqa else f"head {h}",
+        key=f"attention-head-{maps.heads}",
+    )
+    st.markdown(charts.NO_MASK_IN_DECODE)
+    same = maps.same_tokens_as(trace)
+    if same is not None:
+        st.caption(
+            "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
+            f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
         )
-        head = right.selectbox(
-            "Head",
-            list(range(maps.heads)),
-            format_func=lambda h: f"head {h} (reads KV head {h // group})",
-            key=f"attention-head-{maps.heads}",
-        )
-        st.markdown(
-            "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so the scores of a "
-            "token against *later* tokens are computed too and must be masked to 0 before the softmax. In decode the "
-            "new token's query meets only the keys in the KV cache: every one of them is from the past (or the token "
-            "itself). The future has not been generated yet, so there is nothing to mask."
-        )
-        same = maps.same_tokens_as(trace)
-        if same is not None:
-            st.caption(
-                "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
-                f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
-            )
-        prefill_section(maps, layer, head, trace.model.kv_heads)
-        decode_section(maps, layer, head)
-        heads_section(maps, trace, layer)
+    prefill_section(maps, layer, head, trace.model.kv_heads)
+    decode_section(maps, layer, head)
+    heads_section(maps, trace, layer)

@@ -5,93 +5,91 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import kv as charts
 
-st.title("The KV cache")
-st.caption(
+result = ui.page_with_run(
+    "The KV cache",
     "Every cached position keeps its K and V in every layer, so the cache grows by the same number of bytes per "
-    "token: prefill writes the whole prompt at once, each decode pass appends one position."
+    "token: prefill writes the whole prompt at once, each decode pass appends one position.",
 )
-result = ui.require_run()
-if result is not None:
-    trace = result.trace
-    model = trace.model
-    cache_len = trace.passes[-1].cache_len_after
+trace = result.trace
+model = trace.model
+cache_len = trace.passes[-1].cache_len_after
 
-    st.subheader("The formula, with this model's numbers")
-    st.code(charts.formula_text(model, cache_len), language=None, wrap_lines=True)
-    ui.table(
-        charts.formula_frame(model, cache_len),
-        "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
-        "modelled (from the model's config and the run's cache length)",
-    )
-    st.markdown(charts.gqa_text(model, cache_len))
+st.subheader("The formula, with this model's numbers")
+st.code(charts.formula_text(model, cache_len), language=None, wrap_lines=True)
+ui.table(
+    charts.formula_frame(model, cache_len),
+    "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
+    "modelled (from the model's config and the run's cache length)",
+)
+st.markdown(charts.gqa_text(model, cache_len))
 
-    st.subheader("Measured, pass by pass")
-    growth = charts.growth_frame(trace)
-    ui.chart(
-        charts.growth_chart(growth),
-        growth,
-        "kv-growth",
-        "The points (bytes of the real cache tensors after each pass) sit on the line (the formula): one big step "
-        f"for the prefill, then {model.kv_bytes_per_token:,} B more per decode pass.",
-        "measured (points) vs modelled (line)",
-    )
-    st.caption(charts.growth_check_text(growth))
+st.subheader("Measured, pass by pass")
+growth = charts.growth_frame(trace)
+ui.chart(
+    charts.growth_chart(growth),
+    growth,
+    "kv-growth",
+    "The points (bytes of the real cache tensors after each pass) sit on the line (the formula): one big step "
+    f"for the prefill, then {model.kv_bytes_per_token:,} B more per decode pass.",
+    "measured (points) vs modelled (line)",
+)
+st.caption(charts.growth_check_text(growth))
 
-    st.subheader("Layer by layer")
-    pass_index = st.selectbox(
-        "Pass",
-        list(range(trace.new_tokens)),
-        index=trace.new_tokens - 1,
-        format_func=lambda k: f"pass {k} ({trace.passes[k].phase}, {trace.passes[k].cache_len_after} positions)",
-        key=f"kv-pass-{trace.new_tokens}",
-    )
-    layers = charts.layers_frame(trace, pass_index)
-    ui.chart(
-        charts.layers_chart(layers),
-        layers,
-        "kv-layers",
-        "Every layer keeps its own K and V for every position, all the same size: the dashed rule is the per-layer "
-        "formula.",
-        "measured (bars) vs modelled (rule)",
-    )
+st.subheader("Layer by layer")
+pass_index = st.selectbox(
+    "Pass",
+    list(range(trace.new_tokens)),
+    index=trace.new_tokens - 1,
+    format_func=lambda k: f"pass {k} ({trace.passes[k].phase}, {trace.passes[k].cache_len_after} positions)",
+    key=f"kv-pass-{trace.new_tokens}",
+)
+layers = charts.layers_frame(trace, pass_index)
+ui.chart(
+    charts.layers_chart(layers),
+    layers,
+    "kv-layers",
+    "Every layer keeps its own K and V for every position, all the same size: the dashed rule is the per-layer "
+    "formula.",
+    "measured (bars) vs modelled (rule)",
+)
 
-    st.subheader("Next to the weights")
-    weights = charts.weights_frame(trace)
-    ui.chart(
-        charts.weights_chart(weights),
-        weights,
-        "kv-vs-weights",
-        "At one short request the cache is small next to the weights; at full context it is not.",
-        "measured (weights, cache now) and modelled (full context)",
-    )
-    st.markdown(charts.weights_ratio_text(trace))
+st.subheader("Next to the weights")
+weights = charts.weights_frame(trace)
+ui.chart(
+    charts.weights_chart(weights),
+    weights,
+    "kv-vs-weights",
+    "At one short request the cache is small next to the weights; at full context it is not.",
+    "measured (weights, cache now) and modelled (full context)",
+)
+st.markdown(charts.weights_ratio_text(trace))
 
-    st.subheader("Projection: long contexts and many requests")
-    left, right = st.columns(2)
-    context = left.number_input(
-        "Context length (tokens)",
-        min_value=1,
-        max_value=model.max_context,
-        value=min(charts.DEFAULT_PROJECTION_CONTEXT, model.max_context),
-        step=256,
-        key=f"kv-context-{model.max_context}",
-        help=f"Up to this model's maximum context, {model.max_context:,} tokens.",
-    )
-    batch = right.number_input(
-        "Batch size (concurrent requests)",
-        min_value=1,
-        max_value=4096,
-        value=charts.DEFAULT_PROJECTION_BATCH,
-        step=1,
-        key="kv-batch",
-    )
-    st.markdown(charts.projection_text(model, int(context), int(batch), trace.device.memory_bytes) + " *(modelled)*")
-    projection = charts.projection_frame(model, int(context), int(batch))
-    ui.chart(
-        charts.projection_chart(projection, charts.references_frame(model)),
-        projection,
-        "kv-projection",
-        "KV bytes grow linearly with context and with batch: past some point the cache, not the weights, fills "
-        "the memory (dashed: the weights).",
-        "modelled",
-    )
+st.subheader("Projection: long contexts and many requests")
+left, right = st.columns(2)
+context = left.number_input(
+    "Context length (tokens)",
+    min_value=1,
+    max_value=model.max_context,
+    value=min(charts.DEFAULT_PROJECTION_CONTEXT, model.max_context),
+    step=256,
+    key=f"kv-context-{model.max_context}",
+    help=f"Up to this model's maximum context, {model.max_context:,} tokens.",
+)
+batch = right.number_input(
+    "Batch size (concurrent requests)",
+    min_value=1,
+    max_value=4096,
+    value=charts.DEFAULT_PROJECTION_BATCH,
+    step=1,
+    key="kv-batch",
+)
+st.markdown(charts.projection_text(model, int(context), int(batch), trace.device.memory_bytes) + " *(modelled)*")
+projection = charts.projection_frame(model, int(context), int(batch))
+ui.chart(
+    charts.projection_chart(projection, charts.references_frame(model)),
+    projection,
+    "kv-projection",
+    "KV bytes grow linearly with context and with batch: past some point the cache, not the weights, fills "
+    "the memory (dashed: the weights).",
+    "modelled",
+)

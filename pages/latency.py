@@ -4,100 +4,93 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import latency as charts
-from explorer.report import ms
 
-st.title("Latency: TTFT and ITL")
-st.caption(
+result = ui.page_with_run(
+    "Latency: TTFT and ITL",
     "TTFT is what you notice when you press Enter: mostly the prefill. ITL is the speed of the streaming text: one "
-    "decode pass per token. A service promises both as SLOs, e.g. p99 ITL < 50 ms."
+    "decode pass per token. A service promises both as SLOs, e.g. p99 ITL < 50 ms.",
 )
-result = ui.require_run()
-if result is not None:
-    trace = result.trace
-    ui.run_metrics(trace)
+trace = result.trace
+ui.run_metrics(trace)
 
-    st.subheader("Against your SLOs")
-    left, right = st.columns(2)
-    ttft_slo_ms = left.number_input(
-        "TTFT SLO (ms)",
-        min_value=1.0,
-        max_value=600_000.0,
-        value=charts.DEFAULT_TTFT_SLO_S * 1e3,
-        step=100.0,
-        key="latency-ttft-slo-ms",
-        help="Changing an SLO only re-reads this run's stored timings: nothing is run again.",
-    )
-    itl_slo_ms = right.number_input(
-        "ITL SLO (ms)",
-        min_value=0.1,
-        max_value=60_000.0,
-        value=charts.DEFAULT_ITL_SLO_S * 1e3,
-        step=5.0,
-        key="latency-itl-slo-ms",
-        help="Checked against the p99 of this run's inter-token latencies; each token's gap is coloured too.",
-    )
-    ttft_slo_s, itl_slo_s = ttft_slo_ms / 1e3, itl_slo_ms / 1e3
-    slos = charts.slo_frame(trace, ttft_slo_s, itl_slo_s)
-    # A badge, not st.error: a missed SLO is a finding about this run, not an error of the app.
-    for column, check in zip((left, right), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
-        verdict = charts.slo_verdict(check.metric, check.value_ms, check.slo_ms)  # numbers only: safe as markdown
-        if check.passes is None:
-            column.badge(verdict, icon=":material/remove:", color="gray")
-        elif check.passes:
-            column.badge(verdict, icon=":material/check_circle:", color="green")
-        else:
-            column.badge(verdict, icon=":material/cancel:", color="red")
-    ui.table(
-        slos,
-        "One request's TTFT and the percentiles of its inter-token gaps, each against its SLO (pass = strictly under).",
-        "values measured · SLOs set above",
-    )
-
-    st.subheader("Inter-token latency, token by token")
-    itl = charts.itl_frame(trace, itl_slo_s)
-    if itl.empty:
-        st.info("This run made one token, so there is no inter-token latency: raise Max new tokens and run again.")
+st.subheader("Against your SLOs")
+ttft_slo_s, itl_slo_s = ui.slo_inputs()
+slos = charts.slo_frame(trace, ttft_slo_s, itl_slo_s)
+# A badge, not st.error: a missed SLO is a finding about this run, not an error of the app.
+for column, check in zip(st.columns(2), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
+    verdict = charts.slo_verdict(check.metric, check.value_ms, check.slo_ms)  # numbers only: safe as markdown
+    if check.passes is None:
+        column.badge(verdict, icon=":material/remove:", color="gray")
+    elif check.passes:
+        column.badge(verdict, icon=":material/check_circle:", color="green")
     else:
-        over = int(itl["over_slo"].sum())
-        ui.chart(
-            charts.itl_chart(itl, itl_slo_s),
-            itl,
-            "itl-per-token",
-            f"{over} of {len(itl)} gaps at or over the ITL SLO (red): each is one decode pass re-reading every weight "
-            "for one token, so they stay roughly flat as the cache grows.",
-            "measured: the time between consecutive sampled tokens",
-        )
-        ui.chart(
-            charts.itl_histogram_chart(itl, slos),
-            itl,
-            "itl-distribution",
-            f"The spread of the gaps: p50 {ms(trace.itl_p50_s)}, p90 {ms(trace.itl_p90_s)}, p99 "
-            f"{ms(trace.itl_p99_s)} (grey); the red dashed line is the ITL SLO. A tail, not the median, breaks an SLO.",
-            "measured · percentiles interpolated linearly (numpy's default)",
-        )
+        column.badge(verdict, icon=":material/cancel:", color="red")
+ui.table(
+    slos,
+    "One request's TTFT and the percentiles of its inter-token gaps, each against its SLO (pass = strictly under).",
+    "values measured · SLOs set above",
+)
 
-    st.subheader("Against earlier runs in this session")
-    earlier = ui.history()
-    if not earlier:
-        st.info("No earlier run in this session yet: run again to compare (another prompt, or the same one for noise).")
-    else:
-        # Labels go only into Altair (drawn as text) and dataframes: a prompt preview must never be read as markdown.
-        runs = [charts.LabelledTrace(r.label, r.trace) for r in earlier] + [charts.LabelledTrace(result.label, trace)]
-        labels = [run.label for run in runs]
-        runs_itl = charts.runs_itl_frame(runs)
-        ui.chart(
-            charts.runs_itl_chart(runs_itl, labels, itl_slo_s),
-            runs_itl,
-            "itl-by-run",
-            "The darkest, thickest line is this run: decode gaps barely depend on the prompt, since every decode "
-            "reads the same weights.",
-            "measured, per run",
-        )
-        runs_ttft = charts.runs_ttft_frame(runs, ttft_slo_s)
-        ui.chart(
-            charts.runs_ttft_chart(runs_ttft, ttft_slo_s),
-            runs_ttft,
-            "ttft-by-run",
-            "TTFT grows with the prompt (the prefill computes every prompt token); hover a bar for its prompt length.",
-            "measured, per run",
-        )
+st.subheader("Inter-token latency, token by token")
+itl = charts.itl_frame(trace, itl_slo_s)
+if itl.empty:
+    st.info("This run made one token, so there is no inter-token latency: raise Max new tokens and run again.")
+else:
+    over = int(itl["over_slo"].sum())
+    ui.chart(
+        charts.itl_chart(itl, itl_slo_s),
+        itl,
+        "itl-per-token",
+        f"{over} of {len(itl)} gaps at or over the ITL SLO (red): each is one decode pass re-reading every weight "
+        "for one token, so they stay roughly flat as the cache grows.",
+        "measured: the time between consecutive sampled tokens",
+    )
+    everything = charts.itl_distribution_frame(trace)
+    ui.chart(
+        charts.itl_histogram_chart(everything, slos),
+        everything,
+        "itl-distribution",
+        f"The spread of all {len(everything)} gaps of {trace.repeat_count} repeat(s): percentiles in grey, the ITL SLO "
+        "as the red dashed line. A tail, not the median, breaks an SLO.",
+        "measured · percentiles over every repeat, interpolated linearly (numpy's default)",
+    )
+
+st.subheader("Each repeat's TTFT")
+if trace.repeat_count == 1:
+    st.info("One run is one sample on a shared machine: raise Repeats in the sidebar to see how much TTFT moves.")
+else:
+    repeats = charts.repeats_ttft_frame(trace, ttft_slo_s)
+    ui.chart(
+        charts.repeats_ttft_chart(repeats, ttft_slo_s),
+        repeats,
+        "ttft-by-repeat",
+        f"The same request {trace.repeat_count} times in a row: the spread is the machine's noise. The dark bar is "
+        "the repeat (median end-to-end) that the pass-by-pass charts show.",
+        "measured, per repeat",
+    )
+
+st.subheader("Against earlier runs in this session")
+earlier = ui.history()
+if not earlier:
+    st.info("No earlier run in this session yet: run again to compare (another prompt, or the same one for noise).")
+else:
+    # Labels go only into Altair (drawn as text) and dataframes: a prompt preview must never be read as markdown.
+    runs = [charts.LabelledTrace(r.label, r.trace) for r in earlier] + [charts.LabelledTrace(result.label, trace)]
+    labels = [run.label for run in runs]
+    runs_itl = charts.runs_itl_frame(runs)
+    ui.chart(
+        charts.runs_itl_chart(runs_itl, labels, itl_slo_s),
+        runs_itl,
+        "itl-by-run",
+        "The darkest, thickest line is this run: decode gaps barely depend on the prompt, since every decode "
+        "reads the same weights.",
+        "measured, per run",
+    )
+    runs_ttft = charts.runs_ttft_frame(runs, ttft_slo_s)
+    ui.chart(
+        charts.runs_ttft_chart(runs_ttft, ttft_slo_s),
+        runs_ttft,
+        "ttft-by-run",
+        "TTFT grows with the prompt (the prefill computes every prompt token); hover a bar for its prompt length.",
+        "measured, per run",
+    )

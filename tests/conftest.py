@@ -11,7 +11,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from explorer.device import device_profile  # noqa: E402
 from explorer.loading import LoadedModel, load_model  # noqa: E402
+from explorer.trace import DeviceProfile  # noqa: E402
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
 
 
@@ -33,6 +35,12 @@ def tiny_lm(tiny_llama_dir: Path) -> LoadedModel:
 @pytest.fixture(scope="session")
 def tiny_gpt2(tiny_gpt2_dir: Path) -> LoadedModel:
     return load_model(str(tiny_gpt2_dir), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def cpu_figures() -> DeviceProfile:
+    """The CPU's device figures, measured once for the session (the engine takes them as an argument)."""
+    return device_profile("cpu", "float32")
 
 
 @pytest.fixture(scope="session")

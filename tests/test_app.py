@@ -18,7 +18,14 @@ from streamlit.testing.v1 import AppTest
 from explorer import ui
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["pages/run.py", "pages/attention.py", "pages/kv_cache.py", "pages/cost.py", "pages/latency.py"]
+PAGES = [
+    "pages/run.py",
+    "pages/attention.py",
+    "pages/kv_cache.py",
+    "pages/cost.py",
+    "pages/latency.py",
+    "pages/by_hand.py",
+]
 TIMEOUT_S = 180  # a first run loads the model and measures the device
 HOSTILE = "<img src=x onerror=alert(1)> **bold** <script>alert(2)</script>"
 
@@ -106,7 +113,7 @@ def test_every_page_renders_its_charts_and_captions(ran: AppTest, page: str) -> 
 def test_a_one_token_run_renders_every_page() -> None:
     at = run_from_sidebar(new_app(), max_new_tokens=1)
     assert at.session_state[ui.RUN].trace.new_tokens == 1
-    for page in PAGES[:-1]:
+    for page in [p for p in PAGES if p != "pages/latency.py"]:
         assert_page_renders(at, page)
     at.switch_page("pages/latency.py").run()  # one token has a TTFT but no inter-token latency to chart
     assert not at.exception and not at.error
@@ -118,7 +125,11 @@ def test_downloads_follow_the_run_that_just_finished() -> None:
     assert not at.get("download_button")
     run_from_sidebar(at, prompt="first prompt", max_new_tokens=2)
     labels = [b.label for b in at.sidebar.get("download_button")]
-    assert labels == ["Download trace (JSON)", "Download passes (CSV)"]  # drawn in the very script run that ran
+    assert labels == [
+        "Download trace (JSON)",
+        "Download passes (CSV)",
+        "Download timeline (Perfetto JSON)",
+    ]  # drawn in the very script run that ran
     run_from_sidebar(at, prompt="second prompt", max_new_tokens=2)
     assert at.session_state[ui.RUN].trace.prompt_text == "second prompt"
     assert [r.trace.prompt_text for r in at.session_state[ui.HISTORY]] == ["first prompt"]
@@ -193,10 +204,11 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
                 names = [node.module]
             if any(n == "streamlit" or n.startswith("streamlit.") for n in names):
                 importers.add(path.relative_to(ROOT).as_posix())
-    assert importers == {"explorer/ui.py"}
+    assert importers and all(path.startswith("explorer/ui/") for path in importers)
     code = "import sys; sys.modules['streamlit'] = None; import explorer.cli, explorer.bench, explorer.attention"
     code += "; import explorer.charts.run, explorer.charts.attention, explorer.charts.kv, explorer.charts.cost"
-    code += ", explorer.charts.latency"
+    code += ", explorer.charts.latency, explorer.charts.serving, explorer.charts.by_hand, explorer.charts.export"
+    code += "; import explorer.by_hand, explorer.quiz, explorer.perfetto, explorer.batch, explorer.nocache"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=os.environ)
     assert out.returncode == 0, out.stderr
 
@@ -213,3 +225,48 @@ def test_a_second_session_waits_for_the_device() -> None:
         releaser.join()
     assert any("Waited" in c.value and "another session" in c.value for c in at.caption)
     assert at.session_state[ui.RUN].trace.new_tokens <= 2
+
+
+@pytest.fixture
+def lab_app(tiny_llama_dir: Path) -> AppTest:
+    """The app with the tiny model as the sidebar's last choice: the labs run on it, fast."""
+    at = new_app()
+    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    return at
+
+
+def test_the_no_cache_lab_runs_and_renders(lab_app: AppTest) -> None:
+    at = lab_app.switch_page("pages/nocache.py").run()
+    assert any("Run both loops" in i.value for i in at.info)
+    at.text_input[0].input("hello there")
+    at.number_input[0].set_value(10)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert len(at.get("vega_lite_chart")) == 4
+    assert [m.value for m in at.metric][0] == "yes"  # the same tokens both ways, shown
+    assert "first 8 decode steps" in " ".join(m.value for m in at.markdown)
+    counter_before = at.session_state["explorer_nocache_result"]
+    at.switch_page("pages/batching.py").run().switch_page("pages/nocache.py").run()
+    assert at.session_state["explorer_nocache_result"] is counter_before  # a view change never re-runs it
+
+
+def test_the_batching_lab_runs_renders_and_refuses_bad_input(lab_app: AppTest) -> None:
+    at = lab_app.switch_page("pages/batching.py").run()
+    at.text_input[0].input("1,0")
+    at.button[0].click().run()
+    assert any("between 1 and" in e.value for e in at.error) and not at.exception
+    at.text_input[0].input("1,2,4")
+    at.number_input[0].set_value(8)
+    at.number_input[1].set_value(4)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert len(at.get("vega_lite_chart")) == 4
+    assert at.metric[0].value == "yes"  # every request's tokens equal its solo tokens
+    assert len(at.session_state["explorer_batch_result"].runs) == 3
+
+
+def test_every_chart_offers_png_and_svg(ran: AppTest) -> None:
+    for page in PAGES:
+        ran.switch_page(page).run()
+        labels = [b.label for b in ran.main.get("download_button")]
+        assert labels.count("PNG") == labels.count("SVG") == len(ran.get("vega_lite_chart")), page

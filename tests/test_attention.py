@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from explorer.attention import AttentionCapExceeded, attention_bytes, capture_attention
-from explorer.engine import Request, generate
+from explorer.engine import Request
 from explorer.errors import BadInput
 from explorer.loading import LoadedModel
+from explorer.measure import measure
 from explorer.trace import Trace
 
 
@@ -31,26 +32,26 @@ def assert_attention_structure(lm: LoadedModel, trace: Trace, layers: list[int] 
 
 
 def test_tiny_llama_attention(tiny_lm: LoadedModel) -> None:
-    trace = generate(tiny_lm, Request("attention!", max_new_tokens=6))
+    trace = measure(tiny_lm, Request("attention!", max_new_tokens=6))
     assert_attention_structure(tiny_lm, trace)
 
 
 def test_tiny_gpt2_attention(tiny_gpt2: LoadedModel) -> None:
-    trace = generate(tiny_gpt2, Request("attention!", max_new_tokens=4))
+    trace = measure(tiny_gpt2, Request("attention!", max_new_tokens=4))
     assert_attention_structure(tiny_gpt2, trace, layers=[1])
 
 
 def test_real_model_attention_and_same_tokens(real_lm: LoadedModel) -> None:
     request = Request("Name three colours.", max_new_tokens=8)
-    trace = generate(real_lm, request)
+    trace = measure(real_lm, request)
     assert_attention_structure(real_lm, trace, layers=[0, 14, 29])
-    again = generate(real_lm, request)  # capture left the model as it was: the same greedy tokens
+    again = measure(real_lm, request)  # capture left the model as it was: the same greedy tokens
     assert again.generated_token_ids == trace.generated_token_ids
     assert real_lm.model.config._attn_implementation == "sdpa"
 
 
 def test_capture_refuses_past_the_cap(tiny_lm: LoadedModel) -> None:
-    trace = generate(tiny_lm, Request("a longer prompt for the cap", max_new_tokens=3))
+    trace = measure(tiny_lm, Request("a longer prompt for the cap", max_new_tokens=3))
     needed = attention_bytes(2, 4, trace.prompt_len, [p.cache_len_after for p in trace.decodes])
     with pytest.raises(AttentionCapExceeded, match="over the .* cap"):
         capture_attention(tiny_lm, trace, cap_bytes=needed - 1)
@@ -58,6 +59,6 @@ def test_capture_refuses_past_the_cap(tiny_lm: LoadedModel) -> None:
 
 
 def test_capture_rejects_unknown_layers(tiny_lm: LoadedModel) -> None:
-    trace = generate(tiny_lm, Request("abc", max_new_tokens=2))
+    trace = measure(tiny_lm, Request("abc", max_new_tokens=2))
     with pytest.raises(BadInput, match="between 0 and 1"):
         capture_attention(tiny_lm, trace, layers=[2])

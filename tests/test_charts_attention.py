@@ -9,8 +9,9 @@ import pytest
 from explorer.attention import AttentionMaps, capture_attention
 from explorer.charts import attention as charts
 from explorer.charts.common import position_label
-from explorer.engine import Request, generate
+from explorer.engine import Request
 from explorer.loading import LoadedModel
+from explorer.measure import measure
 from explorer.trace import Trace
 
 NEW_TOKENS = 6
@@ -18,7 +19,7 @@ NEW_TOKENS = 6
 
 @pytest.fixture(scope="module")
 def run(tiny_lm: LoadedModel) -> tuple[Trace, AttentionMaps]:
-    trace = generate(tiny_lm, Request("a a b: attention!", max_new_tokens=NEW_TOKENS))
+    trace = measure(tiny_lm, Request("a a b: attention!", max_new_tokens=NEW_TOKENS))
     return trace, capture_attention(tiny_lm, trace)
 
 
@@ -26,7 +27,7 @@ def run(tiny_lm: LoadedModel) -> tuple[Trace, AttentionMaps]:
 def long_run(tiny_lm: LoadedModel) -> tuple[Trace, AttentionMaps]:
     """~200 prompt tokens (the tiny model's context is 256): long enough to need windows and pooling."""
     prompt = "The quick brown fox jumps over the lazy dog. " * 5  # byte-level tokenizer: 225 tokens
-    trace = generate(tiny_lm, Request(prompt[:200], max_new_tokens=40, use_chat_template=False))
+    trace = measure(tiny_lm, Request(prompt[:200], max_new_tokens=40, use_chat_template=False))
     return trace, capture_attention(tiny_lm, trace)
 
 

@@ -9,18 +9,19 @@ import altair as alt
 import pytest
 
 from explorer.charts import cost
-from explorer.charts.common import to_ms
-from explorer.engine import Request, generate
+from explorer.engine import Request
 from explorer.loading import LoadedModel
-from explorer.roofline import attainable_flops
-from explorer.trace import DeviceProfile, Trace
+from explorer.measure import measure
+from explorer.roofline import attainable_flops, pass_cost, prefill_ridge_tokens
+from explorer.trace import DeviceProfile, PassRecord, Trace
+from explorer.units import percent, to_ms
 
-SEGMENTS = ["weight_read_ms", "kv_read_ms", "compute_not_hidden_ms", "overhead_ms"]
+SEGMENTS = ["weight_read_ms", "kv_ms", "compute_not_hidden_ms", "overhead_ms"]
 
 
 @pytest.fixture(scope="module")
 def trace(tiny_lm: LoadedModel) -> Trace:
-    return generate(tiny_lm, Request("abc", max_new_tokens=8))
+    return measure(tiny_lm, Request("abc", max_new_tokens=8))
 
 
 @pytest.fixture
@@ -30,7 +31,12 @@ def hand_device() -> DeviceProfile:
 
 def with_walls(trace: Trace, walls_s: list[float]) -> Trace:
     """The same trace with chosen measured times, to reach branches a real run only reaches by chance."""
-    return replace(trace, passes=tuple(replace(p, wall_s=w) for p, w in zip(trace.passes, walls_s, strict=True)))
+    return with_passes(trace, tuple(replace(p, wall_s=w) for p, w in zip(trace.passes, walls_s, strict=True)))
+
+
+def with_passes(trace: Trace, passes: tuple[PassRecord, ...]) -> Trace:
+    """One repeat with these passes."""
+    return replace(trace, repeats=(passes,), shown_repeat=0)
 
 
 def test_time_split_segments_are_the_modelled_times_and_the_overhead(trace: Trace) -> None:
@@ -38,21 +44,21 @@ def test_time_split_segments_are_the_modelled_times_and_the_overhead(trace: Trac
     assert list(frame["pass"]) == [p.index for p in trace.passes]
     assert list(frame["phase"]) == ["prefill"] + ["decode"] * (trace.new_tokens - 1)
     for row, p in zip(frame.itertuples(index=False), trace.passes, strict=True):
-        assert row.weight_read_ms == to_ms(p.t_weight_read_s)
-        assert row.kv_read_ms == to_ms(p.t_kv_read_s)
-        assert row.compute_not_hidden_ms == to_ms(max(0.0, p.t_compute_s - p.t_memory_s))
+        assert row.weight_read_ms == to_ms(p.cost.t_weight_read_s)
+        assert row.kv_ms == to_ms(p.cost.t_kv_s)
+        assert row.compute_not_hidden_ms == to_ms(max(0.0, p.cost.t_compute_s - p.cost.t_memory_s))
         assert row.overhead_ms == to_ms(p.overhead_s)
         assert row.wall_ms == to_ms(p.wall_s)
-        assert row.roofline_ms == to_ms(p.roofline_time_s)
-        assert row.bound == p.bound
-        assert row.faster_than_model == (p.wall_s < p.roofline_time_s)
+        assert row.roofline_ms == to_ms(p.cost.roofline_time_s)
+        assert row.bound == p.cost.bound
+        assert row.faster_than_model == (p.wall_s < p.cost.roofline_time_s)
 
 
 def test_segments_sum_to_the_wall_time_when_the_pass_is_slower_than_the_model(trace: Trace) -> None:
     # Both cases by construction: compute hidden behind memory (decode), compute beyond it (a compute-heavy prefill).
-    slow = with_walls(trace, [p.roofline_time_s * 3 + 1e-3 for p in trace.passes])
-    compute_heavy = replace(slow.prefill, t_compute_s=slow.prefill.t_memory_s * 5)
-    slow = replace(slow, passes=(compute_heavy, *slow.decodes))
+    slow = with_walls(trace, [p.cost.roofline_time_s * 3 + 1e-3 for p in trace.passes])
+    heavy_cost = replace(slow.prefill.cost, t_compute_s=slow.prefill.cost.t_memory_s * 5)
+    slow = with_passes(slow, (replace(slow.prefill, cost=heavy_cost), *slow.decodes))
     frame = cost.time_split_frame(slow)
     assert frame.loc[0, "compute_not_hidden_ms"] > 0 and (frame.loc[1:, "compute_not_hidden_ms"] == 0).all()
     for row, p in zip(frame.itertuples(index=False), slow.passes, strict=True):
@@ -61,7 +67,7 @@ def test_segments_sum_to_the_wall_time_when_the_pass_is_slower_than_the_model(tr
 
 
 def test_a_pass_faster_than_the_model_is_flagged_not_hidden(trace: Trace) -> None:
-    fast = with_walls(trace, [p.roofline_time_s / 2 for p in trace.passes])
+    fast = with_walls(trace, [p.cost.roofline_time_s / 2 for p in trace.passes])
     frame = cost.time_split_frame(fast)
     assert frame["faster_than_model"].all()
     assert (frame["overhead_ms"] == 0).all()
@@ -80,12 +86,13 @@ def test_predicted_frame_is_the_raw_model(trace: Trace) -> None:
     frame = cost.predicted_frame(trace)
     assert len(frame) == trace.new_tokens
     for row, p in zip(frame.to_dict("records"), trace.passes, strict=True):
-        assert row["flops"] == p.flops
-        assert row["weight_bytes_read"] == p.weight_bytes_read and row["kv_bytes_read"] == p.kv_bytes_read
-        assert row["t_compute_ms"] == to_ms(p.t_compute_s) and row["t_weight_read_ms"] == to_ms(p.t_weight_read_s)
-        assert row["t_kv_read_ms"] == to_ms(p.t_kv_read_s) and row["roofline_ms"] == to_ms(p.roofline_time_s)
+        assert row["flops"] == p.cost.flops
+        assert row["weight_bytes_read"] == p.cost.weight_bytes_read and row["kv_bytes_read"] == p.cost.kv_bytes_read
+        assert row["t_compute_ms"] == to_ms(p.cost.t_compute_s)
+        assert row["t_weight_read_ms"] == to_ms(p.cost.t_weight_read_s)
+        assert row["t_kv_ms"] == to_ms(p.cost.t_kv_s) and row["roofline_ms"] == to_ms(p.cost.roofline_time_s)
         assert row["overhead_ms"] == to_ms(p.overhead_s) and row["wall_ms"] == to_ms(p.wall_s)
-        assert row["wall_over_roofline"] == p.wall_s / p.roofline_time_s
+        assert row["wall_over_roofline"] == p.wall_s / p.cost.roofline_time_s
 
 
 def test_roofline_points_roof_and_ridge(trace: Trace) -> None:
@@ -93,7 +100,7 @@ def test_roofline_points_roof_and_ridge(trace: Trace) -> None:
     device = trace.device
     points = frame[frame["kind"] == "pass"]
     assert list(points["pass"]) == [p.index for p in trace.passes]
-    assert list(points["intensity_flops_per_byte"]) == [p.arithmetic_intensity for p in trace.passes]
+    assert list(points["intensity_flops_per_byte"]) == [p.cost.arithmetic_intensity for p in trace.passes]
     assert list(points["flops_per_s"]) == [p.achieved_flops_per_s for p in trace.passes]
     # Prefill computes many tokens per weight read: it sits right of every decode.
     assert points.iloc[0]["intensity_flops_per_byte"] > points.iloc[1:]["intensity_flops_per_byte"].max()
@@ -113,24 +120,29 @@ def test_roofline_points_roof_and_ridge(trace: Trace) -> None:
 def test_median_decode_index(trace: Trace) -> None:
     walls = [0.5, 0.04, 0.01, 0.03, 0.07, 0.02, 0.06, 0.05]  # decodes sorted: 0.01 0.02 0.03 0.04 0.05 0.06 0.07
     assert cost.median_decode_index(with_walls(trace, walls)) == 1  # 0.04 s is pass 1
-    even = replace(trace, passes=with_walls(trace, walls).passes[:5])  # decodes 0.04 0.01 0.03 0.07: lower middle 0.03
+    even = with_passes(trace, with_walls(trace, walls).passes[:5])  # decodes 0.04 0.01 0.03 0.07: lower middle 0.03
     assert cost.median_decode_index(even) == 3
-    assert cost.median_decode_index(replace(trace, passes=trace.passes[:1])) is None
+    assert cost.median_decode_index(with_passes(trace, trace.passes[:1])) is None
 
 
 def test_utilisation_by_hand(trace: Trace, hand_device: DeviceProfile) -> None:
     # Power-of-two times keep every quotient exact: 2e9 FLOPs in 0.5 s is 4e9 FLOP/s, 0.4 % of 1e12.
-    prefill = replace(
-        trace.prefill,
-        tokens_in=20,
+    prefill_cost = replace(
+        trace.prefill.cost,
         flops=2_000_000_000,
         weight_bytes_read=400_000_000,
-        kv_bytes_read=100_000_000,
-        wall_s=0.5,
+        kv_bytes_read=60_000_000,
+        kv_bytes_written=40_000_000,
     )
-    decode = replace(
-        trace.decodes[0], flops=250_000_000, weight_bytes_read=499_000_000, kv_bytes_read=1_000_000, wall_s=0.25
+    prefill = replace(trace.prefill, tokens_in=20, cost=prefill_cost, wall_s=0.5)
+    decode_cost = replace(
+        trace.decodes[0].cost,
+        flops=250_000_000,
+        weight_bytes_read=499_000_000,
+        kv_bytes_read=600_000,
+        kv_bytes_written=400_000,
     )
+    decode = replace(trace.decodes[0], cost=decode_cost, wall_s=0.25)
     frame = cost.utilisation_frame([prefill, decode], hand_device)
     assert list(frame["label"]) == ["prefill (pass 0)", "decode (pass 1)"]
     assert list(frame["achieved_flops_per_s"]) == [4e9, 1e9]
@@ -138,15 +150,24 @@ def test_utilisation_by_hand(trace: Trace, hand_device: DeviceProfile) -> None:
     assert list(frame["achieved_bandwidth_bytes_per_s"]) == [1e9, 2e9]
     assert list(frame["bandwidth_utilisation"]) == [0.01, 0.02]
     assert list(frame["tokens_per_s"]) == [40.0, 4.0]
-    assert cost.percent(0.0246) == "2.46 %" and cost.percent(0.5) == "50 %"
+    assert percent(0.0246) == "2.46 %" and percent(0.5) == "50 %"
 
 
 def test_utilisation_matches_the_trace(trace: Trace) -> None:
     frame = cost.utilisation_frame(trace.passes, trace.device)
     for row, p in zip(frame.to_dict("records"), trace.passes, strict=True):
-        assert row["compute_utilisation"] == p.achieved_flops_per_s / trace.device.peak_flops
-        assert row["bandwidth_utilisation"] == p.achieved_bandwidth_bytes_per_s / trace.device.bandwidth_bytes_per_s
-        assert row["bytes_read"] == p.weight_bytes_read + p.kv_bytes_read
+        assert row["compute_utilisation"] == min(1.0, p.achieved_flops_per_s / trace.device.peak_flops)
+        bandwidth = p.achieved_bandwidth_bytes_per_s / trace.device.bandwidth_bytes_per_s
+        assert row["bandwidth_utilisation"] == min(1.0, bandwidth)
+        assert row["bytes_read"] == p.cost.weight_bytes_read + p.cost.kv_bytes_read + p.cost.kv_bytes_written
+
+
+def test_utilisation_never_shows_more_than_the_device(trace: Trace, hand_device: DeviceProfile) -> None:
+    # A pass within noise under its floor (the run re-measures only beyond 10 %) is at the roof: 100 %, flagged.
+    at_roof = replace(trace.decodes[0], wall_s=trace.decodes[0].cost.roofline_time_s * 0.95)
+    frame = cost.utilisation_frame([at_roof], trace.device)
+    assert frame["bandwidth_utilisation"].max() <= 1.0 and frame["compute_utilisation"].max() <= 1.0
+    assert frame["at_the_roof"].all()
 
 
 def test_device_frame_shows_sources(hand_device: DeviceProfile) -> None:
@@ -155,7 +176,15 @@ def test_device_frame_shows_sources(hand_device: DeviceProfile) -> None:
     assert rows["peak compute"]["value"] == "1.00 TFLOP/s" and rows["peak compute"]["source"] == "spec"
     assert rows["memory bandwidth"]["source"] == "nvml"
     assert rows["ridge point"]["value"] == "10.0 FLOP/byte"
-    assert rows["matmul microbenchmark"]["value"] == "n/a"
+    assert rows["achievable compute (matmul)"]["value"] == "n/a"
+    measured = replace(
+        hand_device, matmul_n=2048, copy_bytes=512_000_000, flops_samples=(0.5e12, 1e12), bandwidth_samples=(5e10, 1e11)
+    )
+    rows = dict(zip(cost.device_frame(measured)["figure"], cost.device_frame(measured).to_dict("records"), strict=True))
+    assert rows["memory bandwidth"]["value"] == "100.0 GB/s (read + write)"
+    copy = rows["achievable bandwidth (copy of 512.0 MB, read + write)"]
+    assert "best of 2; spread 50.0 GB/s – 100.0 GB/s" in copy["source"]
+    assert "2048×2048 float32 matmul" in " ".join(rows)
 
 
 def test_charts_serialise(trace: Trace) -> None:
@@ -168,3 +197,25 @@ def test_charts_serialise(trace: Trace) -> None:
         spec = chart.to_dict()
         assert json.dumps(spec)  # what Streamlit ships to the browser
     assert "log" in json.dumps(charts[1].to_dict())
+
+
+def test_bound_sentences_follow_the_intensity_not_the_phase(trace: Trace, hand_device: DeviceProfile) -> None:
+    p = trace.prefill
+    ridge = p.cost.arithmetic_intensity  # put the ridge exactly on the pass, then either side of it
+    for peak, expected in [(ridge * 1e11 * 2, "left of the ridge: memory-bound"), (ridge * 1e11 / 2, "right")]:
+        device = replace(hand_device, peak_flops=peak, bandwidth_bytes_per_s=1e11)
+        recosted = replace(p, cost=pass_cost(trace.model, device, p.tokens_in, 0))
+        assert expected in cost.bound_sentence(recosted, device)
+        assert f"{recosted.cost.bound}-bound" in cost.bound_sentence(recosted, device)
+
+
+def test_prefill_ridge_sentence_and_kv_formula(trace: Trace) -> None:
+    text = cost.prefill_ridge_sentence(trace)
+    tokens = prefill_ridge_tokens(trace.model, trace.device)
+    assert f"past ~{tokens:,.0f} prompt tokens" in text and f"This prompt has {trace.prompt_len} tokens" in text
+    last = trace.decodes[-1]
+    formula = cost.kv_traffic_formula(trace, last)
+    assert (
+        f"(old {last.cache_len_before} + new 1) positions" in formula
+        and f"+ {last.cache_len_after} by attention" in formula
+    )

@@ -6,17 +6,18 @@ import altair as alt
 import pytest
 
 from explorer.charts import kv as charts
-from explorer.engine import Request, generate
+from explorer.engine import Request
 from explorer.loading import LoadedModel
-from explorer.roofline import GIB
+from explorer.measure import measure
 from explorer.trace import Trace
+from explorer.units import GB
 
 NEW_TOKENS = 6
 
 
 @pytest.fixture(scope="module")
 def trace(tiny_lm: LoadedModel) -> Trace:
-    return generate(tiny_lm, Request("some prompt", max_new_tokens=NEW_TOKENS))
+    return measure(tiny_lm, Request("some prompt", max_new_tokens=NEW_TOKENS))
 
 
 def test_tiny_model_bytes_per_token(trace: Trace) -> None:
@@ -76,9 +77,9 @@ def test_projection_matches_hand_computed_bytes(trace: Trace) -> None:
     assert chosen["kv_bytes"].tolist() == [512 * 200 * 3]  # 307,200 B
     assert chosen["chosen"].all() and not frame.loc[frame["batch"] == 8, "chosen"].any()
     assert frame["context_len"].max() == context and frame["context_len"].min() == 0
-    assert (frame["kv_gib"] == frame["kv_bytes"] / GIB).all()
+    assert (frame["kv_gb"] == frame["kv_bytes"] / GB).all()
     assert charts.projection_text(trace.model, context, batch).startswith(
-        "At 200 tokens × batch 3 this model needs 300.00 KiB of KV cache"
+        "At 200 tokens × batch 3 this model needs 307.2 kB of KV cache"
     )
     assert "of this device's" in charts.projection_text(trace.model, context, batch, device_memory_bytes=2**30)
 

@@ -9,20 +9,22 @@ import altair as alt
 import pytest
 
 from explorer.charts import latency
-from explorer.charts.common import display_token, to_ms
-from explorer.engine import Request, generate
+from explorer.charts.common import display_token
+from explorer.engine import Request
 from explorer.loading import LoadedModel
+from explorer.measure import measure
 from explorer.trace import Trace
+from explorer.units import to_ms
 
 
 @pytest.fixture(scope="module")
 def trace(tiny_lm: LoadedModel) -> Trace:
-    return generate(tiny_lm, Request("abc", max_new_tokens=8))
+    return measure(tiny_lm, Request("abc", max_new_tokens=8))
 
 
 @pytest.fixture(scope="module")
 def one_token(tiny_lm: LoadedModel) -> Trace:
-    return generate(tiny_lm, Request("abc", max_new_tokens=1))
+    return measure(tiny_lm, Request("abc", max_new_tokens=1))
 
 
 def test_itl_frame_is_the_trace_gaps(trace: Trace) -> None:
@@ -75,7 +77,10 @@ def test_one_token_has_no_itl(one_token: Trace) -> None:
 
 
 def test_runs_frames(trace: Trace, one_token: Trace) -> None:
-    other = replace(trace, itl_s=tuple(2 * gap for gap in trace.itl_s), ttft_s=2.5)
+    # Another run: TTFT 2.5 s, every gap twice as long.
+    first_s = trace.passes[0].token_s
+    slower = tuple(replace(p, token_s=2.5 + 2 * (p.token_s - first_s)) for p in trace.passes)
+    other = replace(trace, repeats=(slower,), shown_repeat=0)
     runs = [
         latency.LabelledTrace("run 1: *not* <b>markdown</b>", one_token),
         latency.LabelledTrace("run 2: b", other),

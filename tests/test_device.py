@@ -257,13 +257,14 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
         monkeypatch.setattr(device, "pynvml", nvml)
 
-        def matmul(index: int, dtype: str) -> float:
+        def matmul(where: str, dtype: str, n: int) -> list[float]:
+            assert where == "cuda:0" and n == device.GPU_MATMUL_N
             if measured_flops is None:
                 raise RuntimeError("CUDA error: out of memory")
-            return measured_flops
+            return [measured_flops * 0.9, measured_flops, measured_flops * 0.95]  # best of the repeats is the figure
 
-        monkeypatch.setattr(device, "measure_cuda_matmul_flops", matmul)
-        monkeypatch.setattr(device, "measure_cuda_copy_bandwidth_bytes_per_s", lambda index: measured_bandwidth)
+        monkeypatch.setattr(device, "measure_matmul_flops", matmul)
+        monkeypatch.setattr(device, "measure_copy_bandwidth", lambda where, size: [measured_bandwidth])
 
     return install
 
@@ -274,6 +275,7 @@ def test_known_gpu_takes_peak_from_the_table_and_bandwidth_from_nvml(fake_gpu: A
     assert (profile.peak_flops, profile.peak_flops_source) == (pytest.approx(989.4e12), "spec")
     assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (pytest.approx(H100_NVML_BANDWIDTH), "nvml")
     assert (profile.measured_flops, profile.measured_bandwidth_bytes_per_s) == (700e12, 3.0e12)
+    assert profile.flops_spread is not None and profile.flops_spread.low == pytest.approx(630e12)
     assert profile.memory_bytes == H100_MEMORY_BYTES
     assert "H100 SXM" in profile.notes
 
@@ -331,7 +333,25 @@ def test_cpu_profile_is_measured_and_sensible() -> None:
     assert profile.memory_bytes is not None and profile.memory_bytes > 0
     assert 0.1 < profile.ridge_point_flops_per_byte < 10_000  # FLOPs per byte: CPUs sit around 1 to 100
     assert "threads" in profile.notes
-    assert device_profile("cpu", "float32") is profile  # measured once per process
+    assert device_profile("cpu", "float32") is profile  # measured once per process and reused
+    # Fixed sizes, best of five, every sample kept for the spread; SI convention stated.
+    assert profile.matmul_n == 2048 and profile.copy_bytes >= 256 * 2**20
+    assert len(profile.flops_samples) == len(profile.bandwidth_samples) == 5
+    assert profile.peak_flops == max(profile.flops_samples)
+    assert profile.bandwidth_bytes_per_s == max(profile.bandwidth_samples)
+    assert profile.bandwidth_counts == "read + write" and profile.measured_at
+
+
+def test_a_fresh_profile_is_measured_again_and_kept() -> None:
+    first = device_profile("cpu", "float32")
+    again = device_profile("cpu", "float32", fresh=True)
+    assert again is not first and again.measured_at >= first.measured_at
+    assert device_profile("cpu", "float32") is again
+
+
+def test_bfloat16_runs_get_a_bfloat16_peak() -> None:
+    profile = device_profile("cpu", "bfloat16")
+    assert profile.dtype == "bfloat16" and profile.peak_flops == max(profile.flops_samples)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

@@ -8,7 +8,8 @@ import torch
 from explorer.engine import Request, generate, tokenize
 from explorer.errors import BadInput
 from explorer.loading import LoadedModel
-from explorer.trace import Sampling, Trace
+from explorer.measure import measure
+from explorer.trace import DeviceProfile, Sampling, Trace
 
 
 def hf_greedy_tokens(lm: LoadedModel, prompt_ids: tuple[int, ...], new_tokens: int) -> list[int]:
@@ -45,7 +46,7 @@ def assert_timing_invariants(trace: Trace) -> None:
 @pytest.mark.parametrize("fixture", ["tiny_lm", "tiny_gpt2"])
 def test_tiny_models_match_generate_and_keep_invariants(fixture: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(fixture)
-    trace = generate(lm, Request("hello <b>world</b>", max_new_tokens=12, use_chat_template=False))
+    trace = measure(lm, Request("hello <b>world</b>", max_new_tokens=12, use_chat_template=False))
     assert trace.new_tokens == 12 and trace.stop_reason == "max_new_tokens"
     assert list(trace.generated_token_ids) == hf_greedy_tokens(lm, trace.prompt_token_ids, 12)
     assert_pass_invariants(trace)
@@ -61,7 +62,7 @@ def test_chat_template_is_used_and_switchable(tiny_lm: LoadedModel) -> None:
     with_template = tokenize(tiny_lm, "hi", use_chat_template=True)
     raw = tokenize(tiny_lm, "hi", use_chat_template=False)
     assert len(with_template) > len(raw) == 2
-    trace = generate(tiny_lm, Request("hi", max_new_tokens=2))
+    trace = measure(tiny_lm, Request("hi", max_new_tokens=2))
     assert trace.chat_template_used and list(trace.prompt_token_ids) == with_template
 
 
@@ -69,7 +70,7 @@ def test_real_model_matches_generate_and_keeps_invariants(real_lm: LoadedModel) 
     info = real_lm.info
     assert (info.layers, info.heads, info.kv_heads, info.head_dim, info.hidden_size) == (30, 9, 3, 64, 576)
     assert info.kv_bytes_per_token == 46_080  # 2 x 30 x 3 x 64 x 4 bytes (float32)
-    trace = generate(real_lm, Request("The capital of France is", max_new_tokens=16))
+    trace = measure(real_lm, Request("The capital of France is", max_new_tokens=16))
     assert trace.chat_template_used
     n = trace.new_tokens
     assert list(trace.generated_token_ids) == hf_greedy_tokens(real_lm, trace.prompt_token_ids, n)
@@ -81,26 +82,28 @@ def test_real_model_matches_generate_and_keeps_invariants(real_lm: LoadedModel) 
 
 
 def test_eos_stops_the_run(real_lm: LoadedModel) -> None:
-    trace = generate(real_lm, Request("Reply with one word: yes or no?", max_new_tokens=64))
+    trace = measure(real_lm, Request("Reply with one word: yes or no?", max_new_tokens=64))
     assert trace.stop_reason == "eos" and trace.passes[-1].token_id in real_lm.eos_token_ids
     assert trace.new_tokens < 64
 
 
-def test_sampling_is_reproducible_with_a_seed(tiny_lm: LoadedModel) -> None:
+def test_sampling_is_reproducible_with_a_seed(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
     sampled = Sampling(temperature=1.0, top_k=20, seed=1234)
-    a = generate(tiny_lm, Request("abc", max_new_tokens=10, sampling=sampled), warmup=False)
-    b = generate(tiny_lm, Request("abc", max_new_tokens=10, sampling=sampled), warmup=False)
-    assert a.generated_token_ids == b.generated_token_ids
-    unseeded = generate(tiny_lm, Request("abc", max_new_tokens=3, sampling=Sampling(temperature=1.0)), warmup=False)
+    a = generate(tiny_lm, Request("abc", max_new_tokens=10, sampling=sampled), cpu_figures, warmup=False)
+    b = generate(tiny_lm, Request("abc", max_new_tokens=10, sampling=sampled, repeats=2), cpu_figures, warmup=False)
+    assert a.generated_token_ids == b.generated_token_ids and b.same_tokens_every_repeat  # each repeat re-seeds
+    unseeded = generate(tiny_lm, Request("abc", max_new_tokens=3, sampling=Sampling(1.0)), cpu_figures, warmup=False)
     assert unseeded.sampling.seed is not None  # recorded so the run can be replayed
-    top1 = generate(tiny_lm, Request("abc", max_new_tokens=6, sampling=Sampling(1.0, top_k=1, seed=3)), warmup=False)
-    greedy = generate(tiny_lm, Request("abc", max_new_tokens=6), warmup=False)
+    top1 = generate(
+        tiny_lm, Request("abc", max_new_tokens=6, sampling=Sampling(1.0, top_k=1, seed=3)), cpu_figures, warmup=False
+    )
+    greedy = generate(tiny_lm, Request("abc", max_new_tokens=6), cpu_figures, warmup=False)
     assert top1.generated_token_ids == greedy.generated_token_ids
 
 
 def test_on_pass_streams_every_pass_in_order(tiny_lm: LoadedModel) -> None:
     seen: list[int] = []
-    trace = generate(tiny_lm, Request("abc", max_new_tokens=5), on_pass=lambda p: seen.append(p.index))
+    trace = measure(tiny_lm, Request("abc", max_new_tokens=5), on_pass=lambda p: seen.append(p.index))
     assert seen == [p.index for p in trace.passes] == [0, 1, 2, 3, 4]
 
 
@@ -110,9 +113,9 @@ def test_on_pass_streams_every_pass_in_order(tiny_lm: LoadedModel) -> None:
 )
 def test_bad_requests_are_refused(tiny_lm: LoadedModel, prompt: str, max_new_tokens: int, message: str) -> None:
     with pytest.raises(BadInput, match=message):
-        generate(tiny_lm, Request(prompt, max_new_tokens=max_new_tokens))
+        measure(tiny_lm, Request(prompt, max_new_tokens=max_new_tokens))
 
 
 def test_prompt_beyond_context_is_refused(tiny_lm: LoadedModel) -> None:
     with pytest.raises(BadInput, match="exceeds .* context of 256 tokens"):
-        generate(tiny_lm, Request("x" * 300, max_new_tokens=4, use_chat_template=False))
+        measure(tiny_lm, Request("x" * 300, max_new_tokens=4, use_chat_template=False))

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from explorer.errors import BadInput
-from explorer.loading import EMBEDDED_CACHE_NAME, cache_dir, load_model, resolve_device, resolve_dtype
+from explorer.loading import load_model, resolve_device, resolve_dtype
+from explorer.paths import EMBEDDED_CACHE_NAME, cache_dir
 
 
 def test_cache_dir_respects_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -42,8 +42,10 @@ def test_bytes_and_times_by_hand(real_lm: LoadedModel, device: DeviceProfile) ->
     assert kv_cache_bytes(info, 1000) == 46_080_000
     assert kv_cache_bytes(info, 8192, batch=32) == 46_080 * 8192 * 32
     assert weight_bytes_read(info, 1) == info.weight_bytes  # tied: the LM head reads the whole table anyway
-    cost = pass_cost(info, device, tokens_in=1, cache_len_after=100)
-    assert cost.kv_bytes_read == 4_608_000 and cost.kv_bytes_written == 46_080
+    cost = pass_cost(info, device, tokens_in=1, cache_len_before=99)
+    # DynamicCache concatenates: the update reads 99 old + 1 new positions and writes all 100; attention reads 100
+    assert cost.kv_bytes_read == 2 * 4_608_000 and cost.kv_bytes_written == 4_608_000
+    assert cost.t_kv_s == pytest.approx(3 * 4_608_000 / 1e11)
     assert cost.t_weight_read_s == pytest.approx(info.weight_bytes / 1e11)
     assert cost.t_compute_s == pytest.approx(275_871_744 / 1e12)
 

@@ -8,14 +8,15 @@ import json
 
 import pytest
 
-from explorer.engine import Request, generate
+from explorer.engine import Request
 from explorer.loading import LoadedModel
+from explorer.measure import measure
 from explorer.trace import SCHEMA_VERSION, Trace, percentile
 
 
 @pytest.fixture(scope="module")
 def trace(tiny_lm: LoadedModel) -> Trace:
-    return generate(tiny_lm, Request('quote " comma , <script>', max_new_tokens=7))
+    return measure(tiny_lm, Request('quote " comma , <script>', max_new_tokens=7))
 
 
 def test_json_round_trip(trace: Trace) -> None:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from explorer.attention import AttentionMaps
 from explorer.charts.common import position_label
+from explorer.trace import ModelInfo
 
 MAX_CELLS = 10_000  # rectangles per chart: more than this makes the browser stutter
 WINDOW_POSITIONS = 96  # a full-resolution prefill window is at most 96 x 96 = 9,216 cells
@@ -283,3 +284,19 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
     return alt.layer(cells, rule, text).properties(
         height=min(900, max(260, 18 * len(order)))
     )  # the height includes axes and legend
+
+
+NO_MASK_IN_DECODE = (
+    "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so the scores of a token "
+    "against *later* tokens are computed too and must be masked to 0 before the softmax. In decode the new token's "
+    "query meets only the keys in the KV cache: every one of them is from the past (or the token itself). The future "
+    "has not been generated yet, so there is nothing to mask."
+)
+
+
+def heads_caption(model: ModelInfo) -> str:
+    """What to notice in the all-heads view; the grouped-query sentence only for a model that groups its heads."""
+    text = "Heads differ in where they look, yet all share the same causal triangle"
+    if model.is_gqa:
+        return f"{text}; under grouped-query attention {model.heads // model.kv_heads} query heads read each KV head."
+    return f"{text}; this model has one KV head per query head (no grouped-query attention)."

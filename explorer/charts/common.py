@@ -11,6 +11,11 @@ PHASE_COLOR = alt.Scale(domain=PHASE_DOMAIN, range=PHASE_RANGE)
 MEASURED, MODELLED = "measured", "modelled"
 
 
+def phase_color(title: str = "phase") -> alt.Color:
+    """Colour by phase, the same two colours in every chart, legend on top."""
+    return alt.Color("phase:N", scale=PHASE_COLOR, title=title, legend=alt.Legend(orient="top"))
+
+
 def display_token(text: str) -> str:
     """A token as a visible label: newlines and tabs shown as symbols, a leading space as '␣'."""
     shown = text.replace("\n", "⏎").replace("\t", "⇥").replace("\r", "")
@@ -24,5 +29,6 @@ def position_label(position: int, text: str) -> str:
     return f"{position}:{display_token(text)}"
 
 
-def to_ms(seconds: float) -> float:
-    return seconds * 1e3
+def phase_points(chart: alt.Chart, size: int, legend_title: str = "phase", **encodings: object) -> alt.Chart:
+    """Filled points coloured by phase: one per pass, in any chart that plots passes."""
+    return chart.mark_point(filled=True, size=size, opacity=0.85).encode(color=phase_color(legend_title), **encodings)

@@ -8,22 +8,28 @@ from collections.abc import Callable, Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, to_ms
-from explorer.report import human_bytes, human_flops
-from explorer.roofline import attainable_flops
+from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
+from explorer.roofline import attainable_flops, prefill_ridge_tokens
 from explorer.trace import DeviceProfile, PassRecord, Trace
+from explorer.units import human_bandwidth, human_bytes, human_flops, to_ms
 
 # The four stacked segments of a pass, bottom to top: they sum to the measured wall time whenever the pass is at
 # least as slow as the roofline model predicts (wall >= max(compute, weight + KV)).
-SEGMENT_COLUMNS = ["weight_read_ms", "kv_read_ms", "compute_not_hidden_ms", "overhead_ms"]
+SEGMENT_COLUMNS = ["weight_read_ms", "kv_ms", "compute_not_hidden_ms", "overhead_ms"]
 SEGMENT_LABELS = [
     "weight read (modelled)",
-    "KV read (modelled)",
+    "KV cache read + write (modelled)",
     "compute not hidden behind memory (modelled)",
     "overhead = wall − roofline (measured − modelled)",
 ]
 SEGMENT_RANGE = ["#3182bd", "#9ecae1", "#756bb1", "#bdbdbd"]  # blues, purple, grey: never the phase colours
 ROOF_POINTS_PER_DECADE = 8
+DEVICE_NOTE = {
+    "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul and a large copy achieved on "
+    "this machine with the same threads, so a pass can approach the roof but a real kernel rarely reaches it.",
+    "cuda": "On a GPU the peaks come from the datasheet or the driver; the microbenchmark rows show what is "
+    "achievable in practice, usually somewhat below.",
+}
 
 
 def _vega_list(values: Sequence[str]) -> str:
@@ -32,25 +38,31 @@ def _vega_list(values: Sequence[str]) -> str:
 
 # --- where the time goes ---------------------------------------------------------------------------------------------
 def time_split_frame(trace: Trace, first_pass: int = 0, last_pass: int | None = None) -> pd.DataFrame:
-    """One row per pass in [first_pass, last_pass]: the modelled segments, the measured wall time, the roofline time."""
+    """One row per pass in [first_pass, last_pass]: the modelled segments, the measured wall time (the median over
+    repeats, with their min and max as a whisker), and the roofline time."""
     last = trace.new_tokens - 1 if last_pass is None else last_pass
     rows = []
     for p in trace.passes[first_pass : last + 1]:
+        c = p.cost
+        wall = trace.pass_wall_spread(p.index)
         rows.append(
             {
                 "pass": p.index,
                 "phase": p.phase,
-                "weight_read_ms": to_ms(p.t_weight_read_s),
-                "kv_read_ms": to_ms(p.t_kv_read_s),
+                "weight_read_ms": to_ms(c.t_weight_read_s),
+                "kv_ms": to_ms(c.t_kv_s),
                 # The roofline model overlaps maths with memory traffic: only compute beyond the memory time shows.
-                "compute_not_hidden_ms": to_ms(max(0.0, p.t_compute_s - p.t_memory_s)),
-                "overhead_ms": to_ms(p.overhead_s),
-                "wall_ms": to_ms(p.wall_s),
-                "roofline_ms": to_ms(p.roofline_time_s),
-                "bound": p.bound,
-                # A pass faster than the model's lower bound means the device figures are too pessimistic (e.g. the
-                # weights sat in a cache faster than the measured bandwidth): shown, not hidden.
-                "faster_than_model": p.wall_s < p.roofline_time_s,
+                "compute_not_hidden_ms": to_ms(max(0.0, c.t_compute_s - c.t_memory_s)),
+                "overhead_ms": to_ms(max(0.0, wall.median - c.roofline_time_s)),
+                "wall_ms": to_ms(wall.median),
+                "wall_min_ms": to_ms(wall.low),
+                "wall_max_ms": to_ms(wall.high),
+                "repeats": wall.samples,
+                "roofline_ms": to_ms(c.roofline_time_s),
+                "bound": c.bound,
+                # A pass faster than the model's lower bound means the device figures are too pessimistic: shown,
+                # not hidden (the run re-measures them when it is by more than 10 %).
+                "faster_than_model": wall.median < c.roofline_time_s,
             }
         )
     return pd.DataFrame(rows)
@@ -91,16 +103,18 @@ def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
             ],
         )
     )
-    wall = base.mark_tick(color="black", thickness=2).encode(
-        y="wall_ms:Q",
-        tooltip=[
-            "pass:O",
-            "phase:N",
-            alt.Tooltip("wall_ms:Q", title="wall (ms, measured)", format=".3f"),
-            "faster_than_model:N",
-        ],
-    )
-    return (bars + wall).properties(height=320)
+    wall_tooltip = [
+        "pass:O",
+        "phase:N",
+        alt.Tooltip("wall_ms:Q", title="wall (ms, measured median)", format=".3f"),
+        alt.Tooltip("wall_min_ms:Q", title="min over repeats (ms)", format=".3f"),
+        alt.Tooltip("wall_max_ms:Q", title="max over repeats (ms)", format=".3f"),
+        "repeats:Q",
+        "faster_than_model:N",
+    ]
+    wall = base.mark_tick(color="black", thickness=2).encode(y="wall_ms:Q", tooltip=wall_tooltip)
+    whisker = base.mark_rule(color="black").encode(y="wall_min_ms:Q", y2="wall_max_ms:Q", tooltip=wall_tooltip)
+    return (bars + whisker + wall).properties(height=320)
 
 
 def predicted_frame(trace: Trace) -> pd.DataFrame:
@@ -111,17 +125,19 @@ def predicted_frame(trace: Trace) -> pd.DataFrame:
             "phase": p.phase,
             "tokens_in": p.tokens_in,
             "cache_len_after": p.cache_len_after,
-            "flops": p.flops,
-            "weight_bytes_read": p.weight_bytes_read,
-            "kv_bytes_read": p.kv_bytes_read,
-            "t_weight_read_ms": to_ms(p.t_weight_read_s),
-            "t_kv_read_ms": to_ms(p.t_kv_read_s),
-            "t_compute_ms": to_ms(p.t_compute_s),
-            "roofline_ms": to_ms(p.roofline_time_s),
-            "bound": p.bound,
+            "flops": p.cost.flops,
+            "weight_bytes_read": p.cost.weight_bytes_read,
+            "kv_bytes_read": p.cost.kv_bytes_read,
+            "kv_bytes_written": p.cost.kv_bytes_written,
+            "intensity_flops_per_byte": p.cost.arithmetic_intensity,
+            "t_weight_read_ms": to_ms(p.cost.t_weight_read_s),
+            "t_kv_ms": to_ms(p.cost.t_kv_s),
+            "t_compute_ms": to_ms(p.cost.t_compute_s),
+            "roofline_ms": to_ms(p.cost.roofline_time_s),
+            "bound": p.cost.bound,
             "wall_ms": to_ms(p.wall_s),
             "overhead_ms": to_ms(p.overhead_s),
-            "wall_over_roofline": p.wall_s / p.roofline_time_s if p.roofline_time_s > 0 else math.nan,
+            "wall_over_roofline": p.wall_s / p.cost.roofline_time_s if p.cost.roofline_time_s > 0 else math.nan,
         }
         for p in trace.passes
     )
@@ -145,9 +161,9 @@ def roofline_frame(trace: Trace) -> pd.DataFrame:
             "kind": "pass",
             "pass": p.index,
             "phase": p.phase,
-            "intensity_flops_per_byte": p.arithmetic_intensity,
+            "intensity_flops_per_byte": p.cost.arithmetic_intensity,
             "flops_per_s": p.achieved_flops_per_s,
-            "bound": p.bound,
+            "bound": p.cost.bound,
             "wall_ms": to_ms(p.wall_s),
         }
         for p in trace.passes
@@ -194,22 +210,16 @@ def roofline_chart(frame: pd.DataFrame) -> alt.LayerChart:
     ridge_dot = ridge.mark_point(shape="diamond", size=90, filled=True, color="#444444").encode(
         tooltip=[alt.Tooltip("intensity_flops_per_byte:Q", title="ridge point (FLOP/byte)", format=".2f")]
     )
-    points = (
-        base.transform_filter("datum.kind == 'pass'")
-        .mark_point(filled=True, size=70, opacity=0.85)
-        .encode(
-            color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
-            shape=alt.Shape("phase:N", scale=alt.Scale(domain=PHASE_DOMAIN, range=["square", "circle"]), legend=None),
-            tooltip=[
-                "pass:Q",
-                "phase:N",
-                "bound:N",
-                alt.Tooltip("intensity_flops_per_byte:Q", title="FLOP/byte", format=".2f"),
-                alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"),
-                alt.Tooltip("wall_ms:Q", title="wall (ms)", format=".3f"),
-            ],
-        )
-    )
+    tooltip = [
+        "pass:Q",
+        "phase:N",
+        "bound:N",
+        alt.Tooltip("intensity_flops_per_byte:Q", title="FLOP/byte", format=".2f"),
+        alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"),
+        alt.Tooltip("wall_ms:Q", title="wall (ms)", format=".3f"),
+    ]
+    shape = alt.Shape("phase:N", scale=alt.Scale(domain=PHASE_DOMAIN, range=["square", "circle"]), legend=None)
+    points = phase_points(base.transform_filter("datum.kind == 'pass'"), 70, shape=shape, tooltip=tooltip)
     return (roof + ridge_rule + ridge_dot + ridge_label + points).properties(height=360)
 
 
@@ -227,22 +237,19 @@ def utilisation_frame(passes: Sequence[PassRecord], device: DeviceProfile) -> pd
             "pass": p.index,
             "phase": p.phase,
             "label": f"{p.phase} (pass {p.index})",
-            "flops": p.flops,
-            "bytes_read": p.bytes_read,
+            "flops": p.cost.flops,
+            "bytes_read": p.cost.bytes_moved,
             "wall_s": p.wall_s,
             "achieved_flops_per_s": p.achieved_flops_per_s,
-            "compute_utilisation": p.achieved_flops_per_s / device.peak_flops,
+            # A pass within 10 % under its floor is noise at the roof, not a device beaten: shown as 100 %, flagged.
+            "compute_utilisation": min(1.0, p.achieved_flops_per_s / device.peak_flops),
             "achieved_bandwidth_bytes_per_s": p.achieved_bandwidth_bytes_per_s,
-            "bandwidth_utilisation": p.achieved_bandwidth_bytes_per_s / device.bandwidth_bytes_per_s,
+            "bandwidth_utilisation": min(1.0, p.achieved_bandwidth_bytes_per_s / device.bandwidth_bytes_per_s),
+            "at_the_roof": p.wall_s <= p.cost.roofline_time_s,
             "tokens_per_s": p.tokens_in / p.wall_s if p.wall_s > 0 else 0.0,
         }
         for p in passes
     )
-
-
-def percent(fraction: float) -> str:
-    """Three significant figures: decode's compute utilisation can be a small fraction of a percent."""
-    return f"{fraction * 100:.3g} %"
 
 
 def utilisation_chart(frame: pd.DataFrame) -> alt.LayerChart:
@@ -260,7 +267,7 @@ def utilisation_chart(frame: pd.DataFrame) -> alt.LayerChart:
         )
     )
     bars = base.mark_bar().encode(
-        color=alt.Color("phase:N", scale=PHASE_COLOR, title="phase", legend=alt.Legend(orient="top")),
+        color=phase_color("phase"),
         tooltip=["label:N", "figure:N", alt.Tooltip("fraction:Q", format=".3~p")],
     )
     values = base.mark_text(align="left", dx=4).encode(text=alt.Text("fraction:Q", format=".3~p"))
@@ -268,26 +275,83 @@ def utilisation_chart(frame: pd.DataFrame) -> alt.LayerChart:
 
 
 # --- the device ------------------------------------------------------------------------------------------------------
-def _rate_or_na(value: float | None, human: Callable[[float], str]) -> str:
-    return "n/a" if value is None else human(value) + "/s"
-
-
 def device_frame(device: DeviceProfile) -> pd.DataFrame:
-    """The figures the roofline divides by, each with its source, and the microbenchmark results beside them."""
+    """The figures the roofline divides by, each with its source, and the microbenchmarks with their spread."""
+
+    def spread(samples: tuple[float, ...], fmt: Callable[[float], str]) -> str:
+        return f"best of {len(samples)}; spread {fmt(min(samples))} – {fmt(max(samples))}" if samples else ""
+
+    matmul = f"{device.matmul_n}×{device.matmul_n} {device.dtype} matmul" if device.matmul_n else "matmul"
+    copy = f"copy of {human_bytes(device.copy_bytes)}" if device.copy_bytes else "copy"
     rows = [
         ("device", f"{device.name} ({device.kind})", "the run's device"),
-        ("dtype", device.dtype, "the FLOP/s figures are for this dtype"),
+        ("dtype", device.dtype, "every FLOP/s figure here is for this dtype"),
         ("peak compute", human_flops(device.peak_flops) + "/s", device.peak_flops_source),
-        ("memory bandwidth", human_bytes(device.bandwidth_bytes_per_s) + "/s", device.bandwidth_source),
+        (
+            "memory bandwidth",
+            f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_counts})",
+            device.bandwidth_source,
+        ),
         (
             "ridge point",
             f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte",
             f"{MODELLED}: peak compute / memory bandwidth",
         ),
-        ("matmul microbenchmark", _rate_or_na(device.measured_flops, human_flops), MEASURED),
-        ("copy microbenchmark", _rate_or_na(device.measured_bandwidth_bytes_per_s, human_bytes), MEASURED),
+        (
+            f"achievable compute ({matmul})",
+            _rate_or_na(device.measured_flops, lambda v: human_flops(v) + "/s"),
+            f"{MEASURED}; {spread(device.flops_samples, lambda v: human_flops(v) + '/s')}",
+        ),
+        (
+            f"achievable bandwidth ({copy}, {device.bandwidth_counts})",
+            _rate_or_na(device.measured_bandwidth_bytes_per_s, human_bandwidth),
+            f"{MEASURED}; {spread(device.bandwidth_samples, human_bandwidth)}",
+        ),
+        ("measured at", device.measured_at or "n/a", "after the warm-up, before the run"),
         ("memory", human_bytes(device.memory_bytes) if device.memory_bytes else "n/a", "reported by the system"),
     ]
+    if device.busy_note:
+        rows.append(("re-measured", device.busy_note, MEASURED))
     if device.notes:
         rows.append(("notes", device.notes, ""))
     return pd.DataFrame(rows, columns=["figure", "value", "source"])
+
+
+def _rate_or_na(value: float | None, fmt: Callable[[float], str]) -> str:
+    return "n/a" if value is None else fmt(value)
+
+
+# --- sentences that state a bound: computed, never asserted -------------------------------------------------------
+def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
+    """Which side of the ridge a pass sits on, from its modelled intensity against this device's ridge point."""
+    intensity, ridge = p.cost.arithmetic_intensity, device.ridge_point_flops_per_byte
+    side = "right" if intensity >= ridge else "left"
+    return (
+        f"The {p.phase} (pass {p.index}) does {intensity:,.2f} FLOP per byte moved; this device's ridge is "
+        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {p.cost.bound}-bound by the model."
+    )
+
+
+def prefill_ridge_sentence(trace: Trace) -> str:
+    tokens = prefill_ridge_tokens(trace.model, trace.device)
+    now = "above" if trace.prompt_len >= tokens else "below"
+    return (
+        f"A prefill does about 2 FLOPs per weight per prompt token and reads each weight "
+        f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once, so its intensity is about "
+        f"2 × T / {trace.model.bytes_per_element} FLOP/B: "
+        f"past ~{tokens:,.0f} prompt tokens a prefill is compute-bound on this device in {trace.device.dtype} "
+        f"(ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B). This prompt has {trace.prompt_len} tokens, "
+        f"{now} that."
+    )
+
+
+def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
+    """The KV term of pass `p`, written out with its numbers."""
+    per_token = trace.model.kv_bytes_per_token
+    before, new, after = p.cache_len_before, p.tokens_in, p.cache_len_after
+    return (
+        f"transformers' DynamicCache grows by concatenation, so every pass rewrites each layer's whole cache. "
+        f"Pass {p.index}: read = (old {before} + new {new}) positions by the update + {after} by attention = "
+        f"{before + new + after} × {per_token:,} B = {human_bytes(p.cost.kv_bytes_read)}; written = {after} × "
+        f"{per_token:,} B = {human_bytes(p.cost.kv_bytes_written)} (a pre-allocated cache would write only {new})."
+    )

@@ -5,16 +5,15 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR
-from explorer.report import human_bytes
-from explorer.roofline import GIB, kv_cache_bytes
+from explorer.charts.common import MEASURED, MODELLED, phase_points
+from explorer.roofline import kv_cache_bytes
 from explorer.trace import ModelInfo, Trace
+from explorer.units import GB, KB, MB, human_bytes
 
 DEFAULT_PROJECTION_CONTEXT = 8192
 DEFAULT_PROJECTION_BATCH = 32
 PROJECTION_BATCHES = (1, 8, 32)  # drawn as lines next to the batch the user picks
 PROJECTION_POINTS = 64  # context lengths per line: the lines are straight, this only spaces the tooltips
-KIB, MIB = 1024, 1024**2
 FORMULA = f"{MODELLED}: the formula"
 SOURCE_DOMAIN = [MEASURED, MODELLED]
 SOURCE_RANGE = ["#1b9e77", "#7570b3"]
@@ -33,8 +32,8 @@ def growth_frame(trace: Trace) -> pd.DataFrame:
                 "cache_len": p.cache_len_after,
                 "measured_bytes": p.kv_cache_bytes,
                 "modelled_bytes": modelled,
-                "measured_mib": p.kv_cache_bytes / MIB,
-                "modelled_mib": modelled / MIB,
+                "measured_mb": p.kv_cache_bytes / MB,
+                "modelled_mb": modelled / MB,
             }
         )
     return pd.DataFrame(rows)
@@ -46,7 +45,7 @@ def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
     formula = pd.DataFrame(
         {
             "cache_len": [0, frame["cache_len"].max()],
-            "modelled_mib": [0.0, frame["modelled_mib"].max()],
+            "modelled_mb": [0.0, frame["modelled_mb"].max()],
             "source": FORMULA,
         }
     )
@@ -55,7 +54,7 @@ def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
         .mark_line(strokeWidth=2, color=SOURCE_RANGE[1])
         .encode(
             x=alt.X("cache_len:Q", title="positions in the cache after the pass", scale=alt.Scale(nice=False)),
-            y=alt.Y("modelled_mib:Q", title="KV cache (MiB)"),
+            y=alt.Y("modelled_mb:Q", title="KV cache (MB)"),
             # A field-driven dash overrides the mark's, so the dash pattern lives in the scale (and the legend).
             strokeDash=alt.StrokeDash(
                 "source:N",
@@ -65,22 +64,9 @@ def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
             ),
         )
     )
-    points = (
-        alt.Chart(frame)
-        .mark_point(filled=True, size=45, opacity=0.9)
-        .encode(
-            x="cache_len:Q",
-            y="measured_mib:Q",
-            color=alt.Color("phase:N", scale=PHASE_COLOR, title=f"{MEASURED}:", legend=alt.Legend(orient="top")),
-            tooltip=[
-                "pass",
-                "phase",
-                "cache_len",
-                alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes"),
-                alt.Tooltip("modelled_bytes:Q", format=",", title="modelled bytes"),
-            ],
-        )
-    )
+    byte_tips = [alt.Tooltip(f"{kind}_bytes:Q", format=",", title=f"{kind} bytes") for kind in (MEASURED, MODELLED)]
+    tooltip = ["pass", "phase", "cache_len", *byte_tips]
+    points = phase_points(alt.Chart(frame), 45, f"{MEASURED}:", x="cache_len:Q", y="measured_mb:Q", tooltip=tooltip)
     return alt.layer(line, points).resolve_scale(color="independent").properties(height=380)
 
 
@@ -101,8 +87,8 @@ def layers_frame(trace: Trace, pass_index: int) -> pd.DataFrame:
             "layer": layer,
             "measured_bytes": measured,
             "modelled_bytes": modelled,
-            "measured_kib": measured / KIB,
-            "modelled_kib": modelled / KIB,
+            "measured_kb": measured / KB,
+            "modelled_kb": modelled / KB,
         }
         for layer, measured in enumerate(p.kv_layer_bytes)
     )
@@ -115,7 +101,7 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
         .mark_bar(color=SOURCE_RANGE[0])
         .encode(
             x=alt.X("layer:O", title="layer"),
-            y=alt.Y("measured_kib:Q", title="K + V (KiB)"),
+            y=alt.Y("measured_kb:Q", title="K + V (kB)"),
             tooltip=[
                 "layer",
                 alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes"),
@@ -126,7 +112,7 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
     rule = (
         alt.Chart(frame.head(1))
         .mark_rule(color=SOURCE_RANGE[1], strokeDash=[6, 3], strokeWidth=2)
-        .encode(y="modelled_kib:Q")
+        .encode(y="modelled_kb:Q")
     )
     return alt.layer(bars, rule).properties(height=300)
 
@@ -185,7 +171,7 @@ def weights_frame(trace: Trace) -> pd.DataFrame:
             "item": item,
             "bytes": n,
             "shown": human_bytes(n),
-            "mib": n / MIB,
+            "mb": n / MB,
             "percent_of_weights": 100 * n / m.weight_bytes,
             "source": source,
             "note": note,
@@ -197,7 +183,7 @@ def weights_frame(trace: Trace) -> pd.DataFrame:
 def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
     base = alt.Chart(frame).encode(
         y=alt.Y("item:N", sort=frame["item"].tolist(), title=None, axis=alt.Axis(labelLimit=220)),
-        x=alt.X("mib:Q", title="MiB"),
+        x=alt.X("mb:Q", title="MB"),
     )
     bars = base.mark_bar().encode(
         color=alt.Color(
@@ -232,7 +218,7 @@ def projection_frame(model: ModelInfo, context: int, batch: int) -> pd.DataFrame
             "context_len": n,
             "batch": b,
             "kv_bytes": kv_cache_bytes(model, n, b),
-            "kv_gib": kv_cache_bytes(model, n, b) / GIB,
+            "kv_gb": kv_cache_bytes(model, n, b) / GB,
             "chosen": b == batch,
         }
         for b in projection_batches(batch)
@@ -254,7 +240,7 @@ def projection_text(model: ModelInfo, context: int, batch: int, device_memory_by
 
 def references_frame(model: ModelInfo) -> pd.DataFrame:
     """The horizontal reference for the projection: the weights, counted from the loaded parameters."""
-    return pd.DataFrame({"reference": ["weights"], "gib": [model.weight_bytes / GIB], "source": [MEASURED]})
+    return pd.DataFrame({"reference": ["weights"], "gb": [model.weight_bytes / GB], "source": [MEASURED]})
 
 
 def projection_chart(frame: pd.DataFrame, references: pd.DataFrame) -> alt.LayerChart:
@@ -264,22 +250,22 @@ def projection_chart(frame: pd.DataFrame, references: pd.DataFrame) -> alt.Layer
         .mark_line()
         .encode(
             x=alt.X("context_len:Q", title="context length (tokens)", scale=alt.Scale(nice=False)),
-            y=alt.Y("kv_gib:Q", title="KV cache (GiB, modelled)"),
+            y=alt.Y("kv_gb:Q", title="KV cache (GB, modelled)"),
             color=alt.Color(
                 "batch:O", title="batch", scale=alt.Scale(scheme="category10"), legend=alt.Legend(orient="top")
             ),
             strokeWidth=alt.when(alt.datum.chosen).then(alt.value(3.5)).otherwise(alt.value(1.5)),
-            tooltip=["context_len", "batch", alt.Tooltip("kv_gib:Q", format=".3f", title="GiB")],
+            tooltip=["context_len", "batch", alt.Tooltip("kv_gb:Q", format=".3f", title="GB")],
         )
     )
     rules = (
         alt.Chart(references)
         .mark_rule(strokeDash=[6, 3], color="#666666")
-        .encode(y="gib:Q", tooltip=["reference", alt.Tooltip("gib:Q", format=".3f"), "source"])
+        .encode(y="gb:Q", tooltip=["reference", alt.Tooltip("gb:Q", format=".3f"), "source"])
     )
     names = (
         alt.Chart(references)
         .mark_text(align="left", dx=4, dy=-7, color="#444444", fontSize=11)
-        .encode(y="gib:Q", x=alt.value(0), text="reference:N")
+        .encode(y="gb:Q", x=alt.value(0), text="reference:N")
     )
     return alt.layer(lines, rules, names).properties(height=400)

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import display_token, to_ms
-from explorer.trace import Trace
+from explorer.charts.common import display_token
+from explorer.trace import Trace, percentile
+from explorer.units import to_ms
 
 DEFAULT_TTFT_SLO_S = 1.0
 DEFAULT_ITL_SLO_S = 0.050
@@ -48,13 +49,59 @@ def itl_frame(trace: Trace, itl_slo_s: float) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["token_index", "pass", "token", "itl_ms", "over_slo", "vs_slo"])
 
 
+def itl_distribution_frame(trace: Trace) -> pd.DataFrame:
+    """Every repeat's gaps together: the ITL distribution over all repeats."""
+    rows = [
+        {"repeat": r + 1, "token_index": k, "itl_ms": to_ms(b.token_s - a.token_s)}
+        for r, passes in enumerate(trace.repeats)
+        for k, (a, b) in enumerate(zip(passes, passes[1:]), start=1)
+    ]
+    return pd.DataFrame(rows, columns=["repeat", "token_index", "itl_ms"])
+
+
+def repeats_ttft_frame(trace: Trace, ttft_slo_s: float) -> pd.DataFrame:
+    """Each repeat's TTFT and E2E, and which repeat the pass-by-pass pages show."""
+    return pd.DataFrame(
+        {
+            "repeat": r + 1,
+            "ttft_ms": to_ms(passes[0].token_s),
+            "e2e_ms": to_ms(passes[-1].token_s),
+            "shown": r == trace.shown_repeat,
+            "passes_slo": passes[0].token_s < ttft_slo_s,
+        }
+        for r, passes in enumerate(trace.repeats)
+    )
+
+
+def repeats_ttft_chart(frame: pd.DataFrame, ttft_slo_s: float) -> alt.LayerChart:
+    bars = (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("repeat:O", title="repeat", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("ttft_ms:Q", title="TTFT (ms, measured)"),
+            color=alt.Color(
+                "shown:N",
+                scale=alt.Scale(domain=[True, False], range=["#d95f02", "#fdae6b"]),
+                title="shown pass by pass",
+                legend=alt.Legend(orient="top"),
+            ),
+            tooltip=["repeat:O", alt.Tooltip("ttft_ms:Q", format=".2f"), alt.Tooltip("e2e_ms:Q", format=".2f")],
+        )
+    )
+    return (bars + _slo_rule(to_ms(ttft_slo_s), "TTFT SLO")).properties(height=220)
+
+
 def slo_frame(trace: Trace, ttft_slo_s: float, itl_slo_s: float) -> pd.DataFrame:
-    """TTFT and the ITL percentiles, each against its SLO; `passes` is None where there is no value (no decodes)."""
+    """TTFT and the ITL percentiles over all repeats, each against its SLO; `passes` is None where there is no value
+    (no decodes)."""
+    # Over every repeat: the median TTFT, and the percentiles of all repeats' gaps together.
+    ttft = trace.spread("ttft_s")
     figures = [
-        ("TTFT", trace.ttft_s, ttft_slo_s),
-        ("ITL p50", trace.itl_p50_s, itl_slo_s),
-        ("ITL p90", trace.itl_p90_s, itl_slo_s),
-        ("ITL p99", trace.itl_p99_s, itl_slo_s),
+        ("TTFT", ttft.median if ttft else None, ttft_slo_s),
+        ("ITL p50", percentile(trace.all_itl_s, 50), itl_slo_s),
+        ("ITL p90", percentile(trace.all_itl_s, 90), itl_slo_s),
+        ("ITL p99", percentile(trace.all_itl_s, 99), itl_slo_s),
     ]
     return pd.DataFrame(
         {

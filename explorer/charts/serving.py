@@ -1,0 +1,236 @@
+"""The serving labs' builders: the cached loop against the naive one, and decode steps against batch size."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from explorer.batch import BatchResult
+from explorer.charts.common import MEASURED, MODELLED
+from explorer.nocache import PROJECTED_TOKENS, NoCacheResult
+from explorer.roofline import attainable_flops
+from explorer.trace import percentile
+from explorer.units import GB, MB, to_ms
+
+LOOP_DOMAIN = ["with KV cache", "without cache"]
+LOOP_RANGE = ["#1b9e77", "#e7298a"]  # decode green for the cached loop, magenta for the naive one
+LOOP_COLOR = alt.Scale(domain=LOOP_DOMAIN, range=LOOP_RANGE)
+
+
+# --- without a KV cache ----------------------------------------------------------------------------------------------
+def nocache_frame(result: NoCacheResult) -> pd.DataFrame:
+    """One row per step and loop: measured time, modelled FLOPs, tokens processed, and running totals."""
+    rows = []
+    for loop, steps in zip(LOOP_DOMAIN, (result.cached, result.uncached)):
+        total_s = total_flops = 0.0
+        for k, s in enumerate(steps):
+            total_s += s.wall_s
+            total_flops += s.flops
+            rows.append(
+                {
+                    "loop": loop,
+                    "step": k,
+                    "position": s.position,
+                    "tokens_processed": s.tokens_processed,
+                    "step_ms": to_ms(s.wall_s),
+                    "cumulative_s": total_s,
+                    "flops": s.flops,
+                    "cumulative_gflop": total_flops / 1e9,
+                    "token_id": s.token_id,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _loop_lines(frame: pd.DataFrame, y: str, title: str) -> alt.Chart:
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("position:Q", title="sequence length at the step (tokens)"),
+            y=alt.Y(f"{y}:Q", title=title),
+            color=alt.Color("loop:N", scale=LOOP_COLOR, title=None, legend=alt.Legend(orient="top")),
+            tooltip=["loop:N", "step:Q", "position:Q", "tokens_processed:Q", alt.Tooltip(f"{y}:Q", format=".3~f")],
+        )
+        .properties(height=260)
+    )
+
+
+def step_time_chart(frame: pd.DataFrame) -> alt.Chart:
+    return _loop_lines(frame[frame["step"] > 0], "step_ms", "time per step (ms, measured)")
+
+
+def cumulative_time_chart(frame: pd.DataFrame) -> alt.Chart:
+    return _loop_lines(frame, "cumulative_s", "total time so far (s, measured)")
+
+
+def cumulative_flops_chart(frame: pd.DataFrame) -> alt.Chart:
+    return _loop_lines(frame, "cumulative_gflop", "total work so far (GFLOP, modelled)")
+
+
+def cache_memory_frame(result: NoCacheResult) -> pd.DataFrame:
+    """What the cache holds at each step: the memory it spent to make the cached loop's steps flat."""
+    return pd.DataFrame(
+        {"position": p.cache_len_after, "kv_cache_mb": p.kv_cache_bytes / MB, "source": MEASURED}
+        for p in result.cached_trace.passes
+    )
+
+
+def cache_memory_chart(frame: pd.DataFrame) -> alt.Chart:
+    return (
+        alt.Chart(frame)
+        .mark_area(color=LOOP_RANGE[0], opacity=0.4, line=True)
+        .encode(
+            x=alt.X("position:Q", title="sequence length (tokens)"),
+            y=alt.Y("kv_cache_mb:Q", title="KV cache held (MB, measured)"),
+            tooltip=["position:Q", alt.Tooltip("kv_cache_mb:Q", format=".3f")],
+        )
+        .properties(height=200)
+    )
+
+
+def projection_frame(result: NoCacheResult) -> pd.DataFrame:
+    rows = []
+    for n in PROJECTED_TOKENS:
+        projected = result.projection_s(n)
+        for loop, key in zip(LOOP_DOMAIN, ("cached", "uncached")):
+            rows.append({"new_tokens": n, "loop": loop, "projected_s": projected[key], "source": MODELLED})
+    return pd.DataFrame(rows)
+
+
+def growth_sentence(result: NoCacheResult) -> str:
+    """The measured claim, with its numbers: how much the last 8 steps outgrew the first 8, each way."""
+    parts = []
+    for loop, steps in zip(LOOP_DOMAIN, (result.cached, result.uncached)):
+        first = to_ms(result.edge_mean_s(steps, first=True))
+        last = to_ms(result.edge_mean_s(steps, first=False))
+        parts.append(f"{loop}: first 8 decode steps {first:.1f} ms, last 8 {last:.1f} ms ({last - first:+.1f} ms)")
+    verdict = (
+        "the naive loop's steps grew by clearly more"
+        if result.growth_s(result.uncached) > result.growth_s(result.cached)
+        else "on this run the naive loop's steps did not grow more than the cached ones (noise or a short run)"
+    )
+    return "; ".join(parts) + f": {verdict}."
+
+
+# --- batching -------------------------------------------------------------------------------------------------------
+def batch_frame(result: BatchResult) -> pd.DataFrame:
+    """One row per batch size: measured step time, tokens/s and ITL, the modelled step split, the KV cache."""
+    rows = []
+    for run in result.runs:
+        cost = run.median_step_cost
+        summary = run.summary()
+        rows.append(
+            {
+                "batch_size": run.batch_size,
+                "prefill_ms": to_ms(run.prefill_s),
+                "median_step_ms": to_ms(run.median_step_s),
+                "itl_p50_ms": to_ms(summary["itl_p50_s"]),
+                "itl_p99_ms": to_ms(percentile(run.itl_s, 99)),
+                "tokens_per_s": run.tokens_per_s,
+                "kv_cache_gb": run.kv_cache_bytes / GB,
+                "weight_read_ms": to_ms(cost.t_weight_read_s),
+                "kv_ms": to_ms(cost.t_kv_s),
+                "compute_ms": to_ms(cost.t_compute_s),
+                "modelled_step_ms": to_ms(cost.roofline_time_s),
+                "modelled_tokens_per_s": run.batch_size / cost.roofline_time_s,
+                "intensity_flops_per_byte": cost.arithmetic_intensity,
+                "achieved_flops_per_s": cost.flops / run.median_step_s,
+                "bound": cost.bound,
+                "matches_solo": all(run.matches_solo),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _measured_and_modelled(frame: pd.DataFrame, measured: str, modelled: str, title: str) -> alt.LayerChart:
+    x = alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch size B")
+    points = (
+        alt.Chart(frame)
+        .mark_point(filled=True, size=80, color="#1b9e77")
+        .encode(
+            x=x,
+            y=alt.Y(f"{measured}:Q", title=title),
+            tooltip=["batch_size", alt.Tooltip(f"{measured}:Q", format=".2f")],
+        )
+    )
+    line = alt.Chart(frame).mark_line(strokeDash=[5, 3], color="#555555").encode(x=x, y=f"{modelled}:Q")
+    return (line + points).properties(height=260)
+
+
+def step_time_vs_batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    return _measured_and_modelled(frame, "median_step_ms", "modelled_step_ms", "decode step (ms)")
+
+
+def tokens_per_s_vs_batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    return _measured_and_modelled(frame, "tokens_per_s", "modelled_tokens_per_s", "decode tokens/s (all requests)")
+
+
+def batch_roofline_frame(result: BatchResult, frame: pd.DataFrame) -> pd.DataFrame:
+    """The decode steps at their modelled intensity, and the roof and ridge they move towards as B grows."""
+    device = result.device
+    ridge = device.ridge_point_flops_per_byte
+    low = min(frame["intensity_flops_per_byte"].min(), ridge) / 4
+    high = max(frame["intensity_flops_per_byte"].max(), ridge) * 4
+    roof = [
+        {"kind": "roof", "intensity_flops_per_byte": x, "flops_per_s": attainable_flops(x, device)}
+        for x in (low, ridge, high)
+    ]
+    steps = [
+        {
+            "kind": "step",
+            "intensity_flops_per_byte": r.intensity_flops_per_byte,
+            "flops_per_s": r.achieved_flops_per_s,
+            "batch_size": r.batch_size,
+        }
+        for r in frame.itertuples(index=False)
+    ]
+    return pd.DataFrame([*roof, *steps])
+
+
+def batch_roofline_chart(frame: pd.DataFrame, ridge: float) -> alt.LayerChart:
+    x = alt.X("intensity_flops_per_byte:Q", scale=alt.Scale(type="log"), title="FLOP per byte (modelled)")
+    y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"), title="FLOP/s")
+    roof = alt.Chart(frame).transform_filter("datum.kind == 'roof'").mark_line(color="#444444").encode(x=x, y=y)
+    ridge_rule = (
+        alt.Chart(pd.DataFrame({"ridge": [ridge]})).mark_rule(strokeDash=[4, 4], color="#444444").encode(x="ridge:Q")
+    )
+    steps = alt.Chart(frame).transform_filter("datum.kind == 'step'")
+    points = steps.mark_point(filled=True, size=80, color="#1b9e77").encode(x=x, y=y, tooltip=["batch_size:Q"])
+    labels = steps.mark_text(dy=-10).encode(x=x, y=y, text=alt.Text("batch_size:Q", format="d"))
+    return (roof + ridge_rule + points + labels).properties(height=300)
+
+
+def tradeoff_chart(frame: pd.DataFrame, itl_slo_ms: float) -> alt.LayerChart:
+    """Throughput against each request's ITL, one point per B, with the ITL SLO as a line."""
+    points = (
+        alt.Chart(frame)
+        .mark_line(point=alt.OverlayMarkDef(filled=True, size=80), color="#1b9e77")
+        .encode(
+            x=alt.X("itl_p99_ms:Q", title="each request's ITL (ms, p99, measured)"),
+            y=alt.Y("tokens_per_s:Q", title="decode tokens/s, all requests (measured)"),
+            order="batch_size:Q",
+            tooltip=[
+                "batch_size",
+                alt.Tooltip("itl_p99_ms:Q", format=".2f"),
+                alt.Tooltip("tokens_per_s:Q", format=".1f"),
+            ],
+        )
+    )
+    labels = (
+        alt.Chart(frame)
+        .mark_text(dx=8, align="left")
+        .encode(x="itl_p99_ms:Q", y="tokens_per_s:Q", text=alt.Text("batch_size:Q", format="d"))
+    )
+    slo = (
+        alt.Chart(pd.DataFrame({"slo_ms": [itl_slo_ms]}))
+        .mark_rule(color="#e41a1c", strokeDash=[6, 3])
+        .encode(x="slo_ms:Q")
+    )
+    return (points + labels + slo).properties(height=300)
+
+
+def largest_batch_within(frame: pd.DataFrame, itl_slo_ms: float) -> int | None:
+    """The largest measured batch whose per-request p99 ITL stays under the SLO."""
+    within = frame[frame["itl_p99_ms"] < itl_slo_ms]
+    return int(within["batch_size"].max()) if not within.empty else None

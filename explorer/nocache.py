@@ -1,0 +1,249 @@
+"""Serving lab: why a KV cache. The same greedy request twice: the engine's cached loop, and a naive loop that re-runs
+the whole sequence so far at every step with no cache, so the cost of recomputing every earlier token's K and V is
+measured beside the memory the cache spends to avoid it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from explorer.engine import Request, checked_prompt_ids, forward_without_cache, generate, warm_up
+from explorer.errors import BadInput, out_of_memory_as_run_failed
+from explorer.loading import LoadedModel
+from explorer.roofline import pass_flops, weight_bytes_read
+from explorer.timing import timed
+from explorer.trace import DeviceProfile, Trace
+
+DEFAULT_NEW_TOKENS = 64
+DEFAULT_BUDGET_S = 600.0
+PROJECTED_TOKENS = (500, 2000)
+ESTIMATE_SLACK = 3.0  # measured passes on a CPU run ~1.5-3x the roofline floor: the estimate errs long
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a loop: the position it predicts from, what it computed, how long it took."""
+
+    position: int  # sequence length the step ends at (prompt + tokens so far)
+    tokens_processed: int  # tokens whose layers ran: the whole sequence without a cache, 1 with it
+    wall_s: float  # measured
+    flops: int  # modelled
+    bytes_moved: int  # modelled: weights read (+ the cache's traffic when there is one)
+    token_id: int
+
+
+@dataclass(frozen=True)
+class NoCacheResult:
+    prompt_len: int
+    cached: tuple[Step, ...]
+    uncached: tuple[Step, ...]
+    cached_trace: Trace  # the cached loop as the engine recorded it: its passes hold the measured cache bytes
+
+    @property
+    def same_tokens(self) -> bool:
+        return [s.token_id for s in self.cached] == [s.token_id for s in self.uncached]
+
+    @staticmethod
+    def edge_mean_s(steps: tuple[Step, ...], first: bool, n: int = 8) -> float:
+        chosen = steps[1:][:n] if first else steps[-n:]  # step 0 is the prefill in both loops: it is the same work
+        return float(np.mean([s.wall_s for s in chosen]))
+
+    def growth_s(self, steps: tuple[Step, ...]) -> float:
+        """How much slower the last 8 steps are than the first 8 decode steps (mean, measured)."""
+        return self.edge_mean_s(steps, first=False) - self.edge_mean_s(steps, first=True)
+
+    def projection_s(self, new_tokens: int) -> dict[str, float]:
+        """Modelled: each loop's total time for `new_tokens`, from a straight-line fit of its measured step times
+        against the position (flat with the cache, growing without)."""
+        out = {}
+        for name, steps in (("cached", self.cached), ("uncached", self.uncached)):
+            decode = steps[1:]
+            slope, intercept = np.polyfit([s.position for s in decode], [s.wall_s for s in decode], 1)
+            if slope < 0:  # a step cannot get cheaper as the sequence grows: a falling fit is noise, use the median
+                slope, intercept = 0.0, float(np.median([s.wall_s for s in decode]))
+            positions = np.arange(self.prompt_len + 1, self.prompt_len + new_tokens)
+            out[name] = float(steps[0].wall_s + np.sum(np.maximum(0.0, intercept + slope * positions)))
+        return out
+
+    def to_json(self) -> str:
+        def side(steps: tuple[Step, ...]) -> dict[str, object]:
+            return {
+                "token_ids": [s.token_id for s in steps],
+                "step_s": [s.wall_s for s in steps],
+                "position": [s.position for s in steps],
+                "tokens_processed": [s.tokens_processed for s in steps],
+                "flops": [s.flops for s in steps],
+                "bytes_moved": [s.bytes_moved for s in steps],
+            }
+
+        return json.dumps(
+            {
+                "prompt_len": self.prompt_len,
+                "same_tokens": self.same_tokens,
+                "cached": side(self.cached),
+                "uncached": side(self.uncached),
+                "kv_cache_bytes": [p.kv_cache_bytes for p in self.cached_trace.passes],  # measured
+                "growth_last8_minus_first8_s": {
+                    "cached": self.growth_s(self.cached),
+                    "uncached": self.growth_s(self.uncached),
+                },
+                "projection_s_modelled": {str(n): self.projection_s(n) for n in PROJECTED_TOKENS},
+            },
+            indent=1,
+        )
+
+
+def estimate_s(lm: LoadedModel, device: DeviceProfile, prompt_len: int, new_tokens: int) -> float:
+    """A modelled estimate of the naive loop (the slow one), to show before a long run and refuse one past budget."""
+    total = 0.0
+    for k in range(new_tokens):
+        length = prompt_len + k
+        flops = pass_flops(lm.info, length, length)
+        total += max(flops / device.peak_flops, weight_bytes_read(lm.info, length) / device.bandwidth_bytes_per_s)
+    return ESTIMATE_SLACK * total
+
+
+def validate(lm: LoadedModel, device: DeviceProfile, prompt_ids: list[int], new_tokens: int, budget_s: float) -> float:
+    if new_tokens < 2:
+        raise BadInput("The no-cache lab needs at least 2 new tokens (one decode step).")
+    if len(prompt_ids) + new_tokens > lm.info.max_context:
+        raise BadInput(
+            f"The prompt is {len(prompt_ids)} tokens; with {new_tokens} new tokens it exceeds the context of "
+            f"{lm.info.max_context} tokens."
+        )
+    estimate = estimate_s(lm, device, len(prompt_ids), new_tokens)
+    if estimate > budget_s:
+        raise BadInput(
+            f"The naive loop would take about {estimate:.0f} s (modelled), over the {budget_s:.0f} s budget: "
+            "ask for fewer new tokens."
+        )
+    return estimate
+
+
+def uncached_loop(lm: LoadedModel, prompt_ids: list[int], new_tokens: int) -> tuple[Step, ...]:
+    """Greedy, no cache: every step runs the model over the whole sequence so far and keeps nothing."""
+    sequence = list(prompt_ids)
+    steps = []
+    for _ in range(new_tokens):
+        ids = torch.tensor([sequence], device=lm.torch_device)  # (1, L): the whole sequence, every time
+        with out_of_memory_as_run_failed(f"the naive loop at {len(sequence)} tokens"):
+            logits, wall_s = timed(lm.torch_device, forward_without_cache, lm.model, ids)
+        token_id = int(logits.argmax(-1).item())
+        length = len(sequence)
+        steps.append(
+            Step(
+                position=length,
+                tokens_processed=length,
+                wall_s=wall_s,
+                flops=pass_flops(lm.info, length, length),
+                bytes_moved=weight_bytes_read(lm.info, length),
+                token_id=token_id,
+            )
+        )
+        sequence.append(token_id)
+    return tuple(steps)
+
+
+def run_nocache(
+    lm: LoadedModel,
+    device: DeviceProfile,
+    request: Request,
+    budget_s: float = DEFAULT_BUDGET_S,
+    on_progress: Callable[[float, str], None] | None = None,
+) -> NoCacheResult:
+    """The cached loop (the engine, EOS ignored so both make the same number of tokens), then the naive loop."""
+    request = Request(
+        request.prompt, request.max_new_tokens, request.use_chat_template, request.sampling, stop_at_eos=False
+    )
+    prompt_ids = checked_prompt_ids(lm, request)
+    validate(lm, device, prompt_ids, request.max_new_tokens, budget_s)
+    warm_up(lm)
+    if on_progress:
+        on_progress(0.1, "cached loop: one prefill, then one-token decodes")
+    trace = generate(lm, request, device, warmup=False)
+    cached = tuple(
+        Step(
+            position=p.cache_len_after,
+            tokens_processed=p.tokens_in,
+            wall_s=p.wall_s,
+            flops=p.cost.flops,
+            bytes_moved=p.cost.bytes_moved,
+            token_id=p.token_id,
+        )
+        for p in trace.passes
+    )
+    if on_progress:
+        on_progress(0.3, "naive loop: the whole sequence at every step, no cache")
+    uncached = uncached_loop(lm, list(trace.prompt_token_ids), request.max_new_tokens)
+    return NoCacheResult(
+        prompt_len=trace.prompt_len,
+        cached=cached,
+        uncached=uncached,
+        cached_trace=trace,
+    )
+
+
+# --- the command line ------------------------------------------------------------------------------------------------
+def format_nocache(result: NoCacheResult) -> str:
+    growth = {
+        name: result.growth_s(steps) for name, steps in (("cached", result.cached), ("uncached", result.uncached))
+    }
+    lines = [
+        f"prompt {result.prompt_len} tokens, {len(result.cached)} new tokens each way (greedy, EOS ignored)",
+        f"same tokens both ways: {'yes' if result.same_tokens else 'NO'}",
+        "step  position  cached_ms  uncached_ms  uncached_tokens",
+    ]
+    for c, u in zip(result.cached, result.uncached):
+        lines.append(
+            f"{c.position - result.prompt_len:>4} {c.position:>8} {c.wall_s * 1e3:>10.2f} {u.wall_s * 1e3:>12.2f} "
+            f"{u.tokens_processed:>12}"
+        )
+    lines += [
+        f"measured: mean of the last 8 steps minus the first 8 decode steps: cached {growth['cached'] * 1e3:+.2f} ms, "
+        f"uncached {growth['uncached'] * 1e3:+.2f} ms",
+        f"total: cached {sum(s.wall_s for s in result.cached):.2f} s, "
+        f"uncached {sum(s.wall_s for s in result.uncached):.2f} s",
+    ]
+    for n in PROJECTED_TOKENS:
+        projected = result.projection_s(n)
+        lines.append(
+            f"modelled (linear fit of the measured steps): {n} new tokens take ~{projected['cached']:.1f} s cached, "
+            f"~{projected['uncached']:.1f} s uncached"
+        )
+    return "\n".join(lines)
+
+
+def register(commands: object) -> None:
+    from pathlib import Path
+
+    from explorer.cli import add_model_args, check_output_paths
+
+    parser = commands.add_parser("nocache", help="the cached loop against a naive loop with no KV cache")
+    add_model_args(parser)
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_NEW_TOKENS)
+    parser.add_argument("--no-chat-template", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="refuse a longer naive run")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.set_defaults(func=cmd_nocache, precheck=lambda args: check_output_paths(args.json))
+
+
+def cmd_nocache(args: object) -> None:
+    from explorer.cli import load, stderr_progress
+    from explorer.device import device_profile
+
+    lm = load(args)
+    request = Request(args.prompt, max_new_tokens=args.max_new_tokens, use_chat_template=not args.no_chat_template)
+    checked_prompt_ids(lm, request)
+    warm_up(lm)
+    device = device_profile(lm.torch_device.type, lm.info.dtype)
+    result = run_nocache(lm, device, request, budget_s=args.budget_s, on_progress=stderr_progress)
+    print(format_nocache(result))
+    if args.json:
+        args.json.write_text(result.to_json(), encoding="utf-8")
+        print(f"wrote {args.json}")

@@ -1,0 +1,174 @@
+"""Page building blocks: a page's header, headline metrics, SLO inputs, window sliders, charts and tables with their
+captions and downloads, and one-line errors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from explorer.charts import export
+from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
+from explorer.trace import Spread, Trace
+from explorer.ui.state import RunResult, current_run
+from explorer.units import short_time
+
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
+
+
+def escape_markdown(text: str) -> str:
+    """Backslash-escape what Streamlit's markdown would interpret, for messages that quote user input."""
+    return MARKDOWN_SPECIALS.sub(r"\\\1", text)
+
+
+def show_error(message: str) -> None:
+    st.error(escape_markdown(message))  # messages quote the model name the user typed
+
+
+def require_run() -> RunResult:
+    """The current run; without one, a hint to make one and the page stops here (it has nothing else to draw)."""
+    run = current_run()
+    if run is None:
+        st.info("No run yet: press **Run** in the sidebar (a default prompt is filled in).")
+        st.stop()
+    return run
+
+
+def run_metrics(trace: Trace) -> None:
+    """The request's headline numbers, all measured: medians over repeats with their min and max, or one sample."""
+    cols = st.columns(6)
+    cols[0].metric("Prompt tokens", trace.prompt_len)
+    cols[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
+    figures = [
+        ("TTFT", "ttft_s", "request start (before tokenizing) to first token"),
+        ("ITL p50", "itl_p50_s", "median gap between consecutive tokens"),
+        ("E2E", "e2e_s", "request start to the last token"),
+    ]
+    for col, (label, name, meaning) in zip([cols[2], cols[3], cols[5]], figures):
+        spread = trace.spread(name)
+        value = short_time(spread.median if spread else None)
+        col.metric(label, value, help=f"measured: {meaning}; {spread_help(spread, short_time)}")
+    rate = trace.spread("decode_tokens_per_s")
+    cols[4].metric(
+        "Decode tok/s",
+        f"{rate.median:.1f}" if rate else "n/a",
+        help=f"measured: decode tokens / sum of ITLs; {spread_help(rate, lambda v: f'{v:.1f}')}",
+    )
+    samples = (
+        f"medians of {trace.repeat_count} repeats (hover for min–max)"
+        if trace.repeat_count > 1
+        else "one sample on a shared machine: raise Repeats for a median and its spread"
+    )
+    st.text(  # text, not markdown: the model name is whatever the user typed
+        f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all six figures measured, {samples}"
+        + ("" if trace.warmup_ran else " · no warm-up: the first pass includes one-off start-up costs")
+    )
+
+
+def spread_help(spread: Spread | None, fmt: Callable[[float], str]) -> str:
+    if spread is None or spread.samples == 1:
+        return "one sample"
+    return f"median of {spread.samples} repeats, min {fmt(spread.low)}, max {fmt(spread.high)}"
+
+
+def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
+    """A chart, its one-line caption with where its numbers come from, and a download of the data behind it."""
+    st.altair_chart(chart_obj, width="stretch")
+    st.caption(f"{caption} — *{source}*")
+    with st.container(horizontal=True, gap="small"):
+        st.download_button(
+            f"Download data: {name}.csv",
+            data.to_csv(index=False),
+            file_name=f"{name}.csv",
+            mime="text/csv",
+            key=f"download-{name}",
+            on_click="ignore",
+        )
+        # A callable runs only when its button is clicked: no page pays for renders nobody asked for.
+        st.download_button(
+            "PNG",
+            lambda: export.chart_png(chart_obj),
+            file_name=f"{name}.png",
+            mime="image/png",
+            key=f"download-{name}-png",
+            on_click="ignore",
+            help="The chart as an image at twice its size, rendered offline",
+        )
+        st.download_button(
+            "SVG",
+            lambda: export.chart_svg(chart_obj),
+            file_name=f"{name}.svg",
+            mime="image/svg+xml",
+            key=f"download-{name}-svg",
+            on_click="ignore",
+            help="The chart as a vector drawing, for slides",
+        )
+
+
+def table(data: pd.DataFrame, caption: str, source: str) -> None:
+    st.dataframe(data, hide_index=True, width="stretch")
+    st.caption(f"{caption} — *{source}*")
+
+
+def page_with_run(title: str, caption: str) -> RunResult:
+    """A page's title and what to notice, then the current run (the page stops here without one)."""
+    st.title(title)
+    st.caption(caption)
+    return require_run()
+
+
+# The SLOs live in the session, not in a page: the Latency page sets them and every other page reads the same ones.
+TTFT_SLO_MS = "explorer_ttft_slo_ms"
+ITL_SLO_MS = "explorer_itl_slo_ms"
+DEFAULT_TTFT_SLO_MS = DEFAULT_TTFT_SLO_S * 1e3
+DEFAULT_ITL_SLO_MS = DEFAULT_ITL_SLO_S * 1e3
+
+
+def slo_inputs() -> tuple[float, float]:
+    """TTFT and ITL SLO inputs side by side; returns both in seconds. Changing one only re-reads stored timings."""
+    left, right = st.columns(2)
+    fields = [
+        (left, "TTFT SLO (ms)", TTFT_SLO_MS, DEFAULT_TTFT_SLO_MS, 1.0, 600_000.0, 100.0, "Checked against TTFT."),
+        (right, "ITL SLO (ms)", ITL_SLO_MS, DEFAULT_ITL_SLO_MS, 0.1, 60_000.0, 5.0, "Checked against the p99 ITL."),
+    ]
+    values = []
+    for column, label, key, default, low, high, step, meaning in fields:
+        value = column.number_input(
+            label,
+            min_value=low,
+            max_value=high,
+            value=float(st.session_state.get(key, default)),
+            step=step,
+            help=f"{meaning} Changing an SLO only re-reads stored timings: nothing is run again.",
+        )
+        st.session_state[key] = value  # our own key, not the widget's: other pages read it
+        values.append(value / 1e3)
+    return values[0], values[1]
+
+
+def current_slos_s() -> tuple[float, float]:
+    """The session's SLOs (seconds) for pages that show them without editing them."""
+    return (
+        st.session_state.get(TTFT_SLO_MS, DEFAULT_TTFT_SLO_MS) / 1e3,
+        st.session_state.get(ITL_SLO_MS, DEFAULT_ITL_SLO_MS) / 1e3,
+    )
+
+
+def window_slider(label: str, total: int, window: int, key: str, help_text: str | None = None) -> int:
+    """The first position of a window of `window` out of `total`; 0 without a slider when everything fits."""
+    if total <= window:
+        return 0
+    return st.slider(label, 0, total - window, 0, key=f"{key}-{total}", help=help_text)
+
+
+def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> None:
+    """A row of (label, value, help) metrics, or a column of them when `columns` is 1."""
+    if columns == 1:
+        for label, value, help_text in items:
+            st.metric(label, value, help=help_text)
+        return
+    for column, (label, value, help_text) in zip(st.columns(columns or len(items)), items):
+        column.metric(label, value, help=help_text)

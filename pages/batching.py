@@ -1,0 +1,76 @@
+"""Batching: B requests decoded together read the weights once per step for all of them."""
+
+import streamlit as st
+
+from explorer import ui
+from explorer.batch import DEFAULT_BATCH_SIZES, BatchConfig, parse_batch_sizes, run_batch_sweep
+from explorer.charts import serving as charts
+from explorer.errors import BadInput
+
+RESULT = "explorer_batch_result"
+
+st.title("Batching")
+st.caption(
+    "A decode step reads every weight to make one token per sequence. With B sequences in one step the weights are "
+    "read once for all of them: the step barely slows while tokens/s grows, until the step crosses the ridge and "
+    "becomes compute-bound. Each request's ITL is the step time, so it gets worse as B grows."
+)
+with st.form("batch-form"):
+    sizes = st.text_input("Batch sizes", value=",".join(map(str, DEFAULT_BATCH_SIZES)))
+    left, right = st.columns(2)
+    prompt_tokens = left.number_input("Prompt tokens", min_value=1, max_value=1024, value=32)
+    new_tokens = right.number_input("New tokens", min_value=2, max_value=256, value=16)
+    distinct = st.toggle("Different prompts of equal length (off: one prompt repeated)", value=True)
+    go = st.form_submit_button("Run the sweep", type="primary")
+if go:
+    try:
+        config = BatchConfig(parse_batch_sizes(sizes), int(prompt_tokens), int(new_tokens), distinct)
+        ui.run_lab(RESULT, "Running every batch size", lambda lm, d, progress: run_batch_sweep(lm, d, config, progress))
+    except BadInput as exc:
+        ui.show_error(str(exc))
+result = st.session_state.get(RESULT)
+if result is None:
+    st.info("Press **Run the sweep**: memory and a modelled time estimate are checked before anything runs.")
+    st.stop()
+
+_, itl_slo_s = ui.current_slos_s()
+frame = charts.batch_frame(result)
+best = charts.largest_batch_within(frame, itl_slo_s * 1e3)
+ui.metrics(
+    [
+        ("Same tokens as solo", "yes" if result.every_request_matches_solo else "NO", "measured: every request"),
+        ("Ridge-crossing batch", str(result.ridge_batch or "none ≤ 256"), "modelled: decode turns compute-bound"),
+        (f"Largest B with p99 ITL < {itl_slo_s * 1e3:.0f} ms", str(best or "none"), "measured; SLO from Latency"),
+    ]
+)
+ui.table(frame, "One row per batch size.", "step, ITL, tokens/s measured · weight/KV/compute split modelled")
+ui.chart(
+    charts.step_time_vs_batch_chart(frame),
+    frame,
+    "batch-step-time",
+    "Measured points; the dashed line is the roofline's floor for the same step.",
+    "median decode step measured · line modelled",
+)
+ui.chart(
+    charts.tokens_per_s_vs_batch_chart(frame),
+    frame,
+    "batch-tokens-per-s",
+    "Aggregate decode throughput: B tokens per step.",
+    "measured points · modelled line (B / roofline step time)",
+)
+roof = charts.batch_roofline_frame(result, frame)
+ui.chart(
+    charts.batch_roofline_chart(roof, result.device.ridge_point_flops_per_byte),
+    roof,
+    "batch-roofline",
+    f"Decode steps move right as B grows; the dashed ridge is where they would turn compute-bound (batch "
+    f"{result.ridge_batch or 'beyond 256'} here, {result.device.dtype}).",
+    "x modelled intensity · y modelled FLOPs / measured step time",
+)
+ui.chart(
+    charts.tradeoff_chart(frame, itl_slo_s * 1e3),
+    frame,
+    "batch-tradeoff",
+    "Throughput against each request's p99 ITL, one point per B; the red line is the ITL SLO from the Latency page.",
+    "measured",
+)

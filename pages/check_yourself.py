@@ -1,0 +1,56 @@
+"""Check yourself: a short quiz from seeds 1 and 3, each answer explained and checked against the user's own run."""
+
+import streamlit as st
+
+from explorer import quiz, ui
+
+QUIZ_VERSION = "quiz_version"  # bumped by Start over: new radio keys start unanswered
+
+
+def start_over() -> None:
+    st.session_state[QUIZ_VERSION] = st.session_state.get(QUIZ_VERSION, 0) + 1
+
+
+st.title("Check yourself")
+st.caption(
+    f"{len(quiz.QUESTIONS)} questions on prefill and decode, with the answers people often get wrong among the "
+    "choices. Answers live only in this browser session: nothing is saved."
+)
+result = ui.current_run()
+trace = result.trace if result is not None else None
+maps = result.attention if result is not None else None
+if result is None:
+    st.info("No run yet: the questions work without one; press **Run** in the sidebar to see each answer in your run.")
+
+summary = st.empty()  # filled once every answer below is known
+version = st.session_state.get(QUIZ_VERSION, 0)
+answers: dict[str, int] = {}
+for number, q in enumerate(quiz.QUESTIONS, start=1):
+    with st.container(border=True):
+        choice = st.radio(
+            f"**{number}. {q.topic}** — {q.prompt}",
+            range(len(q.choices)),
+            format_func=lambda i, q=q: q.choices[i],
+            index=None,
+            key=f"quiz-{q.key}-{version}",
+        )
+        if choice is None:
+            continue
+        answers[q.key] = choice
+        verdict = quiz.grade(q, choice)
+        if verdict.correct:
+            st.success(verdict.headline)
+        else:  # a wrong answer is part of learning, not an error of the app
+            st.warning(f"{verdict.headline} The answer: {q.choices[q.correct]}")
+        st.markdown(q.explanation)
+        found = quiz.evidence(q.key, trace, maps)
+        if found is not None:
+            st.markdown("**In your run**")
+            st.text(found.text)  # text, never markdown: it quotes the model name the user typed
+            st.caption(f"{found.source} — *{q.origin}*")
+        else:
+            st.caption(f"*{q.origin}* · run a prompt to see this in your own run")
+
+right, answered = quiz.score(answers)
+summary.markdown(f"**{right} of {answered}** answered right · {len(quiz.QUESTIONS) - answered} to go")
+st.button("Start over", on_click=start_over)

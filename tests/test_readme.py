@@ -1,0 +1,46 @@
+"""What a newcomer meets first: the README's commands, its first example's answer, and what git keeps out."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from explorer.engine import Request
+from explorer.loading import LoadedModel
+from explorer.measure import measure
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+EXAMPLES = [shlex.split(line.strip()) for line in README.splitlines() if line.strip().startswith("python -m explorer")]
+
+
+def test_two_setup_commands_one_for_the_app_one_for_the_tests() -> None:
+    assert len(re.findall(r"^    .*  # app$", README, flags=re.M)) == 1
+    assert len(re.findall(r"^    .*  # tests$", README, flags=re.M)) == 1
+    assert "--index-url https://download.pytorch.org/whl/cpu" in README and "python -m venv" in README
+
+
+def test_the_hub_login_command_is_the_current_one() -> None:
+    assert "huggingface-cli" not in README and "hf auth login" in README
+
+
+def test_every_file_the_examples_write_is_ignored_by_git() -> None:
+    written = [
+        args[i + 1]
+        for args in EXAMPLES
+        for i, a in enumerate(args)
+        if a in ("--json", "--csv", "--attention-npz", "--perfetto")
+    ]
+    assert {"t.json", "maps.npz", "p.json"} <= set(written)
+    ignored = subprocess.run(["git", "check-ignore", *written], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert sorted(ignored) == sorted(written)
+
+
+def test_the_first_example_gives_a_sensible_answer(real_lm: LoadedModel) -> None:
+    first = EXAMPLES[0]
+    prompt = first[first.index("--prompt") + 1]
+    new_tokens = int(first[first.index("--max-new-tokens") + 1])
+    trace = measure(real_lm, Request(prompt, max_new_tokens=new_tokens))  # the CLI's defaults: chat template, greedy
+    assert "Paris" in trace.generated_text

@@ -19,6 +19,7 @@ from explorer.trace import percentile
 
 if TYPE_CHECKING:
     from explorer.loading import LoadedModel, Progress
+    from explorer.trace import DeviceProfile
 
 
 # --- what a run records ----------------------------------------------------------------------------------------------
@@ -324,6 +325,7 @@ def load_average() -> float | None:
 # --- the run ---------------------------------------------------------------------------------------------------------
 def run_schedule(
     lm: LoadedModel,
+    device: DeviceProfile,
     workload: Workload,
     settings: EngineSettings,
     *,
@@ -337,7 +339,6 @@ def run_schedule(
     """
     from explorer import schedule_baselines as baselines
     from explorer import schedule_engine as engine
-    from explorer.device import device_profile
 
     def progress(start: float, end: float) -> Progress | None:
         if on_progress is None:
@@ -347,7 +348,6 @@ def run_schedule(
     validate(workload, settings)
     planned = plan_requests(lm, workload)
     check_fits(lm, planned, settings)
-    profile = device_profile(lm.torch_device.type, lm.info.dtype)
     with_prefix_off = bool(workload.prefix) and settings.prefix_sharing
     engine.warm_up(lm, settings)
     steps, served, num_blocks = engine.serve(lm, planned, settings, workload.stop_at_eos, progress(0.0, 0.4))
@@ -361,10 +361,10 @@ def run_schedule(
     if compare:
         static = baselines.serve_static_batch(lm, planned, workload.stop_at_eos, progress(0.55, 0.7))
         static = replace(static, load_avg_1m=load_average())
-        sequential, solo = baselines.serve_one_at_a_time(lm, planned, profile, workload.stop_at_eos, progress(0.7, 1))
+        sequential, solo = baselines.serve_one_at_a_time(lm, planned, device, workload.stop_at_eos, progress(0.7, 1))
         modes = [static, replace(sequential, load_avg_1m=load_average())]
     else:
-        solo = baselines.solo_traces(lm, planned, profile, workload.stop_at_eos, progress(0.55, 1.0))
+        solo = baselines.solo_traces(lm, planned, device, workload.stop_at_eos, progress(0.55, 1.0))
     check = baselines.check_against_solo
     modes = [replace(m, checks=check(m.requests, solo, lm.tokenizer)) for m in modes]
 
@@ -381,7 +381,7 @@ def run_schedule(
             settings=run_settings,
             model=lm.info.display_name,
             dtype=lm.info.dtype,
-            device=profile.name,
+            device=device.name,
             kv_bytes_per_token=lm.info.kv_bytes_per_token,
             engine_num_blocks=num_blocks,
             steps=run_steps,

@@ -42,7 +42,7 @@ def solo_traces(
         if on_progress:
             on_progress(k / len(planned), f"Solo greedy reference for {r.id}…")
         request = solo_request(r, stop_at_eos)
-        traces[r.id] = generate(lm, request, device=device, warmup=k == 0, prompt_token_ids=list(r.prompt_token_ids))
+        traces[r.id] = generate(lm, request, device, warmup=k == 0, prompt_token_ids=list(r.prompt_token_ids))
     return traces
 
 
@@ -66,13 +66,10 @@ def serve_one_at_a_time(
             time.sleep(delay_s)
         start_s = time.perf_counter() - t0
         trace = generate(
-            lm, solo_request(r, stop_at_eos), device=device, warmup=False, prompt_token_ids=list(r.prompt_token_ids)
+            lm, solo_request(r, stop_at_eos), device, warmup=False, prompt_token_ids=list(r.prompt_token_ids)
         )
         traces[r.id] = trace
-        first_s = start_s + trace.ttft_s
-        times = [first_s]
-        for gap_s in trace.itl_s:
-            times.append(times[-1] + gap_s)
+        times = [start_s + p.token_s for p in trace.passes]  # token_s: after the request's own clock started
         records.append(
             RequestRecord(
                 id=r.id,

@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from explorer.cli import add_model_args, load
-from explorer.report import human_bytes
+from explorer.cli import add_model_args, check_output_paths, load
 from explorer.schedule import ScheduleRun, run_schedule
 from explorer.schedule_workload import (
     SCHEDULERS,
@@ -25,6 +24,7 @@ from explorer.schedule_workload import (
     parse_int_list,
     validate,
 )
+from explorer.units import human_bytes
 
 MAX_ENTRIES_SHOWN = 8  # requests listed per step row; the rest are summed as "+k more"
 
@@ -75,7 +75,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at end-of-sequence (default: never)")
     p.add_argument("--compare", action="store_true", help="also serve it with static batching and one at a time")
     p.add_argument("--json", type=Path, default=None, help="write the run as JSON")
-    p.set_defaults(func=cmd_schedule)
+    p.set_defaults(func=cmd_schedule, precheck=precheck)
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """Bad input is refused before torch is even imported."""
+    check_output_paths(args.json)
+    validate(workload_from_args(args), settings_from_args(args))
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -93,19 +99,26 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     )
 
 
-def cmd_schedule(args: argparse.Namespace) -> None:
-    from explorer.cli import stderr_progress
-
-    workload = workload_from_args(args)
-    settings = EngineSettings(
+def settings_from_args(args: argparse.Namespace) -> EngineSettings:
+    return EngineSettings(
         scheduler=args.scheduler,
         token_budget=args.token_budget,
         block_size=args.block_size,
         num_blocks=args.num_blocks,
         prefix_sharing=not args.no_prefix_sharing,
     )
-    validate(workload, settings)  # before the model loads: bad input should fail in a blink
-    run = run_schedule(load(args), workload, settings, compare=args.compare, on_progress=stderr_progress)
+
+
+def cmd_schedule(args: argparse.Namespace) -> None:
+    from explorer.cli import stderr_progress
+    from explorer.device import device_profile
+    from explorer.engine import warm_up
+
+    lm = load(args)
+    warm_up(lm)
+    device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every run
+    workload, settings = workload_from_args(args), settings_from_args(args)
+    run = run_schedule(lm, device, workload, settings, compare=args.compare, on_progress=stderr_progress)
     print(format_run(run))
     if args.json:
         args.json.write_text(run.to_json(), encoding="utf-8")

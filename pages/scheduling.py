@@ -4,13 +4,11 @@ import pandas as pd
 import streamlit as st
 
 from explorer import ui
-from explorer.charts import latency as latency_charts
 from explorer.charts import schedule as charts
-from explorer.errors import ExplorerError, one_line
-from explorer.loading import DEVICES, DTYPES, EMBEDDED
-from explorer.report import human_bytes
+from explorer.errors import BadInput
 from explorer.schedule import ScheduleRun, run_schedule
 from explorer.schedule_workload import SCHEDULERS, EngineSettings, Workload, parse_int_list, validate
+from explorer.units import human_bytes
 
 RUN_KEY = "explorer_schedule_run"  # the last ScheduleRun of this session (not a widget key)
 DEFAULT_PREFIX = (
@@ -58,10 +56,6 @@ with st.form("schedule-form"):
     )
     num_blocks = right.number_input("KV blocks", min_value=1, max_value=4096, value=engine_defaults.num_blocks)
     prefix_sharing = right.toggle("Prefix sharing", value=engine_defaults.prefix_sharing)
-    with st.expander("Model and device"):
-        model = st.text_input("Model", value=EMBEDDED, key="schedule-model")
-        device = st.selectbox("Device", DEVICES, index=0, key="schedule-device")
-        dtype = st.selectbox("Dtype", list(DTYPES), index=0, key="schedule-dtype")
     submitted = st.form_submit_button("Run", type="primary")
 
 if submitted:
@@ -74,24 +68,16 @@ if submitted:
             prefix=prefix.strip() if use_prefix else "",
         )
         settings = EngineSettings(scheduler, int(token_budget), int(block_size), int(num_blocks), prefix_sharing)
-        validate(workload, settings)
-        ui.check_model_allowed(model)
-        with ui.device_turn():
-            lm = ui.get_model(ui.RunInputs(model=model, device=device, dtype=dtype))
-            bar = st.progress(0.0, text="Warming up the engine…")
-            run = run_schedule(
-                lm,
-                workload,
-                settings,
-                compare=compare,
-                on_progress=lambda fraction, text: bar.progress(min(1.0, fraction), text=ui.escape_markdown(text)),
-            )
-            bar.empty()
-        st.session_state[RUN_KEY] = run
-    except ExplorerError as exc:
+        validate(workload, settings)  # before the device is taken: bad input is refused in a blink
+        ui.run_lab(
+            RUN_KEY,
+            "Serving the workload",
+            lambda lm, device, progress: run_schedule(
+                lm, device, workload, settings, compare=compare, on_progress=progress
+            ),
+        )
+    except BadInput as exc:
         ui.show_error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        ui.show_error(f"The scheduling run failed: {one_line(exc)}")
 
 run: ScheduleRun | None = st.session_state.get(RUN_KEY)
 if run is None:
@@ -99,16 +85,16 @@ if run is None:
     st.stop()
 
 summary = run.summary()
-cols = st.columns(6)
-cols[0].metric("Steps", summary["steps"])
-cols[1].metric("Mixed steps", summary["mixed_steps"], help="prefill and decode tokens in one forward pass")
-cols[2].metric("Chunked steps", summary["steps_with_partial_prefill"], help="steps carrying part of a split prompt")
-cols[3].metric("Prefill tokens", summary["prefill_tokens_computed"], help="prompt tokens the engine computed")
-cols[4].metric("Tokens/s", f"{summary['tokens_per_s']:.1f}", help="measured: all tokens / first arrival to last token")
-cols[5].metric(
-    "Same as solo",
-    {True: "yes", False: "NO", None: "n/a"}[summary["all_tokens_match_solo"]],
-    help="every request's greedy tokens equal the explorer's solo run of its prompt",
+same = {True: "yes", False: "NO", None: "n/a"}[summary["all_tokens_match_solo"]]
+ui.metrics(
+    [
+        ("Steps", str(summary["steps"]), "engine steps: one forward pass each"),
+        ("Mixed steps", str(summary["mixed_steps"]), "prefill and decode tokens in one forward pass"),
+        ("Chunked steps", str(summary["steps_with_partial_prefill"]), "steps carrying part of a split prompt"),
+        ("Prefill tokens", str(summary["prefill_tokens_computed"]), "prompt tokens the engine computed"),
+        ("Tokens/s", f"{summary['tokens_per_s']:.1f}", "measured: all tokens / first arrival to last token"),
+        ("Same as solo", same, "every request's greedy tokens equal the explorer's solo run of its prompt"),
+    ]
 )
 st.text(  # text, not markdown: the model name is whatever the user typed
     f"{run.model} · {run.dtype} on {run.device} · transformers {run.transformers_version} · scheduler "
@@ -148,18 +134,12 @@ ui.chart(
     "(ticks: each token). TTFT = queued + prefilling.",
     "measured on the run's clock",
 )
-slo_left, slo_right = st.columns(2)
-ttft_slo_ms = slo_left.number_input(
-    "TTFT SLO (ms)", min_value=1.0, value=latency_charts.DEFAULT_TTFT_SLO_S * 1e3, step=100.0, key="schedule-ttft-slo"
-)
-itl_slo_ms = slo_right.number_input(
-    "ITL SLO (ms)", min_value=0.1, value=latency_charts.DEFAULT_ITL_SLO_S * 1e3, step=5.0, key="schedule-itl-slo"
-)
+ttft_slo_s, itl_slo_s = ui.current_slos_s()
 ui.table(
-    charts.latency_frame(run, ttft_slo_ms / 1e3, itl_slo_ms / 1e3),
-    "Per request: TTFT split into queue and prefill, ITL p50/p99, E2E, against the SLOs (the Latency page's "
-    "defaults; pass = strictly under).",
-    "measured · SLOs set above",
+    charts.latency_frame(run, ttft_slo_s, itl_slo_s),
+    f"Per request: TTFT split into queue and prefill, ITL p50/p99, E2E, against the Latency page's SLOs (TTFT "
+    f"{ttft_slo_s * 1e3:.0f} ms, ITL {itl_slo_s * 1e3:.0f} ms; pass = strictly under).",
+    "measured · SLOs from the Latency page",
 )
 
 st.subheader("The block table")

@@ -27,6 +27,7 @@ from explorer.schedule_workload import (
     plan_requests,
     validate,
 )
+from explorer.trace import DeviceProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_KEY = "explorer_schedule_run"  # pages/scheduling.py keeps its run here
@@ -139,9 +140,9 @@ TINY_SETTINGS = EngineSettings(token_budget=16, block_size=4, num_blocks=64)
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tiny_lm: LoadedModel) -> ScheduleRun:
+def tiny_run(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> ScheduleRun:
     workload = Workload(requests=3, prompt_tokens=(12, 40, 12), new_tokens=(8,), stagger_ms=0)
-    return run_schedule(tiny_lm, workload, TINY_SETTINGS, compare=True)
+    return run_schedule(tiny_lm, cpu_figures, workload, TINY_SETTINGS, compare=True)
 
 
 def test_every_request_gets_its_solo_greedy_tokens(tiny_run: ScheduleRun) -> None:
@@ -202,10 +203,12 @@ def test_json_has_the_documented_shape(tiny_run: ScheduleRun) -> None:
     assert [m["mode"] for m in data["comparison"]] == [CONTINUOUS, STATIC, SEQUENTIAL]
 
 
-def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(tiny_lm: LoadedModel) -> None:
+def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(
+    tiny_lm: LoadedModel, cpu_figures: DeviceProfile
+) -> None:
     prefix = "SYSTEM: you answer in one short line only."  # 42 bytes = 42 tokens = 10 whole 4-token blocks
     workload = Workload(requests=3, prompt_tokens=(10,), new_tokens=(4,), arrivals_ms=(0, 300, 600), prefix=prefix)
-    run = run_schedule(tiny_lm, workload, TINY_SETTINGS)
+    run = run_schedule(tiny_lm, cpu_figures, workload, TINY_SETTINGS)
     off = run.prefix_off
     assert off is not None and not off.settings.prefix_sharing
     assert [r.prefix_tokens_reused for r in run.requests] == [0, 40, 40]
@@ -216,10 +219,11 @@ def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(tiny_lm: L
     assert [(h.request, h.tokens, h.blocks) for h in hits] == [("r1", 40, 10), ("r2", 40, 10)]
 
 
-def test_a_token_that_differs_is_named_with_its_reason(tiny_lm: LoadedModel) -> None:
+def test_a_token_that_differs_is_named_with_its_reason(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
     from explorer.engine import Request, generate
 
-    trace = generate(tiny_lm, Request("abcdef", max_new_tokens=4, use_chat_template=False, stop_at_eos=False))
+    request = Request("abcdef", max_new_tokens=4, use_chat_template=False, stop_at_eos=False)
+    trace = generate(tiny_lm, request, cpu_figures)
     runner_up = trace.passes[2].top_tokens[1]
     tokens = list(trace.generated_token_ids)
     tokens[2] = runner_up.token_id
@@ -284,9 +288,9 @@ def test_cli_bad_input_is_one_line(args: tuple[str, ...], message: str, capsys: 
 
 
 # --- the embedded model ----------------------------------------------------------------------------------------------
-def test_default_workload_on_the_embedded_model(real_lm: LoadedModel) -> None:
+def test_default_workload_on_the_embedded_model(real_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
     """The issue's correctness claim: each request's greedy tokens equal the explorer's solo run (same dtype)."""
-    run = run_schedule(real_lm, Workload(), EngineSettings())
+    run = run_schedule(real_lm, cpu_figures, Workload(), EngineSettings())
     assert [c.matches for c in run.checks] == [True] * 6, [c.explanation for c in run.checks]
     assert any(s.is_mixed for s in run.steps)
     assert any(s.has_partial_prefill for s in run.steps)  # the 128-token prompt through a 64-token budget
@@ -321,9 +325,11 @@ def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server:
     from streamlit.testing.v1 import AppTest
 
     from explorer import ui
+    from explorer.ui.widgets import ITL_SLO_MS
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=APP_TIMEOUT_S)
     at.run()
+    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")  # labs use this model
     at.switch_page(PAGE).run()
     assert not at.exception
     assert any("No scheduling run yet" in i.value for i in at.info)
@@ -336,7 +342,6 @@ def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server:
     by_label(at.main.number_input, "KV blocks").set_value(64)
     by_label(at.main.toggle, "Shared system prompt").set_value(True)
     by_label(at.main.text_area, "System prompt").input("SYSTEM: be brief, <b>kind</b> **and** exact.")
-    by_label(at.main.text_input, "Model").input(str(tiny_llama_dir))
     by_label(at.main.button, "Run").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
@@ -352,17 +357,19 @@ def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server:
     for element in at.markdown:  # the prefix is shown only as data, never interpreted
         assert "<b>" not in element.value and "**and**" not in element.value
 
-    lm = ui.model_store().get(str(tiny_llama_dir), "auto", "float32")
+    lm = ui.model_store().get(str(tiny_llama_dir), "cpu", "float32")
     calls = []
     handle = lm.model.register_forward_hook(lambda *_: calls.append(1))
     try:
-        by_label(at.main.number_input, "ITL SLO (ms)").set_value(1.0).run()  # a view change re-reads the run
         at.switch_page("pages/latency.py").run()
-        at.switch_page(PAGE).run()
+        at.session_state[ITL_SLO_MS] = 1e-3  # as if set on the Latency page: no ITL can pass now
+        at.switch_page(PAGE).run()  # the SLO change only re-reads the stored run
     finally:
         handle.remove()
     assert not at.exception and calls == []
     assert at.session_state[RUN_KEY] is run
+    latency = next(d.value for d in at.dataframe if "itl_p99_within_slo" in d.value.columns)
+    assert not latency["itl_p99_within_slo"].any()
 
 
 def test_bad_workload_on_the_page_is_one_line(navigation_like_a_server: None) -> None:

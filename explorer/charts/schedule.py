@@ -11,9 +11,10 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import PHASE_COLOR, PHASE_RANGE, to_ms
+from explorer.charts.common import PHASE_COLOR, PHASE_RANGE
 from explorer.schedule import CONTINUOUS, SEQUENTIAL, STATIC, ScheduleRun, ServedMode
 from explorer.trace import percentile
+from explorer.units import to_ms
 
 MIB = 2**20
 # Requests get colours that are neither the prefill orange nor the decode green, cycled past ten requests.

@@ -13,6 +13,7 @@ pages = {
         st.Page("pages/kv_cache.py", title="KV cache"),
         st.Page("pages/cost.py", title="Cost (roofline)"),
         st.Page("pages/latency.py", title="Latency"),
+        st.Page("pages/compare.py", title="Compare two runs"),
     ],
     "Workshop": [
         st.Page("pages/step.py", title="Step by step"),
@@ -26,6 +27,7 @@ pages = {
     ],
 }
 navigation = st.navigation(pages)
+ui.presenter_toggle()
 inputs = ui.sidebar()
 if inputs is not None:
     ui.execute_run(inputs)

@@ -54,12 +54,13 @@ for sentence in [charts.bound_sentence(trace.prefill, device), charts.prefill_ri
 if trace.decodes:
     st.markdown(charts.bound_sentence(trace.decodes[-1], device))
     st.caption(charts.kv_traffic_formula(trace, trace.decodes[-1]) + " — *modelled*")
-ui.table(
-    charts.predicted_frame(trace),
-    "The raw predictions: roofline = max(compute, weight + KV reads); wall_over_roofline is how many times "
-    "slower than the model the pass really ran.",
-    "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
-)
+with ui.secondary("The raw predictions, pass by pass"):
+    ui.table(
+        charts.predicted_frame(trace),
+        "The raw predictions: roofline = max(compute, weight + KV reads); wall_over_roofline is how many times "
+        "slower than the model the pass really ran.",
+        "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
+    )
 
 st.subheader("The roofline")
 roofline = charts.roofline_frame(trace)
@@ -114,11 +115,11 @@ ui.chart(
     "achieved = modelled FLOPs or bytes / measured time · device figures as in the table below",
 )
 
-st.subheader("The device figures")
-ui.table(
-    charts.device_frame(device),
-    "What the roofline divides by, with where each figure came from.",
-    "measured: best of 5 fixed-size microbenchmarks after the warm-up · spec: datasheet · nvml: the driver's "
-    "clocks · achieved: raised to what a pass of this run did",
-)
-st.caption(charts.DEVICE_NOTE[device.kind])
+with ui.secondary("The device figures"):
+    ui.table(
+        charts.device_frame(device),
+        "What the roofline divides by, with where each figure came from.",
+        "measured: best of 5 fixed-size microbenchmarks after the warm-up · spec: datasheet · nvml: the driver's "
+        "clocks · achieved: raised to what a pass of this run did",
+    )
+    st.caption(charts.DEVICE_NOTE[device.kind])

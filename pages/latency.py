@@ -69,28 +69,28 @@ else:
         "measured, per repeat",
     )
 
-st.subheader("Against earlier runs in this session")
-earlier = ui.history()
-if not earlier:
-    st.info("No earlier run in this session yet: run again to compare (another prompt, or the same one for noise).")
-else:
-    # Labels go only into Altair (drawn as text) and dataframes: a prompt preview must never be read as markdown.
-    runs = [charts.LabelledTrace(r.label, r.trace) for r in earlier] + [charts.LabelledTrace(result.label, trace)]
-    labels = [run.label for run in runs]
-    runs_itl = charts.runs_itl_frame(runs)
-    ui.chart(
-        charts.runs_itl_chart(runs_itl, labels, itl_slo_s),
-        runs_itl,
-        "itl-by-run",
-        "The darkest, thickest line is this run: decode gaps barely depend on the prompt, since every decode "
-        "reads the same weights.",
-        "measured, per run",
-    )
-    runs_ttft = charts.runs_ttft_frame(runs, ttft_slo_s)
-    ui.chart(
-        charts.runs_ttft_chart(runs_ttft, ttft_slo_s),
-        runs_ttft,
-        "ttft-by-run",
-        "TTFT grows with the prompt (the prefill computes every prompt token); hover a bar for its prompt length.",
-        "measured, per run",
-    )
+with ui.secondary("Against earlier runs in this session"):
+    earlier = ui.history()
+    if not earlier:
+        st.info("No earlier run in this session yet: run again to compare (another prompt, or the same one for noise).")
+    else:
+        # Labels go only into Altair (drawn as text) and dataframes: a prompt preview must never be read as markdown.
+        runs = [charts.LabelledTrace(r.label, r.trace) for r in earlier] + [charts.LabelledTrace(result.label, trace)]
+        labels = [run.label for run in runs]
+        runs_itl = charts.runs_itl_frame(runs)
+        ui.chart(
+            charts.runs_itl_chart(runs_itl, labels, itl_slo_s),
+            runs_itl,
+            "itl-by-run",
+            "The darkest, thickest line is this run: decode gaps barely depend on the prompt, since every decode "
+            "reads the same weights.",
+            "measured, per run",
+        )
+        runs_ttft = charts.runs_ttft_frame(runs, ttft_slo_s)
+        ui.chart(
+            charts.runs_ttft_chart(runs_ttft, ttft_slo_s),
+            runs_ttft,
+            "ttft-by-run",
+            "TTFT grows with the prompt (the prefill computes every prompt token); hover a bar for its prompt length.",
+            "measured, per run",
+        )

@@ -270,3 +270,33 @@ def test_every_chart_offers_png_and_svg(ran: AppTest) -> None:
         ran.switch_page(page).run()
         labels = [b.label for b in ran.main.get("download_button")]
         assert labels.count("PNG") == labels.count("SVG") == len(ran.get("vega_lite_chart")), page
+
+
+def test_presenter_mode_sizes_every_chart_from_one_theme(ran: AppTest) -> None:
+    import json
+
+    from explorer.charts import theme
+
+    ran.sidebar.toggle(key="explorer_presenter_toggle").set_value(True).run()
+    for page in ["pages/cost.py", "pages/latency.py"]:
+        ran.switch_page(page).run()
+        assert not ran.exception
+        for element in ran.get("vega_lite_chart"):
+            config = json.loads(element.proto.spec)["config"]
+            assert config["axis"]["labelFontSize"] == theme.PRESENTER.label_px >= 18
+            assert config["axis"]["titleFontSize"] >= 18 and config["text"]["fontSize"] >= 18
+        assert any(not e.proto.expanded for e in ran.get("expander"))  # secondary sections collapsed
+    ran.sidebar.toggle(key="explorer_presenter_toggle").set_value(False).run()
+    element = ran.get("vega_lite_chart")[0]
+    assert json.loads(element.proto.spec)["config"]["axis"]["labelFontSize"] == theme.NORMAL.label_px
+
+
+def test_compare_two_runs() -> None:
+    at = run_from_sidebar(new_app(), prompt="short", max_new_tokens=2)
+    at.switch_page("pages/compare.py").run()
+    assert any("Only one run" in i.value for i in at.info)
+    run_from_sidebar(at, prompt="a somewhat longer prompt than before", max_new_tokens=3)
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception and not at.error
+    assert len(at.get("vega_lite_chart")) == 1 and len(at.dataframe) == 1
+    assert set(at.dataframe[0].value.columns) >= {"figure", *[s.label for s in [at.session_state[ui.RUN]]]}

@@ -105,7 +105,7 @@ def prefill_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Rows are queries, columns keys, both labelled with their tokens; the grey upper triangle is the causal mask."""
     order = frame.drop_duplicates("query_pos").sort_values("query_pos")["query"].tolist()
     # Every token label fits up to 64 rows; beyond that Vega-Lite drops overlapping ones (tooltips still name each).
-    axis = {"labelFontSize": 9, "labelLimit": 90, "labelOverlap": False if len(order) <= 64 else "greedy"}
+    axis = {"labelLimit": 90, "labelOverlap": False if len(order) <= 64 else "greedy"}
     base = alt.Chart(frame).encode(
         x=alt.X("key:N", sort=order, title="key position (what is attended to)", axis=alt.Axis(labelAngle=-90, **axis)),
         y=alt.Y("query:N", sort=order, title="query position (who attends)", axis=alt.Axis(**axis)),
@@ -268,7 +268,7 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
                 "row:N",
                 sort=order,
                 title="decode step (token fed)",
-                axis=alt.Axis(labelFontSize=9, labelLimit=160, labelOverlap=False if len(order) <= 48 else "greedy"),
+                axis=alt.Axis(labelLimit=160, labelOverlap=False if len(order) <= 48 else "greedy"),
             ),
             color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=PROB_LEGEND),
             tooltip=["row", "key", "cache_len", alt.Tooltip("prob:Q", format=".4f", title="probability")],
@@ -278,7 +278,7 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
     rule = alt.Chart(prompt_end).mark_rule(color="#d95f02", strokeDash=[4, 3]).encode(x="key_start:Q")
     text = (
         alt.Chart(prompt_end)
-        .mark_text(align="left", dx=4, dy=-6, color="#d95f02", fontSize=11)
+        .mark_text(align="left", dx=4, dy=-6, color="#d95f02")
         .encode(x="key_start:Q", y=alt.value(0), text="label:N")
     )
     return alt.layer(cells, rule, text).properties(

@@ -151,7 +151,7 @@ def rows_chart(frame: pd.DataFrame) -> alt.LayerChart:
     masked = base.transform_filter("datum.masked").mark_rect(color=MASKED_COLOR, stroke="white")
     layers: list[alt.Chart] = [attended, masked]
     if keys <= VALUE_LABELS_UP_TO:
-        labels = base.mark_text(fontSize=14).encode(
+        labels = base.mark_text().encode(
             text=alt.Text("prob:Q", format=f".{SHOWN_DECIMALS}f"),
             # Dark text on the bright end of viridis, light text on the dark end.
             color=alt.condition("datum.prob > 0.5", alt.value("black"), alt.value("white")),

@@ -191,7 +191,7 @@ def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
         ),
         tooltip=["item", "shown", alt.Tooltip("percent_of_weights:Q", format=".2f"), "source", "note"],
     )
-    labels = base.mark_text(align="left", dx=4, fontSize=11).encode(text="shown:N")
+    labels = base.mark_text(align="left", dx=4).encode(text="shown:N")
     # In Streamlit the height includes the legend and axes: 300 px leaves ~150 px for the three bars.
     return alt.layer(bars, labels).properties(height=300)
 
@@ -265,7 +265,7 @@ def projection_chart(frame: pd.DataFrame, references: pd.DataFrame) -> alt.Layer
     )
     names = (
         alt.Chart(references)
-        .mark_text(align="left", dx=4, dy=-7, color="#444444", fontSize=11)
+        .mark_text(align="left", dx=4, dy=-7, color="#444444")
         .encode(y="gb:Q", x=alt.value(0), text="reference:N")
     )
     return alt.layer(lines, rules, names).properties(height=400)

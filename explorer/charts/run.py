@@ -38,7 +38,7 @@ def timeline_chart(frame: pd.DataFrame) -> alt.Chart:
         .encode(
             x=alt.X("start_ms:Q", title="time since the request started (ms, measured)"),
             x2="end_ms:Q",
-            y=alt.Y("phase:N", sort=["prefill", "decode"], title=None, axis=alt.Axis(labelFontSize=13)),
+            y=alt.Y("phase:N", sort=["prefill", "decode"], title=None),
             color=alt.Color("phase:N", scale=PHASE_COLOR, legend=None),
             tooltip=["pass", "phase", "tokens_in", "cache_len_after", alt.Tooltip("wall_ms:Q", format=".2f"), "token"],
         )
@@ -82,7 +82,7 @@ def step_tokens_chart(frame: pd.DataFrame) -> alt.LayerChart:
             "role:N", scale=alt.Scale(domain=ROLE_DOMAIN, range=ROLE_RANGE), title=None, legend=alt.Legend(orient="top")
         )
     )
-    labels = base.mark_text(fontSize=13, limit=80).encode(text="token:N")
+    labels = base.mark_text(limit=80).encode(text="token:N")
     return (boxes + labels).properties(height=max(120, 36 * rows) + 40)  # + the legend above
 
 

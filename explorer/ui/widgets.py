@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from explorer.charts import export
+from explorer.charts import export, theme
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
 from explorer.trace import Spread, Trace
 from explorer.ui.state import RunResult, current_run
@@ -75,7 +75,9 @@ def spread_help(spread: Spread | None, fmt: Callable[[float], str]) -> str:
 
 
 def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
-    """A chart, its one-line caption with where its numbers come from, and a download of the data behind it."""
+    """A chart in the session's theme, its one-line caption with where its numbers come from, and downloads of the
+    data behind it (CSV) and of the chart itself (PNG, SVG: the same theme)."""
+    chart_obj = theme.apply(chart_obj, current_theme())
     st.altair_chart(chart_obj, width="stretch")
     st.caption(f"{caption} — *{source}*")
     with st.container(horizontal=True, gap="small"):
@@ -109,7 +111,11 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
 
 
 def table(data: pd.DataFrame, caption: str, source: str) -> None:
-    st.dataframe(data, hide_index=True, width="stretch")
+    rows = current_theme().table_rows
+    if rows is not None and len(data) > rows:  # fewer rows on a projector: the rest scroll
+        st.dataframe(data, hide_index=True, width="stretch", height=38 + 35 * rows)
+    else:
+        st.dataframe(data, hide_index=True, width="stretch")
     st.caption(f"{caption} — *{source}*")
 
 
@@ -172,3 +178,41 @@ def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> No
         return
     for column, (label, value, help_text) in zip(st.columns(columns or len(items)), items):
         column.metric(label, value, help=help_text)
+
+
+# --- presenter mode ------------------------------------------------------------------------------------------------
+PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: read, never written
+# Larger type for text and metrics, from one fixed stylesheet (no user text, no script); charts take their sizes from
+# the presenter chart theme instead.
+PRESENTER_CSS = """<style>
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
+[data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
+[data-testid="stMetricValue"] { font-size: 2.8rem; }
+[data-testid="stMetricLabel"] p { font-size: 1.3rem; }
+[data-testid="stMain"] h1 { font-size: 3rem; }
+[data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
+</style>"""
+
+
+def presenter_toggle() -> None:
+    """A sidebar switch that makes every page readable from the back of a room; it persists across pages."""
+    on = st.sidebar.toggle(
+        "Presenter mode",
+        key=PRESENTER_KEY,
+        help="Larger type and chart labels (at least 18 px), fewer table rows, secondary sections collapsed.",
+    )
+    if on:
+        st.html(PRESENTER_CSS)
+
+
+def presenting() -> bool:
+    return bool(st.session_state.get(PRESENTER_KEY, False))
+
+
+def current_theme() -> theme.Theme:
+    return theme.PRESENTER if presenting() else theme.NORMAL
+
+
+def secondary(title: str) -> st.delta_generator.DeltaGenerator:
+    """A section that matters less than the page's one idea: open on a laptop, collapsed in presenter mode."""
+    return st.expander(title, expanded=not presenting())

@@ -1,0 +1,75 @@
+"""Two runs side by side (e.g. float32 against bfloat16, a short prompt against a long one): the figures and where
+each one's prefill and decode time goes."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from explorer.charts.cost import SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
+from explorer.trace import PassRecord, Trace
+from explorer.units import to_ms
+
+FIGURES = ("ttft_s", "itl_p50_s", "itl_p99_s", "e2e_s", "decode_tokens_per_s")
+
+
+def figures_frame(labelled: list[tuple[str, Trace]]) -> pd.DataFrame:
+    """One row per figure, one column per run: medians over each run's repeats, plus size and set-up."""
+    rows = []
+    for name in FIGURES:
+        row: dict[str, object] = {"figure": name}
+        for label, trace in labelled:
+            spread = trace.spread(name)
+            row[label] = None if spread is None else spread.median
+        rows.append(row)
+    extra = {
+        "prompt tokens": lambda t: t.prompt_len,
+        "new tokens": lambda t: t.new_tokens,
+        "final KV cache (bytes)": lambda t: t.final_kv_cache_bytes,
+        "dtype": lambda t: t.model.dtype,
+        "repeats": lambda t: t.repeat_count,
+    }
+    for name, read in extra.items():
+        rows.append({"figure": name, **{label: read(trace) for label, trace in labelled}})
+    return pd.DataFrame(rows)
+
+
+def _split(label: str, p: PassRecord) -> list[dict[str, object]]:
+    c = p.cost
+    parts = [
+        c.t_weight_read_s,
+        c.t_kv_s,
+        max(0.0, c.t_compute_s - c.t_memory_s),
+        max(0.0, p.wall_s - c.roofline_time_s),
+    ]
+    return [
+        {"run": label, "pass": f"{p.phase} (pass {p.index})", "part": part, "ms": to_ms(value), "order": k}
+        for k, (part, value) in enumerate(zip(SEGMENT_LABELS, parts))
+    ]
+
+
+def split_frame(labelled: list[tuple[str, Trace]]) -> pd.DataFrame:
+    """Each run's prefill and its median decode, split into modelled weight/KV/compute time and the overhead."""
+    rows = []
+    for label, trace in labelled:
+        rows += _split(label, trace.prefill)
+        k = median_decode_index(trace)
+        if k is not None:
+            rows += _split(label, trace.passes[k])
+    return pd.DataFrame(rows)
+
+
+def split_chart(frame: pd.DataFrame) -> alt.Chart:
+    return (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("ms:Q", title="time (ms): modelled parts + measured overhead"),
+            y=alt.Y("run:N", title=None),
+            row=alt.Row("pass:N", title=None),
+            color=alt.Color("part:N", scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE), title=None),
+            order="order:Q",
+            tooltip=["run", "pass", "part", alt.Tooltip("ms:Q", format=".3f")],
+        )
+        .properties(height=alt.Step(26))
+    )

@@ -1,0 +1,34 @@
+"""The one place chart font sizes come from: a normal theme for a laptop and a presenter theme for the back of a room.
+
+Charts set no font sizes of their own; `apply` lays the theme's sizes over a finished chart, so a page, a PNG and
+an SVG of the same chart all carry it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import altair as alt
+
+
+@dataclass(frozen=True)
+class Theme:
+    name: str
+    label_px: int  # axis tick labels, legend labels
+    title_px: int  # axis and legend titles, chart titles
+    mark_text_px: int  # text drawn inside charts (token labels, values)
+    table_rows: int | None  # rows a table shows before it scrolls; None: all
+
+
+NORMAL = Theme("normal", label_px=11, title_px=12, mark_text_px=11, table_rows=None)
+PRESENTER = Theme("presenter", label_px=18, title_px=20, mark_text_px=18, table_rows=8)
+
+
+def apply(chart: alt.TopLevelMixin, theme: Theme) -> alt.TopLevelMixin:
+    return (
+        chart.configure_axis(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
+        .configure_legend(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
+        .configure_title(fontSize=theme.title_px)
+        .configure_text(fontSize=theme.mark_text_px)
+        .configure_header(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
+    )

@@ -99,7 +99,7 @@ def steps_chart(frame: pd.DataFrame) -> alt.VConcatChart:
     )
     labels = (
         base.transform_aggregate(total="sum(tokens)", groupby=["step", "label"])
-        .mark_text(angle=270, align="left", dx=4, fontSize=11, color="#333333")
+        .mark_text(angle=270, align="left", dx=4, color="#333333")
         .encode(x=x, y="total:Q", text="label:N")
     )
     times = (
@@ -131,7 +131,7 @@ def timeline_frame(run: ScheduleRun) -> pd.DataFrame:
 
 def timeline_chart(frame: pd.DataFrame, request_ids: Sequence[str]) -> alt.LayerChart:
     base = alt.Chart(frame)
-    y = alt.Y("request:N", sort=list(request_ids), title=None, axis=alt.Axis(labelFontSize=13))
+    y = alt.Y("request:N", sort=list(request_ids), title=None)
     segments = (
         base.transform_filter("datum.state != 'token'")
         .mark_bar()  # no fixed bar height: it would turn the request axis's bands into one cramped row
@@ -160,7 +160,8 @@ def timeline_chart(frame: pd.DataFrame, request_ids: Sequence[str]) -> alt.Layer
             x="start_ms:Q", y=y, tooltip=["request:N", alt.Tooltip("start_ms:Q", title="token at (ms)", format=".1f")]
         )
     )
-    return (segments + ticks).properties(height=max(120, 34 * len(request_ids)))
+    # Streamlit fits the whole chart, axis included, into the height: ~90 px of axis and title, then a row each.
+    return (segments + ticks).properties(height=90 + 30 * len(request_ids))
 
 
 def latency_frame(run: ScheduleRun, ttft_slo_s: float, itl_slo_s: float) -> pd.DataFrame:
@@ -206,27 +207,26 @@ def blocks_frame(run: ScheduleRun) -> pd.DataFrame:
 
 
 def blocks_chart(frame: pd.DataFrame, request_ids: Sequence[str], num_blocks: int) -> alt.Chart:
+    """Blocks by step, one cell per block held, coloured by its holder (black: held by several)."""
     domain = [*request_ids, SHARED]
     return (
         alt.Chart(frame)
-        .mark_rect(stroke="white", strokeWidth=0.5)
+        .transform_calculate(block_end="datum.block + 1")
+        .mark_rect()  # no seams: a few pixels per block, one request's run of blocks reads as one band
         .encode(
             x=alt.X("step:O", title="engine step", axis=alt.Axis(labelAngle=0)),
-            y=alt.Y(
-                "block:O",
-                title=f"KV block (of {num_blocks})",
-                sort="descending",
-                axis=alt.Axis(labelFontSize=9),
-            ),
+            # Quantitative, so the axis keeps a few round block numbers however many blocks there are.
+            y=alt.Y("block:Q", title=f"KV block (of {num_blocks})", scale=alt.Scale(domain=[0, num_blocks])),
+            y2="block_end:Q",
             color=alt.Color(
                 "holder:N",
                 scale=alt.Scale(domain=domain, range=[*request_colors(request_ids), SHARED_COLOR]),
                 title="held by",
                 legend=alt.Legend(orient="right"),
             ),
-            tooltip=["step:O", "block:O", "holders:N", "shared:N"],
+            tooltip=["step:O", "block:Q", "holders:N", "shared:N"],
         )
-        .properties(height=min(560, max(160, 9 * int(frame["block"].max() + 1 if len(frame) else 1))))
+        .properties(height=min(600, max(220, 90 + 6 * num_blocks)))
     )
 
 
@@ -287,7 +287,7 @@ def throughput_chart(frame: pd.DataFrame) -> alt.Chart:
         .mark_bar()
         .encode(
             x=alt.X("tokens_per_s:Q", title="total tokens/s over the workload (measured)"),
-            y=alt.Y("mode:N", sort=MODE_DOMAIN, title=None, axis=alt.Axis(labelFontSize=13, labelLimit=200)),
+            y=alt.Y("mode:N", sort=MODE_DOMAIN, title=None, axis=alt.Axis(labelLimit=200)),
             color=alt.Color("mode:N", scale=alt.Scale(domain=MODE_DOMAIN, range=MODE_RANGE), legend=None),
             tooltip=[
                 "mode:N",

@@ -75,6 +75,8 @@ def test_the_engine_hooks_we_wrap_still_exist() -> None:
     for attr in ("self.block_table", "self.blocks_per_sector", "self.tokens_per_page", "self.index", "self.ledger"):
         assert attr in inspect.getsource(CacheAllocator)
     assert "self.cached_blocks" in inspect.getsource(BlockLedger.__init__)
+    import psutil  # noqa: F401 - on a CPU, transformers sizes the paged cache from psutil, else raises MemoryError
+
     config_fields = ContinuousBatchingConfig.__dataclass_fields__
     for name in ("scheduler_type", "max_batch_tokens", "page_size", "num_blocks", "allow_block_sharing"):
         assert name in config_fields

@@ -23,6 +23,7 @@ pages = {
     "Serving": [
         st.Page("pages/nocache.py", title="Without a KV cache"),
         st.Page("pages/batching.py", title="Batching"),
+        st.Page("pages/scheduling.py", title="Scheduling"),
         st.Page("pages/endpoint.py", title="Endpoint"),
     ],
 }

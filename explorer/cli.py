@@ -81,6 +81,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "remote": ("explorer.remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server"),
     "soak": ("explorer.soak", "RSS over many in-process runs"),
     "profile": ("explorer.profile_cli", "replay one pass of a run under torch.profiler: its time grouped by what ran"),
+    "schedule": ("explorer.schedule_cli", "serve a workload with continuous batching and print every engine step"),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import to_ms
+from explorer.units import to_ms
 from explorer.charts.latency import PERCENTILE_COLOR, SLO_RANGE, SLO_RULE_COLOR
 from explorer.remote import PERCENTILES, SweepResult
 from explorer.trace import Trace

@@ -203,6 +203,10 @@ class HostedPolicy:
                 f"to {self.max_lab_s:.0f} s or less."
             )
 
+    def lab_budget_s(self, default_s: float) -> float:
+        """A lab's time budget on this server: its own default, lowered to the hosted cap."""
+        return default_s if self.max_lab_s is None else min(default_s, self.max_lab_s)
+
     def check_rate(self, recent_starts_s: tuple[float, ...], now_s: float) -> tuple[float, ...]:
         """The session's start times within the last minute, with `now_s` added; refused when the minute is full."""
         kept = tuple(t for t in recent_starts_s if now_s - t < RATE_WINDOW_S)

@@ -124,6 +124,7 @@ def test_hosted_caps_on_a_lab() -> None:
         (LabSize(prompt_chars=10, new_tokens=16, budget_s=300), "at most 60 s on the device"),
         (LabSize(prompt_chars=10, new_tokens=16), "at most 60 s on the device"),
     ]
+    assert policy.lab_budget_s(600.0) == 60.0 and HostedPolicy().lab_budget_s(600.0) == 600.0
     for size, message in refusals:
         with pytest.raises(BadInput, match=message):
             policy.check_lab(size)

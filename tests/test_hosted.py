@@ -461,3 +461,41 @@ def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -
     assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
     assert ui.RUN not in at.session_state
     assert queue.turns[-1].ended == "released" and queue.turns[-2].ended == "cancelled"
+
+
+def test_a_lab_passes_the_device_to_a_waiting_session_between_units() -> None:
+    queue = DeviceQueue()
+    turn = ui.DeviceTurn(queue, queue.enter("lab"))
+    order: list[str] = []
+
+    def visitor() -> None:
+        ticket = queue.enter("run")
+        assert queue.wait(ticket, 30)
+        order.append("visitor")
+        queue.release(ticket)
+
+    thread = threading.Thread(target=visitor)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while queue.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    turn.pass_on()  # between two units: the visitor goes first, then the lab has the device again
+    order.append("lab")
+    thread.join(10)
+    assert order == ["visitor", "lab"] and queue.holds(turn.ticket)
+    before = turn.ticket
+    turn.pass_on()  # nobody waiting: the lab keeps its turn
+    assert turn.ticket == before
+    queue.release(turn.ticket)
+
+
+@pytest.mark.usefixtures("hosted_env")
+def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device() -> None:
+    at = new_app().switch_page("pages/batching.py").run()
+    calls = Calls()
+    with calls.patches():
+        at.button[0].click().run()  # the page's defaults: batches up to 32, a 600 s budget
+    assert not at.exception
+    errors = shown_errors(at)
+    assert len(errors) == 1 and "\n" not in errors[0]
+    assert "explorer_batch_result" not in at.session_state and calls.loads == 0

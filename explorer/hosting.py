@@ -479,20 +479,23 @@ def read_turn_log(path: Path) -> list[TurnRecord]:
 
 
 def wait_sentence(status: QueueStatus, max_wait_s: float | None) -> str:
-    """What a waiting visitor reads, redrawn as the line moves."""
-    place = "You are next" if status.ahead <= 1 else f"You are number {status.ahead} in line"
-    turns = "1 turn is" if status.ahead == 1 else f"{status.ahead} turns are"
-    if status.expected_wait_s is None:
-        expected = "expected wait: not known until a first turn has finished"
-    elif status.expected_wait_s < 1:
-        expected = "expected wait: any moment now"
+    """What a waiting visitor reads, redrawn as the line moves. "Number n in line" counts the turn on the device."""
+    if status.ahead <= 1:
+        place = "You are next in line"
     else:
+        waiting = status.ahead - 1
+        place = f"You are number {status.ahead} in line: {waiting} waiting before you, behind the run on the device"
+    if status.expected_wait_s is None:
+        expected = "Expected wait: not known until a first turn has finished"
+    elif status.expected_wait_s < 1:
+        expected = "Expected wait: any moment now"
+    else:
+        turns = "the last turn took" if status.recent_turns == 1 else f"the last {status.recent_turns} turns took"
         expected = (
-            f"expected wait about {status.expected_wait_s:.0f} s (the last {status.recent_turns} turns took "
-            f"{status.mean_turn_s:.1f} s on average)"
+            f"Expected wait: about {status.expected_wait_s:.0f} s ({turns} {status.mean_turn_s:.1f} s on average)"
         )
-    limit = f" of at most {max_wait_s:.0f} s" if max_wait_s else ""
+    limit = f" (a run waits at most {max_wait_s:.0f} s)" if max_wait_s else ""
     return (
-        f"Another session is using the device, so this run waits its turn and the timings stay clean. {place}: "
-        f"{turns} ahead of yours; {expected}. Waited {status.waited_s:.0f} s{limit} so far."
+        "Another session is using the device, so this run waits its turn and the timings stay clean. "
+        f"{place}. {expected}. Waiting for {status.waited_s:.0f} s so far{limit}."
     )

@@ -156,11 +156,12 @@ def test_the_sidebar_lines_name_every_cap() -> None:
 
 
 def test_wait_sentences() -> None:
-    unknown = QueueStatus(False, True, 1, None, 2.0, 0, None)
-    assert "You are next" in wait_sentence(unknown, 120) and "not known" in wait_sentence(unknown, 120)
-    third = QueueStatus(False, True, 3, 7.6, 4.0, 5, 3.1)
-    sentence = wait_sentence(third, None)
-    assert "number 3 in line" in sentence and "about 8 s" in sentence and "3.1 s on average" in sentence
+    unknown = wait_sentence(QueueStatus(False, True, 1, None, 2.0, 0, None), 120)
+    assert "You are next in line" in unknown and "not known" in unknown and "at most 120 s" in unknown
+    one = wait_sentence(QueueStatus(False, True, 1, 4.2, 2.0, 1, 8.9), None)
+    assert "the last turn took 8.9 s" in one and "at most" not in one
+    third = wait_sentence(QueueStatus(False, True, 3, 7.6, 4.0, 5, 3.1), None)
+    assert "number 3 in line: 2 waiting before you" in third and "about 8 s" in third and "3.1 s on average" in third
 
 
 # --- the queue -------------------------------------------------------------------------------------------------------

@@ -155,8 +155,24 @@ def _load_error(name: str, exc: Exception) -> BadInput:
         )
     if "Unrecognized" in text or "does not recognize" in text or kind == "KeyError":
         return BadInput(f"Model '{name}' is not a supported causal LM architecture (transformers said: {kind}).")
-    first_line = text.strip().splitlines()[0] if text.strip() else kind
-    return BadInput(f"Model '{name}' could not be loaded: {first_line[:200]}")
+    # Not the library's text: it can quote file contents or paths, and cut at a length it ends mid-sentence.
+    return BadInput(
+        f"Model '{name}' could not be loaded ({kind}): pass a folder made by save_pretrained (config.json, tokenizer "
+        "files, safetensors weights) or a hub id."
+    )
+
+
+def no_model_folder(name: str) -> BadInput:
+    """One answer for a missing folder and for a folder that holds no model (`/etc`), so that the answer never tells
+    what exists on the machine."""
+    return BadInput(
+        f"Model folder '{name}' does not exist or holds no model (no config.json): pass a folder made by "
+        "save_pretrained, or a hub id."
+    )
+
+
+def is_model_folder(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
 
 
 def count_weights(model: nn.Module) -> tuple[int, int, int, int, int, bool]:
@@ -233,10 +249,10 @@ def load_model(
         source, display_name = ensure_embedded_converted(on_progress), EMBEDDED_DISPLAY_NAME
     else:
         expanded = os.path.expanduser(name)
-        if os.path.isdir(expanded):
+        if is_model_folder(expanded):
             source, display_name = Path(expanded), os.path.basename(os.path.normpath(expanded))
         elif _looks_like_path(name) or os.path.exists(expanded):
-            raise BadInput(f"Model folder '{name}' does not exist: pass an existing folder or a hub id.")
+            raise no_model_folder(name)
         else:
             check_hub_model_available(name)
             source, display_name = name, name

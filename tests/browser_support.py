@@ -104,27 +104,28 @@ def log_tail(log_path: Path, chars: int = 3000) -> str:
         return "(no server log)"
 
 
+RUN_SCRIPT = REPO_ROOT / "deploy" / "run.sh"  # the deployment recipe's entry command: what the tests start
+
+
 @contextlib.contextmanager
-def streamlit_server(log_path: Path, startup_timeout_s: float = 60.0) -> Iterator[str]:
-    """`streamlit run app.py` on a free local port, from the repository root; yields its URL; always stopped."""
+def streamlit_server(
+    log_path: Path, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """The app as deployed (`deploy/run.sh`: hosted mode, headless) on a free local port; yields its URL; always
+    stopped. `env` adds or overrides settings (e.g. `EXPLORER_HOSTED=0`, a cap, `EXPLORER_TURN_LOG`)."""
     port = free_port()
     url = f"http://{HOST}:{port}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        "app.py",
-        "--server.headless",
-        "true",
-        "--server.address",
-        HOST,
-        "--server.port",
-        str(port),
-        "--browser.gatherUsageStats",
-        "false",
-    ]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")
+    cmd = ["bash", str(RUN_SCRIPT)]
+    env = {
+        **os.environ,
+        "EXPLORER_HOSTED": "1",  # as deployed, whatever the shell running the tests has set
+        "EXPLORER_HOST": HOST,
+        "EXPLORER_PORT": str(port),
+        "EXPLORER_PYTHON": sys.executable,  # the interpreter running the tests, with its packages
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        **(env or {}),
+    }
     with open(log_path, "wb") as log:
         # Own process group, so that everything it starts can be stopped together.
         proc = subprocess.Popen(

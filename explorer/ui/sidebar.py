@@ -6,30 +6,61 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
+from explorer.errors import BadInput
+from explorer.hosting import HOSTED_ENV, HostedPolicy
 from explorer.loading import DEVICES, DTYPES, EMBEDDED
 from explorer.perfetto import perfetto_json
 from explorer.trace import Sampling
-from explorer.ui.runner import remeasure_device
+from explorer.ui.runner import hosting_policy, note_script, remeasure_device
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
-    PROMPT_MAX_CHARS,
+    LEFT_QUEUE,
     RunInputs,
     current_run,
 )
 
 
+def sidebar_policy() -> HostedPolicy:
+    """This server's limits, said in the sidebar when any apply; a malformed setting is said and locks the caps."""
+    try:
+        policy = hosting_policy()
+    except BadInput as exc:
+        st.sidebar.error(str(exc))
+        return HostedPolicy.from_env({HOSTED_ENV: "1"})  # the defaults, for drawing; runs are refused anyway
+    lines = policy.caps_lines()
+    if policy.hosted:
+        st.sidebar.caption(
+            "Shared demo: one run at a time on one device, so every timing is clean. Limits on this server: "
+            + "; ".join(lines)
+            + "."
+        )
+    elif lines:
+        st.sidebar.caption("This server only runs " + lines[0] + ".")
+    return policy
+
+
 def sidebar() -> RunInputs | None:
     """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
+    note_script()  # every script run counts as drawing until it ends: a run timed meanwhile is flagged
+    if st.session_state.pop(LEFT_QUEUE, False):
+        st.sidebar.info("You left the queue: nothing ran.")
+    policy = sidebar_policy()
+    tokens_cap = min(APP_MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT, policy.max_new_tokens or MAX_NEW_TOKENS_LIMIT)
+    repeats_cap = min(MAX_REPEATS, policy.max_repeats or MAX_REPEATS)
     with st.sidebar.form("run-form"):
         st.markdown("**Run a prompt**")
-        prompt = st.text_area("Prompt", value=DEFAULT_PROMPT, max_chars=PROMPT_MAX_CHARS, height=110)
+        # No max_chars: a browser drops a paste over it without a word, and Run would run the previous prompt. The
+        # length is checked on the server instead, with a message.
+        prompt = st.text_area(
+            "Prompt", value=DEFAULT_PROMPT, height=110, help=f"At most {policy.max_prompt_chars:,} characters."
+        )
         max_new_tokens = st.number_input(
             "Max new tokens",
             min_value=1,
-            max_value=min(APP_MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT),
-            value=DEFAULT_MAX_NEW_TOKENS,
+            max_value=tokens_cap,
+            value=min(DEFAULT_MAX_NEW_TOKENS, tokens_cap),
             step=1,
         )
         use_chat_template = st.toggle("Use the chat template", value=True, help="Wrap the prompt as a user message.")
@@ -39,12 +70,17 @@ def sidebar() -> RunInputs | None:
         repeats = st.number_input(
             "Repeats",
             min_value=1,
-            max_value=MAX_REPEATS,
+            max_value=repeats_cap,
             value=1,
             help="Run the same request N times in a row: figures become a median with their min and max.",
         )
         with st.expander("Model and device"):
-            model = st.text_input("Model", value=EMBEDDED, help="'embedded' (SmolLM2-135M), a hub id or a folder")
+            model_help = (
+                f"This server runs: {', '.join(policy.allowed_models)}"
+                if policy.allowed_models
+                else "'embedded' (SmolLM2-135M), a hub id or a folder"
+            )
+            model = st.text_input("Model", value=EMBEDDED, help=model_help)
             device = st.selectbox("Device", DEVICES, index=0)
             dtype = st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only")
         with st.expander("Sampling"):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from explorer.attention import AttentionMaps
+from explorer.hosting import LOCAL_MAX_PROMPT_CHARS
 from explorer.loading import EMBEDDED
 from explorer.trace import Sampling, Trace
 
@@ -15,12 +16,15 @@ RUN = "explorer_run"  # the current RunResult
 HISTORY = "explorer_history"  # earlier RunResults of this session, oldest first
 RUN_COUNT = "explorer_run_count"  # how many runs this session started
 LAST_INPUTS = "explorer_last_inputs"  # the RunInputs of the sidebar's last Run: the labs use its model and dtype
+RUN_STARTS = "explorer_run_starts"  # monotonic times this session took the device in the last minute (rate limit)
+HELD_TICKET = "explorer_held_ticket"  # a finished turn still held while this session's page is drawn
+LEFT_QUEUE = "explorer_left_queue"  # set by the "Leave the queue" button, read once by the next script run
 HISTORY_LENGTH = 5
 
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
 DEFAULT_MAX_NEW_TOKENS = 32
 APP_MAX_NEW_TOKENS = 512  # the sidebar's bound; the engine accepts up to MAX_NEW_TOKENS_LIMIT
-PROMPT_MAX_CHARS = 20_000
+PROMPT_MAX_CHARS = LOCAL_MAX_PROMPT_CHARS  # checked on the server with a message: a text box's max_chars drops silently
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class RunResult:
     attention: AttentionMaps | None
     attention_note: str  # shown where maps are missing: not requested, or over the cap
     label: str  # "run 3: 'Explain in one…'" for overlays
+    contention_note: str = ""  # set when another session drew a page while this run's passes were timed
 
 
 def current_run() -> RunResult | None:

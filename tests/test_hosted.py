@@ -1,0 +1,502 @@
+"""Hosted mode: the policy and the device queue of `explorer.hosting` tested directly (threads for the queue), then
+the app through AppTest with `EXPLORER_HOSTED=1`: refusals by name, caps before tokenizing, the rate limit, the wait
+limit, and a normal run right after."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.testing.v1 import AppTest
+
+from explorer import ui
+from explorer.errors import BadInput
+from explorer.hosting import (
+    HOSTED_MAX_NEW_TOKENS,
+    HOSTED_MAX_PROMPT_TOKENS,
+    LOCAL_MAX_PROMPT_CHARS,
+    DeviceQueue,
+    HostedPolicy,
+    LabSize,
+    QueueStatus,
+    ScriptActivity,
+    read_turn_log,
+    wait_sentence,
+)
+from explorer.loading import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 180
+HOSTILE_NAMES = ["/etc", "../../", "gpt2", "https://example.com/model", "~/.ssh", "./no/such/model"]
+LONG_PROMPT = "word " * 6_000  # 30,000 characters
+
+
+# --- the policy ----------------------------------------------------------------------------------------------------
+def hosted(**env: str) -> HostedPolicy:
+    return HostedPolicy.from_env({"EXPLORER_HOSTED": "1", **env})
+
+
+def test_local_mode_is_as_free_as_before() -> None:
+    policy = HostedPolicy.from_env({})
+    assert not policy.hosted and policy.allowed_models == ()
+    assert policy.check_model("/any/folder") == "/any/folder" and policy.check_model("  ") == "embedded"
+    policy.check_request("x" * LOCAL_MAX_PROMPT_CHARS, 4096, 20)
+    policy.check_prompt_tokens(100_000)
+    policy.check_lab(None)
+    assert policy.check_rate(tuple(range(100)), 50.0)[-1] == 50.0  # no rate limit
+    assert policy.max_wait_s is None and policy.caps_lines() == []
+
+
+def test_local_allow_list_still_applies() -> None:
+    policy = HostedPolicy.from_env({"EXPLORER_ALLOWED_MODELS": "embedded, Qwen/Qwen2.5-0.5B-Instruct"})
+    assert policy.check_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    with pytest.raises(BadInput, match="only runs these models: embedded, Qwen/Qwen2.5-0.5B-Instruct"):
+        policy.check_model("gpt2")
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hosted_refuses_any_other_name_by_name_alone(name: str) -> None:
+    with mock.patch("os.path.exists") as exists, mock.patch("os.path.isdir") as isdir, pytest.raises(BadInput) as err:
+        hosted().check_model(name)
+    assert not exists.called and not isdir.called  # refused before touching the filesystem
+    message = str(err.value)
+    assert message == "This server only runs these models: embedded. Type one of them in the Model box."
+
+
+def test_hosted_defaults_and_overrides() -> None:
+    policy = hosted()
+    assert policy.allowed_models == ("embedded",)
+    assert policy.max_prompt_tokens == HOSTED_MAX_PROMPT_TOKENS and policy.max_new_tokens == HOSTED_MAX_NEW_TOKENS
+    assert policy.max_prompt_chars == 8 * HOSTED_MAX_PROMPT_TOKENS
+    assert policy.attention_cap_bytes == 64 * 2**20
+    custom = hosted(
+        EXPLORER_ALLOWED_MODELS="embedded,gpt2",
+        EXPLORER_MAX_NEW_TOKENS="16",
+        EXPLORER_MAX_PROMPT_TOKENS="100",
+        EXPLORER_RUNS_PER_MINUTE="0",
+        EXPLORER_MAX_WAIT_S="2.5",
+        EXPLORER_ATTENTION_CAP_MIB="8",
+    )
+    assert custom.allowed_models == ("embedded", "gpt2") and custom.max_new_tokens == 16
+    assert custom.max_prompt_chars == 800 and custom.runs_per_minute is None and custom.max_wait_s == 2.5
+    assert custom.attention_cap_bytes == 8 * 2**20
+    assert hosted(EXPLORER_HOSTED="no").hosted is False
+
+
+def test_a_malformed_setting_is_one_line_without_its_value() -> None:
+    with pytest.raises(BadInput, match="EXPLORER_MAX_NEW_TOKENS must be a whole number") as err:
+        hosted(EXPLORER_MAX_NEW_TOKENS="/srv/secret")
+    assert "/srv/secret" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(BadInput, match="0 \\(no limit\\) or more"):
+        hosted(EXPLORER_MAX_WAIT_S="-1")
+
+
+def test_hosted_caps_on_a_request() -> None:
+    policy = hosted()
+    policy.check_request("short", HOSTED_MAX_NEW_TOKENS, 3)
+    with pytest.raises(BadInput, match="30,000 characters; this server takes at most 2,048 characters and 256 tokens"):
+        policy.check_request(LONG_PROMPT, 8, 1)
+    with pytest.raises(BadInput, match="at most 64 new tokens per run, not 65"):
+        policy.check_request("hi", 65, 1)
+    with pytest.raises(BadInput, match="at most 3 repeats"):
+        policy.check_request("hi", 8, 4)
+    policy.check_prompt_tokens(256)
+    with pytest.raises(BadInput, match="257 tokens \\(chat template included\\); this server takes at most 256"):
+        policy.check_prompt_tokens(257)
+
+
+def test_hosted_caps_on_a_lab() -> None:
+    policy = hosted()
+    policy.check_lab(LabSize(prompt_tokens=32, new_tokens=16, batch_sizes=(1, 2, 8), budget_s=60))
+    policy.check_lab(LabSize(prompt_chars=100, new_tokens=16, budget_s=30))
+    refusals = [
+        (None, "does not state its size"),
+        (LabSize(prompt_tokens=32, new_tokens=16, batch_sizes=(1, 16), budget_s=60), "batches of at most 8, not 16"),
+        (LabSize(prompt_tokens=512, new_tokens=16, budget_s=60), "512 tokens"),
+        (LabSize(prompt_chars=5000, new_tokens=16, budget_s=60), "5,000 characters"),
+        (LabSize(prompt_chars=10, new_tokens=200, budget_s=60), "at most 64 new tokens per lab run"),
+        (LabSize(prompt_chars=10, new_tokens=16, budget_s=300), "at most 60 s on the device"),
+        (LabSize(prompt_chars=10, new_tokens=16), "at most 60 s on the device"),
+    ]
+    assert policy.lab_budget_s(600.0) == 60.0 and HostedPolicy().lab_budget_s(600.0) == 600.0
+    for size, message in refusals:
+        with pytest.raises(BadInput, match=message):
+            policy.check_lab(size)
+
+
+def test_rate_limit_is_a_sliding_minute() -> None:
+    policy = hosted(EXPLORER_RUNS_PER_MINUTE="2")
+    starts = policy.check_rate((), 100.0)
+    starts = policy.check_rate(starts, 110.0)
+    with pytest.raises(BadInput, match="2 runs per minute per visitor.*try again in 31 s") as err:
+        policy.check_rate(starts, 130.0)
+    assert "\n" not in str(err.value)
+    assert policy.check_rate(starts, 160.5) == (110.0, 160.5)  # the first start has left the minute
+
+
+def test_the_sidebar_lines_name_every_cap() -> None:
+    text = "; ".join(hosted().caps_lines())
+    for phrase in [
+        "models: embedded",
+        "2,048 characters",
+        "256 tokens",
+        "64 new tokens",
+        "3 repeats",
+        "batches up to 8",
+    ]:
+        assert phrase in text
+    for phrase in ["labs up to 60 s", "64 MiB", "6 runs per minute", "at most 120 s"]:
+        assert phrase in text
+
+
+def test_wait_sentences() -> None:
+    unknown = wait_sentence(QueueStatus(False, True, 1, None, 2.0, 0, None), 120)
+    assert "You are next in line" in unknown and "not known" in unknown and "at most 120 s" in unknown
+    one = wait_sentence(QueueStatus(False, True, 1, 4.2, 2.0, 1, 8.9), None)
+    assert "the last turn took 8.9 s" in one and "at most" not in one
+    third = wait_sentence(QueueStatus(False, True, 3, 7.6, 4.0, 5, 3.1), None)
+    assert "number 3 in line: 2 waiting before you" in third and "about 8 s" in third and "3.1 s on average" in third
+
+
+# --- the queue -------------------------------------------------------------------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_queue_is_first_come_first_served_with_threads() -> None:
+    queue = DeviceQueue()
+    first = queue.enter("run")
+    assert queue.holds(first)
+    order: list[int] = []
+    entered = []
+
+    def worker(i: int) -> None:
+        ticket = queue.enter("run", owner=str(i))
+        entered.append(i)
+        assert queue.wait(ticket, 30)
+        order.append(i)
+        time.sleep(0.01)
+        queue.release(ticket)
+
+    threads = []
+    for i in range(5):  # entered one after another, so the line order is known
+        threads.append(threading.Thread(target=worker, args=(i,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 10
+        while len(entered) < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert queue.waiting == 5
+    queue.release(first)
+    for t in threads:
+        t.join(30)
+    assert order == [0, 1, 2, 3, 4]
+    assert [t.owner for t in queue.turns][-5:] == ["0", "1", "2", "3", "4"]
+    assert queue.waiting == 0
+
+
+def test_only_one_holder_at_a_time_under_contention() -> None:
+    queue = DeviceQueue()
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+
+    def worker() -> None:
+        nonlocal inside, most
+        for _ in range(20):
+            ticket = queue.enter("run")
+            assert queue.wait(ticket, 30)
+            with guard:
+                inside += 1
+                most = max(most, inside)
+            time.sleep(0.0005)
+            with guard:
+                inside -= 1
+            queue.release(ticket)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert most == 1 and len(queue.turns) == 64  # 120 turns, the latest 64 kept
+
+
+def test_place_expected_wait_and_cancel() -> None:
+    clock = FakeClock()
+    queue = DeviceQueue(clock=clock)
+    for duration in (2.0, 4.0):  # two finished turns: 3 s on average
+        t = queue.enter("run")
+        clock.now += duration
+        queue.release(t)
+    holder = queue.enter("run")
+    clock.now += 1.0
+    second, third = queue.enter("run"), queue.enter("lab")
+    status = queue.status(third)
+    assert (status.holding, status.in_line, status.ahead) == (False, True, 2)
+    assert status.expected_wait_s == pytest.approx((3.0 - 1.0) + 3.0) and status.mean_turn_s == pytest.approx(3.0)
+    assert not queue.wait(third, 0)
+    queue.release(second)  # cancelled while waiting: the one behind moves up
+    assert queue.status(third).ahead == 1 and not queue.status(second).in_line
+    assert not queue.wait(second, 0)
+    queue.release(holder)
+    assert queue.holds(third)
+    assert [t.ended for t in queue.turns][-2:] == ["cancelled", "released"]
+
+
+def test_a_finished_turn_is_kept_until_its_thread_ends() -> None:
+    queue = DeviceQueue()
+    holder = queue.enter("run")
+    drawing = threading.Event()
+    thread = threading.Thread(target=drawing.wait, args=(30,))
+    thread.start()
+    queue.release_when_done(holder, thread, limit_s=30)
+    nxt = queue.enter("run")
+    assert not queue.wait(nxt, 0.2)  # the page is still being drawn
+    drawing.set()
+    assert queue.wait(nxt, 10)
+    assert queue.turns[-1].ended == "after drawing"
+
+
+def test_a_kept_turn_ends_at_its_limit() -> None:
+    queue = DeviceQueue()
+    holder = queue.enter("run")
+    stuck = threading.Event()
+    thread = threading.Thread(target=stuck.wait, args=(30,))
+    thread.start()
+    try:
+        queue.release_when_done(holder, thread, limit_s=0.3)
+        nxt = queue.enter("run")
+        assert queue.wait(nxt, 10)
+        assert queue.turns[-1].ended == "hold limit"
+    finally:
+        stuck.set()
+
+
+def test_the_turn_log_has_one_line_per_turn(tmp_path: Path) -> None:
+    log = tmp_path / "turns.jsonl"
+    queue = DeviceQueue(log_path=log)
+    a = queue.enter("run", owner="abc")
+    b = queue.enter("lab", owner="def")
+    queue.release(a)
+    queue.release(b)
+    turns = read_turn_log(log)
+    assert [(t.what, t.owner, t.first_ahead, t.ended) for t in turns] == [
+        ("run", "abc", 0, "released"),
+        ("lab", "def", 1, "released"),
+    ]
+    assert turns[0].released_unix_s <= turns[1].granted_unix_s
+
+
+def test_script_activity_counts_other_drawing_threads() -> None:
+    activity = ScriptActivity()
+    stop = threading.Event()
+    threads = [threading.Thread(target=stop.wait, args=(30,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+        activity.note(t)
+    me = threads[0].ident
+    assert activity.others_drawing(me, frozenset()) == 2
+    assert activity.others_drawing(me, frozenset({threads[1].ident})) == 1  # a waiting session draws nothing
+    stop.set()
+    for t in threads:
+        t.join()
+    assert activity.others_drawing(me, frozenset()) == 0
+
+
+# --- loading: one answer for a missing folder and a folder that holds no model ---------------------------------------
+def test_missing_and_existing_non_model_folders_get_the_same_answer(tmp_path: Path) -> None:
+    (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "notes.txt").write_text("private")
+    answers = []
+    for name in [str(tmp_path / "exists"), str(tmp_path / "missing"), "/etc"]:
+        with pytest.raises(BadInput) as err:
+            load_model(name, device="cpu")
+        answers.append(str(err.value).replace(name, "NAME"))
+    assert len(set(answers)) == 1, answers
+    assert answers[0].endswith("or a hub id.") and "\n" not in answers[0] and "private" not in answers[0]
+
+
+# --- the app in hosted mode -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def navigation_like_a_server() -> Iterator[None]:
+    """As in test_app.py: keep the flag that `st.navigation` cleared, so AppTest runs app.py."""
+    original = PagesManager.__init__
+
+    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    with mock.patch.object(PagesManager, "__init__", init):
+        yield
+
+
+@pytest.fixture
+def hosted_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPLORER_HOSTED", "1")
+    monkeypatch.delenv("EXPLORER_ALLOWED_MODELS", raising=False)
+
+
+def new_app() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def press_run(at: AppTest, prompt: str | None = None, model: str | None = None, max_new_tokens: int = 2) -> AppTest:
+    if prompt is not None:
+        at.sidebar.text_area[0].input(prompt)
+    if model is not None:
+        at.sidebar.text_input[0].input(model)
+    at.sidebar.number_input[0].set_value(max_new_tokens)
+    at.sidebar.button[0].click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def shown_errors(at: AppTest) -> list[str]:
+    """The error lines as a visitor reads them (the app escapes markdown in them with backslashes)."""
+    return [e.value.replace("\\", "") for e in at.error]
+
+
+class Calls:
+    """Counts what must not happen on a refusal: a model load, a tokenization, a forward."""
+
+    def __init__(self) -> None:
+        self.loads = 0
+        self.tokenized: list[int] = []
+
+    def patches(self) -> contextlib.ExitStack:
+        store_get = ui.runner.ModelStore.get
+        real_tokenize = ui.runner.tokenize
+
+        def get(store: object, *args: object, **kwargs: object) -> object:
+            self.loads += 1
+            return store_get(store, *args, **kwargs)
+
+        def tokenize(lm: object, prompt: str, use_chat_template: bool) -> list[int]:
+            self.tokenized.append(len(prompt))
+            return real_tokenize(lm, prompt, use_chat_template)
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(mock.patch.object(ui.runner.ModelStore, "get", get))
+        stack.enter_context(mock.patch.object(ui.runner, "tokenize", tokenize))
+        stack.enter_context(mock.patch("explorer.engine.tokenize", tokenize))
+        return stack
+
+
+@pytest.mark.usefixtures("hosted_env")
+def test_hosted_app_refuses_names_and_long_prompts_then_runs() -> None:
+    at = new_app()
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "Limits on this server" in captions and "64 new tokens" in captions and "models: embedded" in captions
+    calls = Calls()
+    with calls.patches():
+        for name in ["/etc", "../../", "gpt2", "https://huggingface.co/gpt2"]:
+            press_run(at, model=name)
+            errors = shown_errors(at)
+            assert len(errors) == 1 and "\n" not in errors[0], errors
+            assert "only runs these models: embedded" in errors[0]
+            assert ui.RUN not in at.session_state
+        assert calls.loads == 0 and calls.tokenized == []
+        at.sidebar.text_input[0].input("embedded")
+        press_run(at, prompt=LONG_PROMPT)
+        errors = shown_errors(at)
+        assert len(errors) == 1 and "30,000 characters" in errors[0] and "Nothing ran" in errors[0]
+        assert calls.loads == 0 and calls.tokenized == []  # refused before a single token was made
+        press_run(at, prompt="Name a colour.", max_new_tokens=2)  # a normal run right after
+        assert not at.error, shown_errors(at)
+        trace = at.session_state[ui.RUN].trace
+        assert trace.prompt_text == "Name a colour." and 1 <= trace.new_tokens <= 2
+        assert calls.loads == 1 and max(calls.tokenized) == len("Name a colour.")
+
+
+@pytest.mark.usefixtures("hosted_env")
+def test_hosted_prompt_token_cap_is_checked_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPLORER_MAX_PROMPT_TOKENS", "20")
+    monkeypatch.setenv("EXPLORER_MAX_PROMPT_CHARS", "2000")
+    at = press_run(new_app(), prompt="one two three four five six seven eight nine ten " * 3)
+    errors = shown_errors(at)
+    assert len(errors) == 1 and "tokens (chat template included); this server takes at most 20" in errors[0]
+    assert ui.RUN not in at.session_state
+
+
+def test_local_app_says_a_too_long_prompt_is_refused() -> None:
+    at = press_run(new_app(), prompt="x" * 30_000)
+    errors = shown_errors(at)
+    assert len(errors) == 1 and "30,000 characters" in errors[0] and "20,000" in errors[0]
+
+
+@pytest.mark.usefixtures("hosted_env")
+def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPLORER_RUNS_PER_MINUTE", "1")
+    at = press_run(new_app(), prompt="Hi.", max_new_tokens=1)
+    assert not at.error and at.session_state[ui.RUN].trace.new_tokens == 1
+    press_run(at, prompt="Hi again.", max_new_tokens=1)
+    errors = shown_errors(at)
+    assert len(errors) == 1 and "1 runs per minute per visitor" in errors[0] and "try again in" in errors[0]
+    assert at.session_state[ui.RUN].trace.prompt_text == "Hi."
+
+
+def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
+    at = new_app()
+    queue = ui.device_queue()
+    other = queue.enter("run", owner="other session")
+    assert queue.wait(other, 30)
+    try:
+        press_run(at, prompt="Hi.", max_new_tokens=1)
+    finally:
+        queue.release(other)
+    errors = shown_errors(at)
+    assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
+    assert ui.RUN not in at.session_state
+    assert queue.turns[-1].ended == "released" and queue.turns[-2].ended == "cancelled"
+
+
+def test_a_lab_passes_the_device_to_a_waiting_session_between_units() -> None:
+    queue = DeviceQueue()
+    turn = ui.DeviceTurn(queue, queue.enter("lab"))
+    order: list[str] = []
+
+    def visitor() -> None:
+        ticket = queue.enter("run")
+        assert queue.wait(ticket, 30)
+        order.append("visitor")
+        queue.release(ticket)
+
+    thread = threading.Thread(target=visitor)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while queue.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    turn.pass_on()  # between two units: the visitor goes first, then the lab has the device again
+    order.append("lab")
+    thread.join(10)
+    assert order == ["visitor", "lab"] and queue.holds(turn.ticket)
+    before = turn.ticket
+    turn.pass_on()  # nobody waiting: the lab keeps its turn
+    assert turn.ticket == before
+    queue.release(turn.ticket)
+
+
+@pytest.mark.usefixtures("hosted_env")
+def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device() -> None:
+    at = new_app().switch_page("pages/batching.py").run()
+    calls = Calls()
+    with calls.patches():
+        at.button[0].click().run()  # the page's defaults: batches up to 32, a 600 s budget
+    assert not at.exception
+    errors = shown_errors(at)
+    assert len(errors) == 1 and "\n" not in errors[0]
+    assert "explorer_batch_result" not in at.session_state and calls.loads == 0

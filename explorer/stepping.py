@@ -30,12 +30,14 @@ class SteppedRequest:
     last_used_s: float
 
     @classmethod
-    def start(cls, lm: LoadedModel, request: Request, device: DeviceProfile) -> SteppedRequest:
+    def start(
+        cls, lm: LoadedModel, request: Request, device: DeviceProfile, attention_cap_bytes: int | None = None
+    ) -> SteppedRequest:
         """Check the request against the same limits and caps as a run, warm up, and get ready for the prefill."""
         ids = checked_prompt_ids(lm, request)
         # The attention shadow keeps every layer; it is refused up front if the whole request would pass the cap.
         decode_lens = [len(ids) + k for k in range(1, request.max_new_tokens)]
-        layers = check_capture(lm.info, None, len(ids), decode_lens)
+        layers = check_capture(lm.info, None, len(ids), decode_lens, attention_cap_bytes)
         warm_up(lm)
         live = LiveRequest(lm, request, device, seeded(request.sampling))
         live.clock.pause()  # nothing runs until the first click

@@ -1,11 +1,14 @@
 """Batching: B requests decoded together read the weights once per step for all of them."""
 
+from functools import partial
+
 import streamlit as st
 
 from explorer import ui
-from explorer.batch import DEFAULT_BATCH_SIZES, BatchConfig, parse_batch_sizes, run_batch_sweep
+from explorer.batch import DEFAULT_BATCH_SIZES, DEFAULT_BUDGET_S, BatchConfig, parse_batch_sizes, run_batch_sweep
 from explorer.charts import serving as charts
 from explorer.errors import BadInput
+from explorer.hosting import LabSize
 
 RESULT = "explorer_batch_result"
 
@@ -24,8 +27,11 @@ with st.form("batch-form"):
     go = st.form_submit_button("Run the sweep", type="primary")
 if go:
     try:
-        config = BatchConfig(parse_batch_sizes(sizes), int(prompt_tokens), int(new_tokens), distinct)
-        ui.run_lab(RESULT, "Running every batch size", lambda lm, d, progress: run_batch_sweep(lm, d, config, progress))
+        budget_s = ui.hosting_policy().lab_budget_s(DEFAULT_BUDGET_S)  # a hosted server's cap, if lower
+        config = BatchConfig(parse_batch_sizes(sizes), int(prompt_tokens), int(new_tokens), distinct, budget_s=budget_s)
+        size = LabSize(config.prompt_tokens, None, config.new_tokens, config.batch_sizes, config.budget_s)
+        sweep = partial(run_batch_sweep, config=config)
+        ui.run_lab(RESULT, "Running every batch size", lambda lm, d, progress: sweep(lm, d, on_progress=progress), size)
     except BadInput as exc:
         ui.show_error(str(exc))
 result = st.session_state.get(RESULT)

@@ -5,6 +5,7 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import serving as charts
 from explorer.engine import Request
+from explorer.hosting import LabSize
 from explorer.nocache import DEFAULT_NEW_TOKENS, run_nocache
 
 RESULT = "explorer_nocache_result"
@@ -18,7 +19,14 @@ st.caption(
 with st.form("nocache-form"):
     prompt = st.text_input("Prompt (no chat template)", value="The history of the printing press")
     new_tokens = st.number_input("New tokens", min_value=2, max_value=512, value=DEFAULT_NEW_TOKENS)
-    budget_s = st.number_input("Time budget (s)", min_value=10, max_value=1800, value=300, help="refuse a longer run")
+    most_s = int(ui.hosting_policy().lab_budget_s(1800))  # a hosted server's cap, if lower
+    budget_s = st.number_input(
+        "Time budget (s)",
+        min_value=min(10, most_s),
+        max_value=most_s,
+        value=min(300, most_s),
+        help="refuse a longer run",
+    )
     go = st.form_submit_button("Run both loops", type="primary")
 if go:
     request = Request(prompt, max_new_tokens=int(new_tokens), use_chat_template=False)
@@ -26,6 +34,7 @@ if go:
         RESULT,
         "Running the cached and the naive loop",
         lambda lm, device, progress: run_nocache(lm, device, request, budget_s=float(budget_s), on_progress=progress),
+        LabSize(prompt_chars=len(prompt), new_tokens=int(new_tokens), budget_s=float(budget_s)),
     )
 result = st.session_state.get(RESULT)
 if result is None:

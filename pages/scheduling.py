@@ -6,6 +6,7 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import schedule as charts
 from explorer.errors import BadInput
+from explorer.hosting import LabSize
 from explorer.schedule import ScheduleRun, run_schedule
 from explorer.schedule_workload import SCHEDULERS, EngineSettings, Workload, parse_int_list, validate
 from explorer.units import human_bytes
@@ -74,6 +75,12 @@ if submitted:
             "Serving the workload",
             lambda lm, device, progress: run_schedule(
                 lm, device, workload, settings, compare=compare, on_progress=progress
+            ),
+            LabSize(
+                prompt_tokens=max(workload.prompt_tokens),
+                new_tokens=max(workload.new_tokens),
+                batch_sizes=(workload.requests,),
+                budget_s=ui.hosting_policy().lab_budget_s(600.0),
             ),
         )
     except BadInput as exc:

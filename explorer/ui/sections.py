@@ -6,6 +6,7 @@ import streamlit as st
 
 from explorer.charts import cost as charts
 from explorer.charts import profile as profile_charts
+from explorer.hosting import LabSize
 from explorer.profiler import profile_pass
 from explorer.trace import Trace
 from explorer.ui.runner import run_lab
@@ -84,6 +85,7 @@ def profile_section(result: RunResult) -> None:
             PROFILE,
             f"Profiling pass {profile_index}",
             lambda lm, _device, _progress: (result.label, profile_pass(lm, trace, profile_index)),
+            LabSize(prompt_tokens=trace.prompt_len, new_tokens=profile_index + 1),
         )
     kept = st.session_state.get(PROFILE)  # (run label, PassProfile): shown only for the run and pass it was taken for
     profiled = kept[1] if kept and kept[0] == result.label and kept[1].pass_index == profile_index else None

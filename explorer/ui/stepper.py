@@ -3,13 +3,15 @@ on a new prompt, after an idle timeout, or with the session itself (its state, t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
 from explorer.device import device_profile
 from explorer.engine import Request
 from explorer.errors import ExplorerError, one_line
 from explorer.stepping import IDLE_TIMEOUT_S, SteppedRequest
-from explorer.ui.runner import check_model_allowed, device_turn, get_model
+from explorer.ui.runner import device_turn, get_model, hosting_policy
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, remember
 from explorer.ui.widgets import show_error
 
@@ -37,12 +39,17 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
     reset_stepping()
     inputs = st.session_state.get(LAST_INPUTS, RunInputs())
     request = Request(prompt, max_new_tokens=max_new_tokens, use_chat_template=use_chat_template)
+    policy = hosting_policy()  # a stepped request meets the same caps as a run
     try:
-        check_model_allowed(inputs.model)
-        with device_turn():
+        inputs = replace(inputs, model=policy.check_model(inputs.model))
+        policy.check_request(prompt, max_new_tokens, 1)
+        with device_turn("step"):
             lm = get_model(inputs)
             device = device_profile(lm.torch_device.type, lm.info.dtype)
-            st.session_state[STEPPED] = SteppedRequest.start(lm, request, device)
+            started = SteppedRequest.start(lm, request, device, policy.attention_cap_bytes)
+            if policy.max_prompt_tokens is not None:
+                policy.check_prompt_tokens(len(started.live.prompt_ids))
+            st.session_state[STEPPED] = started
     except ExplorerError as exc:
         show_error(str(exc))
     except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
@@ -55,7 +62,7 @@ def step_once() -> None:
     if current is None or current.done or current.freed:
         return
     try:
-        with device_turn():
+        with device_turn("step"):  # one pass: other sessions go between clicks
             current.step()
     except ExplorerError as exc:
         show_error(str(exc))

@@ -21,7 +21,7 @@ from pathlib import Path
 from explorer.errors import BadInput
 from explorer.paths import EMBEDDED
 
-# --- the environment an operator sets (README.md, "Hosting a shared demo" lists them) ------------------------------------------
+# --- the environment an operator sets (README.md, "Hosting a shared demo", lists them) -----------------------------
 HOSTED_ENV = "EXPLORER_HOSTED"
 ALLOWED_MODELS_ENV = "EXPLORER_ALLOWED_MODELS"  # comma-separated names a visitor may type in the Model box
 MAX_PROMPT_TOKENS_ENV = "EXPLORER_MAX_PROMPT_TOKENS"

@@ -27,7 +27,7 @@ pages = {
         st.Page("pages/endpoint.py", title="Endpoint"),
     ],
 }
-navigation = st.navigation(pages)
+navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
 ui.presenter_toggle()
 inputs = ui.sidebar()
 if inputs is not None:

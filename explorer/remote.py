@@ -869,13 +869,13 @@ def run_sweep(
 
     warmup = None
     if config.warmup:
-        progress("Warm-up request (not counted)…")
         probe = StreamRequest(
             config.endpoint, config.prompt, min(WARMUP_MAX_TOKENS, config.max_tokens), api_key, config.timeout_s
         )
         stream = stream_once(probe, deadline)  # a bad URL, model or server fails here, once, with its own line
         warmup = measure_from_stream(stream, counter)
         done += 1
+        progress("Warm-up request answered (not counted)")
     levels = []
     for concurrency in config.concurrency_levels:
         failures: list[str] = []

@@ -34,7 +34,7 @@ with st.form("endpoint-form"):
     )
     model = right.text_input("Model", value="", help="The name the server serves (GET <base URL>/models lists it).")
     api = st.radio("API", remote.APIS, horizontal=True, help="chat sends the prompt as one user message.")
-    prompt = st.text_area("Prompt", value=ui.DEFAULT_PROMPT, max_chars=ui.PROMPT_MAX_CHARS, height=80)
+    prompt = st.text_area("Prompt", value=ui.DEFAULT_PROMPT, height=80)  # its length is checked with a message
     cols = st.columns(4)
     max_tokens = cols[0].number_input(
         "Max tokens",
@@ -58,6 +58,7 @@ uploaded = st.file_uploader(
 
 if submitted:
     try:
+        ui.hosting_policy().check_prompt_chars(prompt)  # a pasted book gets a line, never silently dropped
         config = remote.SweepConfig(
             endpoint=remote.make_endpoint(base_url, model, api),
             prompt=prompt,

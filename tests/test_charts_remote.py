@@ -6,8 +6,9 @@ import pytest
 
 from explorer import remote
 from explorer.charts import remote as charts
-from explorer.engine import Request, generate
+from explorer.engine import Request
 from explorer.loading import LoadedModel
+from explorer.measure import measure
 
 TTFT_SLO_S, ITL_SLO_S = 0.25, 0.05
 
@@ -105,7 +106,7 @@ def test_local_run_sits_beside_the_remote_levels(result: remote.SweepResult, tin
         "remote, concurrency 1",
         "remote, concurrency 2",
     ]
-    trace = generate(tiny_lm, Request(prompt="hi", max_new_tokens=3))
+    trace = measure(tiny_lm, Request(prompt="hi", max_new_tokens=3))
     frame = charts.local_vs_remote_frame(result, trace)
     assert frame.iloc[0]["where"].startswith("local instrumented run")
     assert frame.iloc[0]["ttft_p50_ms"] == pytest.approx(trace.ttft_s * 1e3)

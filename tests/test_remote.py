@@ -517,10 +517,11 @@ def synthetic_sweep_json() -> bytes:
 
 def test_the_page_renders_a_json_and_rereads_it_against_new_slos(tiny_lm) -> None:
     from explorer import ui
-    from explorer.engine import Request, generate
+    from explorer.engine import Request
+    from explorer.measure import measure
 
     at = endpoint_page()
-    local = generate(tiny_lm, Request(prompt="hi", max_new_tokens=3))
+    local = measure(tiny_lm, Request(prompt="hi", max_new_tokens=3))
     at.session_state[ui.RUN] = ui.RunResult(local, None, "", "run 1: hi")  # as if the sidebar had run it
     at.get("file_uploader")[0].set_value(("sweep.json", synthetic_sweep_json(), "application/json")).run()
     assert_renders(at)
@@ -529,7 +530,7 @@ def test_the_page_renders_a_json_and_rereads_it_against_new_slos(tiny_lm) -> Non
     assert beside["ttft_p50_ms"].iloc[0] == pytest.approx(local.ttft_s * 1e3)
     shown = at.session_state["endpoint_result"]
     assert list(at.dataframe[0].value["goodput_requests"]) == [1, 1]  # the slow request's 70 ms gap misses 50 ms
-    at.number_input(key="endpoint-itl-slo-ms").set_value(100.0).run()
+    next(n for n in at.number_input if n.label == "ITL SLO (ms)").set_value(100.0).run()  # the Latency page's SLOs
     assert list(at.dataframe[0].value["goodput_requests"]) == [2, 2]
     assert at.session_state["endpoint_result"] is shown  # re-read, never re-measured
 
@@ -566,7 +567,8 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
     shots.mkdir(parents=True, exist_ok=True)
     server_log = tmp_path / "streamlit.log"
     viewport = {"width": 1400, "height": 1000}
-    with streamlit_server(server_log) as url, sync_playwright() as p:
+    allowed = {"EXPLORER_ALLOWED_ENDPOINTS": engine.base_url}  # the server runs as deployed: hosted, an allow-list
+    with streamlit_server(server_log, env=allowed) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport=viewport)
@@ -593,6 +595,8 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
             main_area.get_by_role("button", name="Measure").click()
             try:
                 wait_until_rerun_done(page, mark, BROWSER_RUN_TIMEOUT_S)
+                # The sweep's script run can end before the browser has its charts: wait for the elements themselves.
+                page.locator("[data-testid='stVegaLiteChart']").nth(1).wait_for(timeout=BROWSER_RUN_TIMEOUT_S * 1000)
                 drawn, charts = wait_for_charts(page, 30)
             finally:
                 full_screenshot(page, shots / "endpoint-live.png", **viewport)

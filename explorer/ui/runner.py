@@ -324,7 +324,6 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         sampling=inputs.sampling,
         repeats=inputs.repeats,
     )
-    st.session_state[LAST_INPUTS] = inputs  # the labs run on the model and dtype of the sidebar's last run
     try:
         policy = hosting_policy()
         model = policy.check_model(inputs.model)  # by name alone: a path never reaches the filesystem
@@ -333,6 +332,7 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         _count_run(policy)
         with device_turn("run"):
             lm = get_model(replace(inputs, model=model))
+            st.session_state[LAST_INPUTS] = inputs  # a model that loaded: the labs run on the sidebar's last one
             if policy.max_prompt_tokens is not None:  # a few thousand characters at most, after the check above
                 policy.check_prompt_tokens(len(tokenize(lm, request.prompt, request.use_chat_template)))
             probe = ContentionProbe()

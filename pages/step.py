@@ -1,7 +1,6 @@
 """Step by step: one real pass per click, so a room can watch prefill and then decode happen."""
 
 import streamlit as st
-from streamlit_shortcuts import add_shortcuts
 
 from explorer import ui
 from explorer.charts import attention as attention_charts
@@ -38,7 +37,6 @@ autoplay = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=not activ
 if buttons[3].button("Reset", key="step-reset", disabled=not active):
     stepper.reset_stepping()
     st.rerun()
-add_shortcuts(**{"step-next": ["arrowright", " "], "step-reset": "r"})
 pace_s = st.select_slider("Autoplay pace (s per pass)", [0.5, 1.0, 2.0, 3.0], value=1.0, disabled=not autoplay)
 
 current = stepper.stepped()

@@ -278,7 +278,10 @@ def test_browser_step_mode_runs_one_pass_per_key_press(session: Session) -> None
         while not _passes_shown(page).startswith(expected) and time.monotonic() < deadline:
             page.wait_for_timeout(20)
         timings.append(time.monotonic() - started)
-        assert _passes_shown(page).startswith(expected), f"the arrow key did not add pass {expected}"
+        if not _passes_shown(page).startswith(expected):
+            full_screenshot(page, session.shots / "step-mode-failed.png", **VIEWPORT)
+            alerts = page.locator("[data-testid='stAlert']").all_inner_texts()
+            raise AssertionError(f"the arrow key did not add pass {expected}; on the page: {alerts}")
     print(f"[browser test] step mode: key press to the new pass on screen: {', '.join(f'{t:.2f} s' for t in timings)}")
     full_screenshot(page, session.shots / "step-mode.png", **VIEWPORT)
     assert session.dialogs == [] and session.page_errors == []
@@ -324,7 +327,12 @@ def test_browser_cost_page_profiles_a_pass(session: Session) -> None:
     mark = mark_run_state(page)
     page.get_by_role("button", name="Profile this pass").click()
     wait_until_rerun_done(page, mark, RUN_TIMEOUT_S)
-    page.locator("[data-testid='stMetric']").filter(has_text="Profiled wall").wait_for(timeout=RUN_TIMEOUT_S * 1000)
+    try:
+        page.locator("[data-testid='stMetric']").filter(has_text="Profiled wall").wait_for(timeout=RUN_TIMEOUT_S * 1000)
+    except Exception:
+        full_screenshot(page, session.shots / "cost-profile-failed.png", **VIEWPORT)
+        alerts = page.locator("[data-testid='stAlert']").all_inner_texts()
+        raise AssertionError(f"no profile drawn; on the page: {alerts}") from None
     assert page.locator("[data-testid='stVegaLiteChart']").count() == before + 1
     assert page.locator("[data-testid='stAlertContentError']").count() == 0
     full_screenshot(page, session.shots / "cost-profile.png", **VIEWPORT)

@@ -9,12 +9,13 @@ from explorer.charts import profile as profile_charts
 from explorer.hosting import LabSize
 from explorer.profiler import profile_pass
 from explorer.trace import Trace
-from explorer.ui.runner import run_lab
+from explorer.ui.runner import hosting_policy, run_lab
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, metrics, secondary, table
 from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent
 
 PROFILE = "explorer_profile"  # (run label, PassProfile) of the last "Profile this pass"
+PROFILE_BUDGET_S = 120.0
 
 
 def utilisation_section(trace: Trace) -> None:
@@ -85,7 +86,8 @@ def profile_section(result: RunResult) -> None:
             PROFILE,
             f"Profiling pass {profile_index}",
             lambda lm, _device, _progress: (result.label, profile_pass(lm, trace, profile_index)),
-            LabSize(prompt_tokens=trace.prompt_len, new_tokens=profile_index + 1),
+            # A replay up to the pass and five runs of it: seconds; a hosted server's lab cap still applies.
+            LabSize(trace.prompt_len, None, profile_index + 1, (), hosting_policy().lab_budget_s(PROFILE_BUDGET_S)),
         )
     kept = st.session_state.get(PROFILE)  # (run label, PassProfile): shown only for the run and pass it was taken for
     profiled = kept[1] if kept and kept[0] == result.label and kept[1].pass_index == profile_index else None

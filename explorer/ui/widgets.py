@@ -9,6 +9,7 @@ from collections.abc import Callable
 import altair as alt
 import pandas as pd
 import streamlit as st
+from streamlit_shortcuts import add_shortcuts
 
 from explorer.charts import export, theme
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
@@ -211,3 +212,13 @@ def current_theme() -> theme.Theme:
 def secondary(title: str) -> st.delta_generator.DeltaGenerator:
     """A section that matters less than the page's one idea: open on a laptop, collapsed in presenter mode."""
     return st.expander(title, expanded=not presenting())
+
+
+# Keys for a presenter's clicker on the step page. Rendered once, first in the sidebar of every page: the component
+# attaches its listener from its own iframe, so an iframe unmounted by a page switch would take the listener with it.
+STEP_SHORTCUTS = {"step-next": ["arrowright", " "], "step-reset": "r"}
+
+
+def keyboard_shortcuts() -> None:
+    with st.sidebar:
+        add_shortcuts(**STEP_SHORTCUTS)

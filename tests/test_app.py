@@ -318,3 +318,18 @@ def test_the_cost_page_profiles_a_pass_on_request(ran: AppTest) -> None:
     groups = {g.name: g.self_s for g in profile.groups}
     assert any("KV" in name and self_s > 0 for name, self_s in groups.items())
     assert sum(groups.values()) <= profile.wall_s_profiled
+
+
+def test_the_cost_page_states_bounds_from_intensity_for_a_short_raw_prompt() -> None:
+    at = new_app()
+    next(t for t in at.sidebar.toggle if t.label == "Use the chat template").set_value(False)
+    run_from_sidebar(at, prompt="The old lighthouse keeper counted every passing ship", max_new_tokens=3)
+    trace = at.session_state[ui.RUN].trace
+    assert not trace.chat_template_used and trace.prompt_len <= 12  # a short raw prompt, about 9 tokens
+    at.switch_page("pages/cost.py").run()
+    text = " ".join(m.value for m in at.markdown)
+    prefill = trace.prefill.cost
+    right_of_ridge = prefill.arithmetic_intensity >= trace.device.ridge_point_flops_per_byte
+    sentence = text.split("The prefill (pass 0)")[1].split("by the model")[0]  # the prefill's bound, as the page says
+    assert ("compute-bound" in sentence) == right_of_ridge and ("memory-bound" in sentence) != right_of_ridge
+    assert f"This prompt has {trace.prompt_len} tokens" in text  # and where the compute-bound length lies

@@ -235,3 +235,20 @@ def test_the_serving_lab_commands_write_their_json(tiny_llama_dir: Path, tmp_pat
 def test_bad_lab_input_exits_2_with_one_line(tiny_llama_dir: Path, args: list[str], message: str) -> None:
     out = explorer(*args, "--model", str(tiny_llama_dir))
     assert out.returncode == 2 and message in one_error_line(out.stderr)
+
+
+def test_perfetto_export_has_one_complete_event_per_pass(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from explorer.perfetto import PASSES_TID
+
+    out = explorer(
+        "run", "--prompt", "Hi", "--model", str(tiny_llama_dir), "--max-new-tokens", "8",
+        "--json", str(tmp_path / "t.json"), "--perfetto", str(tmp_path / "p.json"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    trace = Trace.from_json((tmp_path / "t.json").read_text())
+    events = json.loads((tmp_path / "p.json").read_text())["traceEvents"]
+    passes = [e for e in events if e["ph"] == "X" and e["tid"] == PASSES_TID]
+    assert len(passes) == trace.new_tokens  # one complete event per pass of the (one) repeat
+    for event, p in zip(sorted(passes, key=lambda e: e["ts"]), trace.passes, strict=True):
+        assert event["ts"] == pytest.approx(p.start_s * 1e6) and event["dur"] == pytest.approx(p.wall_s * 1e6)
+        assert event["name"] == p.phase

@@ -46,7 +46,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from explorer.errors import BadInput, ExplorerError, RunFailed, one_line
-from explorer.trace import percentile
+from explorer.trace import ItlPercentiles, percentile
 
 Api = Literal["chat", "completions"]
 TokenSource = Literal["usage", "tokenizer", "chunks"]
@@ -225,7 +225,7 @@ def per_token_itls(arrivals_s: Sequence[float], tokens: Sequence[int]) -> tuple[
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class RequestRecord(ItlPercentiles):
     """One streamed request: when each token-bearing chunk arrived and how many tokens it held, or why it failed."""
 
     index: int  # submission order within its level (-1: the warm-up request)
@@ -249,14 +249,6 @@ class RequestRecord:
     @property
     def itl_s(self) -> tuple[float, ...]:
         return per_token_itls(self.chunk_arrivals_s, self.chunk_tokens)
-
-    @property
-    def itl_p50_s(self) -> float | None:
-        return percentile(self.itl_s, 50)
-
-    @property
-    def itl_p99_s(self) -> float | None:
-        return percentile(self.itl_s, 99)
 
     @property
     def tpot_s(self) -> float | None:

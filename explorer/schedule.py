@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from explorer.schedule_workload import EngineSettings, Workload, check_fits, plan_requests, validate
-from explorer.trace import percentile
+from explorer.trace import ItlPercentiles
 
 if TYPE_CHECKING:
     from explorer.loading import LoadedModel, Progress
@@ -115,7 +115,7 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class RequestRecord(ItlPercentiles):
     """One request served by one mode: when it arrived, started, got each token, and which tokens."""
 
     id: str
@@ -163,14 +163,6 @@ class RequestRecord:
     @property
     def e2e_s(self) -> float:
         return self.finish_s - self.arrival_s
-
-    @property
-    def itl_p50_s(self) -> float | None:
-        return percentile(self.itl_s, 50)
-
-    @property
-    def itl_p99_s(self) -> float | None:
-        return percentile(self.itl_s, 99)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -219,6 +219,25 @@ def percentile(values: list[float] | tuple[float, ...], q: float) -> float | Non
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
 
 
+class ItlPercentiles:
+    """p50/p90/p99 of a request's inter-token latencies, for anything with an `itl_s` tuple (a trace, a scheduled
+    request, a remote request): one definition, so every page reads the same percentiles the same way."""
+
+    itl_s: tuple[float, ...]
+
+    @property
+    def itl_p50_s(self) -> float | None:
+        return percentile(self.itl_s, 50)
+
+    @property
+    def itl_p90_s(self) -> float | None:
+        return percentile(self.itl_s, 90)
+
+    @property
+    def itl_p99_s(self) -> float | None:
+        return percentile(self.itl_s, 99)
+
+
 @dataclass(frozen=True)
 class Spread:
     """A figure over repeats: the median, with the smallest and largest seen."""
@@ -260,7 +279,7 @@ REPEAT_FIGURES: dict[str, Callable[[tuple[PassRecord, ...]], float | None]] = {
 
 
 @dataclass(frozen=True)
-class Trace:
+class Trace(ItlPercentiles):
     """One request, run once or repeated: tokenize, one prefill pass, then one decode pass per further token."""
 
     model: ModelInfo
@@ -319,18 +338,6 @@ class Trace:
     @property
     def decode_tokens_per_s(self) -> float | None:
         return decode_rate_of(self.passes)
-
-    @property
-    def itl_p50_s(self) -> float | None:
-        return percentile(self.itl_s, 50)
-
-    @property
-    def itl_p90_s(self) -> float | None:
-        return percentile(self.itl_s, 90)
-
-    @property
-    def itl_p99_s(self) -> float | None:
-        return percentile(self.itl_s, 99)
 
     @property
     def final_kv_cache_bytes(self) -> int:

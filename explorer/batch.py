@@ -1,22 +1,34 @@
 """Serving lab: why batching. B prompts of equal token length are prefilled as one batch and decoded together in one
 KV cache of batch B, with the engine's own timed step; each batch size is checked against the same prompts run alone.
 
-Equal lengths need no padding, so every sequence keeps its own positions and causal mask and the batch computes
-exactly what the solo runs compute (up to float rounding of the batched matmuls, which is checked, not assumed).
+The batched loop has two paths:
+- prompts of one length (this lab's sweep) need no padding: `run_batched` drives the engine's `LiveRequest` with
+  `batch_rows`, so every sequence keeps its own positions and causal mask and every step is a timed `PassRecord`;
+- prompts of different lengths (the Scheduling lab's static batching) go through `PaddedBatch`: left padding, an
+  attention mask that hides it, and positions counted from each row's first real token.
+Either way the batch computes what the solo runs compute, up to float rounding of the batched matmuls (checked, not
+assumed: a token that differs is named with the reason).
+
+What holds the device: one pass at a time. The sweep's figures are sums and gaps of individually timed passes, so
+between any two passes it lets anyone waiting go first (`between_units`), the batch's clock paused meanwhile.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from explorer.engine import LiveRequest, Request, checked_prompt_ids, warm_up
+import torch
+
+from explorer.engine import LiveRequest, Request, checked_prompt_ids, new_cache, warm_up
 from explorer.errors import BadInput
+from explorer.lab_progress import BetweenUnits, Report, between_passes, keep_device
 from explorer.loading import LoadedModel
 from explorer.roofline import kv_cache_bytes, pass_cost
-from explorer.trace import DeviceProfile, PassCost, PassRecord, Sampling
+from explorer.timing import synchronize
+from explorer.trace import DeviceProfile, ModelInfo, PassCost, PassRecord, Sampling
 from explorer.units import human_bytes
 
 # Public-domain text (the opening of "A Tale of Two Cities"): different windows of it make different prompts of the
@@ -56,6 +68,7 @@ class BatchRun:
     token_ids: tuple[tuple[int, ...], ...]  # per sequence, the generated tokens
     matches_solo: tuple[bool, ...]  # per sequence: the same tokens as that prompt run alone
     first_mismatch: tuple[int | None, ...]  # per sequence: the first position where it differs from solo
+    mismatch_notes: tuple[str, ...] = ()  # per sequence that differs: which token, and why
 
     @property
     def prefill_s(self) -> float:
@@ -107,6 +120,7 @@ class BatchRun:
             "token_ids": [list(t) for t in self.token_ids],
             "matches_solo": list(self.matches_solo),
             "first_mismatch": list(self.first_mismatch),
+            "mismatch_notes": list(self.mismatch_notes),
         }
 
 
@@ -155,92 +169,195 @@ def ridge_batch(lm: LoadedModel, device: DeviceProfile, cache_len: int) -> int |
     return None
 
 
-def estimate_s(lm: LoadedModel, device: DeviceProfile, config: BatchConfig) -> float:
-    """A modelled estimate of the whole sweep, solo reference runs included, to refuse one past the budget."""
-    total = 0.0
-    for batch in (1, *config.batch_sizes):
-        total += pass_cost(lm.info, device, config.prompt_tokens, 0, batch=batch).roofline_time_s
-        for k in range(config.new_tokens - 1):
-            total += pass_cost(lm.info, device, 1, config.prompt_tokens + k, batch=batch).roofline_time_s
-    return ESTIMATE_SLACK * total
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep will cost, known before it runs (modelled), to show before starting and to refuse past a cap."""
+
+    solo_runs: int  # one solo reference per distinct prompt
+    largest_kv_cache_bytes: int  # the KV cache of the largest batch at its longest
+    estimate_s: float  # the whole sweep, solo references included
 
 
-def validate(lm: LoadedModel, device: DeviceProfile, config: BatchConfig) -> float:
-    """Refuse what cannot or should not run, before anything runs; returns the estimate."""
+def one_run_s(info: ModelInfo, device: DeviceProfile, config: BatchConfig, batch: int) -> float:
+    """The roofline floor of one batched run: its prefill and its decode steps."""
+    total = pass_cost(info, device, config.prompt_tokens, 0, batch=batch).roofline_time_s
+    for k in range(config.new_tokens - 1):
+        total += pass_cost(info, device, 1, config.prompt_tokens + k, batch=batch).roofline_time_s
+    return total
+
+
+def plan_sweep(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> SweepPlan:
+    solo_runs = max(config.batch_sizes) if config.distinct_prompts else 1
+    floor_s = solo_runs * one_run_s(info, device, config, 1)
+    floor_s += sum(one_run_s(info, device, config, batch) for batch in config.batch_sizes)
+    longest = config.prompt_tokens + config.new_tokens
+    return SweepPlan(solo_runs, kv_cache_bytes(info, longest, max(config.batch_sizes)), ESTIMATE_SLACK * floor_s)
+
+
+def validate(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> SweepPlan:
+    """Refuse what cannot or should not run, before anything runs; returns the plan with its estimate."""
     if not config.batch_sizes or any(not 1 <= b <= MAX_BATCH for b in config.batch_sizes):
         raise BadInput(f"Batch sizes must be between 1 and {MAX_BATCH}, not {list(config.batch_sizes)}.")
     if config.prompt_tokens < 1 or config.new_tokens < 2:
         raise BadInput("The batching lab needs at least 1 prompt token and 2 new tokens (for a decode step).")
-    if config.prompt_tokens + config.new_tokens > lm.info.max_context:
+    if config.prompt_tokens + config.new_tokens > info.max_context:
         raise BadInput(
             f"{config.prompt_tokens} prompt + {config.new_tokens} new tokens exceed the context of "
-            f"{lm.info.max_context} tokens."
+            f"{info.max_context} tokens."
         )
-    largest = max(config.batch_sizes)
-    kv_bytes = kv_cache_bytes(lm.info, config.prompt_tokens + config.new_tokens, largest)
-    if kv_bytes > config.kv_cap_bytes:
+    plan = plan_sweep(info, device, config)
+    if plan.largest_kv_cache_bytes > config.kv_cap_bytes:
         raise BadInput(
-            f"Batch {largest} needs {kv_bytes / 1e9:.2f} GB of KV cache, over the {config.kv_cap_bytes / 1e9:.2f} GB "
-            "cap: choose smaller batches or fewer tokens."
+            f"Batch {max(config.batch_sizes)} needs {human_bytes(plan.largest_kv_cache_bytes)} of KV cache, over the "
+            f"{human_bytes(config.kv_cap_bytes)} cap: choose smaller batches or fewer tokens."
         )
-    estimate = estimate_s(lm, device, config)
-    if estimate > config.budget_s:
+    if plan.estimate_s > config.budget_s:
         raise BadInput(
-            f"This sweep would take about {estimate:.0f} s (modelled), over the {config.budget_s:.0f} s budget: "
-            "choose fewer or smaller batches, or fewer tokens."
+            f"This sweep would take about {plan.estimate_s:.0f} s (modelled), over the {config.budget_s:.0f} s "
+            "budget: choose fewer or smaller batches, or fewer tokens."
         )
-    return estimate
+    return plan
 
 
-def run_batched(lm: LoadedModel, device: DeviceProfile, rows: list[list[int]], new_tokens: int) -> LiveRequest:
-    """One prefill of all B rows, then decode steps for all of them, through the engine's timed step."""
+def run_batched(
+    lm: LoadedModel,
+    device: DeviceProfile,
+    rows: list[list[int]],
+    new_tokens: int,
+    between_units: BetweenUnits = keep_device,
+) -> LiveRequest:
+    """One prefill of all B rows (one length), then decode steps for all of them, through the engine's timed step;
+    between steps the device may pass to another session, with the batch's clock paused."""
     request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False, sampling=Sampling())
     checked_prompt_ids(lm, request, rows[0])
     live = LiveRequest(lm, request, device, request.sampling, batch_rows=rows)
     while not live.done:
         live.step()
+        between_passes(live.clock, between_units)
     live.free()
     return live
 
 
+# --- prompts of different lengths: left padding ----------------------------------------------------------------------
+@torch.inference_mode()
+def padded_forward(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: object,
+) -> torch.Tensor:
+    # input_ids, position_ids: (B, T), T = 1 for a decode; attention_mask: (B, T_cache + T) -> logits (B, vocab)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,  # only the last position's logits pick the next token
+    )
+    return out.logits[:, -1, :]
+
+
+def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    # attention_mask: (B, T), left-padded -> (B, T): each row counts from its first real token (padding at 0)
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+class PaddedBatch:
+    """B greedy prompts of any lengths in one batch: left-padded so every row's last prompt token is the last
+    position, an attention mask that hides the padding, positions counted from each row's first real token, so each
+    row computes what it would alone (up to float rounding). `step()` is one forward for every row."""
+
+    def __init__(self, lm: LoadedModel, rows: Sequence[Sequence[int]]) -> None:
+        self.model, self.device = lm.model, lm.torch_device
+        longest = max(len(row) for row in rows)
+        pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0  # masked: any id works
+        input_ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)  # (B, T)
+        attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)  # (B, T)
+        for r, row in enumerate(rows):
+            input_ids[r, longest - len(row) :] = torch.tensor(list(row))
+            attention_mask[r, longest - len(row) :] = 1
+        self.input_ids, self.attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        self.cache = new_cache(lm.model)
+        self.positions = self.attention_mask.sum(-1, keepdim=True)  # (B, 1): the next position of every row
+        self.next_ids: torch.Tensor | None = None  # (B, 1): the tokens the last step picked
+
+    def step(self) -> list[int]:
+        """The prefill first, then one decode per call: every row's next greedy token, once the device is done."""
+        if self.next_ids is None:  # the prefill: every prompt position into the empty cache
+            ids, positions = self.input_ids, prompt_positions(self.attention_mask)  # (B, T) each
+        else:  # a decode: one new token per row, finished rows included (a fixed batch)
+            ones = self.attention_mask.new_ones((self.attention_mask.shape[0], 1))
+            self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)  # (B, T_cache + 1)
+            ids, positions = self.next_ids, self.positions  # (B, 1) each
+            self.positions = self.positions + 1
+        logits = padded_forward(self.model, ids, self.attention_mask, positions, self.cache)
+        self.next_ids = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        synchronize(self.device)
+        return [int(t) for t in self.next_ids[:, 0].tolist()]
+
+
+# --- the sweep -------------------------------------------------------------------------------------------------------
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def mismatch_note(batch: int, row: int, got: tuple[int, ...], want: tuple[int, ...], tokenizer: object) -> str:
+    """Which token of a batched request differs from its solo run, and the honest reason."""
+    at = first_difference(got, want)
+    if at is None or at >= min(len(got), len(want)):
+        return f"batch {batch}, request {row}: the same tokens, but {min(len(got), len(want))} of them on one side."
+    return (
+        f"batch {batch}, request {row}: token {at} is {got[at]} {tokenizer.decode([got[at]])!r} in the batch but "
+        f"{want[at]} {tokenizer.decode([want[at]])!r} alone. Same dtype, other kernel shapes: the batched matmuls sum "
+        "in another order and round differently, which can flip a near tie; the tokens after it continue from "
+        "different text."
+    )
+
+
+def batch_run(lm: LoadedModel, live: LiveRequest, expected: list[tuple[int, ...]], batch: int) -> BatchRun:
+    """One batch size's passes, each row's tokens checked against its solo tokens."""
+    per_row = tuple(tuple(p.batch_token_ids[r] for p in live.passes) for r in range(batch))
+    return BatchRun(
+        batch_size=batch,
+        passes=tuple(live.passes),
+        token_ids=per_row,
+        matches_solo=tuple(got == want for got, want in zip(per_row, expected)),
+        first_mismatch=tuple(first_difference(got, want) for got, want in zip(per_row, expected)),
+        mismatch_notes=tuple(
+            mismatch_note(batch, r, got, want, lm.tokenizer)
+            for r, (got, want) in enumerate(zip(per_row, expected))
+            if got != want
+        ),
+    )
 
 
 def run_batch_sweep(
     lm: LoadedModel,
     device: DeviceProfile,
     config: BatchConfig,
-    on_progress: Callable[[float, str], None] | None = None,
+    on_progress: Report | None = None,
+    between_units: BetweenUnits = keep_device,
 ) -> BatchResult:
-    validate(lm, device, config)
+    plan = validate(lm.info, device, config)
+    report = on_progress or (lambda _fraction, _text: None)
+    about = f"the sweep is estimated at ~{plan.estimate_s:.1f} s (modelled)"
     largest = max(config.batch_sizes)
     count = largest if config.distinct_prompts else 1
     prompts = prompt_set(lm, config.prompt_tokens, count, config.distinct_prompts)
     warm_up(lm)
     solo = []
     for i, prompt in enumerate(prompts):
-        live = run_batched(lm, device, [prompt], config.new_tokens)
+        report(0.3 * i / len(prompts), f"solo reference {i + 1}/{len(prompts)}; {about}")
+        live = run_batched(lm, device, [prompt], config.new_tokens, between_units)
         solo.append(tuple(p.token_id for p in live.passes))
-        if on_progress:
-            on_progress(0.3 * (i + 1) / len(prompts), f"solo reference {i + 1}/{len(prompts)}")
     runs = []
     for n, batch in enumerate(config.batch_sizes):
-        rows = [prompts[i % count] for i in range(batch)]
-        live = run_batched(lm, device, rows, config.new_tokens)
-        per_row = tuple(tuple(p.batch_token_ids[r] for p in live.passes) for r in range(batch))
-        expected = [solo[r % count] for r in range(batch)]
-        runs.append(
-            BatchRun(
-                batch_size=batch,
-                passes=tuple(live.passes),
-                token_ids=per_row,
-                matches_solo=tuple(got == want for got, want in zip(per_row, expected)),
-                first_mismatch=tuple(first_difference(got, want) for got, want in zip(per_row, expected)),
-            )
-        )
-        if on_progress:
-            on_progress(0.3 + 0.7 * (n + 1) / len(config.batch_sizes), f"batch {batch} done")
+        report(0.3 + 0.7 * n / len(config.batch_sizes), f"batch {batch}; {about}")
+        live = run_batched(lm, device, [prompts[i % count] for i in range(batch)], config.new_tokens, between_units)
+        runs.append(batch_run(lm, live, [solo[r % count] for r in range(batch)], batch))
+    report(1.0, "Done.")
     return BatchResult(
         config=config,
         device=device,
@@ -276,13 +393,7 @@ def format_batch(result: BatchResult) -> str:
         else f"modelled: decode stays memory-bound up to batch {MAX_BATCH} here",
         "every request's tokens equal its solo tokens: " + ("yes" if result.every_request_matches_solo else "NO"),
     ]
-    for run in result.runs:
-        for r, (ok, at) in enumerate(zip(run.matches_solo, run.first_mismatch)):
-            if not ok:
-                lines.append(
-                    f"  batch {run.batch_size}, request {r}: differs from solo at token {at} (float rounding of "
-                    "batched matmuls can flip a near-tie)"
-                )
+    lines += [f"  {note}" for run in result.runs for note in run.mismatch_notes]
     return "\n".join(lines)
 
 

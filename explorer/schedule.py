@@ -4,6 +4,11 @@ This module owns what a run records (`ScheduleRun` of `StepRecord`s and `Request
 `ServedMode`s, `TokenCheck`s) and `run_schedule()`, which plans the workload (`explorer.schedule_workload`: how
 prompts are chosen), runs the instrumented engine (`explorer.schedule_engine`) and, on request, the baselines
 (`explorer.schedule_baselines`).
+
+What holds the device: one unit at a time, each unit whole: the engine's run of the workload, the prefix-off run,
+static batching and one-at-a-time serving are each one wall-clock span (arrival times, a background engine thread),
+so nothing passes the device on inside them; `run_schedule` calls `between_units` only between them and between the
+solo reference runs (whose timings are unused). Progress reports during a unit only move the bar.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from explorer.schedule_workload import EngineSettings, Workload, check_fits, plan_requests, validate
+from explorer.lab_progress import BetweenUnits, keep_device
+from explorer.schedule_workload import EngineSettings, PlannedRequest, Workload, check_fits, plan_requests, validate
 from explorer.trace import ItlPercentiles
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from explorer.loading import LoadedModel, Progress
     from explorer.trace import DeviceProfile
 
@@ -129,6 +137,35 @@ class RequestRecord(ItlPercentiles):
     token_ids: tuple[int, ...]
     prefill_tokens_computed: int  # prompt tokens the server computed (fewer than the prompt where a prefix was reused)
     prefix_tokens_reused: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        planned: PlannedRequest,
+        *,
+        arrival_s: float,
+        start_s: float,
+        token_times_s: Sequence[float],
+        token_ids: Sequence[int],
+        prefill_tokens_computed: int | None = None,  # None: the whole prompt
+        prefix_tokens_reused: int = 0,
+    ) -> RequestRecord:
+        """The record of a planned request as one mode served it (the request's own facts copied from the plan)."""
+        return cls(
+            id=planned.id,
+            prompt_text=planned.prompt_text,
+            prompt_token_ids=planned.prompt_token_ids,
+            prefix_tokens=planned.prefix_tokens,
+            max_new_tokens=planned.max_new_tokens,
+            arrival_s=arrival_s,
+            start_s=start_s,
+            token_times_s=tuple(token_times_s),
+            token_ids=tuple(int(t) for t in token_ids),
+            prefill_tokens_computed=(
+                len(planned.prompt_token_ids) if prefill_tokens_computed is None else prefill_tokens_computed
+            ),
+            prefix_tokens_reused=prefix_tokens_reused,
+        )
 
     @property
     def prompt_len(self) -> int:
@@ -323,11 +360,13 @@ def run_schedule(
     *,
     compare: bool = False,
     on_progress: Progress | None = None,
+    between_units: BetweenUnits = keep_device,
 ) -> ScheduleRun:
     """Serve the workload with the engine, then check every request's tokens against a solo greedy run.
 
     With a prefix and prefix sharing on, the engine serves the workload again with sharing off. With `compare`, the
-    solo runs are timed as a one-at-a-time server (arrival times kept) and static batching serves it too.
+    solo runs are timed as a one-at-a-time server (arrival times kept) and static batching serves it too. The device
+    passes to anyone waiting only between those runs (`between_units`), never inside one: each is one measured span.
     """
     from explorer import schedule_baselines as baselines
     from explorer import schedule_engine as engine
@@ -344,19 +383,24 @@ def run_schedule(
     engine.warm_up(lm, settings)
     steps, served, num_blocks = engine.serve(lm, planned, settings, workload.stop_at_eos, progress(0.0, 0.4))
     load = load_average()
+    between_units()
     prefix_off = None
     if with_prefix_off:
         off = replace(settings, prefix_sharing=False)
         off_steps, off_served, _ = engine.serve(lm, planned, off, workload.stop_at_eos, progress(0.4, 0.55))
         prefix_off = (off, off_steps, off_served, load_average())
+        between_units()
     modes: list[ServedMode] = []
     if compare:
         static = baselines.serve_static_batch(lm, planned, workload.stop_at_eos, progress(0.55, 0.7))
         static = replace(static, load_avg_1m=load_average())
+        between_units()
         sequential, solo = baselines.serve_one_at_a_time(lm, planned, device, workload.stop_at_eos, progress(0.7, 1))
         modes = [static, replace(sequential, load_avg_1m=load_average())]
     else:
-        solo = baselines.solo_traces(lm, planned, device, workload.stop_at_eos, progress(0.55, 1.0))
+        solo = baselines.solo_traces(
+            lm, planned, device, workload.stop_at_eos, progress(0.55, 1.0), between_units=between_units
+        )
     check = baselines.check_against_solo
     modes = [replace(m, checks=check(m.requests, solo, lm.tokenizer)) for m in modes]
 

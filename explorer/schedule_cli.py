@@ -24,7 +24,8 @@ from explorer.schedule_workload import (
     parse_int_list,
     validate,
 )
-from explorer.units import human_bytes
+from explorer.trace import percentile
+from explorer.units import human_bytes, ms
 
 MAX_ENTRIES_SHOWN = 8  # requests listed per step row; the rest are summed as "+k more"
 
@@ -126,10 +127,6 @@ def cmd_schedule(args: argparse.Namespace) -> None:
 
 
 # --- plain-text report -----------------------------------------------------------------------------------------------
-def ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1e3:.1f}"
-
-
 def step_rows(run: ScheduleRun) -> list[str]:
     rows = [
         "step  start_ms  wall_ms  prefill  decode  blocks  free  kind           requests (p prefill, d decode)",
@@ -154,17 +151,16 @@ def step_rows(run: ScheduleRun) -> list[str]:
 
 def request_rows(run: ScheduleRun) -> list[str]:
     checks = {c.request: c for c in run.checks}
-    rows = [
-        "req  prompt  prefix  reused  new  arrive_ms  queue_ms  prefill_ms  ttft_ms  itl_p50  itl_p99   e2e_ms  "
-        "same as solo"
-    ]
+    times = ("arrive", "queue", "prefill", "ttft", "itl_p50", "itl_p99", "e2e")
+    rows = ["req  prompt  prefix  reused  new " + "".join(f"{t:>11}" for t in times) + "  same as solo"]
     for r in run.requests:
         check = checks.get(r.id)
         same = "n/a" if check is None else ("yes" if check.matches else f"NO (token {check.position})")
         rows.append(
             f"{r.id:<4} {r.prompt_len:>6} {r.prefix_tokens:>7} {r.prefix_tokens_reused:>7} {len(r.token_ids):>4} "
-            f"{ms(r.arrival_s):>10} {ms(r.queue_s):>9} {ms(r.prefill_s):>11} {ms(r.ttft_s):>8} {ms(r.itl_p50_s):>8} "
-            f"{ms(r.itl_p99_s):>8} {ms(r.e2e_s):>8}  {same}"
+            + "".join(f"{ms(t):>11}" for t in (r.arrival_s, r.queue_s, r.prefill_s, r.ttft_s))
+            + "".join(f"{ms(t):>11}" for t in (r.itl_p50_s, r.itl_p99_s, r.e2e_s))
+            + f"  {same}"
         )
     return rows
 
@@ -220,7 +216,7 @@ def prefix_lines(run: ScheduleRun) -> list[str]:
         f"  prefill tokens computed: {run.prefill_tokens_computed} on vs {off.prefill_tokens_computed} off: "
         f"{saved} fewer; (N-1) x prefix = {(len(run.requests) - 1) * prefix_len} (reuse is in whole blocks of "
         f"{run.settings.block_size})",
-        "  TTFT ms on/off: "
+        "  TTFT on/off: "
         + ", ".join(f"{a.id} {ms(a.ttft_s)}/{ms(b.ttft_s)}" for a, b in zip(run.requests, off.requests)),
         f"  tokens identical with and without sharing: {'yes' if same else 'NO'}",
     ]
@@ -236,18 +232,23 @@ def comparison_lines(run: ScheduleRun) -> list[str]:
     lines = [
         "serving modes compared on the same workload (measured one after another; load_1m: the OS load average as "
         "each finished, other work on this machine)",
-        "mode                  tokens  span_s  tokens/s  ttft_p50_ms  itl_p50_ms  e2e_max_ms  load_1m  same as solo",
+        "mode                  tokens  span_s  tokens/s    ttft_p50     itl_p50     itl_p99     e2e_max  load_1m  "
+        "same as solo",
     ]
-    from explorer.trace import percentile
-
     for mode in run.modes:
         ttft = percentile([r.ttft_s for r in mode.requests], 50)
-        itl = percentile([g for r in mode.requests for g in r.itl_s], 50)
+        gaps = [g for r in mode.requests for g in r.itl_s]
+        latencies = (ttft, percentile(gaps, 50), percentile(gaps, 99), max(r.e2e_s for r in mode.requests))
         same = {None: "n/a", True: "yes", False: "NO"}[mode.all_tokens_match]
         load = "n/a" if mode.load_avg_1m is None else f"{mode.load_avg_1m:.1f}"
         lines.append(
-            f"{mode.mode:<20} {mode.total_tokens:>7} {mode.span_s:>7.2f} {mode.tokens_per_s:>9.1f} {ms(ttft):>12} "
-            f"{ms(itl):>11} {ms(max(r.e2e_s for r in mode.requests)):>11} {load:>8}  {same}"
+            f"{mode.mode:<20} {mode.total_tokens:>7} {mode.span_s:>7.2f} {mode.tokens_per_s:>9.1f} "
+            + "".join(f"{ms(t):>12}" for t in latencies)
+            + f" {load:>8}  {same}"
+        )
+        lines.append(
+            "  per request ITL p50/p99: "
+            + ", ".join(f"{r.id} {ms(r.itl_p50_s)}/{ms(r.itl_p99_s)}" for r in mode.requests)
         )
         lines += [f"  {c.explanation}" for c in mode.checks if not c.matches]
     return lines

@@ -225,16 +225,12 @@ def serve(
         manager.stop(block=True, timeout=30)
         manager.destroy()
     requests = tuple(
-        RequestRecord(
-            id=r.id,
-            prompt_text=r.prompt_text,
-            prompt_token_ids=r.prompt_token_ids,
-            prefix_tokens=r.prefix_tokens,
-            max_new_tokens=r.max_new_tokens,
+        RequestRecord.of(
+            r,
             arrival_s=arrivals[r.id],
             start_s=recorder.first_forward[r.id],
-            token_times_s=tuple(recorder.token_times[r.id]),
-            token_ids=tuple(int(t) for t in outputs[r.id].generated_tokens),
+            token_times_s=recorder.token_times[r.id],
+            token_ids=outputs[r.id].generated_tokens,
             prefill_tokens_computed=recorder.prefill_computed[r.id],
             prefix_tokens_reused=recorder.reused[r.id],
         )
@@ -244,7 +240,10 @@ def serve(
 
 
 def collect(manager: InstrumentedManager, planned: Sequence[PlannedRequest], on_progress: Progress | None) -> dict:
-    """Wait for every request to finish, reporting tokens done; the engine's failure becomes one RunFailed line."""
+    """Wait for every request to finish, reporting tokens done; the engine's failure becomes one RunFailed line.
+
+    The reports only move a progress bar: the engine's thread keeps computing meanwhile, inside one measured span,
+    so nothing here may give the device to another session."""
     outputs: dict[str, Any] = {}
     total = sum(r.max_new_tokens for r in planned)
     while len(outputs) < len(planned):

@@ -132,6 +132,21 @@ def validate(workload: Workload, settings: EngineSettings) -> None:
         raise BadInput(f"The number of KV blocks must be between 1 and {MAX_NUM_BLOCKS}.")
 
 
+def check_prompt_chars(workload: Workload, max_chars: int) -> None:
+    """Every text typed for the workload against a server's prompt cap (characters, before any tokenizing): one line
+    naming the text that is too long, never a silent cut."""
+    in_front = len(workload.prefix) + 1 if workload.prefix else 0  # the prefix and its newline precede each prompt
+    with_prefix = " with the system prompt" if workload.prefix else ""
+    lengths = [("The system prompt", len(workload.prefix))]
+    lengths += [(f"Prompt {i + 1}{with_prefix}", in_front + len(p)) for i, p in enumerate(workload.prompts)]
+    for what, chars in lengths:
+        if chars > max_chars:
+            raise BadInput(
+                f"{what} is {chars:,} characters; this server takes at most {max_chars:,} characters per prompt: "
+                "shorten it. Nothing ran."
+            )
+
+
 def parse_int_list(text: str, what: str) -> tuple[int, ...]:
     """'32, 32,128' -> (32, 32, 128), shared by the CLI and the page."""
     try:

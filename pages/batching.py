@@ -1,16 +1,10 @@
 """Batching: B requests decoded together read the weights once per step for all of them."""
 
-from functools import partial
-
 import streamlit as st
 
 from explorer import ui
-from explorer.batch import DEFAULT_BATCH_SIZES, DEFAULT_BUDGET_S, BatchConfig, parse_batch_sizes, run_batch_sweep
 from explorer.charts import serving as charts
-from explorer.errors import BadInput
-from explorer.hosting import LabSize
-
-RESULT = "explorer_batch_result"
+from explorer.ui import labs
 
 st.title("Batching")
 st.caption(
@@ -18,23 +12,8 @@ st.caption(
     "read once for all of them: the step barely slows while tokens/s grows, until the step crosses the ridge and "
     "becomes compute-bound. Each request's ITL is the step time, so it gets worse as B grows."
 )
-with st.form("batch-form"):
-    sizes = st.text_input("Batch sizes", value=",".join(map(str, DEFAULT_BATCH_SIZES)))
-    left, right = st.columns(2)
-    prompt_tokens = left.number_input("Prompt tokens", min_value=1, max_value=1024, value=32)
-    new_tokens = right.number_input("New tokens", min_value=2, max_value=256, value=16)
-    distinct = st.toggle("Different prompts of equal length (off: one prompt repeated)", value=True)
-    go = st.form_submit_button("Run the sweep", type="primary")
-if go:
-    try:
-        budget_s = ui.hosting_policy().lab_budget_s(DEFAULT_BUDGET_S)  # a hosted server's cap, if lower
-        config = BatchConfig(parse_batch_sizes(sizes), int(prompt_tokens), int(new_tokens), distinct, budget_s=budget_s)
-        size = LabSize(config.prompt_tokens, None, config.new_tokens, config.batch_sizes, config.budget_s)
-        sweep = partial(run_batch_sweep, config=config)
-        ui.run_lab(RESULT, "Running every batch size", lambda lm, d, progress: sweep(lm, d, on_progress=progress), size)
-    except BadInput as exc:
-        ui.show_error(str(exc))
-result = st.session_state.get(RESULT)
+labs.batch_inputs()
+result = st.session_state.get(labs.BATCH_RESULT)
 if result is None:
     st.info("Press **Run the sweep**: memory and a modelled time estimate are checked before anything runs.")
     st.stop()
@@ -49,6 +28,7 @@ ui.metrics(
         (f"Largest B with p99 ITL < {itl_slo_s * 1e3:.0f} ms", str(best or "none"), "measured; SLO from Latency"),
     ]
 )
+labs.batch_mismatches(result)
 ui.table(frame, "One row per batch size.", "step, ITL, tokens/s measured · weight/KV/compute split modelled")
 ui.chart(
     charts.step_time_vs_batch_chart(frame),

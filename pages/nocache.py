@@ -4,11 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import serving as charts
-from explorer.engine import Request
-from explorer.hosting import LabSize
-from explorer.nocache import DEFAULT_NEW_TOKENS, run_nocache
-
-RESULT = "explorer_nocache_result"
+from explorer.ui import labs
 
 st.title("Without a KV cache")
 st.caption(
@@ -16,27 +12,8 @@ st.caption(
     "grows with the sequence. The KV cache keeps each token's K and V, so a step computes one token. Both loops run "
     "here on the real model, greedy, and must produce the same tokens."
 )
-with st.form("nocache-form"):
-    prompt = st.text_input("Prompt (no chat template)", value="The history of the printing press")
-    new_tokens = st.number_input("New tokens", min_value=2, max_value=512, value=DEFAULT_NEW_TOKENS)
-    most_s = int(ui.hosting_policy().lab_budget_s(1800))  # a hosted server's cap, if lower
-    budget_s = st.number_input(
-        "Time budget (s)",
-        min_value=min(10, most_s),
-        max_value=most_s,
-        value=min(300, most_s),
-        help="refuse a longer run",
-    )
-    go = st.form_submit_button("Run both loops", type="primary")
-if go:
-    request = Request(prompt, max_new_tokens=int(new_tokens), use_chat_template=False)
-    ui.run_lab(
-        RESULT,
-        "Running the cached and the naive loop",
-        lambda lm, device, progress: run_nocache(lm, device, request, budget_s=float(budget_s), on_progress=progress),
-        LabSize(prompt_chars=len(prompt), new_tokens=int(new_tokens), budget_s=float(budget_s)),
-    )
-result = st.session_state.get(RESULT)
+labs.nocache_inputs()
+result = st.session_state.get(labs.NOCACHE_RESULT)
 if result is None:
     st.info("Press **Run both loops**: the naive loop's time estimate is checked against the budget before it starts.")
     st.stop()
@@ -46,6 +23,7 @@ ui.metrics(
         ("Same tokens both ways", "yes" if result.same_tokens else "NO", "measured: greedy token ids compared"),
         ("Cached loop", f"{sum(s.wall_s for s in result.cached):.2f} s", "measured: all passes"),
         ("Naive loop", f"{sum(s.wall_s for s in result.uncached):.2f} s", "measured: all steps"),
+        ("Naive loop, estimated", f"{result.estimate_s:.1f} s", "modelled before the run, checked against the budget"),
         ("Prompt tokens", str(result.prompt_len), "the naive loop's first step processes these"),
     ]
 )
@@ -85,3 +63,10 @@ ui.table(
     "At this rate: a straight-line fit of each loop's measured step times against the position, summed.",
     "modelled from measured steps",
 )
+with ui.secondary("Every step, both loops"):
+    ui.table(
+        frame,
+        "Per step: tokens processed, time, FLOPs and bytes moved (weights read, plus the cache's traffic when there "
+        "is one), with running totals.",
+        "time measured · FLOPs and bytes modelled",
+    )

@@ -21,8 +21,7 @@ from explorer.schedule import (
     TokenCheck,
 )
 from explorer.schedule_workload import EngineSettings, Workload
-
-MIB = 2**20
+from explorer.units import MB
 
 
 def step(index: int, start_s: float, entries: tuple[StepEntry, ...], holdings: tuple[BlockHolding, ...]) -> StepRecord:
@@ -135,10 +134,10 @@ def test_blocks_frame_marks_shared_blocks(run: ScheduleRun) -> None:
 
 def test_memory_frame_paged_against_contiguous(run: ScheduleRun) -> None:
     frame = charts.memory_frame(run)
-    paged = frame[frame["layout"] == charts.LAYOUT_DOMAIN[0]]["mib"].tolist()
-    contiguous = frame[frame["layout"] == charts.LAYOUT_DOMAIN[1]]["mib"].tolist()
-    assert paged == pytest.approx([n * 4 * 100 / MIB for n in (2, 3, 5, 3, 3)])  # blocks x 4 tokens x 100 B
-    assert contiguous == pytest.approx([n * 100 / MIB for n in (9, 22, 22, 13, 13)])  # (6 + 3) and (10 + 3) tokens
+    paged = frame[frame["layout"] == charts.LAYOUT_DOMAIN[0]]["mb"].tolist()
+    contiguous = frame[frame["layout"] == charts.LAYOUT_DOMAIN[1]]["mb"].tolist()
+    assert paged == pytest.approx([n * 4 * 100 / MB for n in (2, 3, 5, 3, 3)])  # blocks x 4 tokens x 100 B (SI MB)
+    assert contiguous == pytest.approx([n * 100 / MB for n in (9, 22, 22, 13, 13)])  # (6 + 3) and (10 + 3) tokens
 
 
 def test_modes_frames(run: ScheduleRun) -> None:
@@ -151,9 +150,12 @@ def test_modes_frames(run: ScheduleRun) -> None:
     assert frame.loc[CONTINUOUS, "tokens_per_s"] == pytest.approx(6 / 0.16)
     assert frame.loc[SEQUENTIAL, "tokens_per_s"] == pytest.approx(6 / 0.6)
     assert not frame.loc[SEQUENTIAL, "same_tokens_as_solo"]
-    assert frame.loc[SEQUENTIAL, "itl_p50_ms"] == pytest.approx(100.0)
+    assert frame.loc[SEQUENTIAL, "itl_p50_ms"] == frame.loc[SEQUENTIAL, "itl_p99_ms"] == pytest.approx(100.0)
     per_request = charts.mode_requests_frame(modes)
     assert len(per_request) == 4 and per_request["ttft_ms"].tolist() == pytest.approx([40.0, 80.0, 400.0, 380.0])
+    # Per request ITL under each mode, beside TTFT: r0's gaps are 30 ms under continuous batching, 100 ms alone.
+    assert per_request["itl_p50_ms"].tolist() == pytest.approx([30.0, 30.0, 100.0, 100.0])
+    assert per_request["itl_p99_ms"].tolist() == pytest.approx([30.0, 30.0, 100.0, 100.0])
 
 
 def test_prefix_frame(run: ScheduleRun) -> None:
@@ -177,6 +179,7 @@ def test_every_chart_builds_a_valid_spec(run: ScheduleRun) -> None:
         charts.memory_chart(charts.memory_frame(run)),
         charts.throughput_chart(charts.modes_frame(modes)),
         charts.mode_requests_chart(charts.mode_requests_frame(modes), "ttft_ms", "TTFT"),
+        charts.mode_requests_chart(charts.mode_requests_frame(modes), "itl_p50_ms", "ITL p50"),
         charts.prefix_chart(charts.prefix_frame(run), "ttft_ms", "TTFT"),
     ]
     for chart in built:
@@ -189,3 +192,8 @@ def test_request_colours_avoid_the_phase_colours() -> None:
 
     colours = charts.request_colors([f"r{i}" for i in range(12)])
     assert len(colours) == 12 and not set(colours) & set(PHASE_RANGE)
+
+
+def test_prompts_frame_says_what_was_sent(run: ScheduleRun) -> None:
+    frame = charts.prompts_frame(run)
+    assert frame.to_dict("records")[1] == {"request": "r1", "prompt_tokens": 10, "new_tokens": 3, "prompt_text": "b"}

@@ -8,26 +8,28 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
 from explorer import schedule_baselines as baselines
 from explorer.errors import BadInput
+from explorer.lab_progress import LabProgress
 from explorer.loading import LoadedModel
 from explorer.schedule import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun, run_schedule
 from explorer.schedule_workload import (
     EngineSettings,
+    PlannedRequest,
     Workload,
     check_fits,
+    check_prompt_chars,
     parse_int_list,
     plan_requests,
     validate,
 )
 from explorer.trace import DeviceProfile
+from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_KEY = "explorer_schedule_run"  # pages/scheduling.py keeps its run here
@@ -105,6 +107,31 @@ def test_bad_input_is_one_clear_line(workload: Workload, settings: EngineSetting
     with pytest.raises(BadInput, match=message) as error:
         validate(workload, settings)
     assert "\n" not in str(error.value)
+
+
+def test_typed_texts_are_checked_against_the_prompt_cap_not_cut() -> None:
+    check_prompt_chars(Workload(requests=2, prompts=("a" * 10, "b" * 10), prefix="s" * 9), max_chars=20)
+    with pytest.raises(BadInput, match="^The system prompt is 21 characters; .* at most 20 ") as error:
+        check_prompt_chars(Workload(prefix="s" * 21), max_chars=20)
+    assert "\n" not in str(error.value)
+    with pytest.raises(BadInput, match="^Prompt 2 with the system prompt is 21 characters"):
+        check_prompt_chars(Workload(requests=2, prompts=("a", "b" * 11), prefix="s" * 9), max_chars=20)
+
+
+def test_a_record_copies_its_request_from_the_plan() -> None:
+    planned = PlannedRequest("r3", "text", (5, 6, 7), 2, 4, 0.25)
+    record = RequestRecord.of(planned, arrival_s=0.3, start_s=0.4, token_times_s=[0.5, 0.6], token_ids=[9, 8])
+    assert record == RequestRecord("r3", "text", (5, 6, 7), 2, 4, 0.3, 0.4, (0.5, 0.6), (9, 8), 3)
+    reused = RequestRecord.of(
+        planned,
+        arrival_s=0,
+        start_s=0,
+        token_times_s=[1],
+        token_ids=[1],
+        prefill_tokens_computed=1,
+        prefix_tokens_reused=2,
+    )
+    assert (reused.prefill_tokens_computed, reused.prefix_tokens_reused) == (1, 2)
 
 
 def test_parse_int_list() -> None:
@@ -210,7 +237,9 @@ def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(
 ) -> None:
     prefix = "SYSTEM: you answer in one short line only."  # 42 bytes = 42 tokens = 10 whole 4-token blocks
     workload = Workload(requests=3, prompt_tokens=(10,), new_tokens=(4,), arrivals_ms=(0, 300, 600), prefix=prefix)
-    run = run_schedule(tiny_lm, cpu_figures, workload, TINY_SETTINGS)
+    handovers = []
+    run = run_schedule(tiny_lm, cpu_figures, workload, TINY_SETTINGS, between_units=lambda: handovers.append(1))
+    assert len(handovers) == 1 + 1 + 3  # after the engine's run, after the prefix-off run, after each solo run
     off = run.prefix_off
     assert off is not None and not off.settings.prefix_sharing
     assert [r.prefix_tokens_reused for r in run.requests] == [0, 40, 40]
@@ -219,6 +248,28 @@ def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(
     assert all(c.matches for c in run.checks) and all(c.matches for c in off.checks)
     hits = [h for s in run.steps for h in s.prefix_hits]
     assert [(h.request, h.tokens, h.blocks) for h in hits] == [("r1", 40, 10), ("r2", 40, 10)]
+
+
+def test_the_device_is_passed_on_only_between_measured_spans(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
+    """The engine's run, static batching and one at a time are each one wall-clock span: progress reports inside
+    them only move the bar; the device is handed over only between them."""
+    events: list[str] = []
+    progress = LabProgress(lambda _fraction, text: events.append(text), lambda: events.append("HAND OVER"))
+    workload = Workload(requests=2, prompt_tokens=(8, 20), new_tokens=(6,), stagger_ms=50)
+    run = run_schedule(
+        tiny_lm,
+        cpu_figures,
+        workload,
+        TINY_SETTINGS,
+        compare=True,
+        on_progress=progress,
+        between_units=progress.between_units,
+    )
+    handovers = [k for k, e in enumerate(events) if e == "HAND OVER"]
+    assert len(handovers) == 2  # after the engine's run, after static batching; none inside any of them
+    assert "Continuous batching" in events[handovers[0] - 1] and "Static batching" in events[handovers[1] - 1]
+    assert all(not e.startswith(("Continuous", "Static")) for e in events[handovers[1] :])
+    assert [m.mode for m in run.modes] == [CONTINUOUS, STATIC, SEQUENTIAL]
 
 
 def test_a_token_that_differs_is_named_with_its_reason(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
@@ -300,21 +351,6 @@ def test_default_workload_on_the_embedded_model(real_lm: LoadedModel, cpu_figure
 
 
 # --- the page --------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def navigation_like_a_server() -> Iterator[None]:
-    """As in test_app.py: keep AppTest on app.py's st.navigation rather than the legacy pages/ discovery."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    original = PagesManager.__init__
-
-    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    with mock.patch.object(PagesManager, "__init__", init):
-        yield
-
-
 PAGE = "pages/scheduling.py"
 APP_TIMEOUT_S = 240  # a first run measures the device and warms the engine
 
@@ -323,7 +359,7 @@ def by_label(elements: object, label: str) -> object:
     return next(e for e in elements if e.label == label)
 
 
-def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server: None, tiny_llama_dir: Path) -> None:
+def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
     from explorer import ui
@@ -344,6 +380,8 @@ def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server:
     by_label(at.main.number_input, "KV blocks").set_value(64)
     by_label(at.main.toggle, "Shared system prompt").set_value(True)
     by_label(at.main.text_area, "System prompt").input("SYSTEM: be brief, <b>kind</b> **and** exact.")
+    by_label(at.main.text_input, "Arrival times (ms, optional)").input("0, 0, 150")
+    by_label(at.main.text_area, "Prompt texts (optional, one per line)").input("The sea.\n\nA long walk home.\nTea?")
     by_label(at.main.button, "Run").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
@@ -351,7 +389,14 @@ def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server:
     run = at.session_state[RUN_KEY]
     assert len(run.requests) == 3 and all(c.matches for c in run.checks)
     assert [m.mode for m in run.modes] == [CONTINUOUS, STATIC, SEQUENTIAL] and run.prefix_off is not None
-    assert len(at.get("vega_lite_chart")) == 8  # steps, timeline, blocks, memory, 2 comparisons, 2 prefix
+    assert run.workload.arrivals_ms == (0.0, 0.0, 150.0)
+    assert [r.prompt_text.split("\n")[-1] for r in run.requests] == ["The sea.", "A long walk home.", "Tea?"]
+    charts = len(at.get("vega_lite_chart"))
+    assert charts == 9  # steps, timeline, blocks, memory, 3 comparisons (tokens/s, TTFT, ITL), 2 prefix
+    downloads = [b.label for b in at.main.get("download_button")]
+    assert downloads.count("PNG") == downloads.count("SVG") == charts  # beside each chart's CSV
+    per_request = next(d.value for d in at.dataframe if {"request", "mode", "itl_p99_ms"} <= set(d.value.columns))
+    assert len(per_request) == 9 and per_request["itl_p50_ms"].notna().all()
     captions = " ".join(c.value for c in at.caption)
     assert "measured" in captions and "modelled" in captions
     modes_table = next(d.value for d in at.dataframe if "tokens_per_s" in d.value.columns)
@@ -374,15 +419,27 @@ def test_the_scheduling_page_renders_after_a_small_run(navigation_like_a_server:
     assert not latency["itl_p99_within_slo"].any()
 
 
-def test_bad_workload_on_the_page_is_one_line(navigation_like_a_server: None) -> None:
+@pytest.mark.parametrize(
+    ("field", "kind", "value", "message"),
+    [
+        ("Token budget per step", "number_input", 8, "below one KV block"),  # below the 16-token block
+        ("Arrival times (ms, optional)", "text_input", "0, 200, 100, 300, 400, 500", "out of order"),
+        ("Arrival times (ms, optional)", "text_input", "0, 100", "2 arrival times for 6 requests"),
+        ("Prompt texts (optional, one per line)", "text_area", "one\ntwo", "2 prompt texts for 6 requests"),
+        ("System prompt", "text_area", "s" * 20_001, "The system prompt is 20,001 characters"),
+    ],
+)
+def test_bad_workload_on_the_page_is_one_line(field: str, kind: str, value: object, message: str) -> None:
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=APP_TIMEOUT_S)
     at.run()
     at.switch_page(PAGE).run()
-    by_label(at.main.number_input, "Token budget per step").set_value(8)  # below the 16-token block
+    by_label(at.main.toggle, "Shared system prompt").set_value(True)
+    widget = by_label(getattr(at.main, kind), field)
+    widget.set_value(value) if kind == "number_input" else widget.input(value)
     by_label(at.main.button, "Run").click().run()
     assert not at.exception
     errors = [e.value for e in at.error]
-    assert len(errors) == 1 and "below one KV block" in errors[0]
+    assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0], errors
     assert RUN_KEY not in at.session_state

@@ -14,9 +14,8 @@ import pandas as pd
 from explorer.charts.common import PHASE_COLOR, PHASE_RANGE
 from explorer.schedule import CONTINUOUS, SEQUENTIAL, STATIC, ScheduleRun, ServedMode
 from explorer.trace import percentile
-from explorer.units import to_ms
+from explorer.units import MB, to_ms
 
-MIB = 2**20
 # Requests get colours that are neither the prefill orange nor the decode green, cycled past ten requests.
 REQUEST_RANGE = ["#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39", "#7b4173"]
 SHARED, SHARED_COLOR = "shared by several", "#000000"
@@ -26,6 +25,15 @@ MODE_DOMAIN = [CONTINUOUS, STATIC, SEQUENTIAL]
 MODE_RANGE = ["#6a51a3", "#e7298a", "#737373"]
 LAYOUT_DOMAIN = ["paged (blocks held)", "contiguous (max length reserved)"]
 LAYOUT_RANGE = ["#6a51a3", "#bdbdbd"]
+SHARING_DOMAIN, SHARING_RANGE = ["off", "on"], ["#bdbdbd", "#6a51a3"]
+
+
+def legend_color(
+    field: str, domain: Sequence[str], colors: Sequence[str], title: str | None, *, legend: bool = True
+) -> alt.Color:
+    """A nominal field coloured from a fixed palette, its legend on the right (long labels kept whole)."""
+    shown = alt.Legend(orient="right", labelLimit=260) if legend else None
+    return alt.Color(f"{field}:N", scale=alt.Scale(domain=list(domain), range=list(colors)), title=title, legend=shown)
 
 
 def request_colors(ids: Sequence[str]) -> list[str]:
@@ -139,12 +147,7 @@ def timeline_chart(frame: pd.DataFrame, request_ids: Sequence[str]) -> alt.Layer
             x=alt.X("start_ms:Q", title="time since the first arrival (ms, measured)"),
             x2="end_ms:Q",
             y=y,
-            color=alt.Color(
-                "state:N",
-                scale=alt.Scale(domain=STATE_DOMAIN, range=STATE_RANGE),
-                title="state",
-                legend=alt.Legend(orient="right"),
-            ),
+            color=legend_color("state", STATE_DOMAIN, STATE_RANGE, "state"),
             tooltip=[
                 "request:N",
                 "state:N",
@@ -218,12 +221,7 @@ def blocks_chart(frame: pd.DataFrame, request_ids: Sequence[str], num_blocks: in
             # Quantitative, so the axis keeps a few round block numbers however many blocks there are.
             y=alt.Y("block:Q", title=f"KV block (of {num_blocks})", scale=alt.Scale(domain=[0, num_blocks])),
             y2="block_end:Q",
-            color=alt.Color(
-                "holder:N",
-                scale=alt.Scale(domain=domain, range=[*request_colors(request_ids), SHARED_COLOR]),
-                title="held by",
-                legend=alt.Legend(orient="right"),
-            ),
+            color=legend_color("holder", domain, [*request_colors(request_ids), SHARED_COLOR], "held by"),
             tooltip=["step:O", "block:Q", "holders:N", "shared:N"],
         )
         .properties(height=min(600, max(220, 90 + 6 * num_blocks)))
@@ -238,9 +236,9 @@ def memory_frame(run: ScheduleRun) -> pd.DataFrame:
     for s in run.steps:
         paged = s.blocks_held * run.block_bytes
         contiguous = sum(lengths.get(h.request, 0) for h in s.holdings) * run.kv_bytes_per_token
-        rows.append({"step": s.index, "layout": LAYOUT_DOMAIN[0], "mib": paged / MIB})
-        rows.append({"step": s.index, "layout": LAYOUT_DOMAIN[1], "mib": contiguous / MIB})
-    return pd.DataFrame(rows, columns=["step", "layout", "mib"])
+        rows.append({"step": s.index, "layout": LAYOUT_DOMAIN[0], "mb": paged / MB})
+        rows.append({"step": s.index, "layout": LAYOUT_DOMAIN[1], "mb": contiguous / MB})
+    return pd.DataFrame(rows, columns=["step", "layout", "mb"])
 
 
 def memory_chart(frame: pd.DataFrame) -> alt.Chart:
@@ -249,14 +247,9 @@ def memory_chart(frame: pd.DataFrame) -> alt.Chart:
         .mark_line(point=True, interpolate="step-after")
         .encode(
             x=alt.X("step:Q", title="engine step", axis=alt.Axis(tickMinStep=1)),
-            y=alt.Y("mib:Q", title="KV cache (MiB, modelled)"),
-            color=alt.Color(
-                "layout:N",
-                scale=alt.Scale(domain=LAYOUT_DOMAIN, range=LAYOUT_RANGE),
-                title=None,
-                legend=alt.Legend(orient="right", labelLimit=260),
-            ),
-            tooltip=["step:Q", "layout:N", alt.Tooltip("mib:Q", format=".2f")],
+            y=alt.Y("mb:Q", title="KV cache (MB, modelled)"),
+            color=legend_color("layout", LAYOUT_DOMAIN, LAYOUT_RANGE, None),
+            tooltip=["step:Q", "layout:N", alt.Tooltip("mb:Q", format=".2f")],
         )
         .properties(height=240)
     )
@@ -273,6 +266,7 @@ def modes_frame(modes: Sequence[ServedMode]) -> pd.DataFrame:
             "tokens_per_s": m.tokens_per_s,
             "ttft_p50_ms": to_ms(percentile([r.ttft_s for r in m.requests], 50) or 0.0),
             "itl_p50_ms": to_ms(percentile([g for r in m.requests for g in r.itl_s], 50) or 0.0),
+            "itl_p99_ms": to_ms(percentile([g for r in m.requests for g in r.itl_s], 99) or 0.0),
             "e2e_max_ms": to_ms(max(r.e2e_s for r in m.requests)),
             "same_tokens_as_solo": m.all_tokens_match,
             "load_avg_1m": m.load_avg_1m,
@@ -288,7 +282,7 @@ def throughput_chart(frame: pd.DataFrame) -> alt.Chart:
         .encode(
             x=alt.X("tokens_per_s:Q", title="total tokens/s over the workload (measured)"),
             y=alt.Y("mode:N", sort=MODE_DOMAIN, title=None, axis=alt.Axis(labelLimit=200)),
-            color=alt.Color("mode:N", scale=alt.Scale(domain=MODE_DOMAIN, range=MODE_RANGE), legend=None),
+            color=legend_color("mode", MODE_DOMAIN, MODE_RANGE, None, legend=False),
             tooltip=[
                 "mode:N",
                 "tokens:Q",
@@ -301,13 +295,14 @@ def throughput_chart(frame: pd.DataFrame) -> alt.Chart:
 
 
 def mode_requests_frame(modes: Sequence[ServedMode]) -> pd.DataFrame:
-    """One row per mode per request: its TTFT, ITL p50 and E2E under that mode."""
+    """One row per mode per request: its TTFT, ITL p50 and p99, and E2E under that mode."""
     return pd.DataFrame(
         {
             "mode": m.mode,
             "request": r.id,
             "ttft_ms": to_ms(r.ttft_s),
             "itl_p50_ms": None if r.itl_p50_s is None else to_ms(r.itl_p50_s),
+            "itl_p99_ms": None if r.itl_p99_s is None else to_ms(r.itl_p99_s),
             "e2e_ms": to_ms(r.e2e_s),
         }
         for m in modes
@@ -315,24 +310,31 @@ def mode_requests_frame(modes: Sequence[ServedMode]) -> pd.DataFrame:
     )
 
 
-def mode_requests_chart(frame: pd.DataFrame, metric: str, title: str) -> alt.Chart:
+def bars_by_request(
+    frame: pd.DataFrame,
+    group: tuple[str, Sequence[str], Sequence[str], str | None],  # field, its values, their colours, legend title
+    metric: str,
+    title: str,
+    extra_tooltip: Sequence[str] = (),
+) -> alt.Chart:
+    """One bar per request and group (a serving mode, or prefix sharing off/on), side by side."""
+    field, domain, colors, legend_title = group
     return (
         alt.Chart(frame)
         .mark_bar()
         .encode(
             x=alt.X("request:N", title=None, axis=alt.Axis(labelAngle=0)),
-            xOffset=alt.XOffset("mode:N", sort=MODE_DOMAIN),
+            xOffset=alt.XOffset(f"{field}:N", sort=list(domain)),
             y=alt.Y(f"{metric}:Q", title=title),
-            color=alt.Color(
-                "mode:N",
-                scale=alt.Scale(domain=MODE_DOMAIN, range=MODE_RANGE),
-                title=None,
-                legend=alt.Legend(orient="right"),
-            ),
-            tooltip=["mode:N", "request:N", alt.Tooltip(f"{metric}:Q", format=".1f")],
+            color=legend_color(field, domain, colors, legend_title),
+            tooltip=[f"{field}:N", "request:N", alt.Tooltip(f"{metric}:Q", format=".1f"), *extra_tooltip],
         )
         .properties(height=240)
     )
+
+
+def mode_requests_chart(frame: pd.DataFrame, metric: str, title: str) -> alt.Chart:
+    return bars_by_request(frame, ("mode", MODE_DOMAIN, MODE_RANGE, None), metric, title)
 
 
 # --- prefix sharing on vs off ----------------------------------------------------------------------------------------
@@ -359,26 +361,14 @@ def prefix_frame(run: ScheduleRun) -> pd.DataFrame:
 
 
 def prefix_chart(frame: pd.DataFrame, metric: str, title: str) -> alt.Chart:
-    return (
-        alt.Chart(frame)
-        .mark_bar()
-        .encode(
-            x=alt.X("request:N", title=None, axis=alt.Axis(labelAngle=0)),
-            xOffset=alt.XOffset("sharing:N", sort=["off", "on"]),
-            y=alt.Y(f"{metric}:Q", title=title),
-            color=alt.Color(
-                "sharing:N",
-                scale=alt.Scale(domain=["off", "on"], range=["#bdbdbd", "#6a51a3"]),
-                title="prefix sharing",
-                legend=alt.Legend(orient="right"),
-            ),
-            tooltip=[
-                "request:N",
-                "sharing:N",
-                "prefill_tokens:Q",
-                "reused_tokens:Q",
-                alt.Tooltip("ttft_ms:Q", format=".1f"),
-            ],
-        )
-        .properties(height=220)
+    sharing = ("sharing", SHARING_DOMAIN, SHARING_RANGE, "prefix sharing")
+    return bars_by_request(frame, sharing, metric, title, ["prefill_tokens:Q", "reused_tokens:Q"])
+
+
+# --- prompts ---------------------------------------------------------------------------------------------------------
+def prompts_frame(run: ScheduleRun) -> pd.DataFrame:
+    """Each request's prompt as sent, so any one can be checked alone with `run --no-chat-template`."""
+    return pd.DataFrame(
+        {"request": r.id, "prompt_tokens": r.prompt_len, "new_tokens": len(r.token_ids), "prompt_text": r.prompt_text}
+        for r in run.requests
     )

@@ -7,7 +7,7 @@ import pandas as pd
 
 from explorer.batch import BatchResult
 from explorer.charts.common import MEASURED, MODELLED
-from explorer.nocache import PROJECTED_TOKENS, NoCacheResult
+from explorer.nocache import EDGE_STEPS, PROJECTED_TOKENS, NoCacheResult, growth_verdict
 from explorer.roofline import attainable_flops
 from explorer.trace import percentile
 from explorer.units import GB, MB, to_ms
@@ -19,13 +19,14 @@ LOOP_COLOR = alt.Scale(domain=LOOP_DOMAIN, range=LOOP_RANGE)
 
 # --- without a KV cache ----------------------------------------------------------------------------------------------
 def nocache_frame(result: NoCacheResult) -> pd.DataFrame:
-    """One row per step and loop: measured time, modelled FLOPs, tokens processed, and running totals."""
+    """One row per step and loop: measured time, modelled FLOPs and bytes moved, tokens processed, running totals."""
     rows = []
     for loop, steps in zip(LOOP_DOMAIN, (result.cached, result.uncached)):
-        total_s = total_flops = 0.0
+        total_s = total_flops = total_bytes = 0.0
         for k, s in enumerate(steps):
             total_s += s.wall_s
             total_flops += s.flops
+            total_bytes += s.bytes_moved
             rows.append(
                 {
                     "loop": loop,
@@ -36,6 +37,8 @@ def nocache_frame(result: NoCacheResult) -> pd.DataFrame:
                     "cumulative_s": total_s,
                     "flops": s.flops,
                     "cumulative_gflop": total_flops / 1e9,
+                    "bytes_moved": s.bytes_moved,
+                    "cumulative_gb_moved": total_bytes / GB,
                     "token_id": s.token_id,
                 }
             )
@@ -99,18 +102,19 @@ def projection_frame(result: NoCacheResult) -> pd.DataFrame:
 
 
 def growth_sentence(result: NoCacheResult) -> str:
-    """The measured claim, with its numbers: how much the last 8 steps outgrew the first 8, each way."""
+    """The measured claim, with its numbers: how much the last 8 steps outgrew the first 8, each way, and whether
+    that passes the stated margin for "clearly more"."""
+    if not result.compares_edges:
+        return f"Measured: {growth_verdict(result)}."
     parts = []
     for loop, steps in zip(LOOP_DOMAIN, (result.cached, result.uncached)):
         first = to_ms(result.edge_mean_s(steps, first=True))
         last = to_ms(result.edge_mean_s(steps, first=False))
-        parts.append(f"{loop}: first 8 decode steps {first:.1f} ms, last 8 {last:.1f} ms ({last - first:+.1f} ms)")
-    verdict = (
-        "the naive loop's steps grew by clearly more"
-        if result.growth_s(result.uncached) > result.growth_s(result.cached)
-        else "on this run the naive loop's steps did not grow more than the cached ones (noise or a short run)"
-    )
-    return "; ".join(parts) + f": {verdict}."
+        parts.append(
+            f"{loop}: first {EDGE_STEPS} decode steps {first:.1f} ms, last {EDGE_STEPS} {last:.1f} ms "
+            f"({last - first:+.1f} ms)"
+        )
+    return "Measured: " + "; ".join(parts) + f": {growth_verdict(result)}."
 
 
 # --- batching -------------------------------------------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""What a lab's work is handed while it runs: a progress report for the bar, and the points where it may give the
+shared device to another session.
+
+Reporting progress and giving the device away are separate on purpose: a lab reports whenever it likes (the
+scheduling lab every 0.1 s while transformers' engine thread computes), but it calls `between_units()` only where no
+measured figure spans the call:
+- figures that are sums of individually timed passes (the no-cache lab's steps, the batching lab's steps) allow it
+  between any two passes, with the request's clock paused so the wait never shows as latency;
+- a figure that is one wall-clock span (the scheduling lab's engine run, its static batch, its one-at-a-time arrival
+  clock) never has a call inside it: the lab calls it only between such spans.
+So another session waits for at most one pass (or one span) of a long lab, and no lab's figures include its wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+Report = Callable[[float, str], None]  # (fraction done 0..1, what is happening)
+BetweenUnits = Callable[[], None]
+
+
+def keep_device() -> None:
+    """Outside a shared server (the CLI, tests) nobody waits: the work keeps the device."""
+
+
+class PausableClock(Protocol):
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+def between_passes(clock: PausableClock, between_units: BetweenUnits) -> None:
+    """Let anyone waiting go first with this request's clock stopped, so its token times exclude the wait."""
+    clock.pause()
+    try:
+        between_units()
+    finally:
+        clock.resume()
+
+
+@dataclass(frozen=True)
+class LabProgress:
+    """Callable like any progress report (it only moves the bar); `between_units()` passes the device on."""
+
+    report: Report
+    between_units: BetweenUnits = keep_device
+
+    def __call__(self, fraction: float, text: str) -> None:
+        self.report(fraction, text)

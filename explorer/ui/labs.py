@@ -1,0 +1,158 @@
+"""The No-cache and Batching pages' inputs: each lab's settings with what it will cost, modelled from this session's
+last run before anything runs (no model is loaded for it), the run on the device, and the batch's token check."""
+
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from explorer.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
+from explorer.batch import DEFAULT_BUDGET_S as BATCH_BUDGET_S
+from explorer.batch import validate as plan_batch
+from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request
+from explorer.errors import BadInput
+from explorer.hosting import LabSize
+from explorer.lab_progress import LabProgress
+from explorer.loading import LoadedModel
+from explorer.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
+from explorer.nocache import validate as estimate_nocache
+from explorer.trace import DeviceProfile, ModelInfo
+from explorer.ui import hosting_policy, run_lab
+from explorer.ui.state import current_run
+from explorer.ui.widgets import escape_markdown, show_error
+from explorer.units import human_bytes
+
+NOCACHE_RESULT = "explorer_nocache_result"
+BATCH_RESULT = "explorer_batch_result"
+CHARS_PER_TOKEN = 4  # English runs ~4 characters a token: enough for an estimate before anything is tokenized
+NOCACHE_MOST_S = 1800.0  # the largest time budget the page offers (a hosted server's cap, if lower)
+
+
+def last_figures() -> tuple[ModelInfo, DeviceProfile] | None:
+    """The model and device figures of this session's last run: enough for a modelled estimate, loading nothing."""
+    run = current_run()
+    return None if run is None else (run.trace.model, run.trace.device)
+
+
+def _modelled_for(info: ModelInfo, device: DeviceProfile) -> str:
+    return escape_markdown(f"modelled for {info.display_name} on {device.name}")  # the model name is user text
+
+
+# --- without a KV cache ----------------------------------------------------------------------------------------------
+def nocache_estimate_line(prompt: str, new_tokens: int, budget_s: float) -> str:
+    """What the naive loop will cost, before it runs: from the last run's figures and an approximate prompt length."""
+    figures = last_figures()
+    if figures is None:
+        return (
+            f"The naive loop's time is estimated (modelled) and checked against the {budget_s:.0f} s budget before it "
+            "starts; run the model once from the sidebar to see the estimate here first."
+        )
+    info, device = figures
+    prompt_tokens = max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN))
+    try:
+        estimate_s = estimate_nocache(info, device, prompt_tokens, new_tokens, budget_s)
+    except BadInput as exc:
+        return escape_markdown(f"As set, this would be refused: {exc}")
+    return (
+        f"Estimated before running ({_modelled_for(info, device)}, ≈{prompt_tokens} prompt tokens at ≈"
+        f"{CHARS_PER_TOKEN} characters a token): the naive loop takes ≈{estimate_s:.1f} s of the {budget_s:.0f} s "
+        "budget. The exact check runs on the tokenized prompt before anything starts."
+    )
+
+
+def nocache_inputs() -> None:
+    """The prompt, new tokens and budget, the modelled estimate for them, and the button that runs both loops."""
+    prompt = st.text_input("Prompt (no chat template)", value="The history of the printing press")
+    new_tokens = int(
+        st.number_input(
+            "New tokens",
+            min_value=MIN_NEW_TOKENS,
+            max_value=MAX_NEW_TOKENS_LIMIT,
+            value=DEFAULT_NEW_TOKENS,
+            help="Up to the model's context (prompt + new tokens), if the naive loop's estimate fits the budget. "
+            f"The growth is compared over the first and last {EDGE_STEPS} decode steps: ask for "
+            f"{2 * EDGE_STEPS + 1} or more.",
+        )
+    )
+    most_s = int(hosting_policy().lab_budget_s(NOCACHE_MOST_S))
+    budget_s = float(
+        st.number_input(
+            "Time budget (s)",
+            min_value=min(10, most_s),
+            max_value=most_s,
+            value=min(300, most_s),
+            help="A run whose modelled estimate is longer is refused before it starts.",
+        )
+    )
+    st.caption(nocache_estimate_line(prompt, new_tokens, budget_s))
+    if st.button("Run both loops", type="primary"):
+        request = Request(prompt, max_new_tokens=new_tokens, use_chat_template=False)
+
+        def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
+            return run_nocache(lm, device, request, budget_s, progress, progress.between_units)
+
+        size = LabSize(prompt_chars=len(prompt), new_tokens=new_tokens, budget_s=budget_s)
+        run_lab(NOCACHE_RESULT, "Running the cached and the naive loop", work, size)
+
+
+# --- batching --------------------------------------------------------------------------------------------------------
+def batch_plan_line(config: BatchConfig) -> str:
+    """The caps and the sweep's modelled cost, before it runs."""
+    caps = (
+        f"Caps: the largest batch's KV cache at most {human_bytes(config.kv_cap_bytes)}, the sweep at most "
+        f"{config.budget_s:.0f} s"
+    )
+    if hosting_policy().max_batch is not None:
+        caps += f", batches of at most {hosting_policy().max_batch} on this server"
+    figures = last_figures()
+    if figures is None:
+        return (
+            f"{caps}. Both are checked (modelled) before the sweep starts; run the model once from the sidebar to see "
+            "the estimate here first."
+        )
+    info, device = figures
+    try:
+        plan = plan_batch(info, device, config)
+    except BadInput as exc:
+        return escape_markdown(f"{caps}. As set, this would be refused: {exc}")
+    return (
+        f"{caps}. Estimated before running ({_modelled_for(info, device)}): batch {max(config.batch_sizes)}'s KV "
+        f"cache {human_bytes(plan.largest_kv_cache_bytes)}; the sweep ≈{plan.estimate_s:.1f} s for {plan.solo_runs} "
+        f"solo reference run(s) and {len(config.batch_sizes)} batch size(s)."
+    )
+
+
+def batch_inputs() -> None:
+    """Batch sizes, prompt and new tokens, one prompt or many, the caps and estimate, and the button for the sweep."""
+    sizes = st.text_input("Batch sizes", value=",".join(map(str, DEFAULT_BATCH_SIZES)))
+    left, right = st.columns(2)
+    prompt_tokens = int(left.number_input("Prompt tokens", min_value=1, max_value=1024, value=32))
+    new_tokens = int(right.number_input("New tokens", min_value=2, max_value=256, value=16))
+    distinct = st.toggle("Different prompts of equal length (off: one prompt repeated)", value=True)
+    budget_s = hosting_policy().lab_budget_s(BATCH_BUDGET_S)  # a hosted server's cap, if lower
+    try:
+        config = BatchConfig(parse_batch_sizes(sizes), prompt_tokens, new_tokens, distinct, budget_s=budget_s)
+    except BadInput as exc:
+        st.caption(escape_markdown(f"As set, this would be refused: {exc}"))
+        if st.button("Run the sweep", type="primary"):
+            show_error(str(exc))
+        return
+    st.caption(batch_plan_line(config))
+    if st.button("Run the sweep", type="primary"):
+
+        def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
+            return run_batch_sweep(lm, device, config, progress, progress.between_units)
+
+        size = LabSize(config.prompt_tokens, None, config.new_tokens, config.batch_sizes, config.budget_s)
+        run_lab(BATCH_RESULT, "Running every batch size", work, size)
+
+
+def batch_mismatches(result: BatchResult) -> None:
+    """A request whose batched tokens differ from its solo run: which token, and why, instead of hiding it."""
+    notes = [note for run in result.runs for note in run.mismatch_notes]
+    if not notes:
+        return
+    st.warning(f"{len(notes)} batched request(s) differ from their solo run in the same dtype: which token, and why.")
+    for note in notes:
+        st.text(note)  # token texts come from the model: never markdown

@@ -1,0 +1,278 @@
+"""The Scheduling page's sections: the workload form (served on the device when submitted) and the views of the
+session's stored `ScheduleRun`, each a chart or table built by `explorer.charts.schedule`."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer.charts import schedule as charts
+from explorer.errors import BadInput
+from explorer.hosting import LabSize
+from explorer.lab_progress import LabProgress
+from explorer.loading import LoadedModel
+from explorer.schedule import ScheduleRun, run_schedule
+from explorer.schedule_workload import (
+    MAX_REQUESTS,
+    SCHEDULERS,
+    EngineSettings,
+    Workload,
+    check_prompt_chars,
+    parse_float_list,
+    parse_int_list,
+    validate,
+)
+from explorer.trace import DeviceProfile
+from explorer.ui import hosting_policy, run_lab
+from explorer.ui.widgets import chart, current_slos_s, metrics, show_error, table
+from explorer.units import MB, human_bytes
+
+RUN_KEY = "explorer_schedule_run"  # the last ScheduleRun of this session (not a widget key)
+LAB_BUDGET_S = 600.0
+DEFAULT_PREFIX = (
+    "You are a careful assistant for a small public library. Answer in plain words, in two or three sentences, and "
+    "say when you are not sure. Never invent book titles, authors or dates."
+)
+
+
+# --- the workload ----------------------------------------------------------------------------------------------------
+def workload_from_inputs(
+    requests: int, prompt_tokens: str, new_tokens: str, stagger_ms: float, arrivals: str, prompts: str, prefix: str
+) -> Workload:
+    """The form's text as a Workload; what cannot be parsed is one line (validation comes after)."""
+    return Workload(
+        requests=requests,
+        prompt_tokens=parse_int_list(prompt_tokens, "Prompt tokens"),
+        new_tokens=parse_int_list(new_tokens, "New tokens"),
+        stagger_ms=stagger_ms,
+        arrivals_ms=parse_float_list(arrivals, "Arrival times") if arrivals.strip() else (),
+        prompts=tuple(line.strip() for line in prompts.splitlines() if line.strip()),
+        prefix=prefix,
+    )
+
+
+def lab_size(workload: Workload) -> LabSize:
+    """What a hosted server checks before the run takes the device: typed texts by characters, else token targets."""
+    typed = bool(workload.prompts or workload.prefix)
+    in_front = len(workload.prefix) + 1 if workload.prefix else 0
+    return LabSize(
+        prompt_tokens=None if workload.prompts else max(workload.prompt_tokens),
+        prompt_chars=in_front + max((len(p) for p in workload.prompts), default=0) if typed else None,
+        new_tokens=max(workload.new_tokens),
+        batch_sizes=(workload.requests,),
+        budget_s=hosting_policy().lab_budget_s(LAB_BUDGET_S),
+    )
+
+
+def serve(workload: Workload, settings: EngineSettings, compare: bool) -> None:
+    """Refuse bad input in a blink, then serve the workload on the device in turn (kept under RUN_KEY)."""
+    validate(workload, settings)
+    check_prompt_chars(workload, hosting_policy().max_prompt_chars)
+
+    def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> ScheduleRun:
+        return run_schedule(
+            lm, device, workload, settings, compare=compare, on_progress=progress, between_units=progress.between_units
+        )
+
+    run_lab(RUN_KEY, "Serving the workload", work, lab_size(workload))
+
+
+def workload_form() -> None:
+    """The workload, the engine's settings and the comparisons; submitting serves it."""
+    defaults, engine = Workload(), EngineSettings()
+    with st.form("schedule-form"):
+        left, middle, right = st.columns(3)
+        requests = left.number_input("Requests", min_value=1, max_value=MAX_REQUESTS, value=defaults.requests, step=1)
+        prompt_tokens = left.text_input(
+            "Prompt tokens (cycled over the requests)",
+            value=",".join(map(str, defaults.prompt_tokens)),
+            help="Each request's own text, from a fixed corpus; a shared prefix is added in front.",
+        )
+        new_tokens = left.text_input("New tokens (cycled)", value=",".join(map(str, defaults.new_tokens)))
+        prompts = left.text_area(
+            "Prompt texts (optional, one per line)",
+            height=100,
+            help="One line per request, sent as typed (no chat template); replaces the prompt-token targets.",
+        )
+        stagger_ms = middle.number_input(
+            "Arrivals every (ms)", 0.0, 10_000.0, defaults.stagger_ms, 50.0, help="0 sends every request at once."
+        )
+        arrivals = middle.text_input(
+            "Arrival times (ms, optional)",
+            help="One per request, comma-separated, earliest first (e.g. 0, 0, 250, 400): replaces the stagger.",
+        )
+        use_prefix = middle.toggle("Shared system prompt", value=False)
+        prefix = middle.text_area("System prompt", value=DEFAULT_PREFIX, height=100)
+        compare = middle.toggle("Compare 3 ways", True, help="Also serve it with static batching and one at a time.")
+        scheduler = right.selectbox("Scheduler", list(SCHEDULERS), help="fifo: decodes first; prefill-first")
+        budget = right.number_input("Token budget per step", 4, 8192, engine.token_budget, 16)
+        block_size = right.number_input("KV block size (tokens)", 4, 256, engine.block_size)
+        num_blocks = right.number_input("KV blocks", 1, 4096, engine.num_blocks)
+        prefix_sharing = right.toggle("Prefix sharing", value=engine.prefix_sharing)
+        if not st.form_submit_button("Run", type="primary"):
+            return
+    try:
+        shared = prefix.strip() if use_prefix else ""
+        workload = workload_from_inputs(
+            int(requests), prompt_tokens, new_tokens, float(stagger_ms), arrivals, prompts, shared
+        )
+        settings = EngineSettings(scheduler, int(budget), int(block_size), int(num_blocks), prefix_sharing)
+        serve(workload, settings, compare)
+    except BadInput as exc:
+        show_error(str(exc))
+
+
+# --- the views of a stored run ---------------------------------------------------------------------------------------
+def summary_section(run: ScheduleRun) -> None:
+    summary = run.summary()
+    same = {True: "yes", False: "NO", None: "n/a"}[summary["all_tokens_match_solo"]]
+    metrics(
+        [
+            ("Steps", str(summary["steps"]), "engine steps: one forward pass each"),
+            ("Mixed steps", str(summary["mixed_steps"]), "prefill and decode tokens in one forward pass"),
+            ("Chunked steps", str(summary["steps_with_partial_prefill"]), "steps carrying part of a split prompt"),
+            ("Prefill tokens", str(summary["prefill_tokens_computed"]), "prompt tokens the engine computed"),
+            ("Tokens/s", f"{summary['tokens_per_s']:.1f}", "measured: all tokens / first arrival to last token"),
+            ("Same as solo", same, "every request's greedy tokens equal the explorer's solo run of its prompt"),
+        ]
+    )
+    st.text(  # text, not markdown: the model name is whatever the user typed
+        f"{run.model} · {run.dtype} on {run.device} · transformers {run.transformers_version} · scheduler "
+        f"{run.settings.scheduler}, budget {run.settings.token_budget} tokens/step, {run.engine_num_blocks} blocks x "
+        f"{run.settings.block_size} tokens · measured on a machine other sessions may share"
+    )
+    mismatches = [c for c in run.checks if not c.matches]
+    if mismatches:
+        st.warning(f"{len(mismatches)} of {len(run.checks)} requests differ from their solo greedy run (why, below).")
+        for check in mismatches:
+            st.text(check.explanation)  # token texts come from the model: never markdown
+
+
+def steps_section(run: ScheduleRun) -> None:
+    st.subheader("Engine steps")
+    steps = charts.steps_frame(run)
+    chart(
+        charts.steps_chart(steps),
+        steps,
+        "schedule-steps",
+        "Each column is one forward pass: its tokens stacked by request (white seams), prefill orange, decode green. "
+        "'mixed' steps carry both; 'chunk' marks a prompt split by the token budget. Below: each step's time.",
+        "measured: tokens from the engine's scheduled batch, time around its forward and sampling",
+    )
+    table(
+        charts.step_table_frame(run),
+        "Every step: p = prompt tokens computed for a request, d = its one decode token.",
+        "measured",
+    )
+
+
+def requests_section(run: ScheduleRun) -> None:
+    st.subheader("Requests over time")
+    timeline = charts.timeline_frame(run)
+    chart(
+        charts.timeline_chart(timeline, [r.id for r in run.requests]),
+        timeline,
+        "schedule-timeline",
+        "Queued from arrival until a step first computes its tokens, prefilling until its first token, then decoding "
+        "(ticks: each token). TTFT = queued + prefilling.",
+        "measured on the run's clock",
+    )
+    ttft_slo_s, itl_slo_s = current_slos_s()
+    table(
+        charts.latency_frame(run, ttft_slo_s, itl_slo_s),
+        f"Per request: TTFT split into queue and prefill, ITL p50/p99, E2E, against the Latency page's SLOs (TTFT "
+        f"{ttft_slo_s * 1e3:.0f} ms, ITL {itl_slo_s * 1e3:.0f} ms; pass = strictly under).",
+        "measured · SLOs from the Latency page",
+    )
+
+
+def blocks_section(run: ScheduleRun) -> None:
+    st.subheader("The block table")
+    blocks = charts.blocks_frame(run)
+    chart(
+        charts.blocks_chart(blocks, [r.id for r in run.requests], run.engine_num_blocks),
+        blocks,
+        "schedule-blocks",
+        f"Which KV blocks ({run.settings.block_size} tokens, {human_bytes(run.block_bytes)} each) each request "
+        "holds after each step is scheduled; black: a block held by several requests (a shared prefix).",
+        "measured: the engine's block tables",
+    )
+    memory = charts.memory_frame(run)
+    peak_mb = memory.groupby("layout")["mb"].max()
+    paged, contiguous = (human_bytes(peak_mb[layout] * MB) for layout in charts.LAYOUT_DOMAIN)
+    chart(
+        charts.memory_chart(memory),
+        memory,
+        "schedule-memory",
+        f"Peak {paged} paged against {contiguous} if each admitted request reserved its prompt + max new tokens "
+        "contiguously: paging allocates a block only when a token needs it and frees it when the request ends.",
+        "modelled from the measured block tables and the KV bytes per token",
+    )
+
+
+def modes_section(run: ScheduleRun) -> None:
+    """Continuous batching against static batching and one at a time: totals, then each request's TTFT and ITL."""
+    if not run.baselines:
+        return
+    st.subheader("Continuous batching, static batching, one at a time")
+    modes = charts.modes_frame(run.modes)
+    table(
+        modes,
+        "The same workload three ways, one after another: static batching waits for the whole batch, then "
+        "prefills and decodes it until the longest request ends; one at a time serves each request alone.",
+        "measured",
+    )
+    chart(
+        charts.throughput_chart(modes),
+        modes,
+        "schedule-throughput",
+        "Total generated tokens over the time from the first arrival to the last token.",
+        "measured",
+    )
+    per_request = charts.mode_requests_frame(run.modes)
+    table(per_request, "Each request under each mode: TTFT, ITL p50 and p99, E2E.", "measured")
+    for metric, title, meaning in (
+        ("ttft_ms", "TTFT (ms, measured)", "Time to first token of each request under each mode."),
+        ("itl_p50_ms", "ITL p50 (ms, measured)", "Each request's median gap between its tokens under each mode."),
+    ):
+        name = f"schedule-modes-{metric.split('_')[0]}"
+        chart(charts.mode_requests_chart(per_request, metric, title), per_request, name, meaning, "measured")
+    for mode in run.baselines:
+        for check in (c for c in mode.checks if not c.matches):
+            st.text(f"{mode.mode}: {check.explanation}")
+
+
+def prefix_section(run: ScheduleRun) -> None:
+    if run.prefix_off is None:
+        return
+    st.subheader("Prefix sharing on against off")
+    rows = charts.prefix_frame(run)
+    saved = run.prefix_off.prefill_tokens_computed - run.prefill_tokens_computed
+    same = "yes" if bool(rows["same_tokens"].all()) else "NO"
+    chart(
+        charts.prefix_chart(rows, "prefill_tokens", "prompt tokens computed"),
+        rows,
+        "schedule-prefix-tokens",
+        f"{saved} prompt tokens not computed with sharing on; identical tokens with and without: {same}. Reuse is "
+        "in whole blocks, of blocks complete before the request is scheduled.",
+        "measured: two runs of the same workload",
+    )
+    chart(
+        charts.prefix_chart(rows, "ttft_ms", "TTFT (ms, measured)"),
+        rows,
+        "schedule-prefix-ttft",
+        "TTFT of each request with prefix sharing on and off.",
+        "measured",
+    )
+
+
+def prompts_section(run: ScheduleRun) -> None:
+    st.subheader("Prompts")
+    table(
+        charts.prompts_frame(run),
+        "Check one alone: `python -m explorer run --no-chat-template --max-new-tokens N --prompt TEXT` gives the same "
+        "ids.",
+        "as sent to the engine",
+    )
+    st.download_button(
+        "Download the run (JSON)", run.to_json(), file_name="schedule.json", mime="application/json", on_click="ignore"
+    )

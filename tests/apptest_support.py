@@ -1,0 +1,42 @@
+"""Shared AppTest set-up for page tests: the app run as a server runs it, and a page opened on a given run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.testing.v1 import AppTest
+
+from explorer import ui
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ServerPagesManager(PagesManager):
+    """A PagesManager that keeps the flag `st.navigation` clears, as a real server's does across runs."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def navigation_like_a_server() -> Iterator[None]:
+    """AppTest builds a new PagesManager every run and, seeing a `pages/` folder, falls back to the legacy multipage
+    path that skips app.py; give it one that behaves as on a server. Import the fixture into a test module to use it."""
+    with mock.patch("streamlit.testing.v1.app_test.PagesManager", ServerPagesManager):
+        yield
+
+
+def open_page(page: str, result: ui.RunResult | None = None, timeout_s: float = 60) -> AppTest:
+    """The app with `result` as the session's finished run (as the sidebar would leave it), switched to `page`."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout_s)
+    if result is not None:
+        at.session_state[ui.RUN] = result
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, at.exception
+    return at

@@ -1,0 +1,115 @@
+"""The No-cache and Batching pages through AppTest on the tiny model: the modelled estimate shown before a run, the
+run, every chart with its CSV, PNG and SVG downloads, the growth claim held to its margin, and one-line refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from explorer import ui
+from explorer.engine import Request, generate
+from explorer.loading import LoadedModel
+from explorer.trace import DeviceProfile
+from explorer.ui import labs
+from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 180  # a first lab run measures the device
+
+
+@pytest.fixture
+def lab_app(tiny_llama_dir: Path) -> AppTest:
+    """The app with the tiny model as the sidebar's last choice (the labs run on it) and no run yet."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
+    at.run()
+    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    return at
+
+
+@pytest.fixture
+def with_a_run(lab_app: AppTest, tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> AppTest:
+    """As if the sidebar had run the tiny model once: its figures are what the estimates are modelled from."""
+    trace = generate(tiny_lm, Request("hi", max_new_tokens=2, use_chat_template=False), cpu_figures)
+    lab_app.session_state[ui.RUN] = ui.RunResult(trace, None, "", "run 1: hi")
+    return lab_app
+
+
+def captions(at: AppTest) -> str:
+    return " ".join(c.value for c in at.caption)
+
+
+def assert_every_chart_has_its_downloads(at: AppTest, charts: int) -> None:
+    assert len(at.get("vega_lite_chart")) == charts
+    labels = [b.label for b in at.main.get("download_button")]
+    assert labels.count("PNG") == labels.count("SVG") == charts
+    assert sum(label.startswith("Download data:") for label in labels) >= charts  # and a CSV beside each
+
+
+def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
+    at = with_a_run.switch_page("pages/nocache.py").run()
+    assert "Estimated before running" in captions(at) and "of the 300 s budget" in captions(at)
+    assert at.number_input[0].min == 3
+    at.text_input[0].input("hello there")
+    at.number_input[0].set_value(20)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert_every_chart_has_its_downloads(at, 4)
+    labels = [m.label for m in at.metric]
+    assert at.metric[0].value == "yes" and "Naive loop, estimated" in labels
+    sentence = " ".join(m.value for m in at.markdown)
+    assert "first 8 decode steps" in sentence and "over 2x the cached growth and over 1 ms" in sentence
+    assert any("bytes_moved" in d.value.columns for d in at.dataframe)  # the per-step table, modelled bytes
+    kept = at.session_state[labs.NOCACHE_RESULT]
+    at.switch_page("pages/batching.py").run().switch_page("pages/nocache.py").run()
+    assert at.session_state[labs.NOCACHE_RESULT] is kept  # a view change never re-runs it
+
+
+def test_a_short_no_cache_run_does_not_claim_a_first_8_last_8_comparison(lab_app: AppTest) -> None:
+    at = lab_app.switch_page("pages/nocache.py").run()
+    assert "run the model once from the sidebar" in captions(at)
+    at.number_input[0].set_value(5)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    sentence = " ".join(m.value for m in at.markdown)
+    assert "only 4 decode steps" in sentence and "first 8 decode steps" not in sentence
+
+
+def test_the_no_cache_page_refuses_past_the_context_in_one_line(with_a_run: AppTest) -> None:
+    at = with_a_run.switch_page("pages/nocache.py").run()
+    at.number_input[0].set_value(300)  # the tiny model's context is 256 tokens
+    assert "As set, this would be refused" in captions(at.run())
+    at.button[0].click().run()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "context" in errors[0] and labs.NOCACHE_RESULT not in at.session_state
+
+
+def test_the_batching_page_shows_caps_and_estimate_then_runs(with_a_run: AppTest) -> None:
+    at = with_a_run.switch_page("pages/batching.py").run()
+    at.text_input[0].input("1,2,4")
+    at.number_input[0].set_value(8)
+    at.number_input[1].set_value(4)
+    before = captions(at.run())
+    assert "at most 2.00 GB" in before and "at most 600 s" in before
+    assert "Estimated before running" in before and "4 solo reference run(s) and 3 batch size(s)" in before
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert_every_chart_has_its_downloads(at, 4)
+    assert at.metric[0].value == "yes" and not at.warning  # every request's tokens equal its solo tokens
+
+
+def test_a_batched_token_that_differs_is_shown_with_its_reason() -> None:
+    def page() -> None:
+        from types import SimpleNamespace
+
+        from explorer.ui import labs
+
+        note = "batch 4, request 2: token 3 is 7 'a' in the batch but 9 'b' alone. Same dtype, other kernel shapes."
+        labs.batch_mismatches(SimpleNamespace(runs=[SimpleNamespace(mismatch_notes=(note,))]))
+
+    at = AppTest.from_function(page).run()
+    assert len(at.warning) == 1 and "1 batched request(s) differ" in at.warning[0].value
+    assert [t.value for t in at.text] == [
+        "batch 4, request 2: token 3 is 7 'a' in the batch but 9 'b' alone. Same dtype, other kernel shapes."
+    ]

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the app imports `explorer` from the checkout
 
 from explorer.soak import PROMPTS, RSS_SOURCE, rss_bytes  # noqa: E402
+from explorer.units import megabytes  # noqa: E402
 
 CHECKPOINTS = (10, 50, 100)
 MAX_NEW_TOKENS = 8
@@ -36,7 +37,7 @@ def main(runs: int) -> None:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
         at.run()
         started = time.monotonic()
-        print(f"rss source: {RSS_SOURCE}; before the first run: {rss_bytes() / 2**20:.1f} MiB", flush=True)
+        print(f"rss source: {RSS_SOURCE}; before the first run: {megabytes(rss_bytes())}", flush=True)
         seen: dict[int, int] = {}
         for run in range(1, runs + 1):
             at.sidebar.text_area[0].input(PROMPTS[run % len(PROMPTS)])
@@ -47,11 +48,9 @@ def main(runs: int) -> None:
             assert not at.exception, at.exception
             if run in CHECKPOINTS or run == runs:
                 seen[run] = rss_bytes()
-                print(
-                    f"run {run:>4}: RSS {seen[run] / 2**20:8.1f} MiB ({time.monotonic() - started:.0f} s)", flush=True
-                )
+                print(f"run {run:>4}: RSS {megabytes(seen[run]):>10} ({time.monotonic() - started:.0f} s)", flush=True)
         if 10 in seen and runs in seen:
-            print(f"growth from run 10 to run {runs}: {(seen[runs] - seen[10]) / 2**20:+.1f} MiB")
+            print(f"growth from run 10 to run {runs}: {megabytes(seen[runs] - seen[10], signed=True)}")
 
 
 if __name__ == "__main__":

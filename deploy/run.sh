@@ -22,10 +22,13 @@ if [ -z "$python" ]; then
 fi
 
 # fileWatcherType none: a server does not reload on file changes (and spends no CPU watching the checkout).
+# maxUploadSize 2 (MB): the only upload is a recorded sweep's JSON (the Endpoint page), far smaller; Streamlit's
+# default of 200 MB would let a visitor fill the server's memory.
 exec "$python" -m streamlit run app.py \
   --server.headless true \
   --server.address "$host" \
   --server.port "$port" \
   --server.fileWatcherType none \
+  --server.maxUploadSize 2 \
   --browser.gatherUsageStats false \
   "$@"

@@ -16,13 +16,14 @@ from explorer.engine import decode_one_token, new_cache, prefill
 from explorer.errors import BadInput
 from explorer.loading import LoadedModel
 from explorer.trace import ModelInfo, Trace
+from explorer.units import MIB, mebibytes
 
 CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # a hosted demo can lower the per-run cap
 
 
 def default_cap_bytes() -> int:
     """$EXPLORER_ATTENTION_CAP_MIB, else 512 MiB of float16 maps per run (30 layers x 512 tokens take ~141 MiB)."""
-    return int(float(os.environ.get(CAP_ENV, "512")) * 2**20)
+    return int(float(os.environ.get(CAP_ENV, "512")) * MIB)
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,8 @@ def check_capture(
     needed = attention_bytes(len(chosen), info.heads, prompt_len, decode_lens)
     if needed > cap_bytes:
         raise AttentionCapExceeded(
-            f"Attention capture needs {needed / 2**20:.0f} MiB for {len(chosen)} layers x {prompt_len} tokens, "
-            f"over the {cap_bytes / 2**20:.0f} MiB cap: capture fewer layers or use a shorter prompt."
+            f"Attention capture needs {mebibytes(needed)} for {len(chosen)} layers x {prompt_len} tokens, "
+            f"over the {mebibytes(cap_bytes)} cap: capture fewer layers or use a shorter prompt."
         )
     return chosen
 

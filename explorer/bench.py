@@ -1,8 +1,10 @@
 """A/B benchmark in one process: HF `generate()` against the explorer's instrumented loop, plus roofline limits.
 
 Both sides run the same model, dtype, device, greedy decoding, KV cache on, the same fixed prompt and the same number
-of new tokens (EOS ignored). Prefill is the first forward's time alone (HF: timed by forward hooks), ITL the gaps
-between consecutive generated tokens (HF: timed by a streamer). Order alternates each repeat to spread drift.
+of new tokens (EOS ignored). Prefill is the first forward's time alone, on both sides by `explorer.timing` (HF: its
+`Stopwatch` in forward hooks; the explorer: `timed`, the same clocks); ITL the gaps between consecutive generated
+tokens, host clock stamps once each token reached the host (HF: a streamer). Order alternates each repeat to spread
+drift.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from explorer.errors import BadInput
 from explorer.loading import LoadedModel
 from explorer.report import format_device
 from explorer.roofline import pass_flops
-from explorer.timing import synchronize
+from explorer.timing import Stopwatch
 from explorer.trace import DeviceProfile, ModelInfo
 
 # Public-domain text (the opening of "Pride and Prejudice"), repeated to reach the requested prompt length.
@@ -128,15 +130,13 @@ class _TokenClock:
 
 def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTiming:
     forward_s: list[float] = []
-    started: list[float] = []
+    watch = Stopwatch(lm.torch_device)  # the explorer's passes are timed by the same clocks (`timing.timed`)
 
     def before(_module: torch.nn.Module, _args: object) -> None:
-        synchronize(lm.torch_device)
-        started.append(time.perf_counter())
+        watch.start()
 
     def after(_module: torch.nn.Module, _args: object, _output: object) -> None:
-        synchronize(lm.torch_device)
-        forward_s.append(time.perf_counter() - started[-1])
+        forward_s.append(watch.stop())
 
     clock = _TokenClock()
     handles = [lm.model.register_forward_pre_hook(before), lm.model.register_forward_hook(after)]

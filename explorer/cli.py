@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from explorer.errors import BadInput, ExplorerError, one_line
+from explorer.errors import BadInput, ExplorerError, one_line, out_of_memory_as_run_failed
 from explorer.paths import EMBEDDED, layer_count_without_loading
 
 if TYPE_CHECKING:  # torch and transformers load only once the input has been checked: bad input fails in a blink
@@ -133,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     from explorer.measure import measure
     from explorer.report import format_trace
     from explorer.trace import Sampling
+    from explorer.units import mebibytes
 
     request = Request(
         prompt=args.prompt,
@@ -164,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         same = {True: "yes", False: "NO", None: "n/a (sampled run)"}[maps.same_tokens_as(trace)]
         print(
             f"attention: captured {len(maps.layers)} layers x {maps.heads} heads, prefill {trace.prompt_len}x"
-            f"{trace.prompt_len}, {len(trace.decodes)} decode rows, {maps.nbytes / 2**20:.1f} MiB (float16); "
+            f"{trace.prompt_len}, {len(trace.decodes)} decode rows, {mebibytes(maps.nbytes, 1)} (float16); "
             f"replay chose the same tokens: {same}"
         )
         if args.attention_npz:
@@ -204,16 +205,14 @@ def main(argv: list[str] | None = None) -> int:
             args.precheck(args)
         if getattr(args, "loads_models", True):  # a client of a remote server never imports torch
             quiet_libraries()
-        args.func(args)
+        with out_of_memory_as_run_failed(f"running `explorer {args.command}`"):  # one line, errors.OOM_ADVICE
+            args.func(args)
     except ExplorerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    except MemoryError:
-        print("error: out of memory: use a shorter prompt, fewer new tokens or a smaller dtype.", file=sys.stderr)
-        return 1
     except Exception as exc:
         if os.environ.get("EXPLORER_DEBUG"):  # a developer wants the traceback
             raise

@@ -36,6 +36,7 @@ import json
 import os
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -47,6 +48,7 @@ from urllib.parse import urlsplit
 
 from explorer.errors import BadInput, ExplorerError, RunFailed, one_line
 from explorer.trace import ItlPercentiles, percentile
+from explorer.units import ms_value
 
 Api = Literal["chat", "completions"]
 TokenSource = Literal["usage", "tokenizer", "chunks"]
@@ -268,8 +270,24 @@ class RequestRecord(ItlPercentiles):
         itl_p99_s = self.itl_p99_s
         return itl_p99_s is None or itl_p99_s < itl_slo_s
 
+    @property
+    def chunk_tokens_total(self) -> int:
+        return sum(self.chunk_tokens)
+
+    @property
+    def tokens_disagree(self) -> bool:
+        """The chunks' token counts do not add up to the server's own total: the ITLs are spread over the wrong
+        number of tokens (one token per chunk assumed, or a tokenizer other than the server's)."""
+        return self.ok and self.output_tokens_from == "usage" and self.chunk_tokens_total != self.output_tokens
+
     def summary(self) -> dict[str, Any]:
-        return {"itl_s": list(self.itl_s), "tpot_s": self.tpot_s, "tokens_per_s": self.tokens_per_s}
+        return {
+            "itl_s": list(self.itl_s),
+            "tpot_s": self.tpot_s,
+            "tokens_per_s": self.tokens_per_s,
+            "chunk_tokens_total": self.chunk_tokens_total,
+            "tokens_disagree": self.tokens_disagree,
+        }
 
 
 @dataclass(frozen=True)
@@ -370,6 +388,26 @@ class SweepResult:
     def level(self, concurrency: int) -> LevelResult:
         return next(level for level in self.levels if level.concurrency == concurrency)
 
+    @property
+    def disagreeing_records(self) -> tuple[RequestRecord, ...]:
+        """Requests whose per-chunk token counts do not sum to the server's usage total."""
+        return tuple(r for level in self.levels for r in level.records if r.tokens_disagree)
+
+    @property
+    def tokens_note(self) -> str:
+        """One line when some per-chunk counts disagree with the server's totals; empty when none do."""
+        bad = self.disagreeing_records
+        if not bad:
+            return ""
+        first = bad[0]
+        return (
+            f"{len(bad)} of {sum(len(level.records) for level in self.levels)} requests: the tokens counted per chunk "
+            f"(by {first.chunk_tokens_from}) sum to {first.chunk_tokens_total}, but the server's usage says "
+            f"{first.output_tokens} (request {first.index}): their ITLs are spread over the wrong number of tokens. "
+            "Count chunks with a tokenizer (the embedded one, or --tokenizer FOLDER) or use a server that reports "
+            "usage per chunk."
+        )
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for level, level_data in zip(self.levels, data["levels"]):
@@ -377,6 +415,8 @@ class SweepResult:
             level_data["summary"] = level.summary(self.ttft_slo_s, self.itl_slo_s)
             for record, record_data in zip(level.records, level_data["records"]):
                 record_data["summary"] = record.summary()
+        data["tokens_disagree_requests"] = len(self.disagreeing_records)
+        data["tokens_note"] = self.tokens_note
         return data
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -485,9 +525,22 @@ class Deadline:
         return time.monotonic() > self.at
 
 
+def _connect_failure(exc: OSError, url: ParsedUrl) -> str:
+    """What a failed connect means for the user, most specific first (each of these is an OSError)."""
+    where = f"{url.host}:{url.port}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"Nothing is listening at {where} (connection refused): start the server or fix the URL."
+    if isinstance(exc, socket.gaierror):
+        return f"Cannot resolve host '{url.host}': check the base URL."
+    if isinstance(exc, TimeoutError):
+        return f"No connection to {where} within {CONNECT_TIMEOUT_S:g} s: the host is unreachable or drops packets."
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS with {where} failed ({one_line(exc)}): check http vs https in the base URL."
+    return f"Cannot connect to {where}: {one_line(exc)}."
+
+
 def _connect(url: ParsedUrl, timeout_s: float) -> http.client.HTTPConnection:
     """Open the connection with a short timeout of its own, then wait up to `timeout_s` for each read."""
-    where = f"{url.host}:{url.port}"
     if url.scheme == "https":
         conn: http.client.HTTPConnection = http.client.HTTPSConnection(
             url.host, url.port, timeout=CONNECT_TIMEOUT_S, context=ssl.create_default_context()
@@ -496,20 +549,8 @@ def _connect(url: ParsedUrl, timeout_s: float) -> http.client.HTTPConnection:
         conn = http.client.HTTPConnection(url.host, url.port, timeout=CONNECT_TIMEOUT_S)
     try:
         conn.connect()
-    except ConnectionRefusedError as exc:
-        raise BadInput(
-            f"Nothing is listening at {where} (connection refused): start the server or fix the URL."
-        ) from exc
-    except socket.gaierror as exc:
-        raise BadInput(f"Cannot resolve host '{url.host}': check the base URL.") from exc
-    except TimeoutError as exc:
-        raise BadInput(
-            f"No connection to {where} within {CONNECT_TIMEOUT_S:g} s: the host is unreachable or drops packets."
-        ) from exc
-    except ssl.SSLError as exc:
-        raise BadInput(f"TLS with {where} failed ({one_line(exc)}): check http vs https in the base URL.") from exc
     except OSError as exc:
-        raise BadInput(f"Cannot connect to {where}: {one_line(exc)}.") from exc
+        raise BadInput(_connect_failure(exc, url)) from exc
     assert conn.sock is not None
     conn.sock.settimeout(timeout_s)
     return conn
@@ -692,6 +733,8 @@ def tokenizer_chunk_counter(tokenizer: Any) -> ChunkCounter:
     """Per-chunk token counts from one tokenization of the whole output: each token belongs to the chunk its last
     character arrived in (tokenizing chunks one by one would split tokens at chunk borders)."""
 
+    lock = threading.Lock()  # one tokenizer for every request thread of a level: a fast tokenizer is not re-entrant
+
     def count(texts: Sequence[str]) -> list[int]:
         ends: list[int] = []
         total = 0
@@ -699,7 +742,8 @@ def tokenizer_chunk_counter(tokenizer: Any) -> ChunkCounter:
             total += len(text)
             ends.append(total)
         counts = [0] * len(texts)
-        encoded = tokenizer("".join(texts), add_special_tokens=False, return_offsets_mapping=True)
+        with lock:
+            encoded = tokenizer("".join(texts), add_special_tokens=False, return_offsets_mapping=True)
         for _start, end in encoded["offset_mapping"]:
             counts[min(bisect.bisect_left(ends, end), len(texts) - 1)] += 1
         return counts
@@ -802,6 +846,10 @@ class SweepConfig:
             raise BadInput("The timeout must be within (0, 3600] s and the time limit within (0, 86400] s.")
 
 
+# What a SweepResult keeps of the SweepConfig it ran (same names on both).
+SWEEP_SETTINGS = ("endpoint", "prompt", "max_tokens", "requests_per_level", "ttft_slo_s", "itl_slo_s")
+
+
 def parse_levels(text: str) -> tuple[int, ...]:
     """'1,4' -> (1, 4): sorted, without repeats."""
     try:
@@ -886,16 +934,9 @@ def run_sweep(
                 f"All {len(level.records)} requests at concurrency {concurrency} failed; the first: {failures[0]}"
             )
         levels.append(level)
+    settings = {name: getattr(config, name) for name in SWEEP_SETTINGS}
     return SweepResult(
-        endpoint=config.endpoint,
-        prompt=config.prompt,
-        max_tokens=config.max_tokens,
-        requests_per_level=config.requests_per_level,
-        ttft_slo_s=config.ttft_slo_s,
-        itl_slo_s=config.itl_slo_s,
-        levels=tuple(levels),
-        warmup=warmup,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        **settings, levels=tuple(levels), warmup=warmup, created_at=datetime.now(UTC).isoformat(timespec="seconds")
     )
 
 
@@ -920,10 +961,6 @@ def measure_from_stream(
 
 
 # --- text report and the CLI -------------------------------------------------------------------------------------
-def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1e3:.1f}"
-
-
 def format_sweep(result: SweepResult, ttft_slo_s: float | None = None, itl_slo_s: float | None = None) -> str:
     ttft_slo_s = result.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
     itl_slo_s = result.itl_slo_s if itl_slo_s is None else itl_slo_s
@@ -933,7 +970,7 @@ def format_sweep(result: SweepResult, ttft_slo_s: float | None = None, itl_slo_s
         f"requests per level · up to {result.max_tokens} tokens each (all figures measured)",
     ]
     if result.warmup is not None:
-        lines.append(f"warm-up request, not counted: TTFT {_ms(result.warmup.ttft_s)} ms")
+        lines.append(f"warm-up request, not counted: TTFT {ms_value(result.warmup.ttft_s)} ms")
     header = (
         f"{'conc':>4} {'ok':>7} {'TTFT p50/p90/p99 ms':>24} {'ITL p50/p90/p99 ms':>22} {'out tok/s':>9} "
         f"{'req/s':>6} {'goodput':>9}"
@@ -941,8 +978,8 @@ def format_sweep(result: SweepResult, ttft_slo_s: float | None = None, itl_slo_s
     lines.append(header)
     for level in result.levels:
         s = level.summary(ttft_slo_s, itl_slo_s)
-        ttft = "/".join(_ms(s[f"ttft_p{q}_s"]) for q in PERCENTILES)
-        itl = "/".join(_ms(s[f"itl_p{q}_s"]) for q in PERCENTILES)
+        ttft = "/".join(ms_value(s[f"ttft_p{q}_s"]) for q in PERCENTILES)
+        itl = "/".join(ms_value(s[f"itl_p{q}_s"]) for q in PERCENTILES)
         rate = s["total_output_tokens_per_s"]
         lines.append(
             f"{level.concurrency:>4} {s['succeeded']:>3}/{s['requests']:<3} {ttft:>24} {itl:>22} "
@@ -956,6 +993,8 @@ def format_sweep(result: SweepResult, ttft_slo_s: float | None = None, itl_slo_s
         f"goodput: requests with TTFT < {ttft_slo_s * 1e3:g} ms and their p99 ITL < {itl_slo_s * 1e3:g} ms; "
         f"tokens counted by {result.token_sources}"
     )
+    if result.tokens_note:
+        lines.append(f"warning: {result.tokens_note}")
     lines.append(ITL_RULE)
     return "\n".join(lines)
 

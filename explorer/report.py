@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from explorer.roofline import prefill_ridge_tokens
-from explorer.trace import DeviceProfile, PassRecord, Spread, Trace
+from explorer.trace import DeviceProfile, ModelInfo, PassRecord, Spread, Trace
 from explorer.units import human_bandwidth, human_bytes, human_flops_per_s, ms
 
 MAX_ROWS = 24  # longer runs show the first and last passes
@@ -56,6 +56,13 @@ def format_device(d: DeviceProfile) -> str:
     return "\n".join(lines)
 
 
+def compute_bound_prompts(model: ModelInfo, device: DeviceProfile) -> str:
+    tokens = prefill_ridge_tokens(model, device)
+    if tokens is None:
+        return f"no prompt within the context of {model.max_context} tokens is compute-bound here"
+    return f"prompts of {tokens} tokens or more are compute-bound here"
+
+
 def format_trace(trace: Trace) -> str:
     m = trace.model
     lines = [
@@ -86,8 +93,8 @@ def format_trace(trace: Trace) -> str:
         f"({human_bytes(m.kv_bytes_per_token)} per token)",
         f"prefill  {prefill.cost.bound}-bound (model, intensity {prefill.cost.arithmetic_intensity:.1f} FLOP/B against "
         f"ridge {trace.device.ridge_point_flops_per_byte:.1f}): compute {ms(prefill.cost.t_compute_s)}, weights "
-        f"{ms(prefill.cost.t_weight_read_s)}, KV {ms(prefill.cost.t_kv_s)}; measured {ms(prefill.wall_s)}; prompts "
-        f"over ~{prefill_ridge_tokens(m, trace.device):.0f} tokens are compute-bound here",
+        f"{ms(prefill.cost.t_weight_read_s)}, KV {ms(prefill.cost.t_kv_s)}; measured {ms(prefill.wall_s)}; "
+        + compute_bound_prompts(m, trace.device),
     ]
     if trace.decodes:
         last = trace.decodes[-1]

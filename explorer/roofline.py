@@ -5,6 +5,8 @@ Plain Python, like nanoGPT's `estimate_mfu`: every count is written out so it ca
 
 from __future__ import annotations
 
+import bisect
+
 from explorer.trace import DeviceProfile, ModelInfo, PassCost
 
 
@@ -70,14 +72,22 @@ def pass_cost(
     )
 
 
-def prefill_ridge_tokens(model: ModelInfo, device: DeviceProfile) -> float:
-    """Prompt length above which a prefill is compute-bound on this device and dtype.
+def prefill_ridge_tokens(model: ModelInfo, device: DeviceProfile) -> int | None:
+    """The shortest prompt whose prefill is compute-bound on this device and dtype, None if none fits the context.
 
-    Per prompt token a prefill does ~2 FLOPs per matmul weight and reads every weight once per pass, so its
-    intensity is ~2 T / bytes_per_element FLOP/B (attention and KV traffic are small at these lengths); it crosses
-    the ridge when T > ridge x bytes_per_element / 2.
+    Found on the same `pass_cost` that states each pass's bound, not on a shortcut such as 2 T / bytes per element:
+    that shortcut ignores what is read but not multiplied (a tied embedding table is ~27 % of SmolLM2's weights)
+    and the KV traffic, so a page could then call a prompt "above the compute-bound length" beside a prefill it
+    calls memory-bound. Compute grows faster with T than bytes do (the weights are read once per pass), so the
+    bound flips once: bisect for the first compute-bound T.
     """
-    return device.ridge_point_flops_per_byte * model.bytes_per_element / 2
+
+    def compute_bound(tokens: int) -> bool:
+        return pass_cost(model, device, tokens, cache_len_before=0).bound == "compute"
+
+    lengths = range(1, model.max_context + 1)
+    first = bisect.bisect_left(lengths, True, key=compute_bound)
+    return lengths[first] if first < len(lengths) else None
 
 
 def roofline_time(flops: float, bytes_moved: float, device: DeviceProfile) -> float:

@@ -1,9 +1,11 @@
 """`python -m explorer soak`: many requests in one process through the app's own code path, watching the process's
 resident memory (RSS) for growth. A benchmark to read, not a timed test.
 
-The path is the app's: one `load_model`, then per run `engine.generate` with a per-pass callback and the warm-up the
-app runs, `attention.capture_attention` on every few runs, and what the app keeps: the current run with its maps
-and up to five earlier traces without them (the app's `RunResult` and history).
+The path is the app's (`explorer.ui.runner.execute_run`, without Streamlit): one `load_model`, then per run
+`measure.measure(lm, request, on_pass=...)` (warm-up, device figures, the timed passes, figures kept honest) with a
+per-pass callback that keeps each token as the page draws it, `attention.capture_attention(..., cap_bytes=...)`
+under the server's cap on every few runs, and what the app keeps: the current run with its maps and up to five
+earlier traces without them (the app's `RunResult` and history).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.errors import BadInput
+from explorer.units import megabytes
 
 DEFAULT_RUNS = 100
 DEFAULT_MAX_NEW_TOKENS = 8
@@ -28,8 +31,8 @@ DEFAULT_ATTENTION_EVERY = 5
 HISTORY_LENGTH = 5  # as explorer.ui.HISTORY_LENGTH: earlier traces the app keeps, without attention maps
 CHECKPOINT_RUNS = (10, 50, 100)
 MAX_RUNS = 100_000
-MIB = 2**20
-# Short prompts, cycled: a few tokens in and out keep 100 runs to a few minutes on a CPU.
+# Short prompts, cycled: a few tokens in and out keep each run to seconds on a CPU, most of them the app's own
+# warm-up and device-figure checks (`measure`), which a soak of the app's path must pay too.
 PROMPTS = (
     "Say hello.",
     "Name a colour.",
@@ -132,15 +135,16 @@ def run_soak(
 ) -> SoakResult:
     """Load once, then `config.runs` requests the way the app runs them; RSS is read after every run."""
     from explorer.attention import capture_attention
-    from explorer.device import device_profile
-    from explorer.engine import Request, generate
+    from explorer.engine import Request
+    from explorer.hosting import HostedPolicy
     from explorer.loading import load_model
+    from explorer.measure import measure
     from explorer.trace import PassRecord
 
     config.validate()
+    cap_bytes = HostedPolicy.from_env().attention_cap_bytes  # the app's cap: the hosted one, or None (the default)
     before_load = rss_bytes()
     lm = load_model(model, device, dtype, on_progress=on_progress)
-    profile = device_profile(lm.torch_device.type, lm.info.dtype)
     started = time.perf_counter()
     samples = [RssSample(0, rss_bytes(), 0.0, 0, False)]
     current: tuple[object, object | None] | None = None  # (trace, attention maps): the app's current RunResult
@@ -152,17 +156,17 @@ def run_soak(
             streamed.append(p.token_text)  # the app draws each token as its pass finishes
 
         request = Request(prompt=config.prompt_for(run), max_new_tokens=config.max_new_tokens)
-        trace = generate(lm, request, device=profile, on_pass=on_pass)
+        trace = measure(lm, request, on_pass=on_pass)
         if current is not None:
             history.append(current[0])
         current = (trace, None)
         captured = config.captures_attention(run)
         if captured:
-            current = (trace, capture_attention(lm, trace))
+            current = (trace, capture_attention(lm, trace, cap_bytes=cap_bytes))
         sample = RssSample(run, rss_bytes(), time.perf_counter() - started, trace.new_tokens, captured)
         samples.append(sample)
         if on_progress:
-            on_progress(run / config.runs, f"run {run} of {config.runs}: RSS {sample.rss_bytes / MIB:.1f} MiB")
+            on_progress(run / config.runs, f"run {run} of {config.runs}: RSS {megabytes(sample.rss_bytes)}")
         if on_checkpoint and run in config.checkpoints:
             on_checkpoint(sample)
     return SoakResult(
@@ -177,7 +181,7 @@ def run_soak(
 
 
 def format_checkpoint(sample: RssSample) -> str:
-    return f"run {sample.run:>5}: RSS {sample.rss_bytes / MIB:8.1f} MiB after {sample.elapsed_s:7.1f} s"
+    return f"run {sample.run:>5}: RSS {megabytes(sample.rss_bytes):>10} after {sample.elapsed_s:7.1f} s"
 
 
 def format_soak(result: SoakResult) -> str:
@@ -192,9 +196,9 @@ def format_soak(result: SoakResult) -> str:
         [
             f"soak: {result.config.runs} runs of {result.model} ({result.dtype} on {result.device}), up to "
             f"{result.config.max_new_tokens} new tokens each, {attention}; RSS from {result.rss_source}",
-            f"RSS before loading {result.rss_before_load_bytes / MIB:.1f} MiB, after loading "
-            f"{result.rss_at(0) / MIB:.1f} MiB",
-            f"growth from run {first} to run {last}: {result.growth_bytes / MIB:+.1f} MiB (measured)",
+            f"RSS before loading {megabytes(result.rss_before_load_bytes)}, after loading "
+            f"{megabytes(result.rss_at(0))}",
+            f"growth from run {first} to run {last}: {megabytes(result.growth_bytes, signed=True)} (measured)",
         ]
     )
 

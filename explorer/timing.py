@@ -23,20 +23,42 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(device: torch.device | str, fn: Callable[..., T], *args: object) -> tuple[T, float]:
-    """`fn(*args)` and the seconds it took on `device`, nothing else inside the clocks."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        synchronize(device)
-        start.record()
-        out = fn(*args)
+class Stopwatch:
+    """`timed` split into a start and a stop, for code that cannot wrap the call itself (a forward pre-hook starts
+    it, a forward hook stops it, as the bench does around HF `generate()`'s first forward). The same clocks as
+    `timed`, so the two sides of an A/B read one clock."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.on_gpu = self.device.type == "cuda"
+        self.started_s = 0.0  # perf_counter at start(), on a CPU
+        self.start_event: torch.cuda.Event | None = None
+
+    def start(self) -> None:
+        synchronize(self.device)  # work queued before the call is not the call's
+        if self.on_gpu:
+            self.start_event = torch.cuda.Event(enable_timing=True)
+            self.start_event.record()
+        else:
+            self.started_s = time.perf_counter()
+
+    def stop(self) -> float:
+        """Seconds since `start()`, once the device has finished everything queued in between."""
+        if not self.on_gpu:
+            return time.perf_counter() - self.started_s
+        assert self.start_event is not None, "stop() before start()"
+        end = torch.cuda.Event(enable_timing=True)
         end.record()
         end.synchronize()
-        return out, start.elapsed_time(end) / 1e3  # elapsed_time is in ms
-    started = time.perf_counter()
+        return self.start_event.elapsed_time(end) / 1e3  # elapsed_time is in ms
+
+
+def timed(device: torch.device | str, fn: Callable[..., T], *args: object) -> tuple[T, float]:
+    """`fn(*args)` and the seconds it took on `device`, nothing else inside the clocks."""
+    watch = Stopwatch(device)
+    watch.start()
     out = fn(*args)
-    return out, time.perf_counter() - started
+    return out, watch.stop()
 
 
 def repeat_timed(device: torch.device | str, fn: Callable[[], object], repeats: int) -> list[float]:

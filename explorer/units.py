@@ -7,6 +7,7 @@ from __future__ import annotations
 
 KB, MB, GB = 1e3, 1e6, 1e9
 GIB = 1024**3  # GPU memory sizes are binary; only they use it
+MIB = 1024**2  # binary too, only where an operator sets a figure in MiB (the attention cap, EXPLORER_ATTENTION_CAP_MIB)
 
 
 def human_bytes(n: float) -> str:
@@ -15,6 +16,17 @@ def human_bytes(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.{1 if abs(n) >= 100 * size else 2}f} {unit}"
     return f"{n:.0f} B"
+
+
+def megabytes(n: float, signed: bool = False) -> str:
+    """'537.2 MB' with one decimal whatever the size, so a column of them lines up (RSS over a soak); signed for a
+    change: '+3.1 MB'."""
+    return f"{n / MB:{'+' if signed else ''}.1f} MB"
+
+
+def mebibytes(n: float, decimals: int = 0) -> str:
+    """'141 MiB': attention maps beside their cap, which the operator sets in MiB."""
+    return f"{n / MIB:.{decimals}f} MiB"
 
 
 def human_bandwidth(bytes_per_s: float) -> str:
@@ -38,9 +50,14 @@ def to_ms(seconds: float) -> float:
     return seconds * 1e3
 
 
+def ms_value(seconds: float | None, decimals: int = 1) -> str:
+    """For a column whose header says ms: '12.3', or 'n/a'."""
+    return "n/a" if seconds is None else f"{seconds * 1e3:.{decimals}f}"
+
+
 def ms(seconds: float | None) -> str:
     """For text: '12.34 ms', or 'n/a'."""
-    return "n/a" if seconds is None else f"{seconds * 1e3:.2f} ms"
+    return "n/a" if seconds is None else f"{ms_value(seconds, 2)} ms"
 
 
 def short_time(seconds: float | None) -> str:

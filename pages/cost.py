@@ -82,7 +82,7 @@ with ui.secondary("The device figures"):
     ui.table(
         charts.device_frame(device),
         "What the roofline divides by, with where each figure came from.",
-        "measured: best of 5 fixed-size microbenchmarks after the warm-up · spec: datasheet · nvml: the driver's "
-        "clocks · achieved: raised to what a pass of this run did",
+        "measured: best of 5 fixed-size microbenchmarks, taken when the 'measured at' row says · spec: datasheet · "
+        "nvml: the driver's clocks · achieved: raised to what a pass of this run did",
     )
     st.caption(charts.DEVICE_NOTE[device.kind])

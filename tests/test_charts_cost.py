@@ -11,7 +11,7 @@ import pytest
 from explorer.charts import cost
 from explorer.engine import Request
 from explorer.loading import LoadedModel
-from explorer.measure import measure
+from explorer.measure import measure, recost
 from explorer.roofline import attainable_flops, pass_cost, prefill_ridge_tokens
 from explorer.trace import DeviceProfile, PassRecord, Trace
 from explorer.units import percent, to_ms
@@ -159,7 +159,7 @@ def test_utilisation_matches_the_trace(trace: Trace) -> None:
         assert row["compute_utilisation"] == min(1.0, p.achieved_flops_per_s / trace.device.peak_flops)
         bandwidth = p.achieved_bandwidth_bytes_per_s / trace.device.bandwidth_bytes_per_s
         assert row["bandwidth_utilisation"] == min(1.0, bandwidth)
-        assert row["bytes_read"] == p.cost.weight_bytes_read + p.cost.kv_bytes_read + p.cost.kv_bytes_written
+        assert row["bytes_moved"] == p.cost.weight_bytes_read + p.cost.kv_bytes_read + p.cost.kv_bytes_written
 
 
 def test_utilisation_never_shows_more_than_the_device(trace: Trace, hand_device: DeviceProfile) -> None:
@@ -212,10 +212,41 @@ def test_bound_sentences_follow_the_intensity_not_the_phase(trace: Trace, hand_d
 def test_prefill_ridge_sentence_and_kv_formula(trace: Trace) -> None:
     text = cost.prefill_ridge_sentence(trace)
     tokens = prefill_ridge_tokens(trace.model, trace.device)
-    assert f"past ~{tokens:,.0f} prompt tokens" in text and f"This prompt has {trace.prompt_len} tokens" in text
+    assert tokens is None or f"compute-bound from {tokens:,} prompt tokens" in text
+    assert f"This prompt has {trace.prompt_len} tokens" in text
     last = trace.decodes[-1]
     formula = cost.kv_traffic_formula(trace, last)
     assert (
         f"(old {last.cache_len_before} + new 1) positions" in formula
         and f"+ {last.cache_len_after} by attention" in formula
     )
+
+
+def test_the_compute_bound_length_and_the_prefill_bound_never_disagree(
+    trace: Trace, hand_device: DeviceProfile
+) -> None:
+    prompt_len = trace.prompt_len
+
+    def flipping_at(tokens: int) -> DeviceProfile:
+        """A peak that puts a prefill of `tokens` a hair right of the ridge (and one token less left of it)."""
+        c = pass_cost(trace.model, hand_device, tokens, 0)
+        return replace(hand_device, peak_flops=c.flops / c.t_memory_s * (1 - 1e-9))
+
+    for ridge_tokens, bound in [(prompt_len, "compute"), (prompt_len + 1, "memory")]:
+        device = flipping_at(ridge_tokens)
+        recosted = recost(trace, device)
+        assert prefill_ridge_tokens(trace.model, device) == ridge_tokens
+        assert recosted.prefill.cost.bound == bound
+        assert f"{bound}-bound by the model" in cost.bound_sentence(recosted.prefill, device)
+        assert ("at or above that" in cost.prefill_ridge_sentence(recosted)) == (bound == "compute")
+
+
+def test_device_table_says_when_and_why_it_was_measured(hand_device: DeviceProfile) -> None:
+    def measured_at(device: DeviceProfile) -> dict[str, str]:
+        frame = cost.device_frame(device)
+        return frame[frame["figure"] == "measured at"].iloc[0].to_dict()
+
+    quiet = measured_at(replace(hand_device, measured_at="2025-01-01T00:00:00+00:00"))
+    assert quiet["value"] == "2025-01-01T00:00:00+00:00" and "reused by later runs" in quiet["source"]
+    busy = measured_at(replace(hand_device, busy_note="Pass 3 ran in 1 ms, under the modelled floor."))
+    assert "re-measured after this run" in busy["source"] and "before the run" not in busy["source"]

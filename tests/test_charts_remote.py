@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from explorer import remote
@@ -111,3 +114,19 @@ def test_local_run_sits_beside_the_remote_levels(result: remote.SweepResult, tin
     assert frame.iloc[0]["where"].startswith("local instrumented run")
     assert frame.iloc[0]["ttft_p50_ms"] == pytest.approx(trace.ttft_s * 1e3)
     assert frame.iloc[0]["itl_p50_ms"] == pytest.approx(trace.itl_p50_s * 1e3)
+
+
+def test_chunk_counts_that_miss_the_servers_total_are_flagged(result: remote.SweepResult) -> None:
+    assert result.disagreeing_records == () and result.tokens_note == ""
+    short = replace(record(0, 0.0, (0.1, 0.2), (1, 1)), output_tokens=4)  # one token per chunk; usage says 4
+    flagged = replace(result, levels=(remote.LevelResult(1, 1.0, (short,)), *result.levels[1:]))
+    assert flagged.disagreeing_records == (short,)
+    assert "sum to 2, but the server's usage says 4 (request 0)" in flagged.tokens_note
+    frame = charts.requests_frame(flagged, TTFT_SLO_S, ITL_SLO_S)
+    assert list(frame["tokens_disagree"]) == [True, False, False, False]  # a failed request is never flagged
+    assert list(frame["chunk_tokens_total"])[:2] == [2, 2]
+    data = json.loads(flagged.to_json())
+    assert data["tokens_disagree_requests"] == 1 and data["tokens_note"] == flagged.tokens_note
+    assert data["levels"][0]["records"][0]["summary"]["tokens_disagree"] is True
+    assert remote.SweepResult.from_json(flagged.to_json()).disagreeing_records == (short,)
+    assert "warning: 1 of 4 requests" in remote.format_sweep(flagged)

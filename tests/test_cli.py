@@ -7,11 +7,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from explorer import remote
+from explorer.cli import main
+from explorer.errors import OOM_ADVICE
 from explorer.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +148,30 @@ def test_checkable_input_fails_before_torch_loads(args: list[str], message: str)
     assert out.stderr.strip().splitlines() == [out.stderr.strip()] and message in out.stderr
 
 
+PRECHECK_LIMIT_S = 2.0  # issue 6: checkable input fails in under 2 s, the interpreter's start included
+
+
+@pytest.mark.parametrize("args", [["--attention-layers", "99"], ["--json", "no/such/folder/t.json"]])
+def test_checkable_input_fails_in_under_2_s(args: list[str]) -> None:
+    started = time.perf_counter()
+    out = checked_without_torch("run", "--prompt", "hi", *args)
+    elapsed_s = time.perf_counter() - started  # the child's whole life, as a user at a terminal waits for it
+    assert out.returncode == 2 and out.stdout.strip() == "torch not imported"
+    assert elapsed_s < PRECHECK_LIMIT_S, f"refused after {elapsed_s:.2f} s: {out.stderr.strip()}"
+
+
+def test_out_of_memory_is_one_line_with_the_advice(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def out_of_memory(_args: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(remote, "cmd_remote", out_of_memory)  # a command that loads no model: no torch needed
+    assert main(["remote", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"error: Out of memory while running `explorer remote`: {OOM_ADVICE}."]
+
+
 def test_attention_layers_of_a_local_model_are_checked_from_its_config(tiny_llama_dir: Path) -> None:
     out = checked_without_torch("run", "--prompt", "hi", "--model", str(tiny_llama_dir), "--attention-layers", "0,2")
     assert out.returncode == 2 and "layers 0 to 1" in out.stderr and "torch not imported" in out.stdout
@@ -229,7 +257,7 @@ def test_the_serving_lab_commands_write_their_json(tiny_llama_dir: Path, tmp_pat
     [
         (["batch", "--batch-sizes", "0,2"], "between 1 and"),
         (["batch", "--batch-sizes", "x"], "comma-separated integers"),
-        (["nocache", "--prompt", "hi", "--max-new-tokens", "1"], "at least 2 new tokens"),
+        (["nocache", "--prompt", "hi", "--max-new-tokens", "1"], "no-cache lab needs at least"),
     ],
 )
 def test_bad_lab_input_exits_2_with_one_line(tiny_llama_dir: Path, args: list[str], message: str) -> None:

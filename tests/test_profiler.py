@@ -53,12 +53,17 @@ def op_count(profile: PassProfile, group: str, op: str) -> int:
     return sum(o.count for o in profile.group(group).ops if o.name == op)
 
 
+# The op self times come from the profiler's clock, the wall from ours: on a busy machine the two can disagree by a
+# little, so "the groups alone fit in the wall" holds within the issue's 5 %, not to the nanosecond. Counting an op
+# twice, or a parent's inclusive time beside its children's, would still break it.
+CLOCKS_TOLERANCE = 0.05
+
+
 def assert_adds_up(profile: PassProfile) -> None:
     """The invariants every profile keeps, whatever the machine's load."""
     assert [g.name for g in profile.groups] == list(OP_GROUPS)
-    assert profile.parts_total_s == pytest.approx(profile.wall_s_profiled, rel=0.05)
-    assert 0 < profile.op_total_s <= profile.wall_s_profiled
-    assert profile.remainder_s >= 0
+    assert profile.remainder_s == profile.wall_s_profiled - profile.op_total_s  # the remainder is what no op took
+    assert 0 < profile.op_total_s <= profile.wall_s_profiled * (1 + CLOCKS_TOLERANCE)
     for group in profile.groups:
         assert group.self_s == pytest.approx(sum(o.self_s for o in group.ops), abs=1e-12)
         assert all(o.count >= 1 and o.self_s >= 0 for o in group.ops)

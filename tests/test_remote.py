@@ -314,11 +314,12 @@ def test_refused_connection_exits_2_with_one_line() -> None:
         timeout=120,
         env=dict(os.environ, HF_HUB_OFFLINE="1"),
     )
-    print(f"refused connection answered in {time.perf_counter() - started:.1f} s (process start included)")
+    elapsed_s = time.perf_counter() - started  # the process's whole life: a user waits for all of it
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "error: Nothing is listening at 127.0.0.1:9 (connection refused): start the server or fix the URL."
     ]
+    assert elapsed_s < 5.0, f"refused connection answered after {elapsed_s:.1f} s"
 
 
 def test_a_bad_url_or_host_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -625,3 +626,56 @@ def test_hosted_mode_refuses_an_unlisted_endpoint_on_the_page(monkeypatch: pytes
     sent.assert_not_called()
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "only measures these endpoints" in errors[0] and "\n" not in errors[0]
+
+
+def test_the_page_shows_its_own_itl_rule_never_the_files() -> None:
+    data = json.loads(synthetic_sweep_json())
+    data["itl_rule"] = "**Click** [here](http://example.invalid)"  # an uploaded file is anyone's text
+    at = endpoint_page()
+    at.get("file_uploader")[0].set_value(("x.json", json.dumps(data).encode(), "application/json")).run()
+    assert_renders(at)
+    assert not any("example.invalid" in i.value for i in at.info)
+
+
+def test_chunk_counts_that_miss_the_servers_total_are_flagged_on_the_page() -> None:
+    short = record((0.1, 0.2), (1, 1), output_tokens=5)  # one token per chunk assumed; the server's usage says 5
+    at = endpoint_page()
+    body = sweep((remote.LevelResult(1, 1.0, (short,)),)).to_json().encode()
+    at.get("file_uploader")[0].set_value(("short.json", body, "application/json")).run()
+    assert not at.exception
+    assert any("sum to 2, but the server's usage says 5" in w.value for w in at.warning)
+    assert list(at.dataframe[1].value["tokens_disagree"]) == [True]  # in "Every request"
+
+
+def test_a_different_local_prompt_is_said_and_the_same_one_runs_locally(tiny_lm) -> None:
+    from explorer import ui
+    from explorer.engine import Request
+    from explorer.measure import measure
+
+    at = endpoint_page()
+    other = measure(tiny_lm, Request(prompt="hi", max_new_tokens=3))
+    at.session_state[ui.RUN] = ui.RunResult(other, None, "", "run 1: hi")
+    at.get("file_uploader")[0].set_value(("sweep.json", synthetic_sweep_json(), "application/json")).run()
+    assert any("different prompt" in w.value for w in at.warning)
+    next(b for b in at.button if b.label == "Run this prompt locally").click().run(timeout=600)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    local = at.session_state[ui.RUN].trace
+    assert (local.prompt_text, local.chat_template_used) == ("Hello", True)  # the sweep's prompt, chat API
+    assert not any("different prompt" in w.value for w in at.warning)
+    assert at.dataframe[-1].value["ttft_p50_ms"].iloc[0] == pytest.approx(local.ttft_s * 1e3)
+
+
+def test_a_sweep_counts_against_the_hosted_rate_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(remote.HOSTED_ENV, "1")
+    monkeypatch.setenv(remote.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
+    monkeypatch.setenv("EXPLORER_RUNS_PER_MINUTE", "1")
+    at = endpoint_page()
+    next(t for t in at.text_input if t.label == "Model").input("m")
+    recorded = remote.SweepResult.from_json(synthetic_sweep_json().decode())
+    with mock.patch.object(remote, "run_sweep", return_value=recorded) as swept:
+        next(b for b in at.button if b.label == "Measure").click().run()
+        assert not at.error, [e.value for e in at.error]
+        next(b for b in at.button if b.label == "Measure").click().run()
+    assert swept.call_count == 1
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "1 runs per minute" in errors[0]

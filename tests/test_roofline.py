@@ -7,8 +7,16 @@ from dataclasses import replace
 import pytest
 
 from explorer.loading import LoadedModel
-from explorer.roofline import attainable_flops, kv_cache_bytes, pass_cost, pass_flops, roofline_time, weight_bytes_read
-from explorer.trace import DeviceProfile
+from explorer.roofline import (
+    attainable_flops,
+    kv_cache_bytes,
+    pass_cost,
+    pass_flops,
+    prefill_ridge_tokens,
+    roofline_time,
+    weight_bytes_read,
+)
+from explorer.trace import DeviceProfile, ModelInfo
 
 # SmolLM2-135M: hidden 576, MLP 1536, 30 layers, 9 query heads and 3 KV heads of 64, vocab 49152, tied embeddings.
 PER_LAYER_MATMUL = 576 * 576 * 2 + 576 * 192 * 2 + 576 * 1536 * 3  # q, o; k, v; gate, up, down = 3,538,944
@@ -67,3 +75,29 @@ def test_roofline_by_hand(device: DeviceProfile) -> None:
     assert roofline_time(2e12, 1e9, device) == 2.0  # compute-bound
     assert roofline_time(1e9, 1e11, device) == 1.0  # memory-bound
     assert attainable_flops(1.0, device) == 1e11 and attainable_flops(100.0, device) == 1e12
+
+
+def smollm2_by_hand(max_context: int = 8192) -> ModelInfo:
+    """SmolLM2-135M's shapes in float32, written out: the tied embedding is LM_HEAD / params = 21 % of the weights."""
+    params = 30 * PER_LAYER_MATMUL + LM_HEAD + NORMS
+    return ModelInfo(
+        "hand", "SmolLM2 by hand", "LlamaForCausalLM", params, 30, 9, 3, 64, 576, 49152, "float32", 4, params * 4,
+        30 * PER_LAYER_MATMUL, LM_HEAD, LM_HEAD, True, max_context, "cpu",
+    )  # fmt: skip
+
+
+def test_the_compute_bound_prompt_length_is_where_the_prefill_bound_flips(device: DeviceProfile) -> None:
+    model = smollm2_by_hand()
+    tokens = prefill_ridge_tokens(model, device)
+    assert tokens is not None
+    assert pass_cost(model, device, tokens - 1, 0).bound == "memory"
+    assert pass_cost(model, device, tokens, 0).bound == "compute"
+    # The shortcut 2 T / bytes per element (ridge 10 FLOP/B x 4 B / 2 = 20 tokens) forgets the LM head's reads that
+    # feed no per-token matmul: at 20 tokens the prefill is still memory-bound.
+    assert tokens > 20 and pass_cost(model, device, 20, 0).bound == "memory"
+
+
+def test_no_compute_bound_prompt_within_a_short_context(device: DeviceProfile) -> None:
+    assert prefill_ridge_tokens(smollm2_by_hand(max_context=20), device) is None
+    fast_memory = replace(device, bandwidth_bytes_per_s=1e15)  # ridge 0.001 FLOP/B: one token is already compute-bound
+    assert prefill_ridge_tokens(smollm2_by_hand(), fast_memory) == 1

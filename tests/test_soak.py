@@ -10,6 +10,7 @@ import pytest
 from explorer import soak
 from explorer.cli import main
 from explorer.errors import BadInput
+from explorer.units import MB
 
 
 def test_checkpoints_are_runs_10_50_100_where_reached() -> None:
@@ -25,7 +26,7 @@ def test_checkpoints_are_runs_10_50_100_where_reached() -> None:
 
 
 def test_rss_is_read_in_bytes() -> None:
-    assert soak.rss_bytes() > 10 * soak.MIB  # a Python process with torch loaded holds far more than 10 MiB
+    assert soak.rss_bytes() > 10 * MB  # a Python process with torch loaded holds far more than 10 MB
 
 
 def test_a_short_soak_runs_and_reports_rss(
@@ -36,7 +37,7 @@ def test_a_short_soak_runs_and_reports_rss(
     assert main([*argv, "--max-new-tokens", "4", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "run     1: RSS" in printed and "run     3: RSS" in printed
-    assert "growth from run 1 to run 3:" in printed and "MiB (measured)" in printed
+    assert "growth from run 1 to run 3:" in printed and "MB (measured)" in printed
     data = json.loads(out.read_text())
     assert [s["run"] for s in data["samples"]] == [0, 1, 2, 3]
     assert all(s["rss_bytes"] > 0 for s in data["samples"])

@@ -231,14 +231,15 @@ def median_decode_index(trace: Trace) -> int | None:
 
 
 def utilisation_frame(passes: Sequence[PassRecord], device: DeviceProfile) -> pd.DataFrame:
-    """Per pass: achieved FLOP/s against the peak, achieved read bandwidth against the device bandwidth."""
+    """Per pass: achieved FLOP/s against the peak, achieved bandwidth (bytes moved: read + written) against the
+    device bandwidth."""
     return pd.DataFrame(
         {
             "pass": p.index,
             "phase": p.phase,
             "label": f"{p.phase} (pass {p.index})",
             "flops": p.cost.flops,
-            "bytes_read": p.cost.bytes_moved,
+            "bytes_moved": p.cost.bytes_moved,  # weights read + KV read and written
             "wall_s": p.wall_s,
             "achieved_flops_per_s": p.achieved_flops_per_s,
             # A pass within 10 % under its floor is noise at the roof, not a device beaten: shown as 100 %, flagged.
@@ -307,7 +308,7 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
             _rate_or_na(device.measured_bandwidth_bytes_per_s, human_bandwidth),
             f"{MEASURED}; {spread(device.bandwidth_samples, human_bandwidth)}",
         ),
-        ("measured at", device.measured_at or "n/a", "after the warm-up, before the run"),
+        ("measured at", device.measured_at or "n/a", measured_when(device)),
         ("memory", human_bytes(device.memory_bytes) if device.memory_bytes else "n/a", "reported by the system"),
     ]
     if device.busy_note:
@@ -315,6 +316,17 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
     if device.notes:
         rows.append(("notes", device.notes, ""))
     return pd.DataFrame(rows, columns=["figure", "value", "source"])
+
+
+def measured_when(device: DeviceProfile) -> str:
+    """When and why the microbenchmarks last ran: the figures are reused across runs, so "before this run" may be
+    false."""
+    if device.busy_note:
+        return "re-measured after this run: a pass beat the modelled floor, so the earlier figures were taken busy"
+    return (
+        "the latest microbenchmarks in this server process: the first run's after its warm-up, or a re-measure; "
+        "reused by later runs while no pass beats them"
+    )
 
 
 def _rate_or_na(value: float | None, fmt: Callable[[float], str]) -> str:
@@ -333,15 +345,24 @@ def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
 
 
 def prefill_ridge_sentence(trace: Trace) -> str:
+    """The prompt length from which a prefill is compute-bound: from the same cost model as each pass's bound, so
+    this sentence and the prefill's bound sentence never disagree."""
     tokens = prefill_ridge_tokens(trace.model, trace.device)
-    now = "above" if trace.prompt_len >= tokens else "below"
+    device = f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
+    why = (
+        f"A prefill does about 2 FLOPs per weight per prompt token but reads each weight "
+        f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once per pass, so its intensity grows with the "
+        "prompt; counting every byte the model moves (embedding table and KV traffic included), "
+    )
+    if tokens is None:
+        return (
+            why + f"no prompt within the model's context of {trace.model.max_context:,} tokens makes a prefill "
+            f"compute-bound {device}. This prompt has {trace.prompt_len} tokens."
+        )
+    now = "at or above" if trace.prompt_len >= tokens else "below"
     return (
-        f"A prefill does about 2 FLOPs per weight per prompt token and reads each weight "
-        f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once, so its intensity is about "
-        f"2 × T / {trace.model.bytes_per_element} FLOP/B: "
-        f"past ~{tokens:,.0f} prompt tokens a prefill is compute-bound on this device in {trace.device.dtype} "
-        f"(ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B). This prompt has {trace.prompt_len} tokens, "
-        f"{now} that."
+        why + f"a prefill is compute-bound from {tokens:,} prompt tokens {device}. This prompt has "
+        f"{trace.prompt_len} tokens, {now} that."
     )
 
 

@@ -182,6 +182,8 @@ def requests_frame(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> 
             "e2e_ms": _ms_or_none(r.e2e_s),
             "chunks": len(r.chunk_arrivals_s),
             "output_tokens": r.output_tokens,
+            "chunk_tokens_total": r.chunk_tokens_total,
+            "tokens_disagree": r.tokens_disagree,  # the chunks' counts do not sum to the server's usage total
             "tokens_from": f"{r.output_tokens_from} / {r.chunk_tokens_from}",
             "tokens_per_s": r.tokens_per_s,
             "meets_slos": r.meets_slos(ttft_slo_s, itl_slo_s),

@@ -1,0 +1,255 @@
+"""The Endpoint page's sections: the sweep form and what it measures or loads, the sweep against the SLOs, every
+request, and the same prompt through the local instrumented run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import streamlit as st
+from streamlit.runtime.uploaded_file_manager import UploadedFile
+
+from explorer import remote
+from explorer.charts import remote as charts
+from explorer.errors import ExplorerError
+from explorer.ui.queue import count_run, hosting_policy
+from explorer.ui.runner import execute_run
+from explorer.ui.state import APP_MAX_NEW_TOKENS, DEFAULT_PROMPT, LAST_INPUTS, RunInputs, current_run
+from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, slo_inputs, table
+
+RESULT = "endpoint_result"  # the SweepResult shown: measured here or loaded from a file
+LOADED_FILE = "endpoint_loaded_file"  # the uploaded file already read, so a rerun does not read it again
+PERCENTILES_CAPTION = (
+    "TTFT and ITL tails as concurrency rises: more requests in flight queue behind each other's prefills (TTFT) and "
+    "share each decode step (ITL). Red dashed lines are the SLOs."
+)
+TRADEOFF_CAPTION = (
+    "The throughput-latency trade-off: each point a concurrency level, labelled with its goodput. Batching more "
+    "requests raises total tokens/s until the p99 latency crosses an SLO."
+)
+
+
+@dataclass(frozen=True)
+class SweepInputs:
+    """What the form hands to a sweep, as typed: checked when the sweep is built."""
+
+    base_url: str
+    model: str
+    api: str
+    prompt: str
+    max_tokens: int
+    levels_text: str
+    requests: int
+    timeout_s: float
+    api_key: str
+    embedded_tokenizer: bool  # count each chunk's tokens locally instead of assuming one per chunk
+
+
+def hosted_caption(policy: remote.EndpointPolicy) -> None:
+    if not policy.hosted:
+        return
+    allowed = ", ".join(policy.allowed) or "none (the operator sets EXPLORER_ALLOWED_ENDPOINTS)"
+    st.caption(
+        f"Hosted mode: only these endpoints can be measured: {escape_markdown(allowed)}; a sweep is capped at "
+        f"concurrency {remote.HOSTED_MAX_CONCURRENCY}, {remote.HOSTED_MAX_REQUESTS} requests per level and "
+        f"{remote.HOSTED_MAX_TOKENS} max tokens, and counts against this session's run limit."
+    )
+
+
+def sweep_form(policy: remote.EndpointPolicy) -> SweepInputs | None:
+    """The endpoint and the sweep's sizes; the inputs once Measure is pressed, else None."""
+    with st.form("endpoint-form"):
+        left, right = st.columns([3, 2])
+        base_url = left.text_input(
+            "Base URL",
+            value=policy.allowed[0] if policy.allowed else "http://127.0.0.1:8000/v1",
+            help="The server's OpenAI root, usually ending in /v1; /chat/completions or /completions is added.",
+        )
+        model = right.text_input("Model", value="", help="The name the server serves (GET <base URL>/models lists it).")
+        api = st.radio("API", remote.APIS, horizontal=True, help="chat sends the prompt as one user message.")
+        prompt = st.text_area("Prompt", value=DEFAULT_PROMPT, height=80)  # its length is checked with a message
+        cols = st.columns(4)
+        max_tokens = cols[0].number_input(
+            "Max tokens",
+            min_value=1,
+            max_value=remote.HOSTED_MAX_TOKENS if policy.hosted else remote.MAX_TOKENS_LIMIT,
+            value=remote.DEFAULT_MAX_TOKENS,
+        )
+        levels_text = cols[1].text_input("Concurrency levels", value="1,4", help="Comma-separated, e.g. 1,2,4,8.")
+        requests = cols[2].number_input(
+            "Requests per level", min_value=1, max_value=64, value=remote.DEFAULT_REQUESTS, help="Bounded: at most 64."
+        )
+        timeout_s = cols[3].number_input("Timeout (s)", min_value=1.0, max_value=600.0, value=remote.DEFAULT_TIMEOUT_S)
+        api_key = st.text_input(
+            "API key (optional)", type="password", help="Sent as a bearer token; never shown or written to a file."
+        )
+        embedded_tokenizer = st.toggle(
+            "Count chunk tokens with the embedded tokenizer",
+            help="Without the server's usage per chunk, each chunk counts as one token, which spreads ITLs wrongly "
+            "when a chunk holds several. The embedded model's tokenizer counts them exactly for the embedded model "
+            "(and closely for its family); the server's total is still taken from its usage.",
+        )
+        if not st.form_submit_button("Measure", type="primary"):
+            return None
+    return SweepInputs(
+        base_url, model, api, prompt, int(max_tokens), levels_text, int(requests), float(timeout_s), api_key,
+        embedded_tokenizer,
+    )  # fmt: skip
+
+
+@st.cache_resource(show_spinner="Loading the embedded tokenizer…")
+def embedded_chunk_counter() -> remote.ChunkCounter:
+    """One per server process: read-only, and the counter serializes its own calls."""
+    return remote.load_chunk_counter("embedded")
+
+
+def measure_sweep(inputs: SweepInputs, policy: remote.EndpointPolicy) -> None:
+    """Check, count the sweep against the session's run limit, send it with progress; errors are one line."""
+    try:
+        hosting_policy().check_prompt_chars(inputs.prompt)  # a pasted book gets a line, never silently dropped
+        config = remote.SweepConfig(
+            endpoint=remote.make_endpoint(inputs.base_url, inputs.model, inputs.api),
+            prompt=inputs.prompt,
+            max_tokens=inputs.max_tokens,
+            concurrency_levels=remote.parse_levels(inputs.levels_text),
+            requests_per_level=inputs.requests,
+            timeout_s=inputs.timeout_s,
+            time_limit_s=remote.DEFAULT_TIME_LIMIT_S,
+        )
+        config.validate()  # refused here, before the sweep counts against the limit (run_sweep checks again)
+        policy.check(config.endpoint.base_url)
+        policy.check_limits(config.concurrency_levels, config.requests_per_level, config.max_tokens)
+        count_run()  # a sweep loads a server: it counts against this session's rate limit like a run
+        counter = embedded_chunk_counter() if inputs.embedded_tokenizer else None
+        bar = st.progress(0.0, text="Connecting…")
+        st.session_state[RESULT] = remote.run_sweep(
+            config,
+            api_key=inputs.api_key or None,
+            counter=counter,
+            on_progress=lambda f, text: bar.progress(f, text=text),
+            policy=policy,
+        )
+        bar.empty()
+    except ExplorerError as exc:
+        show_error(str(exc))
+
+
+def load_recorded(uploaded: UploadedFile) -> None:
+    """A recorded sweep, read once per upload."""
+    if st.session_state.get(LOADED_FILE) == uploaded.file_id:
+        return
+    st.session_state[LOADED_FILE] = uploaded.file_id
+    try:
+        st.session_state[RESULT] = remote.SweepResult.from_json(uploaded.getvalue().decode("utf-8", "replace"))
+    except ExplorerError as exc:
+        show_error(str(exc))
+
+
+def require_sweep() -> remote.SweepResult:
+    """The sweep shown; without one, a hint and the page stops here."""
+    result: remote.SweepResult | None = st.session_state.get(RESULT)
+    if result is None:
+        st.info("No sweep yet: fill in an endpoint and press **Measure**, or load a recorded JSON.")
+        st.stop()
+    return result
+
+
+def sweep_header(result: remote.SweepResult) -> None:
+    endpoint = result.endpoint
+    st.text(  # text, never markdown: the URL, model and prompt are whatever was typed or uploaded
+        f"{endpoint.base_url} · model {endpoint.model} · {endpoint.api} API · {result.requests_per_level} requests "
+        f"per level, up to {result.max_tokens} tokens each · measured {result.created_at}"
+    )
+    st.info(remote.ITL_RULE, icon=":material/straighten:")  # our rule, never the file's own copy of it
+    if result.tokens_note:
+        st.warning(result.tokens_note)  # numbers and fixed words only
+
+
+def against_slos(result: remote.SweepResult) -> tuple[float, float]:
+    """The levels table and the two charts against the session's SLOs; returns the SLOs (seconds)."""
+    st.subheader("Against your SLOs")
+    st.caption(
+        "The same SLOs as the Latency page. A request is good when its TTFT and the p99 of its ITLs are both "
+        "strictly under them; changing an SLO re-reads the stored requests: nothing is sent again."
+    )
+    ttft_slo_s, itl_slo_s = slo_inputs()
+    table(
+        charts.levels_frame(result, ttft_slo_s, itl_slo_s),
+        "Per concurrency level: TTFT and per-token ITL percentiles over every request, total output tokens/s (all "
+        "output tokens / the level's wall time) and goodput (requests meeting both SLOs).",
+        f"measured · tokens counted by {result.token_sources}",
+    )
+    panels = [
+        (charts.percentiles_frame(result), charts.percentiles_chart, "endpoint-percentiles", PERCENTILES_CAPTION),
+        (charts.tradeoff_frame(result, ttft_slo_s, itl_slo_s), charts.tradeoff_chart, "endpoint-throughput-latency",
+         TRADEOFF_CAPTION),
+    ]  # fmt: skip
+    for frame, draw, name, caption in panels:
+        source = "measured · percentiles interpolated linearly (numpy's default)"
+        chart(draw(frame, ttft_slo_s, itl_slo_s), frame, name, caption, source)
+    return ttft_slo_s, itl_slo_s
+
+
+def every_request(result: remote.SweepResult, ttft_slo_s: float, itl_slo_s: float) -> None:
+    with secondary("Every request"):  # collapsed in presenter mode: the levels above carry the idea
+        table(
+            charts.requests_frame(result, ttft_slo_s, itl_slo_s),
+            "tpot_ms is (E2E − TTFT) / (tokens − 1), AIPerf's per-request ITL and vLLM's TPOT; tokens_from says what "
+            "counted the total / the tokens in each chunk (usage: the server's own count); tokens_disagree marks a "
+            "request whose chunk counts do not sum to the server's total.",
+            "measured",
+        )
+
+
+def local_inputs(result: remote.SweepResult) -> RunInputs:
+    """The sidebar's last settings with the sweep's prompt: the chat API's prompt goes through the chat template."""
+    last: RunInputs = st.session_state.get(LAST_INPUTS, RunInputs())
+    return replace(
+        last,
+        prompt=result.prompt,
+        use_chat_template=result.endpoint.api == "chat",
+        max_new_tokens=min(result.max_tokens, APP_MAX_NEW_TOKENS),
+    )
+
+
+def same_prompt(inputs: RunInputs) -> bool:
+    """Whether the session's current run is of this prompt, templated the same way."""
+    run = current_run()
+    return run is not None and (run.trace.prompt_text, run.trace.chat_template_used) == (
+        inputs.prompt,
+        inputs.use_chat_template,
+    )
+
+
+def beside_local_run(result: remote.SweepResult) -> None:
+    """The local instrumented run of the sweep's prompt beside the remote levels, or a clear word that it differs."""
+    st.subheader("Beside the local instrumented run")
+    inputs = local_inputs(result)
+    if st.button(
+        "Run this prompt locally",
+        help="Runs the sweep's prompt through the local instrumented run (the sidebar's model, device and dtype), "
+        "as the sidebar's Run does.",
+    ):
+        execute_run(inputs)
+    local = current_run()
+    if local is None:
+        note = "Press **Run this prompt locally** to add the local instrumented run's TTFT and ITL here."
+    elif same_prompt(inputs):
+        note = (
+            "The local row is this session's run of the sweep's prompt on the sidebar's model (another model, "
+            "machine and batch: compare the shape, not the numbers)."
+        )
+    else:
+        note = ""
+        st.warning(
+            "The local row is this session's last run, of a different prompt (or chat template) than the sweep's: "
+            "press **Run this prompt locally** to compare like with like."
+        )
+    st.caption(
+        "What the remote figures are made of: prefill ≈ remote TTFT minus queueing and the network; decode ≈ remote "
+        "ITL. " + note
+    )
+    table(
+        charts.local_vs_remote_frame(result, local.trace if local is not None else None),
+        "TTFT p50 and ITL p50: local from the timed passes, remote from the stream's chunk arrivals.",
+        "measured",
+    )

@@ -220,8 +220,7 @@ QUESTIONS: tuple[Question, ...] = (
         common_wrong=None,
         explanation=(
             "Each new token appends its key and value vectors, in every layer and every KV head, and nothing else: "
-            "a query is used once and dropped. With grouped-query attention there are fewer KV heads than query "
-            "heads, so the cache grows more slowly than the head count suggests."
+            "a query is used once and dropped."
         ),
         origin="seed 3 · KV cache update",
     ),
@@ -417,6 +416,11 @@ def evidence_kv_growth(trace: Trace, maps: AttentionMaps | None) -> Evidence:
         f"Your cache held {trace.prefill.kv_cache_bytes:,} bytes after the prefill ({trace.prompt_len} positions) "
         f"and grew {growth}, to {trace.final_kv_cache_bytes:,} bytes. The formula: {formula}."
     )
+    if m.is_gqa:  # said only of a model that shares its KV heads
+        text += (
+            f" Under grouped-query attention its {m.heads} query heads share {m.kv_heads} KV heads, so the cache "
+            f"grows {m.heads // m.kv_heads}× more slowly than the query heads suggest."
+        )
     return Evidence(text, "measured (the real cache tensors) · the formula from the model's config")
 
 

@@ -3,106 +3,8 @@
 import streamlit as st
 
 from explorer import ui
-from explorer.attention import AttentionMaps
 from explorer.charts import attention as charts
-from explorer.trace import Trace
-
-
-def prefill_section(maps: AttentionMaps, layer: int, head: int, kv_heads: int) -> None:
-    st.subheader("Prefill: every prompt token at once, under a causal mask")
-    T = maps.prompt_len
-    # A T x T map of a long prompt is too many rectangles for a browser: a diagonal window at full resolution.
-    start = ui.window_slider(
-        "Window start (position)",
-        T,
-        charts.WINDOW_POSITIONS,
-        "attention-window",
-        "The window is the block of query rows and key columns around the diagonal, where the mask edge is.",
-    )
-    start, stop = charts.window_bounds(T, start)
-    if stop - start < T:
-        st.markdown(
-            f"Showing query and key positions **{start}–{stop - 1} of {T}** at full resolution "
-            "(the whole-prompt view below pools all of them)."
-        )
-    else:
-        st.markdown(f"Showing all **{T}** prompt positions.")
-    frame = charts.prefill_frame(maps, layer, head, start, stop)
-    ui.chart(
-        charts.prefill_chart(frame),
-        frame,
-        f"prefill-layer{layer}-head{head}-{start}",
-        "Each row is one query's softmax and sums to 1; the grey upper triangle is the causal mask: "
-        "a token may not look at later tokens, so those probabilities are exactly 0.",
-        "measured (captured attention probabilities, float16)",
-    )
-    facts = charts.mask_facts(maps, layer)
-    st.caption(
-        f"Layer {layer}, all {maps.heads} heads: {facts.masked_cells:,} masked cells, the largest probability among "
-        f"them is {facts.max_masked_prob:g}; every row sums to 1 within {facts.max_row_sum_error:.1e} (float16 "
-        "rounding) — *measured*"
-    )
-    if T > charts.WINDOW_POSITIONS:
-        pooled = charts.pooled_frame(maps, layer, [head], charts.POOLED_SIDE, kv_heads)
-        block = int(pooled["block"].iloc[0])
-        st.markdown(
-            f"**The whole prompt, max-pooled:** each cell is the largest probability in a block of "
-            f"{block} × {block} positions."
-        )
-        ui.chart(
-            charts.pooled_chart(pooled),
-            pooled,
-            f"prefill-pooled-layer{layer}-head{head}",
-            "The same head over all positions: grey blocks lie entirely in the future; bright columns are keys "
-            "that many queries attend to.",
-            "measured (captured probabilities, max-pooled)",
-        )
-
-
-def decode_section(maps: AttentionMaps, layer: int, head: int) -> None:
-    st.subheader("Decode: one query row per pass, over the cache")
-    steps = len(maps.decode[layer])
-    if steps == 0:
-        st.info("This run generated one token, so there was no decode pass: raise max new tokens and run again.")
-        return
-    step_start = ui.window_slider("First decode step shown", steps, charts.DECODE_MAX_STEPS, "attention-steps")
-    step_stop = min(steps, step_start + charts.DECODE_MAX_STEPS)
-    key_bin = charts.decode_key_bin(charts.decode_cache_lens(maps, layer)[step_start:step_stop])
-    shown = f"decode steps **{step_start}–{step_stop - 1} of {steps}**"
-    if key_bin > 1:
-        st.markdown(f"Showing {shown}; each cell is the largest probability among {key_bin} consecutive keys.")
-    else:
-        st.markdown(f"Showing {shown}, one cell per cached key.")
-    frame = charts.decode_frame(maps, layer, head, step_start, step_stop, key_bin)
-    ui.chart(
-        charts.decode_chart(frame, maps.prompt_len),
-        frame,
-        f"decode-layer{layer}-head{head}-{step_start}",
-        "Each decode pass adds one row, one key longer than the last: a growing staircase. No mask is needed, "
-        "because the cache holds only the past.",
-        "measured (captured attention probabilities, float16)",
-    )
-
-
-def heads_section(maps: AttentionMaps, trace: Trace, layer: int) -> None:
-    st.subheader(f"All {maps.heads} heads of layer {layer}")
-    frame = charts.pooled_frame(maps, layer, list(range(maps.heads)), charts.HEAD_OVERVIEW_SIDE, trace.model.kv_heads)
-    block = int(frame["block"].iloc[0])
-    if block > 1:
-        st.markdown(
-            f"Each head's prefill map, **max-pooled** to blocks of {block} × {block} positions "
-            "(each cell is the largest probability in its block)."
-        )
-    else:
-        st.markdown("Each head's prefill map at full resolution (no pooling needed at this prompt length).")
-    ui.chart(
-        charts.heads_chart(frame),
-        frame,
-        f"heads-layer{layer}",
-        charts.heads_caption(trace.model),
-        "measured (captured probabilities, max-pooled)",
-    )
-
+from explorer.ui import attention_view as view
 
 result = ui.page_with_run(
     "Attention",
@@ -112,24 +14,11 @@ result = ui.page_with_run(
 maps = result.attention
 if maps is None:
     st.info(result.attention_note)
-else:
-    trace = result.trace
-    group = max(1, trace.model.heads // max(1, trace.model.kv_heads))
-    left, right = st.columns(2)
-    layer = left.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key=f"attention-layer-{len(maps.layers)}")
-    head = right.selectbox(
-        "Head",
-        list(range(maps.heads)),
-        format_func=lambda h: f"head {h} (reads KV head {h // group})" if trace.model.is_gqa else f"head {h}",
-        key=f"attention-head-{maps.heads}",
-    )
-    st.markdown(charts.NO_MASK_IN_DECODE)
-    same = maps.same_tokens_as(trace)
-    if same is not None:
-        st.caption(
-            "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
-            f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
-        )
-    prefill_section(maps, layer, head, trace.model.kv_heads)
-    decode_section(maps, layer, head)
-    heads_section(maps, trace, layer)
+    st.stop()
+trace = result.trace
+layer, head = view.layer_and_head(maps, trace.model)
+st.markdown(charts.NO_MASK_IN_DECODE)
+view.replay_note(maps, trace)
+view.prefill_section(maps, layer, head, trace.model.kv_heads)
+view.decode_section(maps, layer, head)
+view.heads_section(maps, trace.model, layer)

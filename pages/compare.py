@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import compare as charts
+from explorer.ui.tables import readable_table
 
 current = ui.page_with_run(
     "Compare two runs",
@@ -19,7 +20,7 @@ left, right = st.columns(2)
 first = left.selectbox("First run", labels, index=len(labels) - 2)
 second = right.selectbox("Second run", labels, index=len(labels) - 1)
 chosen = [(first, runs[first]), (second, runs[second])]
-ui.table(
+readable_table(
     charts.figures_frame(chosen),
     "Seconds and tokens/s are medians over each run's repeats.",
     "measured · bytes measured from the cache tensors",

@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import kv as charts
+from explorer.ui.tables import readable_table
 
 result = ui.page_with_run(
     "The KV cache",
@@ -16,7 +17,7 @@ cache_len = trace.passes[-1].cache_len_after
 
 st.subheader("The formula, with this model's numbers")
 st.code(charts.formula_text(model, cache_len), language=None, wrap_lines=True)
-ui.table(
+readable_table(
     charts.formula_frame(model, cache_len),
     "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
     "modelled (from the model's config and the run's cache length)",
@@ -35,37 +36,37 @@ ui.chart(
 )
 st.caption(charts.growth_check_text(growth))
 
-st.subheader("Layer by layer")
-pass_index = st.selectbox(
-    "Pass",
-    list(range(trace.new_tokens)),
-    index=trace.new_tokens - 1,
-    format_func=lambda k: f"pass {k} ({trace.passes[k].phase}, {trace.passes[k].cache_len_after} positions)",
-    key=f"kv-pass-{trace.new_tokens}",
-)
-layers = charts.layers_frame(trace, pass_index)
-ui.chart(
-    charts.layers_chart(layers),
-    layers,
-    "kv-layers",
-    "Every layer keeps its own K and V for every position, all the same size: the dashed rule is the per-layer "
-    "formula.",
-    "measured (bars) vs modelled (rule)",
-)
+with ui.secondary("Layer by layer"):
+    pass_index = st.selectbox(
+        "Pass",
+        list(range(trace.new_tokens)),
+        index=trace.new_tokens - 1,
+        format_func=lambda k: f"pass {k} ({trace.passes[k].phase}, {trace.passes[k].cache_len_after} positions)",
+        key=f"kv-pass-{trace.new_tokens}",
+    )
+    layers = charts.layers_frame(trace, pass_index)
+    ui.chart(
+        charts.layers_chart(layers),
+        layers,
+        "kv-layers",
+        "Every layer keeps its own K and V for every position, all the same size: the dashed rule is the per-layer "
+        "formula.",
+        "measured (bars) vs modelled (rule)",
+    )
 
-st.subheader("Next to the weights")
-weights = charts.weights_frame(trace)
-ui.chart(
-    charts.weights_chart(weights),
-    weights,
-    "kv-vs-weights",
-    "At one short request the cache is small next to the weights; at full context it is not.",
-    "measured (weights, cache now) and modelled (full context)",
-)
-st.markdown(charts.weights_ratio_text(trace))
+with ui.secondary("Next to the weights"):
+    weights = charts.weights_frame(trace)
+    ui.chart(
+        charts.weights_chart(weights),
+        weights,
+        "kv-vs-weights",
+        "At one short request the cache is small next to the weights; at full context it is not.",
+        "measured (weights, cache now) and modelled (full context)",
+    )
+    st.markdown(charts.weights_ratio_text(trace))
 
-st.subheader("Projection: long contexts and many requests")
-left, right = st.columns(2)
+projection_section = ui.secondary("Projection: long contexts and many requests")
+left, right = projection_section.columns(2)
 context = left.number_input(
     "Context length (tokens)",
     min_value=1,
@@ -83,13 +84,14 @@ batch = right.number_input(
     step=1,
     key="kv-batch",
 )
-st.markdown(charts.projection_text(model, int(context), int(batch), trace.device.memory_bytes) + " *(modelled)*")
-projection = charts.projection_frame(model, int(context), int(batch))
-ui.chart(
-    charts.projection_chart(projection, charts.references_frame(model)),
-    projection,
-    "kv-projection",
-    "KV bytes grow linearly with context and with batch: past some point the cache, not the weights, fills "
-    "the memory (dashed: the weights).",
-    "modelled",
-)
+with projection_section:
+    st.markdown(charts.projection_text(model, int(context), int(batch), trace.device.memory_bytes) + " *(modelled)*")
+    projection = charts.projection_frame(model, int(context), int(batch))
+    ui.chart(
+        charts.projection_chart(projection, charts.references_frame(model)),
+        projection,
+        "kv-projection",
+        "KV bytes grow linearly with context and with batch: past some point the cache, not the weights, fills "
+        "the memory (dashed: the weights).",
+        "modelled",
+    )

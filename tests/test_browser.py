@@ -4,13 +4,16 @@ Starts `streamlit run app.py` on a free local port, types an HTML/markdown-injec
 it (8 new tokens), then opens each page from the sidebar navigation and checks: no exception, at least one drawn
 chart, the prompt shown as text (never as HTML: no `img[src='x']`, no alert dialog). A full-height screenshot of
 every page is kept for a human to look at: in `$EXPLORER_SCREENSHOTS` if set, else in pytest's temporary folder
-(the path is printed; run with `-s` to see it).
+(the path is printed; run with `-s` to see it). Step mode is driven by its keys (right arrow: next token, Home: reset),
+each press timed until the new attention row is drawn; presenter mode's computed font sizes are checked on every
+page. Both figures go to `measurements.json` in the same folder.
 
 Needs Debian's chromium at /usr/bin/chromium and the `playwright` package (its own browser download is not used).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -26,6 +29,7 @@ from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     HOST,
+    IDLE_JS,
     full_screenshot,
     log_tail,
     mark_run_state,
@@ -245,16 +249,48 @@ def _goto_page(s: Session, label: str) -> None:
     wait_until_rerun_done(page, mark, PAGE_TIMEOUT_S)
 
 
-def _script_running(page) -> bool:
-    return page.locator("[data-testid='stApp']").get_attribute("data-test-script-state") == "running"
-
-
 def _passes_shown(page) -> str:
     metric = page.locator("[data-testid='stMetric']").filter(has_text="Passes")
     return metric.locator("[data-testid='stMetricValue']").inner_text() if metric.count() else ""
 
 
+# Rows of the step page's attention map as drawn: its y axis (query rows) states how many values it holds. The chart
+# is SVG while it has under ~2,000 cells (Streamlit switches larger charts to canvas), which a short prompt keeps.
+ATTENTION_ROWS_JS = """() => {
+  for (const axis of document.querySelectorAll("[data-testid='stVegaLiteChart'] g.role-axis")) {
+    const label = axis.getAttribute("aria-label") || "";
+    if (label.startsWith("Y-axis titled 'query position")) {
+      const m = label.match(/with (\\d+) values/);
+      return m ? Number(m[1]) : -1;
+    }
+  }
+  return 0;
+}"""
+ROW_DRAWN_JS = f"rows => ({ATTENTION_ROWS_JS})() === rows && ({IDLE_JS})()"
+
+
+def _record(s: Session, **figures: object) -> None:
+    """Add figures to `measurements.json` beside the screenshots (each test adds its own) and print them."""
+    path = s.shots / "measurements.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps(kept | figures, indent=2))
+    print(f"[browser test] measured: {json.dumps(figures)} -> {path}")
+
+
+def _type_keeps_text(page, box, text: str) -> str:
+    """What a text box holds after `text` is typed into it key by key (a page-wide shortcut must not eat keys)."""
+    original = box.input_value()
+    box.click()
+    box.press("ControlOrMeta+a")
+    page.keyboard.type(text)
+    typed = box.input_value()
+    box.fill(original)  # put the sidebar back as it was; nothing is run
+    box.blur()
+    return typed
+
+
 def test_browser_step_mode_runs_one_pass_per_key_press(session: Session) -> None:
+    """Right arrow adds one pass: timed from the key press to the new attention row drawn; Home resets."""
     page = session.page
     _goto_page(session, "Step by step")
     prompt = page.locator("[data-testid='stMain']").get_by_label("Prompt", exact=True)
@@ -264,31 +300,73 @@ def test_browser_step_mode_runs_one_pass_per_key_press(session: Session) -> None
     page.get_by_role("button", name="Prefill").click()
     wait_until_rerun_done(page, mark, RUN_TIMEOUT_S)
     page.locator("[data-testid='stMetric']").filter(has_text="Passes").wait_for(timeout=RUN_TIMEOUT_S * 1000)
+    page.wait_for_function(f"() => ({ATTENTION_ROWS_JS})() > 0 && ({IDLE_JS})()", timeout=RUN_TIMEOUT_S * 1000)
     assert _passes_shown(page).startswith("1"), _passes_shown(page)
-    next_button = page.locator(".st-key-step-next button")
-    timings = []
+    next_button = page.locator(".st-key-step-next button").first  # a shortcut button matches twice: take the first
+    key_to_row_ms = []
     for expected in ("2", "3"):
-        deadline = time.monotonic() + PAGE_TIMEOUT_S
-        while (next_button.is_disabled() or _script_running(page)) and time.monotonic() < deadline:
-            page.wait_for_timeout(20)  # the key works once the button it presses is live again
+        page.wait_for_function(IDLE_JS, timeout=PAGE_TIMEOUT_S * 1000)
+        assert next_button.is_enabled()  # the key works once the button it presses is live again
+        rows = page.evaluate(ATTENTION_ROWS_JS)
         page.locator("[data-testid='stMain'] h1").first.click()  # focus the page, not a text box
         started = time.monotonic()
         page.keyboard.press("ArrowRight")
-        deadline = started + PAGE_TIMEOUT_S
-        while not _passes_shown(page).startswith(expected) and time.monotonic() < deadline:
-            page.wait_for_timeout(20)
-        timings.append(time.monotonic() - started)
-        if not _passes_shown(page).startswith(expected):
+        try:  # checked on every animation frame: the rerun is over and the map has one more query row
+            page.wait_for_function(ROW_DRAWN_JS, arg=rows + 1, timeout=PAGE_TIMEOUT_S * 1000, polling="raf")
+        except Exception:
             full_screenshot(page, session.shots / "step-mode-failed.png", **VIEWPORT)
             alerts = page.locator("[data-testid='stAlert']").all_inner_texts()
-            raise AssertionError(f"the arrow key did not add pass {expected}; on the page: {alerts}")
-    print(f"[browser test] step mode: key press to the new pass on screen: {', '.join(f'{t:.2f} s' for t in timings)}")
+            raise AssertionError(f"the arrow key did not draw row {rows + 1}; on the page: {alerts}") from None
+        key_to_row_ms.append(round(1e3 * (time.monotonic() - started)))
+        assert _passes_shown(page).startswith(expected), _passes_shown(page)
     full_screenshot(page, session.shots / "step-mode.png", **VIEWPORT)
+    _record(session, step_key_to_new_attention_row_ms=key_to_row_ms)
+
+    mark = mark_run_state(page)
+    page.locator("[data-testid='stMain'] h1").first.click()
+    page.keyboard.press("Home")  # reset: the cache is freed and the page asks for a prompt again
+    wait_until_rerun_done(page, mark, PAGE_TIMEOUT_S)
+    page.get_by_text("Type a prompt and press Prefill").wait_for(timeout=PAGE_TIMEOUT_S * 1000)
+    assert page.evaluate(ATTENTION_ROWS_JS) == 0 and not _passes_shown(page)
+
+    # The shortcuts leave typing alone: spaces and letters reach a text box (an earlier component swallowed them).
+    sidebar_prompt = page.locator("[data-testid='stSidebar']").get_by_label("Prompt", exact=True)
+    assert _type_keeps_text(page, sidebar_prompt, "a r") == "a r"
     assert session.dialogs == [] and session.page_errors == []
+
+
+# Computed font sizes in the main area: chart labels and titles (SVG charts; canvas charts have no text nodes), the
+# charts' other text, paragraphs, metric values, code, plain text and static tables.
+PRESENTER_SIZES_JS = """() => {
+  const px = el => parseFloat(getComputedStyle(el).fontSize);
+  const main = document.querySelector("[data-testid='stMain']");
+  const all = selector => [...main.querySelectorAll(selector)];
+  const chartText = all("[data-testid='stVegaLiteChart'] svg text");
+  const isLabel = t => /role-(axis|legend|title|header)/.test(t.parentNode.getAttribute("class") || "");
+  return {
+    chart_labels: chartText.filter(isLabel).map(px),
+    chart_marks: chartText.filter(t => !isLabel(t)).map(px),
+    paragraphs: all("[data-testid='stMarkdownContainer'] p").map(px),
+    metric_values: all("[data-testid='stMetricValue']").map(px),
+    code: all("[data-testid='stCode'] code").map(px),
+    text: all("[data-testid='stText']").map(px),
+    tables: all("[data-testid='stTable'] td").map(px),
+  };
+}"""
+PRESENTER_MIN_PX = {  # at least: the issue's 18 px for chart labels; the rest above Streamlit's own sizes
+    "chart_labels": 18,
+    "paragraphs": 18,  # 16 px on a laptop
+    "metric_values": 40,  # 36 px on a laptop
+    "code": 18,  # 14 px
+    "text": 18,  # 14 px
+    "tables": 18,  # 14 px
+}
 
 
 def test_browser_presenter_mode_is_readable_at_1280x720(session: Session) -> None:
     page = session.page
+    if not page.get_by_role("button", name="Download trace (JSON)").count():  # run alone: make a run to look at
+        _run_from_sidebar(session, None, MAX_NEW_TOKENS)
     page.set_viewport_size(PRESENTER_VIEWPORT)
     toggle = page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode")
     mark = mark_run_state(page)
@@ -296,27 +374,30 @@ def test_browser_presenter_mode_is_readable_at_1280x720(session: Session) -> Non
     wait_until_rerun_done(page, mark, PAGE_TIMEOUT_S)
     links = page.locator("[data-testid='stSidebarNavLink']")
     labels = [label.strip() for label in links.all_inner_texts()]
-    largest_chart_px: list[float] = []
+    seen: dict[str, list[float]] = {kind: [] for kind in [*PRESENTER_MIN_PX, "chart_marks"]}
+    too_small = []
     for i, label in enumerate(labels):
         _goto_page(session, label)
         wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
         page.screenshot(path=str(session.shots / f"presenter-{i + 1:02d}-{_slug(label)}.png"))
-        sizes = page.evaluate(
-            """() => {
-              const px = el => parseFloat(getComputedStyle(el).fontSize);
-              const main = document.querySelector("[data-testid='stMain']");
-              const text = [...main.querySelectorAll("[data-testid='stMarkdownContainer'] p")].map(px);
-              const chart = [...main.querySelectorAll("[data-testid='stVegaLiteChart'] svg text")].map(px);
-              return {text: text, chart: chart};
-            }"""
-        )
-        if sizes["text"]:
-            assert min(sizes["text"]) >= 18, f"{label}: body text {min(sizes['text'])} px"
-        largest_chart_px += sizes["chart"]
-    print(f"[browser test] presenter mode: chart text up to {max(largest_chart_px, default=0):.0f} px")
-    assert largest_chart_px and max(largest_chart_px) >= 18
+        sizes = page.evaluate(PRESENTER_SIZES_JS)
+        for kind, values in sizes.items():
+            seen[kind] += values
+            least = PRESENTER_MIN_PX.get(kind)
+            if values and least is not None and min(values) < least:
+                too_small.append(f"{label}: {kind} down to {min(values)} px (at least {least})")
     toggle.click()
     page.set_viewport_size(VIEWPORT)
+    labels_px = seen["chart_labels"]
+    _record(
+        session,
+        presenter_chart_label_px={"smallest": min(labels_px, default=None), "largest": max(labels_px, default=None)},
+        presenter_smallest_px={kind: min(values) for kind, values in seen.items() if values},
+    )
+    assert not too_small, too_small
+    assert len(labels_px) > 100 and seen["metric_values"] and seen["code"] and seen["tables"], {
+        kind: len(values) for kind, values in seen.items()
+    }
 
 
 def test_browser_cost_page_profiles_a_pass(session: Session) -> None:

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
-from unittest import mock
 
 import altair as alt
 import numpy as np
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
 from explorer import by_hand, ui
@@ -21,8 +17,8 @@ from explorer.charts import by_hand as charts
 from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
 from explorer.trace import DeviceProfile, Trace
+from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGE = "pages/by_hand.py"
 SQRT2 = math.sqrt(2)
 
@@ -191,35 +187,12 @@ def test_rows_chart_serialises_with_and_without_value_labels(run: tuple[Trace, A
 
 
 # --- the page -------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", autouse=True)
-def navigation_like_a_server() -> Iterator[None]:
-    """As in test_app.py: keep the flag `st.navigation` cleared, so AppTest runs app.py and its page list."""
-    original = PagesManager.__init__
-
-    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    with mock.patch.object(PagesManager, "__init__", init):
-        yield
-
-
-def open_page(result: ui.RunResult | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    if result is not None:
-        at.session_state[ui.RUN] = result  # a finished run, as the sidebar would leave it
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, at.exception
-    return at
-
-
 def shown_text(at: AppTest) -> str:
     return "\n".join(c.value for c in at.code)
 
 
 def test_page_with_defaults_shows_the_seeds_numbers_without_a_run() -> None:
-    at = open_page()
+    at = open_page(PAGE)
     text = shown_text(at)
     assert "prefill row, by hand: [0.195, 0.805, 0.000]" in text
     assert "decode row, by hand: [0.248, 0.504, 0.248]" in text
@@ -234,7 +207,7 @@ def test_page_with_defaults_shows_the_seeds_numbers_without_a_run() -> None:
 
 
 def test_page_reports_the_mask_switched_off_and_resets() -> None:
-    at = open_page()
+    at = open_page(PAGE)
     at.toggle[0].set_value(False).run()
     assert "prefill row, by hand: [0.045, 0.187, 0.768]" in shown_text(at)
     assert any("the causal mask is off" in i.value for i in at.info)
@@ -244,7 +217,7 @@ def test_page_reports_the_mask_switched_off_and_resets() -> None:
 
 def test_page_links_the_toy_to_the_run(run: tuple[Trace, AttentionMaps]) -> None:
     trace, maps = run
-    at = open_page(ui.RunResult(trace, maps, "", "run 1: by hand"))
+    at = open_page(PAGE, ui.RunResult(trace, maps, "", "run 1: by hand"))
     shapes = next(d.value for d in at.dataframe if "your run" in d.value.columns).set_index("quantity")
     T, H = trace.prompt_len, trace.model.heads
     assert shapes.loc["prefill scores", "your run"] == f"[1, {H}, {T}, {T}]"
@@ -258,6 +231,6 @@ def test_page_links_the_toy_to_the_run(run: tuple[Trace, AttentionMaps]) -> None
 
 def test_page_without_attention_maps_says_why(run: tuple[Trace, AttentionMaps]) -> None:
     note = "Attention capture was off for this run."
-    at = open_page(ui.RunResult(run[0], None, note, "run 1"))
+    at = open_page(PAGE, ui.RunResult(run[0], None, note, "run 1"))
     assert any(i.value == note for i in at.info)
     assert len(at.get("vega_lite_chart")) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import altair as alt
 import numpy as np
 import pytest
@@ -134,3 +136,19 @@ def test_charts_build(run: tuple[Trace, AttentionMaps], kind: str) -> None:
     assert isinstance(chart, alt.TopLevelMixin)
     spec = chart.to_dict()
     assert "$schema" in spec
+
+
+def test_the_head_overview_stays_under_the_cell_bound_for_many_heads() -> None:
+    assert charts.head_overview_side(9) == charts.HEAD_OVERVIEW_SIDE  # 9 x 32 x 32 = 9,216 cells
+    side = charts.head_overview_side(32)
+    assert 32 * side**2 <= charts.MAX_CELLS < 32 * (side + 1) ** 2  # the finest blocks that fit: 17 x 17
+    assert charts.head_overview_side(10_000) == charts.HEAD_OVERVIEW_MIN_SIDE
+
+
+def test_heads_caption_names_grouped_query_attention_only_when_heads_share(run: tuple[Trace, AttentionMaps]) -> None:
+    trace, maps = run
+    assert "grouped-query attention 2 query heads read each KV head" in charts.heads_caption(trace.model)
+    mha = replace(trace.model, kv_heads=trace.model.heads)
+    assert "grouped-query" not in charts.heads_caption(mha)
+    frame = charts.pooled_frame(maps, 0, [0, 1], 8, kv_heads=mha.kv_heads)
+    assert list(frame.drop_duplicates("head")["head_label"]) == ["head 0", "head 1"]  # no KV head to name

@@ -1,8 +1,10 @@
 """Load: four browser sessions on the app as deployed (`deploy/run.sh`, hosted mode, loopback only) press Run within
 one second. All finish; each page shows its own prompt's run and no other session's; the device turns of the four
 runs never overlap in wall-clock time (from the server's turn log), and each turn lasted until its page was drawn;
-the sessions that waited showed their place in line; each run's prefill stays within a generous factor of a solo
-run's. A second test leaves the queue while another session runs.
+the sessions that waited showed their place in line; each waiting run's prefill is within 2x of a solo prefill
+(the median of three solo runs in the same test on the same server: two before the four clicks, one after, so a
+machine that got busier or quieter meanwhile moves the reference too). A second test leaves the queue while another
+session runs.
 
 Bounded: short prompts, 4 new tokens, every wait has a deadline. Needs Debian's chromium and `playwright`, as the
 browser smoke test does.
@@ -54,7 +56,11 @@ COLD_RUN_TIMEOUT_S = 180  # the first run of a fresh server loads the model (a f
 ALL_RUNS_TIMEOUT_S = 240  # four short runs one after another, each drawing its page, on a busy 2-core machine
 PAGE_TIMEOUT_S = 60
 CLICKS_WITHIN_S = 1.0
-PREFILL_FACTOR = 5.0  # generous: a clean run is ~1x solo; the contention the queue removes measured ~3x
+# A waiter's prefill against the solo median: clean runs measured 0.9-1.3x; a turn given back before its page was
+# drawn measured ~3x (issue 10), which this catches.
+PREFILL_FACTOR = 2.0
+# The solo references' prompts, as long as the sessions' own.
+SOLO_PROMPTS = [f"Solo {i}: name one {thing}." for i, thing in enumerate(["tree", "bird", "fish"])]
 QUEUE_TEXT = ("You are next", "in line")
 CONTENDED = "were drawing a page on this server"  # the app's note on a run timed while another page was drawn
 
@@ -113,6 +119,12 @@ def _prefill_ms(trace: Trace) -> float:
     return 1e3 * trace.prefill.wall_s
 
 
+def _solo_prefill_ms(v: Visitor, prompt: str, folder: Path) -> float:
+    """One run with no other session running, on the warm server: its measured prefill."""
+    _run_alone(v, prompt, PAGE_TIMEOUT_S * 2)
+    return _prefill_ms(_trace(v, folder))
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
     folder = tmp_path_factory.mktemp("load")
@@ -155,10 +167,9 @@ def test_four_sessions_at_once_take_clean_turns(site: tuple[str, Path, Path], br
     url, turn_log, folder = site
     visitors = _visitors(browser, url, SESSIONS)
     try:
-        # A solo baseline on a warm server: the first run loads the model, the second is the reference.
+        # Solo references on a warm server (the first run loads the model): two now, one after the four runs.
         _run_alone(visitors[0], "Warm up: say hi.", COLD_RUN_TIMEOUT_S)
-        _run_alone(visitors[0], "Solo: name one tree.", PAGE_TIMEOUT_S * 2)
-        solo_ms = _prefill_ms(_trace(visitors[0], folder))
+        solo_prefills_ms = [_solo_prefill_ms(visitors[0], prompt, folder) for prompt in SOLO_PROMPTS[:2]]
         solo_turns = len(read_turn_log(turn_log))
 
         for v in visitors:
@@ -188,12 +199,16 @@ def test_four_sessions_at_once_take_clean_turns(site: tuple[str, Path, Path], br
         traces = [_trace(v, folder) for v in visitors]
         texts = [_main_text(v) for v in visitors]
         turns = read_turn_log(turn_log)[solo_turns:]
+        solo_prefills_ms.append(_solo_prefill_ms(visitors[0], SOLO_PROMPTS[2], folder))
     except Exception:
         for v in visitors:
             full_screenshot(v.page, folder / f"session-{v.index}-failed.png", **VIEWPORT)
         raise
 
-    print(f"\n[load test] {SESSIONS} clicks within {click_spread_s:.2f} s; solo prefill {solo_ms:.0f} ms")
+    solo_ms = statistics.median(solo_prefills_ms)
+    solo_text = ", ".join(f"{p:.0f}" for p in solo_prefills_ms)
+    print(f"\n[load test] {SESSIONS} clicks within {click_spread_s:.2f} s")
+    print(f"[load test] solo prefills {solo_text} ms, median {solo_ms:.0f} ms")
     for v, trace, text in zip(visitors, traces, texts):
         waited = text[text.find("Waited") : text.find("in line") + 7] if "Waited" in text else "did not wait"
         flagged = "flagged as contended" if CONTENDED in text else "not flagged"
@@ -223,10 +238,11 @@ def test_four_sessions_at_once_take_clean_turns(site: tuple[str, Path, Path], br
     assert not [v.index for v, text in zip(visitors, texts) if v in waiters and CONTENDED in text]
     places = sorted(t.first_ahead for t in runs)
     assert places == list(range(SESSIONS)), places
-    # Clean timings: every run's prefill within a generous factor of the solo run's.
-    prefills_ms = [_prefill_ms(t) for t in traces]
-    print(f"[load test] prefill / solo: {[round(p / solo_ms, 2) for p in prefills_ms]}")
-    assert statistics.median(prefills_ms) < PREFILL_FACTOR * solo_ms
+    # Clean timings: every waiting run's prefill within PREFILL_FACTOR of the solo median.
+    ratios = {v.index: round(_prefill_ms(t) / solo_ms, 2) for v, t in zip(visitors, traces)}
+    print(f"[load test] prefill / solo median, by session: {ratios}")
+    slow = {v.index: ratios[v.index] for v in waiters if ratios[v.index] >= PREFILL_FACTOR}
+    assert not slow, f"waiting runs' prefill over {PREFILL_FACTOR}x solo ({solo_text} ms): {slow}"
 
 
 def test_a_waiting_visitor_can_leave_the_queue(site: tuple[str, Path, Path], browser: object) -> None:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
-from unittest import mock
 
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
-from streamlit.testing.v1 import AppTest
 
 from explorer import quiz, ui
 from explorer.attention import AttentionMaps, capture_attention
@@ -17,8 +12,8 @@ from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
 from explorer.trace import DeviceProfile, Trace
 from explorer.units import human_bytes, ms
+from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGE = "pages/check_yourself.py"
 NEW_TOKENS = 8
 
@@ -152,6 +147,17 @@ def test_kv_growth_evidence_is_measured_per_pass(run: tuple[Trace, AttentionMaps
     assert "exactly" not in quiz.evidence("kv-growth", odd).text  # a wrong measurement is shown, not hidden
 
 
+def test_kv_growth_speaks_of_grouped_query_attention_only_for_a_model_that_groups(
+    run: tuple[Trace, AttentionMaps],
+) -> None:
+    trace, _ = run
+    assert trace.model.is_gqa  # the tiny Llama: 4 query heads share 2 KV heads
+    assert "4 query heads share 2 KV heads" in quiz.evidence("kv-growth", trace).text
+    mha = replace(trace, model=replace(trace.model, kv_heads=trace.model.heads))
+    assert "grouped-query" not in quiz.evidence("kv-growth", mha).text
+    assert "grouped-query" not in quiz.question("kv-growth").explanation  # the same text for every model
+
+
 def test_same_model_evidence(run: tuple[Trace, AttentionMaps]) -> None:
     trace, _ = run
     text = quiz.evidence("same-model", trace).text
@@ -173,31 +179,8 @@ def test_every_question_has_evidence_for_a_one_token_run(run: tuple[Trace, Atten
 
 
 # --- the page -------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", autouse=True)
-def navigation_like_a_server() -> Iterator[None]:
-    """As in test_app.py: keep the flag `st.navigation` cleared, so AppTest runs app.py and its page list."""
-    original = PagesManager.__init__
-
-    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    with mock.patch.object(PagesManager, "__init__", init):
-        yield
-
-
-def open_page(result: ui.RunResult | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    if result is not None:
-        at.session_state[ui.RUN] = result
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, at.exception
-    return at
-
-
 def test_page_without_a_run_grades_and_explains() -> None:
-    at = open_page()
+    at = open_page(PAGE)
     assert len(at.radio) == len(quiz.QUESTIONS) and all(r.value is None for r in at.radio)
     q0, q1 = quiz.QUESTIONS[0], quiz.QUESTIONS[1]
     at.radio[0].set_value(q0.correct).run()
@@ -215,7 +198,7 @@ def test_page_without_a_run_grades_and_explains() -> None:
 
 def test_page_shows_evidence_from_the_run(run: tuple[Trace, AttentionMaps]) -> None:
     trace, maps = run
-    at = open_page(ui.RunResult(trace, maps, "", "run 1: check"))
+    at = open_page(PAGE, ui.RunResult(trace, maps, "", "run 1: check"))
     for i, q in enumerate(quiz.QUESTIONS):
         at.radio[i].set_value(q.correct).run()
     assert not at.exception and not at.error

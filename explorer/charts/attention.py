@@ -21,6 +21,7 @@ MAX_CELLS = 10_000  # rectangles per chart: more than this makes the browser stu
 WINDOW_POSITIONS = 96  # a full-resolution prefill window is at most 96 x 96 = 9,216 cells
 POOLED_SIDE = 64  # the whole-prompt view: at most 64 x 64 blocks
 HEAD_OVERVIEW_SIDE = 32  # each small multiple: at most 32 x 32 blocks (9 heads x 1,024 = 9,216 cells)
+HEAD_OVERVIEW_MIN_SIDE = 8  # with very many heads, coarser blocks rather than an unreadable map
 DECODE_MAX_STEPS = 96  # decode rows shown at once
 
 MASKED = "masked (p = 0)"
@@ -146,7 +147,7 @@ def pooled_frame(maps: AttentionMaps, layer: int, heads: list[int], max_side: in
             {
                 "head": head,
                 "kv_head": head // group,
-                "head_label": f"head {head} (KV head {head // group})",
+                "head_label": f"head {head} (KV head {head // group})" if group > 1 else f"head {head}",
                 "block": block,
                 "query_start": query_start,
                 "query_stop": query_stop,
@@ -186,6 +187,12 @@ def _pooled_encoding(frame: pd.DataFrame) -> dict[str, object]:
 def pooled_chart(frame: pd.DataFrame) -> alt.Chart:
     """One head's whole prompt, one rectangle per pooled block; grey blocks lie entirely in the masked future."""
     return alt.Chart(frame).mark_rect().encode(**_pooled_encoding(frame)).properties(height=480)
+
+
+def head_overview_side(heads: int, max_cells: int = MAX_CELLS) -> int:
+    """Blocks per side of each head's small map so that all heads together stay under max_cells rectangles."""
+    fits = math.isqrt(max_cells // max(1, heads))
+    return max(HEAD_OVERVIEW_MIN_SIDE, min(HEAD_OVERVIEW_SIDE, fits))
 
 
 def heads_chart(frame: pd.DataFrame) -> alt.FacetChart:
@@ -299,4 +306,4 @@ def heads_caption(model: ModelInfo) -> str:
     text = "Heads differ in where they look, yet all share the same causal triangle"
     if model.is_gqa:
         return f"{text}; under grouped-query attention {model.heads // model.kv_heads} query heads read each KV head."
-    return f"{text}; this model has one KV head per query head (no grouped-query attention)."
+    return f"{text}; each head reads its own keys and values."

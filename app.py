@@ -28,7 +28,6 @@ pages = {
     ],
 }
 navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
-ui.keyboard_shortcuts()
 ui.presenter_toggle()
 inputs = ui.sidebar()
 if inputs is not None:

@@ -90,7 +90,8 @@ def ensure_embedded_converted(on_progress: Progress | None = None) -> Path:
         folder, gguf_file=EMBEDDED_GGUF, quantization_config=GgufConfig(dequantize=True)
     )
     if on_progress:
-        on_progress(0.75, f"Saving a safetensors copy to {target}…")
+        # No path: the app shows this line to visitors, who must never learn the server's folders.
+        on_progress(0.75, "First run: saving a safetensors copy in the cache folder (once)…")
     target.parent.mkdir(parents=True, exist_ok=True)
     # Write beside the target and rename, so a concurrent or interrupted conversion never leaves half a folder.
     staging = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))

@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import latency as charts
+from explorer.ui import sections
 
 result = ui.page_with_run(
     "Latency: TTFT and ITL",
@@ -14,22 +15,7 @@ trace = result.trace
 ui.run_metrics(trace)
 
 st.subheader("Against your SLOs")
-ttft_slo_s, itl_slo_s = ui.slo_inputs()
-slos = charts.slo_frame(trace, ttft_slo_s, itl_slo_s)
-# A badge, not st.error: a missed SLO is a finding about this run, not an error of the app.
-for column, check in zip(st.columns(2), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
-    verdict = charts.slo_verdict(check.metric, check.value_ms, check.slo_ms)  # numbers only: safe as markdown
-    if check.passes is None:
-        column.badge(verdict, icon=":material/remove:", color="gray")
-    elif check.passes:
-        column.badge(verdict, icon=":material/check_circle:", color="green")
-    else:
-        column.badge(verdict, icon=":material/cancel:", color="red")
-ui.table(
-    slos,
-    "One request's TTFT and the percentiles of its inter-token gaps, each against its SLO (pass = strictly under).",
-    "values measured · SLOs set above",
-)
+ttft_slo_s, itl_slo_s = sections.slo_section(trace)
 
 st.subheader("Inter-token latency, token by token")
 itl = charts.itl_frame(trace, itl_slo_s)
@@ -46,13 +32,15 @@ else:
         "measured: the time between consecutive sampled tokens",
     )
     everything = charts.itl_distribution_frame(trace)
+    pooled = charts.slo_frame(trace, ttft_slo_s, itl_slo_s)  # percentiles of all repeats' gaps in one pool
     ui.chart(
-        charts.itl_histogram_chart(everything, slos),
+        charts.itl_histogram_chart(everything, pooled),
         everything,
         "itl-distribution",
-        f"The spread of all {len(everything)} gaps of {trace.repeat_count} repeat(s): percentiles in grey, the ITL SLO "
-        "as the red dashed line. A tail, not the median, breaks an SLO.",
-        "measured · percentiles over every repeat, interpolated linearly (numpy's default)",
+        f"All {len(everything)} gaps of {trace.repeat_count} repeat(s) pooled: the grey rules are the pooled "
+        "percentiles (with repeats they can differ from the per-repeat medians above), the ITL SLO is the red dashed "
+        "line. A tail, not the median, breaks an SLO.",
+        "measured · pooled percentiles, interpolated linearly (numpy's default)",
     )
 
 st.subheader("Each repeat's TTFT")

@@ -2,17 +2,12 @@
 
 import streamlit as st
 
-from explorer import ui
-from explorer.charts import attention as attention_charts
-from explorer.charts import cost as cost_charts
-from explorer.charts import kv as kv_charts
-from explorer.charts import stepping as charts
-from explorer.ui import stepper
+from explorer.ui import sections, stepper
 
 st.title("Step by step")
 st.caption(
     "Press Prefill: ONE pass computes every prompt token at once and writes the KV cache. Then each Next token runs "
-    "ONE decode pass: one new token, reading the cache. Keys: → or space = next token, R = reset."
+    "ONE decode pass: one new token, reading the cache. Keys (outside the text boxes): → = next token, Home = reset."
 )
 current = stepper.stepped()
 active = current is not None
@@ -27,14 +22,18 @@ with st.form("step-form", border=False):
             stepper.step_once()
             st.rerun()
 
+finished = not active or current.done
 buttons = st.columns(4)
-if buttons[0].button("Next token", key="step-next", disabled=not active or current.done):
+if buttons[0].button(
+    "Next token", key="step-next", disabled=finished, shortcut="Right", help="Key: → (right arrow). One decode pass."
+):
     stepper.step_once()
-if buttons[1].button("Run to end", key="step-end", disabled=not active or current.done):
-    while not stepper.stepped().done:
-        stepper.step_once()
-autoplay = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=not active or current.done)
-if buttons[3].button("Reset", key="step-reset", disabled=not active):
+if buttons[1].button("Run to end", key="step-end", disabled=finished):
+    stepper.run_to_end()
+autoplay = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=finished)
+if buttons[3].button(
+    "Reset", key="step-reset", disabled=not active, shortcut="Home", help="Key: Home. Frees the KV cache."
+):
     stepper.reset_stepping()
     st.rerun()
 pace_s = st.select_slider("Autoplay pace (s per pass)", [0.5, 1.0, 2.0, 3.0], value=1.0, disabled=not autoplay)
@@ -47,43 +46,9 @@ if current is None or not current.passes:
 
 @st.fragment(run_every=pace_s if autoplay and not current.done else None)
 def live_view() -> None:
-    if autoplay and not current.done:
-        stepper.step_once()
-    trace = current.to_trace()
-    ui.metrics(charts.running_figures(trace, current.done))
-    st.code(charts.tokens_line(trace), language=None, wrap_lines=True)
-    last = trace.passes[-1]
-    ui.table(charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
-    maps = current.attention()
-    layer_col, head_col = st.columns(2)
-    layer = layer_col.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key="step-layer")
-    head = head_col.selectbox("Head", list(range(maps.heads)), key="step-head")
-    frame = charts.attention_rows_frame(maps, layer, head)
-    ui.chart(
-        attention_charts.prefill_chart(frame),
-        frame,
-        "step-attention",
-        "The prefill's T × T map with its causal mask (grey), then one row per decode pass appended below it: one "
-        "key longer each time, no mask needed.",
-        "measured (captured attention probabilities, untimed eager shadow)",
-    )
-    kv = kv_charts.growth_frame(trace)
-    ui.chart(
-        kv_charts.growth_chart(kv),
-        kv,
-        "step-kv",
-        f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers.",
-        "measured: bytes of the real cache tensors",
-    )
-    timing = cost_charts.time_split_frame(trace)
-    ui.chart(
-        cost_charts.time_split_chart(timing),
-        timing,
-        "step-times",
-        "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "
-        "Cost page.",
-        "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
-    )
+    if autoplay and not current.done and stepper.step_once() and current.done:
+        st.rerun()  # the whole page, so the buttons drawn above it show the request as finished
+    sections.step_view(current)
 
 
 live_view()

@@ -242,7 +242,7 @@ def test_the_no_cache_lab_runs_and_renders(lab_app: AppTest) -> None:
     at = lab_app.switch_page("pages/nocache.py").run()
     assert any("Run both loops" in i.value for i in at.info)
     at.text_input[0].input("hello there")
-    at.number_input[0].set_value(10)
+    at.number_input[0].set_value(20)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert len(at.get("vega_lite_chart")) == 4
@@ -333,3 +333,46 @@ def test_the_cost_page_states_bounds_from_intensity_for_a_short_raw_prompt() -> 
     sentence = text.split("The prefill (pass 0)")[1].split("by the model")[0]  # the prefill's bound, as the page says
     assert ("compute-bound" in sentence) == right_of_ridge and ("memory-bound" in sentence) != right_of_ridge
     assert f"This prompt has {trace.prompt_len} tokens" in text  # and where the compute-bound length lies
+
+
+def test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them(tiny_llama_dir: Path) -> None:
+    at = new_app()
+    at.sidebar.text_input[0].input(str(tiny_llama_dir))
+    at.sidebar.selectbox(key="sidebar-device").set_value("cpu")
+    at.sidebar.number_input[1].set_value(3)  # Repeats
+    run_from_sidebar(at, prompt="hello there", max_new_tokens=6)
+    assert not at.error, [e.value for e in at.error]
+    trace = at.session_state[ui.RUN].trace
+    assert trace.repeat_count == 3
+    at.switch_page("pages/latency.py").run()
+    assert not at.exception and not at.error
+    shown = {m.label: m for m in at.metric}
+    for label in ["TTFT", "E2E", "ITL p50", "ITL p90", "ITL p99", "Decode tok/s"]:
+        assert " – " in shown[label].proto.delta, label  # min–max in plain sight, not only on hover
+        assert shown[label].proto.delta_description == "min–max of 3"
+    table = at.dataframe[0].value.set_index("metric")
+    for metric, figure in [("TTFT", "ttft_s"), ("ITL p50", "itl_p50_s"), ("ITL p99", "itl_p99_s")]:
+        spread = trace.spread(figure)
+        assert table.loc[metric, "value_ms"] == pytest.approx(spread.median * 1e3)  # the metric's own figure
+        assert table.loc[metric, "min_ms"] == pytest.approx(spread.low * 1e3)
+    assert shown["ITL p50"].value == ui.widgets.short_time(trace.spread("itl_p50_s").median)
+
+
+def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from explorer.errors import BadInput
+    from explorer.loading import resolve_device
+
+    seen: list[tuple[str, str]] = []
+
+    def figures(kind: str, dtype: str, fresh: bool = False) -> object:
+        seen.append((kind, dtype))
+        raise BadInput("stop here")  # what was asked for is all this test needs
+
+    monkeypatch.setattr(ui.runner, "device_profile", figures)
+    at = new_app()
+    at.sidebar.selectbox(key="sidebar-dtype").set_value("bfloat16")
+    run_from_sidebar(at, prompt="   ")  # commits the form; an empty prompt runs nothing
+    next(b for b in at.sidebar.button if b.label == "Re-measure device figures").click().run()
+    assert not at.exception and ui.RUN not in at.session_state
+    assert seen == [(resolve_device("auto").type, "bfloat16")]
+    assert [e.value for e in at.error] == ["stop here"]

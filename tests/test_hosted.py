@@ -448,16 +448,23 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
     assert at.session_state[ui.RUN].trace.prompt_text == "Hi."
 
 
-def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
-    at = new_app()
+@contextlib.contextmanager
+def device_held_elsewhere() -> Iterator[DeviceQueue]:
+    """Another session holds the device for the whole block."""
     queue = ui.device_queue()
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     try:
-        press_run(at, prompt="Hi.", max_new_tokens=1)
+        yield queue
     finally:
         queue.release(other)
+
+
+def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
+    at = new_app()
+    with device_held_elsewhere() as queue:
+        press_run(at, prompt="Hi.", max_new_tokens=1)
     errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
     assert ui.RUN not in at.session_state
@@ -500,3 +507,46 @@ def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device() -> N
     errors = shown_errors(at)
     assert len(errors) == 1 and "\n" not in errors[0]
     assert "explorer_batch_result" not in at.session_state and calls.loads == 0
+
+
+@pytest.mark.usefixtures("hosted_env")
+def test_hosted_visitors_cannot_switch_device_or_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = new_app()
+    device, dtype = at.sidebar.selectbox(key="sidebar-device"), at.sidebar.selectbox(key="sidebar-dtype")
+    assert device.disabled and dtype.disabled  # fixed: another dtype would evict everyone's model
+    assert (device.options, dtype.options) == ([ui.RunInputs().device], [ui.RunInputs().dtype])
+    monkeypatch.setenv("EXPLORER_ALLOW_DEVICE_CHOICE", "1")  # the operator allows a choice
+    at.run()
+    assert not at.sidebar.selectbox(key="sidebar-dtype").disabled
+    assert len(at.sidebar.selectbox(key="sidebar-dtype").options) > 1
+
+
+def test_remeasuring_while_the_wait_is_too_long_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
+    at = new_app()
+    with device_held_elsewhere():
+        next(b for b in at.sidebar.button if b.label == "Re-measure device figures").click().run()
+    assert not at.exception
+    errors = shown_errors(at)
+    assert len(errors) == 1 and "Waited 1 s for the device" in errors[0]
+
+
+def test_the_first_conversion_tells_a_visitor_no_server_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    from explorer import loading
+
+    class Saved:
+        """Stands in for the tokenizer and the dequantized model: only what the conversion calls."""
+
+        def save_pretrained(self, folder: Path) -> None:
+            for name in ("config.json", "model.safetensors"):
+                (Path(folder) / name).write_text("{}")
+
+    monkeypatch.setattr(loading, "embedded_folder", lambda: tmp_path / "private-cache" / "embedded")
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Saved())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: Saved())
+    lines: list[str] = []
+    target = loading.ensure_embedded_converted(lambda _fraction, text: lines.append(text))
+    assert (target / "model.safetensors").exists() and len(lines) == 3
+    assert not any(str(tmp_path) in line or "private-cache" in line for line in lines), lines

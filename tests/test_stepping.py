@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -11,10 +13,11 @@ from explorer import ui
 from explorer.engine import Request
 from explorer.loading import LoadedModel
 from explorer.measure import measure
-from explorer.stepping import SteppedRequest
-from explorer.trace import DeviceProfile
+from explorer.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
+from explorer.trace import DeviceProfile, Sampling
 from explorer.ui import stepper
 from tests.test_app import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
+from tests.test_hosted import device_held_elsewhere
 
 
 def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
@@ -34,15 +37,25 @@ def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel, cpu_figures: De
     assert stepped.freed and stepped.replay.cache is None
 
 
-def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+def prefill_on_the_step_page(
+    model_dir: Path, prompt: str, sampling: Sampling | None = None, max_new_tokens: int = 16
+) -> AppTest:
+    """The step page after Prefill, on `model_dir` with the sidebar's `sampling`, no chat template (as the CLI's
+    --no-chat-template)."""
     at: AppTest = new_app()
-    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(model_dir), device="cpu", sampling=sampling or Sampling())
     at.switch_page("pages/step.py").run()
-    at.text_input[0].input("hi there")
-    at.number_input[0].set_value(6)
-    at.toggle[0].set_value(False)  # no chat template, as the CLI's --no-chat-template
+    at.text_input[0].input(prompt)
+    at.number_input[0].set_value(max_new_tokens)
+    at.toggle[0].set_value(False)
     at.button[0].click().run()  # Prefill
-    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert not at.exception, at.exception
+    return at
+
+
+def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=6)
+    assert not at.error, [e.value for e in at.error]
     sizes = [at.session_state[stepper.STEPPED].passes[-1].kv_cache_bytes]
     for _ in range(3):
         at.button(key="step-next").click().run()
@@ -53,10 +66,13 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
     assert [b - a for a, b in zip(sizes, sizes[1:])] == [tiny_lm.info.kv_bytes_per_token] * 3
     expected = measure(tiny_lm, Request("hi there", max_new_tokens=6, use_chat_template=False)).generated_token_ids
     assert tuple(p.token_id for p in stepped.passes) == expected[:4]
-    assert len(at.get("vega_lite_chart")) == 3
+    # attention rows, KV growth, KV per layer, ITL of the passes so far, pass times against the roofline
+    assert len(at.get("vega_lite_chart")) == 5
+    assert at.button(key="step-next").proto.shortcut == "right" and at.button(key="step-reset").proto.shortcut == "home"
     at.button(key="step-end").click().run()  # finishes: the stepped request becomes the current run
     assert at.session_state[ui.RUN].trace.generated_token_ids == expected
     assert at.session_state[ui.RUN].attention is not None
+    assert stepped.freed  # done: both caches freed at once, the trace and maps kept
     at.button(key="step-reset").click().run()
     assert stepper.STEPPED not in at.session_state  # the session holds no cache tensors any more
     assert stepped.freed
@@ -71,3 +87,101 @@ def test_an_empty_prompt_is_one_line_and_nothing_steps(tiny_llama_dir: Path, pro
     at.button[0].click().run()
     assert not at.exception and any("empty" in e.value for e in at.error)
     assert stepper.STEPPED not in at.session_state
+
+
+def test_the_prefill_shows_the_cache_it_wrote_per_layer(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi there")
+    assert len(at.get("vega_lite_chart")) == 4  # no ITL yet after the prefill alone: a line says so
+    assert any("no inter-token latency yet" in i.value for i in at.info)
+    assert any("What the prefill wrote: 8 positions in every layer" in c.value for c in at.caption)
+
+
+def test_a_stepped_request_follows_the_sidebars_sampling(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    sampling = Sampling(temperature=0.8, top_k=20, seed=7)
+    at = prefill_on_the_step_page(tiny_llama_dir, "hello", sampling)
+    at.button(key="step-end").click().run()
+    assert not at.error, [e.value for e in at.error]
+    trace = at.session_state[ui.RUN].trace
+    assert trace.sampling == sampling
+    request = Request("hello", max_new_tokens=16, use_chat_template=False, sampling=sampling)
+    assert trace.generated_token_ids == measure(tiny_lm, request).generated_token_ids  # seeded: the same tokens
+
+
+def test_run_to_end_stops_when_a_step_is_refused(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi")
+    monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
+    with device_held_elsewhere():
+        at.button(key="step-end").click().run(timeout=60)  # used to loop for ever: each refused step ran nothing
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 1 and "Waited 1 s for the device" in errors[0], errors
+    stepped = at.session_state[stepper.STEPPED]
+    assert len(stepped.passes) == 1 and not stepped.freed  # refused in line: the request is as it was
+
+
+def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi")
+    stepped = at.session_state[stepper.STEPPED]
+    monkeypatch.setenv("EXPLORER_HOSTED", "1")
+    monkeypatch.setenv("EXPLORER_ALLOWED_MODELS", str(tiny_llama_dir))
+    broken = OSError(2, "No such file or directory", "/srv/explorer/secret/weights.bin")
+    with mock.patch.object(SteppedRequest, "step", side_effect=broken):
+        at.button(key="step-next").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "FileNotFoundError" in errors[0] and "secret" not in errors[0], errors
+    assert stepper.STEPPED not in at.session_state and stepped.freed
+
+
+def test_starting_a_stepped_request_counts_against_the_rate_limit(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXPLORER_HOSTED", "1")
+    monkeypatch.setenv("EXPLORER_ALLOWED_MODELS", str(tiny_llama_dir))
+    monkeypatch.setenv("EXPLORER_RUNS_PER_MINUTE", "1")
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi")
+    assert not at.error, [e.value for e in at.error]
+    at.button(key="step-reset").click().run()
+    at.button[0].click().run()  # Prefill again, within the same minute
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 1 and "1 runs per minute per visitor" in errors[0], errors
+    assert stepper.STEPPED not in at.session_state
+
+
+def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
+    steps = LiveSteps(idle_timeout_s=0.2)
+    idle, busy = (
+        SteppedRequest.start(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False), cpu_figures) for p in "ab"
+    )
+    for request in (idle, busy):
+        steps.add(request)
+        request.step()
+    time.sleep(0.3)
+    busy.step()  # touched again: not idle
+    assert steps.sweep() == 1
+    assert idle.freed and idle.live.cache is None and idle.replay.cache is None
+    assert not busy.freed and not idle.claim() and busy.claim()
+    del idle
+    assert len(steps.requests) == 1  # held weakly: a session that ends takes its request with it
+
+
+def test_another_sessions_script_run_frees_an_idle_stepped_request(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi")
+    stepped = at.session_state[stepper.STEPPED]
+    stepped.last_used_s -= IDLE_TIMEOUT_S + 1  # as if its owner had walked away
+    new_app()  # any other session's script run sweeps, without the owner coming back
+    assert stepped.freed
+    at.run()
+    assert stepper.STEPPED not in at.session_state
+    assert any("idle for over" in i.value for i in at.info)
+
+
+def test_autoplay_that_finishes_redraws_the_buttons(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi", max_new_tokens=2)  # one pass of two
+    at.toggle(key="step-autoplay").set_value(True).run()  # the second pass finishes the request
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.session_state[stepper.STEPPED].done
+    assert at.button(key="step-next").disabled and at.button(key="step-end").disabled  # drawn after it finished

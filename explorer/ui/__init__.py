@@ -1,24 +1,22 @@
-"""The one bridge to Streamlit, split by idea: what a session keeps (`state`), runs on the shared device (`runner`),
-the shared sidebar (`sidebar`) and page building blocks (`widgets`). Pages call these and the pure builders in
-`explorer.charts`; nothing outside this package in `explorer` imports streamlit."""
+"""The one bridge to Streamlit, split by idea: what a session keeps (`state`), its turn on the shared device
+(`queue`), runs on that device (`runner`), step mode (`stepper`), the shared sidebar (`sidebar`) and page building
+blocks (`widgets`, `sections`). Pages call these and the pure builders in `explorer.charts`; nothing outside this
+package in `explorer` imports streamlit."""
 
-from explorer.ui.runner import (
-    ALLOWED_MODELS_ENV,
+from explorer.ui.queue import (
     DRAW_HOLD_S,
     DeviceTurn,
     QueueLock,
-    check_model_allowed,
+    count_run,
     device_lock,
     device_queue,
     device_turn,
-    execute_run,
-    get_model,
     hosting_policy,
-    model_store,
+    live_steps,
     note_script,
-    run_lab,
     script_activity,
 )
+from explorer.ui.runner import ALLOWED_MODELS_ENV, check_model_allowed, execute_run, get_model, model_store, run_lab
 from explorer.ui.sidebar import remeasure_button, sidebar, sidebar_downloads
 from explorer.ui.state import (
     DEFAULT_PROMPT,
@@ -37,7 +35,6 @@ from explorer.ui.widgets import (
     chart,
     current_slos_s,
     escape_markdown,
-    keyboard_shortcuts,
     metrics,
     page_with_run,
     presenter_toggle,
@@ -54,24 +51,34 @@ from explorer.ui.widgets import (
 __all__ = [
     "ALLOWED_MODELS_ENV",
     "DEFAULT_PROMPT",
+    "DRAW_HOLD_S",
+    "HELD_TICKET",
     "HISTORY",
     "LAST_INPUTS",
+    "LEFT_QUEUE",
     "RUN",
+    "RUN_STARTS",
+    "DeviceTurn",
+    "QueueLock",
     "RunInputs",
     "RunResult",
     "chart",
     "check_model_allowed",
+    "count_run",
     "current_run",
     "current_slos_s",
     "device_lock",
+    "device_queue",
     "device_turn",
     "escape_markdown",
     "execute_run",
     "get_model",
     "history",
-    "keyboard_shortcuts",
+    "hosting_policy",
+    "live_steps",
     "metrics",
     "model_store",
+    "note_script",
     "page_with_run",
     "presenter_toggle",
     "presenting",
@@ -79,6 +86,7 @@ __all__ = [
     "require_run",
     "run_lab",
     "run_metrics",
+    "script_activity",
     "secondary",
     "show_error",
     "sidebar",
@@ -86,14 +94,4 @@ __all__ = [
     "slo_inputs",
     "table",
     "window_slider",
-    "DRAW_HOLD_S",
-    "DeviceTurn",
-    "HELD_TICKET",
-    "LEFT_QUEUE",
-    "QueueLock",
-    "RUN_STARTS",
-    "device_queue",
-    "hosting_policy",
-    "note_script",
-    "script_activity",
 ]

@@ -1,21 +1,72 @@
-"""Page sections too long for a thin page file: the Cost page's utilisation comparison and its per-op profile."""
+"""Page sections too long for a thin page file: the Latency page's SLO checks, the Cost page's utilisation
+comparison and its per-op profile, and the Step page's view of the request so far."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
+from explorer.charts import attention as attention_charts
 from explorer.charts import cost as charts
+from explorer.charts import kv as kv_charts
+from explorer.charts import latency as latency_charts
 from explorer.charts import profile as profile_charts
+from explorer.charts import stepping as step_charts
 from explorer.hosting import LabSize
 from explorer.profiler import profile_pass
+from explorer.stepping import SteppedRequest
 from explorer.trace import Trace
-from explorer.ui.runner import hosting_policy, run_lab
+from explorer.ui.queue import hosting_policy
+from explorer.ui.runner import run_lab
 from explorer.ui.state import RunResult
-from explorer.ui.widgets import chart, metrics, secondary, table
-from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent
+from explorer.ui.widgets import chart, current_slos_s, metrics, secondary, slo_inputs, table
+from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent, to_ms
 
 PROFILE = "explorer_profile"  # (run label, PassProfile) of the last "Profile this pass"
 PROFILE_BUDGET_S = 120.0
+SLO_FIGURES = [("TTFT", "ttft_s"), ("ITL p50", "itl_p50_s"), ("ITL p90", "itl_p90_s"), ("ITL p99", "itl_p99_s")]
+
+
+def repeat_slo_frame(trace: Trace, ttft_slo_s: float, itl_slo_s: float) -> pd.DataFrame:
+    """TTFT and ITL p50/p90/p99 against their SLOs as the metrics show them: each taken per repeat, then the median
+    (with min and max); `passes` is None where there is no value (no decodes)."""
+    rows = []
+    for metric, figure in SLO_FIGURES:
+        spread, slo_s = trace.spread(figure), ttft_slo_s if figure == "ttft_s" else itl_slo_s
+        rows.append(
+            {
+                "metric": metric,
+                "value_ms": to_ms(spread.median) if spread else None,
+                "min_ms": to_ms(spread.low) if spread else None,
+                "max_ms": to_ms(spread.high) if spread else None,
+                "repeats": spread.samples if spread else 0,
+                "slo_ms": to_ms(slo_s),
+                "passes": bool(spread.median < slo_s) if spread else None,  # strict, as written: "p99 ITL < 50 ms"
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def slo_section(trace: Trace) -> tuple[float, float]:
+    """The SLO inputs, a badge each for TTFT and p99 ITL, and the table; returns the SLOs (seconds)."""
+    ttft_slo_s, itl_slo_s = slo_inputs()
+    slos = repeat_slo_frame(trace, ttft_slo_s, itl_slo_s)
+    # A badge, not st.error: a missed SLO is a finding about this run, not an error of the app.
+    for column, check in zip(st.columns(2), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
+        verdict = latency_charts.slo_verdict(check.metric, check.value_ms, check.slo_ms)  # numbers: safe as markdown
+        if check.passes is None:
+            column.badge(verdict, icon=":material/remove:", color="gray")
+        elif check.passes:
+            column.badge(verdict, icon=":material/check_circle:", color="green")
+        else:
+            column.badge(verdict, icon=":material/cancel:", color="red")
+    table(
+        slos,
+        "TTFT and the ITL percentiles, each against its SLO (pass = strictly under): the same figures as the metrics "
+        "above, each taken per repeat, then the median with its min and max.",
+        "values measured · SLOs set above",
+    )
+    return ttft_slo_s, itl_slo_s
 
 
 def utilisation_section(trace: Trace) -> None:
@@ -41,7 +92,7 @@ def utilisation_section(trace: Trace) -> None:
         with column:
             st.markdown(f"**{row.label}**")  # built from the phase and the index: no user text
             peak = f"{human_flops(device.peak_flops)}/s, {device.peak_flops_source}"
-            moved = f"modelled {human_bytes(row.bytes_read)} moved (weights + KV read and write)"
+            moved = f"modelled {human_bytes(row.bytes_moved)} moved (weights + KV read and write)"
             device_bandwidth = f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_source})"
             metrics(
                 [
@@ -122,3 +173,84 @@ def profile_section(result: RunResult) -> None:
                 "Each op the profiler saw, with the group of the module it ran in, its calls and its own time.",
                 f"measured: {profiled.time_kind}, summed over the op's calls in the pass",
             )
+
+
+def step_view(current: SteppedRequest) -> None:
+    """The stepped request so far: its figures and tokens, the last pass's top five, its attention rows, its KV cache
+    (growing, and per layer), the gaps between its tokens and each pass's time against the roofline."""
+    trace = current.to_trace()
+    metrics(step_charts.running_figures(trace, current.done))
+    st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
+    last = trace.passes[-1]
+    table(step_charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
+    step_attention(current)
+    step_kv_cache(trace)
+    step_itl(trace)
+    timing = charts.time_split_frame(trace)
+    chart(
+        charts.time_split_chart(timing),
+        timing,
+        "step-times",
+        "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "
+        "Cost page.",
+        "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
+    )
+
+
+def step_attention(current: SteppedRequest) -> None:
+    maps = current.attention()
+    layer_col, head_col = st.columns(2)
+    layer = layer_col.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key="step-layer")
+    head = head_col.selectbox("Head", list(range(maps.heads)), key="step-head")
+    frame = step_charts.attention_rows_frame(maps, layer, head)
+    chart(
+        attention_charts.prefill_chart(frame),
+        frame,
+        "step-attention",
+        "The prefill's T × T map with its causal mask (grey), then one row per decode pass appended below it: one "
+        "key longer each time, no mask needed.",
+        "measured (captured attention probabilities, untimed eager shadow)",
+    )
+
+
+def step_kv_cache(trace: Trace) -> None:
+    """The cache as it grew pass by pass, and what the last pass left in each layer (the prefill: what it wrote)."""
+    growth = kv_charts.growth_frame(trace)
+    chart(
+        kv_charts.growth_chart(growth),
+        growth,
+        "step-kv",
+        f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers.",
+        "measured: bytes of the real cache tensors",
+    )
+    last = trace.passes[-1]
+    layers = kv_charts.layers_frame(trace, last.index)
+    written = (
+        f"What the prefill wrote: {last.cache_len_after} positions in every layer"
+        if last.is_prefill
+        else f"After pass {last.index}: the prefill's positions plus one per decode, {last.cache_len_after} in all"
+    )
+    chart(
+        kv_charts.layers_chart(layers),
+        layers,
+        "step-kv-layers",
+        f"{written}, each layer the same size (the dashed line is the formula's per-layer bytes).",
+        "bars measured: bytes of each layer's K and V tensors · line modelled",
+    )
+
+
+def step_itl(trace: Trace) -> None:
+    """The gaps between the tokens so far, against the session's ITL SLO (set on the Latency page)."""
+    if not trace.itl_s:
+        st.info("One token so far, so no inter-token latency yet: press **Next token** for the first decode pass.")
+        return
+    itl_slo_s = current_slos_s()[1]
+    itl = latency_charts.itl_frame(trace, itl_slo_s)
+    chart(
+        latency_charts.itl_chart(itl, itl_slo_s),
+        itl,
+        "step-itl",
+        "Each decode pass's gap since the previous token, against the ITL SLO of the Latency page: the pause between "
+        "clicks is not counted (the request's clock stops between passes).",
+        "measured: the time between consecutive sampled tokens",
+    )

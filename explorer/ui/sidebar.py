@@ -1,17 +1,20 @@
 """The shared sidebar: the run's inputs in a form (typing never reruns anything), re-measuring the device, and the
-downloads of the current run."""
+downloads of the current run. Every script run passes here, so it is also where idle stepped requests are swept."""
 
 from __future__ import annotations
+
+import os
 
 import streamlit as st
 
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.errors import BadInput
-from explorer.hosting import HOSTED_ENV, HostedPolicy
+from explorer.hosting import HOSTED_ENV, TRUE_WORDS, HostedPolicy
 from explorer.loading import DEVICES, DTYPES, EMBEDDED
 from explorer.perfetto import perfetto_json
 from explorer.trace import Sampling
-from explorer.ui.runner import hosting_policy, note_script, remeasure_device
+from explorer.ui.queue import hosting_policy, live_steps, note_script
+from explorer.ui.runner import remeasure_device
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_MAX_NEW_TOKENS,
@@ -20,6 +23,13 @@ from explorer.ui.state import (
     RunInputs,
     current_run,
 )
+
+# On a hosted server, one visitor switching device or dtype would load a second copy of the model and evict the one
+# everyone else is using: both stay at the server's defaults unless the operator sets this to 1.
+ALLOW_DEVICE_CHOICE_ENV = "EXPLORER_ALLOW_DEVICE_CHOICE"
+SERVER_DEFAULTS = RunInputs()
+DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
+DTYPE_KEY = "sidebar-dtype"
 
 
 def sidebar_policy() -> HostedPolicy:
@@ -44,6 +54,7 @@ def sidebar_policy() -> HostedPolicy:
 def sidebar() -> RunInputs | None:
     """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
     note_script()  # every script run counts as drawing until it ends: a run timed meanwhile is flagged
+    live_steps().sweep()  # a session that walked away from a stepped request never comes back to free it
     if st.session_state.pop(LEFT_QUEUE, False):
         st.sidebar.info("You left the queue: nothing ran.")
     policy = sidebar_policy()
@@ -81,8 +92,7 @@ def sidebar() -> RunInputs | None:
                 else "'embedded' (SmolLM2-135M), a hub id or a folder"
             )
             model = st.text_input("Model", value=EMBEDDED, help=model_help)
-            device = st.selectbox("Device", DEVICES, index=0)
-            dtype = st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only")
+            device, dtype = device_inputs(policy)
         with st.expander("Sampling"):
             temperature = st.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.0)
             top_k = st.number_input("Top-k (0 = off)", min_value=0, max_value=1000, value=0)
@@ -103,13 +113,34 @@ def sidebar() -> RunInputs | None:
     )
 
 
+def device_pinned(policy: HostedPolicy) -> bool:
+    return policy.hosted and os.environ.get(ALLOW_DEVICE_CHOICE_ENV, "").strip().lower() not in TRUE_WORDS
+
+
+def device_inputs(policy: HostedPolicy) -> tuple[str, str]:
+    """The device and dtype boxes: free locally, fixed at the server's defaults on a hosted server."""
+    if device_pinned(policy):
+        fixed = "Fixed on this shared server: another device or dtype would load a second model and evict the one "
+        fixed += "other visitors are using."
+        device = st.selectbox("Device", [SERVER_DEFAULTS.device], disabled=True, help=fixed, key=DEVICE_KEY)
+        dtype = st.selectbox("Dtype", [SERVER_DEFAULTS.dtype], disabled=True, help=fixed, key=DTYPE_KEY)
+        return device, dtype
+    device = st.selectbox("Device", DEVICES, index=0, key=DEVICE_KEY)
+    dtype = st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only", key=DTYPE_KEY)
+    return device, dtype
+
+
 def remeasure_button() -> None:
     if st.sidebar.button(
         "Re-measure device figures",
         help="Runs the matmul and copy microbenchmarks again (they are reused otherwise, and re-taken by themselves "
         "when a pass beats them), then divides the current run by the new figures.",
     ):
-        remeasure_device()
+        # The device the next Run would use: the boxes as last submitted with Run (a form commits only then).
+        remeasure_device(
+            st.session_state.get(DEVICE_KEY, SERVER_DEFAULTS.device),
+            st.session_state.get(DTYPE_KEY, SERVER_DEFAULTS.dtype),
+        )
 
 
 def sidebar_downloads() -> None:

@@ -1,5 +1,6 @@
 """Step mode in a session: the session's stepped request, one pass per click under the device lock, freed on reset,
-on a new prompt, after an idle timeout, or with the session itself (its state, tensors included, goes with it)."""
+on a new prompt, when it finishes (its trace and maps are kept), after an idle timeout (swept by any session, see
+`explorer.ui.queue.live_steps`), or with the session itself (its state, tensors included, goes with it)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,31 @@ import streamlit as st
 
 from explorer.device import device_profile
 from explorer.engine import Request
-from explorer.errors import ExplorerError, one_line
-from explorer.stepping import IDLE_TIMEOUT_S, SteppedRequest
-from explorer.ui.runner import device_turn, get_model, hosting_policy
+from explorer.errors import ExplorerError
+from explorer.stepping import SteppedRequest
+from explorer.ui.queue import count_run, device_turn, hosting_policy, live_steps
+from explorer.ui.runner import get_model
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, remember
-from explorer.ui.widgets import show_error
+from explorer.ui.widgets import failure_line, show_error
 
 STEPPED = "explorer_stepped"  # the session's SteppedRequest, or absent
 
 
 def stepped() -> SteppedRequest | None:
-    """The session's stepped request; one left idle past the timeout is freed first."""
+    """The session's stepped request; one left idle past the timeout is freed first (if no sweep did already)."""
     current = st.session_state.get(STEPPED)
-    if current is not None and current.idle_for_s() > IDLE_TIMEOUT_S:
-        reset_stepping()
-        st.info(f"The stepped request was idle for over {IDLE_TIMEOUT_S / 60:.0f} minutes: its cache was freed.")
+    if current is None or current.done:
+        return current
+    if current.freed or current.free_if_idle(live_steps().idle_timeout_s):
+        say_freed_when_idle()
         return None
     return current
+
+
+def say_freed_when_idle() -> None:
+    st.session_state.pop(STEPPED, None)
+    minutes = live_steps().idle_timeout_s / 60
+    st.info(f"The stepped request was idle for over {minutes:.0f} minutes: its cache was freed. Press Prefill again.")
 
 
 def reset_stepping() -> None:
@@ -35,38 +44,61 @@ def reset_stepping() -> None:
 
 
 def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) -> None:
-    """A new stepped request on the sidebar's model (a new prompt frees the old one's cache first)."""
+    """A new stepped request on the sidebar's model and sampling (a new prompt frees the old one's cache first)."""
     reset_stepping()
     inputs = st.session_state.get(LAST_INPUTS, RunInputs())
-    request = Request(prompt, max_new_tokens=max_new_tokens, use_chat_template=use_chat_template)
-    policy = hosting_policy()  # a stepped request meets the same caps as a run
+    request = Request(
+        prompt, max_new_tokens=max_new_tokens, use_chat_template=use_chat_template, sampling=inputs.sampling
+    )
     try:
+        policy = hosting_policy()  # a stepped request meets the same caps and rate limit as a run
         inputs = replace(inputs, model=policy.check_model(inputs.model))
         policy.check_request(prompt, max_new_tokens, 1)
+        count_run(policy)
         with device_turn("step"):
             lm = get_model(inputs)
             device = device_profile(lm.torch_device.type, lm.info.dtype)
             started = SteppedRequest.start(lm, request, device, policy.attention_cap_bytes)
             if policy.max_prompt_tokens is not None:
                 policy.check_prompt_tokens(len(started.live.prompt_ids))
+            live_steps().add(started)
             st.session_state[STEPPED] = started
     except ExplorerError as exc:
         show_error(str(exc))
     except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        show_error(f"Step mode could not start: {one_line(exc)}")
+        show_error(failure_line("Step mode's start", exc))
 
 
-def step_once() -> None:
-    """ONE real pass under the device lock (held for this pass only: other sessions run between clicks)."""
+def step_once() -> bool:
+    """ONE real pass under the device lock (held for this pass only: other sessions run between clicks); whether it
+    stepped. A refusal in line leaves the request as it was; a failed pass frees it."""
     current = stepped()
-    if current is None or current.done or current.freed:
-        return
+    if current is None or current.done:
+        return False
     try:
         with device_turn("step"):  # one pass: other sessions go between clicks
-            current.step()
+            if not current.claim():  # freed by an idle sweep while this click waited in line
+                say_freed_when_idle()
+                return False
+            try:
+                current.step()
+            except Exception:
+                reset_stepping()  # a pass that failed half-way leaves a cache no later pass may extend
+                raise
     except ExplorerError as exc:
         show_error(str(exc))
-        return
+        return False
+    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
+        show_error(failure_line("The step", exc))
+        return False
     if current.done:  # the finished request becomes the session's current run, as if it had been run at once
         result = remember(current.to_trace(), current.request.prompt)
         st.session_state[RUN] = RunResult(result.trace, current.attention(), "", result.label)
+    return True
+
+
+def run_to_end() -> None:
+    """Every remaining pass, one turn each, until the request is done or a step did not run (its error is shown):
+    a refusal in line must not loop forever."""
+    while step_once():
+        pass

@@ -3,20 +3,23 @@ captions and downloads, and one-line errors."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 
 import altair as alt
 import pandas as pd
 import streamlit as st
-from streamlit_shortcuts import add_shortcuts
 
 from explorer.charts import export, theme
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
+from explorer.errors import BadInput, one_line
+from explorer.hosting import HostedPolicy
 from explorer.trace import Spread, Trace
 from explorer.ui.state import RunResult, current_run
 from explorer.units import short_time
 
+LOG = logging.getLogger(__name__)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
 
 
@@ -29,6 +32,19 @@ def show_error(message: str) -> None:
     st.error(escape_markdown(message))  # messages quote the model name the user typed
 
 
+def failure_line(what: str, exc: BaseException) -> str:
+    """One line for an unexpected failure: "The run failed: …". A hosted server names only the exception's type, as
+    its text can quote a server path (an OSError's filename); the whole of it goes to the server's log."""
+    LOG.error("%s failed", what, exc_info=exc)
+    try:
+        hosted = HostedPolicy.from_env().hosted
+    except BadInput:  # a malformed setting: say as little as a hosted server would
+        hosted = True
+    if hosted:
+        return f"{what} failed ({type(exc).__name__}): an unexpected error on the server. Try again in a moment."
+    return f"{what} failed: {one_line(exc)}"
+
+
 def require_run() -> RunResult:
     """The current run; without one, a hint to make one and the page stops here (it has nothing else to draw)."""
     run = current_run()
@@ -38,41 +54,58 @@ def require_run() -> RunResult:
     return run
 
 
+def short_rate(per_s: float | None) -> str:
+    return "n/a" if per_s is None else f"{per_s:.1f}"
+
+
+# The request's figures that repeats give a spread: (label, key of explorer.trace.REPEAT_FIGURES, format, meaning).
+SPREAD_METRICS: list[tuple[str, str, Callable[[float | None], str], str]] = [
+    ("TTFT", "ttft_s", short_time, "request start (before tokenizing) to first token"),
+    ("E2E", "e2e_s", short_time, "request start to the last token"),
+    ("ITL p50", "itl_p50_s", short_time, "median gap between consecutive tokens"),
+    ("ITL p90", "itl_p90_s", short_time, "90th percentile of the gaps between consecutive tokens"),
+    ("ITL p99", "itl_p99_s", short_time, "99th percentile of the gaps between consecutive tokens"),
+    ("Decode tok/s", "decode_tokens_per_s", short_rate, "decode tokens / sum of ITLs"),
+]
+
+
 def run_metrics(trace: Trace) -> None:
-    """The request's headline numbers, all measured: medians over repeats with their min and max, or one sample."""
-    cols = st.columns(6)
-    cols[0].metric("Prompt tokens", trace.prompt_len)
-    cols[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
-    figures = [
-        ("TTFT", "ttft_s", "request start (before tokenizing) to first token"),
-        ("ITL p50", "itl_p50_s", "median gap between consecutive tokens"),
-        ("E2E", "e2e_s", "request start to the last token"),
-    ]
-    for col, (label, name, meaning) in zip([cols[2], cols[3], cols[5]], figures):
-        spread = trace.spread(name)
-        value = short_time(spread.median if spread else None)
-        col.metric(label, value, help=f"measured: {meaning}; {spread_help(spread, short_time)}")
-    rate = trace.spread("decode_tokens_per_s")
-    cols[4].metric(
-        "Decode tok/s",
-        f"{rate.median:.1f}" if rate else "n/a",
-        help=f"measured: decode tokens / sum of ITLs; {spread_help(rate, lambda v: f'{v:.1f}')}",
-    )
+    """The request's headline numbers, all measured: medians over repeats with their min–max under each, or one
+    sample said as such. Each figure is taken per repeat, then its median (`Trace.spread`), as the CLI prints it."""
+    top, bottom = st.columns(4), st.columns(4)
+    top[0].metric("Prompt tokens", trace.prompt_len)
+    top[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
+    for column, (label, figure, fmt, meaning) in zip([*top[2:], *bottom], SPREAD_METRICS):
+        spread_metric(column, label, trace.spread(figure), fmt, meaning)
     samples = (
-        f"medians of {trace.repeat_count} repeats (hover for min–max)"
+        f"medians of {trace.repeat_count} repeats, each with its min–max"
         if trace.repeat_count > 1
         else "one sample on a shared machine: raise Repeats for a median and its spread"
     )
     st.text(  # text, not markdown: the model name is whatever the user typed
-        f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all six figures measured, {samples}"
+        f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all figures measured, {samples}"
         + ("" if trace.warmup_ran else " · no warm-up: the first pass includes one-off start-up costs")
     )
 
 
-def spread_help(spread: Spread | None, fmt: Callable[[float], str]) -> str:
-    if spread is None or spread.samples == 1:
-        return "one sample"
-    return f"median of {spread.samples} repeats, min {fmt(spread.low)}, max {fmt(spread.high)}"
+def spread_metric(
+    column: st.delta_generator.DeltaGenerator,
+    label: str,
+    spread: Spread | None,
+    fmt: Callable[[float | None], str],
+    meaning: str,
+) -> None:
+    """A median with its min–max in plain sight (the delta line, grey and arrowless: a range, not a change)."""
+    ranged = spread is not None and spread.samples > 1
+    column.metric(
+        label,
+        fmt(spread.median if spread else None),
+        f"{fmt(spread.low)} – {fmt(spread.high)}" if ranged else None,
+        delta_color="off",
+        delta_arrow="off",
+        delta_description=f"min–max of {spread.samples}" if ranged else None,
+        help=f"measured: {meaning}; " + (f"median of {spread.samples} repeats" if ranged else "one sample"),
+    )
 
 
 def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
@@ -178,8 +211,9 @@ def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> No
 
 # --- presenter mode ------------------------------------------------------------------------------------------------
 PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: read, never written
-# Larger type for text and metrics, from one fixed stylesheet (no user text, no script); charts take their sizes from
-# the presenter chart theme instead.
+# Larger type for text, metrics, code, plain text and static tables, from one fixed stylesheet (no user text, no
+# script); charts take their sizes from the presenter chart theme instead. A data grid (st.dataframe) draws on a
+# canvas that no stylesheet reaches: pages show tables through `tables.readable_table`, a static table when presenting.
 PRESENTER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
@@ -187,6 +221,11 @@ PRESENTER_CSS = """<style>
 [data-testid="stMetricLabel"] p { font-size: 1.3rem; }
 [data-testid="stMain"] h1 { font-size: 3rem; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
+[data-testid="stMain"] [data-testid="stCode"] pre,
+[data-testid="stMain"] [data-testid="stCode"] code,
+[data-testid="stMain"] [data-testid="stText"],
+[data-testid="stMain"] [data-testid="stTable"] th,
+[data-testid="stMain"] [data-testid="stTable"] td { font-size: 1.3rem; }
 </style>"""
 
 
@@ -212,13 +251,3 @@ def current_theme() -> theme.Theme:
 def secondary(title: str) -> st.delta_generator.DeltaGenerator:
     """A section that matters less than the page's one idea: open on a laptop, collapsed in presenter mode."""
     return st.expander(title, expanded=not presenting())
-
-
-# Keys for a presenter's clicker on the step page. Rendered once, first in the sidebar of every page: the component
-# attaches its listener from its own iframe, so an iframe unmounted by a page switch would take the listener with it.
-STEP_SHORTCUTS = {"step-next": ["arrowright", " "], "step-reset": "r"}
-
-
-def keyboard_shortcuts() -> None:
-    with st.sidebar:
-        add_shortcuts(**STEP_SHORTCUTS)

@@ -24,7 +24,7 @@ import torch
 
 from explorer.engine import LiveRequest, Request, checked_prompt_ids, new_cache, warm_up
 from explorer.errors import BadInput
-from explorer.lab_progress import BetweenUnits, Report, between_passes, keep_device
+from explorer.lab_progress import QUIET, BetweenUnits, LabProgress, between_passes, keep_device
 from explorer.loading import LoadedModel
 from explorer.roofline import kv_cache_bytes, pass_cost
 from explorer.timing import synchronize
@@ -337,11 +337,9 @@ def run_batch_sweep(
     lm: LoadedModel,
     device: DeviceProfile,
     config: BatchConfig,
-    on_progress: Report | None = None,
-    between_units: BetweenUnits = keep_device,
+    progress: LabProgress = QUIET,
 ) -> BatchResult:
     plan = validate(lm.info, device, config)
-    report = on_progress or (lambda _fraction, _text: None)
     about = f"the sweep is estimated at ~{plan.estimate_s:.1f} s (modelled)"
     largest = max(config.batch_sizes)
     count = largest if config.distinct_prompts else 1
@@ -349,15 +347,16 @@ def run_batch_sweep(
     warm_up(lm)
     solo = []
     for i, prompt in enumerate(prompts):
-        report(0.3 * i / len(prompts), f"solo reference {i + 1}/{len(prompts)}; {about}")
-        live = run_batched(lm, device, [prompt], config.new_tokens, between_units)
+        progress(0.3 * i / len(prompts), f"solo reference {i + 1}/{len(prompts)}; {about}")
+        live = run_batched(lm, device, [prompt], config.new_tokens, progress.between_units)
         solo.append(tuple(p.token_id for p in live.passes))
     runs = []
     for n, batch in enumerate(config.batch_sizes):
-        report(0.3 + 0.7 * n / len(config.batch_sizes), f"batch {batch}; {about}")
-        live = run_batched(lm, device, [prompts[i % count] for i in range(batch)], config.new_tokens, between_units)
+        progress(0.3 + 0.7 * n / len(config.batch_sizes), f"batch {batch}; {about}")
+        rows = [prompts[i % count] for i in range(batch)]
+        live = run_batched(lm, device, rows, config.new_tokens, progress.between_units)
         runs.append(batch_run(lm, live, [solo[r % count] for r in range(batch)], batch))
-    report(1.0, "Done.")
+    progress(1.0, "Done.")
     return BatchResult(
         config=config,
         device=device,
@@ -439,7 +438,7 @@ def cmd_batch(args: object) -> None:
     lm = load(args)
     warm_up(lm)
     device = device_profile(lm.torch_device.type, lm.info.dtype)
-    result = run_batch_sweep(lm, device, config, on_progress=stderr_progress)
+    result = run_batch_sweep(lm, device, config, progress=LabProgress(stderr_progress))
     print(format_batch(result))
     if args.json:
         args.json.write_text(result.to_json(), encoding="utf-8")

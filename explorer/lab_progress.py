@@ -49,3 +49,14 @@ class LabProgress:
 
     def __call__(self, fraction: float, text: str) -> None:
         self.report(fraction, text)
+
+    def span(self, start: float, end: float) -> Report:
+        """A report for one part of the work: its own 0..1 drawn as `start`..`end` of the whole bar."""
+        return lambda fraction, text: self.report(start + (end - start) * fraction, text)
+
+
+def _silent(_fraction: float, _text: str) -> None:
+    pass
+
+
+QUIET = LabProgress(_silent)  # the default: nothing drawn, the device kept

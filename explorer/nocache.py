@@ -24,7 +24,7 @@ from explorer.engine import (
     warm_up,
 )
 from explorer.errors import BadInput, out_of_memory_as_run_failed
-from explorer.lab_progress import BetweenUnits, Report, between_passes, keep_device
+from explorer.lab_progress import QUIET, BetweenUnits, LabProgress, Report, between_passes, keep_device
 from explorer.loading import LoadedModel
 from explorer.roofline import pass_flops, weight_bytes_read
 from explorer.timing import timed
@@ -229,8 +229,7 @@ def run_nocache(
     device: DeviceProfile,
     request: Request,
     budget_s: float = DEFAULT_BUDGET_S,
-    on_progress: Report | None = None,
-    between_units: BetweenUnits = keep_device,
+    progress: LabProgress = QUIET,
 ) -> NoCacheResult:
     """The cached loop (the engine, EOS ignored so both make the same number of tokens), then the naive loop."""
     request = Request(
@@ -238,11 +237,10 @@ def run_nocache(
     )
     prompt_ids = checked_prompt_ids(lm, request)
     estimate = validate(lm.info, device, len(prompt_ids), request.max_new_tokens, budget_s)
-    report = on_progress or (lambda _fraction, _text: None)
     about = f"the naive loop is estimated at ~{estimate:.1f} s (modelled) of the {budget_s:.0f} s budget"
     warm_up(lm)
-    report(0.05, f"cached loop: one prefill, then one-token decodes; {about}")
-    trace = cached_loop(lm, device, request, prompt_ids, between_units)
+    progress(0.05, f"cached loop: one prefill, then one-token decodes; {about}")
+    trace = cached_loop(lm, device, request, prompt_ids, progress.between_units)
     cached = tuple(
         Step(
             position=p.cache_len_after,
@@ -254,13 +252,14 @@ def run_nocache(
         )
         for p in trace.passes
     )
-    report(0.3, f"naive loop: the whole sequence at every step, no cache; {about}")
+    progress(0.3, f"naive loop: the whole sequence at every step, no cache; {about}")
+    naive_part = progress.span(0.3, 1.0)
     uncached = uncached_loop(
         lm,
         prompt_ids,
         request.max_new_tokens,
-        between_units,
-        lambda fraction, text: report(0.3 + 0.7 * fraction, f"{text}; {about}"),
+        progress.between_units,
+        lambda f, text: naive_part(f, f"{text}; {about}"),
     )
     return NoCacheResult(trace.prompt_len, cached, uncached, trace, estimate)
 
@@ -322,7 +321,7 @@ def cmd_nocache(args: object) -> None:
     checked_prompt_ids(lm, request)
     warm_up(lm)
     device = device_profile(lm.torch_device.type, lm.info.dtype)
-    result = run_nocache(lm, device, request, budget_s=args.budget_s, on_progress=stderr_progress)
+    result = run_nocache(lm, device, request, budget_s=args.budget_s, progress=LabProgress(stderr_progress))
     print(format_nocache(result))
     if args.json:
         args.json.write_text(result.to_json(), encoding="utf-8")

@@ -10,7 +10,6 @@ framework dispatch and Python on a CPU, the GPU idling between kernels on CUDA.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from collections import defaultdict
@@ -28,7 +27,7 @@ from explorer.engine import decode_one_token, new_cache, prefill
 from explorer.errors import BadInput
 from explorer.loading import LoadedModel
 from explorer.timing import synchronize, timed
-from explorer.trace import Phase, Trace
+from explorer.trace import JsonRecord, Phase, Trace
 
 # The op groups, in the order they are stacked and listed.
 LINEAR = "linear layers / matmuls"
@@ -75,7 +74,7 @@ class ProfileGroup:
 
 
 @dataclass(frozen=True)
-class PassProfile:
+class PassProfile(JsonRecord):
     """Pass K of a run, profiled: op self times by group plus the remainder no op explains, summing to the wall."""
 
     model_name: str  # the model's display name
@@ -117,9 +116,6 @@ class PassProfile:
         data["op_total_s"] = self.op_total_s
         data["profiler_cost_s"] = self.profiler_cost_s
         return data
-
-    def to_json(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
 
 # --- where an op ran -------------------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from explorer.errors import BadInput, ExplorerError, RunFailed, one_line
-from explorer.trace import ItlPercentiles, percentile
+from explorer.trace import ItlPercentiles, JsonRecord, percentile
 from explorer.units import ms_value
 
 Api = Literal["chat", "completions"]
@@ -362,7 +362,7 @@ class LevelResult:
 
 
 @dataclass(frozen=True)
-class SweepResult:
+class SweepResult(JsonRecord):
     """A concurrency sweep against one endpoint, as the CLI writes it and the Endpoint page reads it."""
 
     endpoint: Endpoint
@@ -418,9 +418,6 @@ class SweepResult:
         data["tokens_disagree_requests"] = len(self.disagreeing_records)
         data["tokens_note"] = self.tokens_note
         return data
-
-    def to_json(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:

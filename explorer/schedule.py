@@ -13,20 +13,19 @@ solo reference runs (whose timings are unused). Progress reports during a unit o
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from explorer.lab_progress import BetweenUnits, keep_device
+from explorer.lab_progress import QUIET, LabProgress
 from explorer.schedule_workload import EngineSettings, PlannedRequest, Workload, check_fits, plan_requests, validate
-from explorer.trace import ItlPercentiles
+from explorer.trace import ItlPercentiles, JsonRecord
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from explorer.loading import LoadedModel, Progress
+    from explorer.loading import LoadedModel
     from explorer.trace import DeviceProfile
 
 
@@ -262,7 +261,7 @@ CONTINUOUS, STATIC, SEQUENTIAL = "continuous batching", "static batching", "one 
 
 
 @dataclass(frozen=True)
-class ScheduleRun:
+class ScheduleRun(JsonRecord):
     """The engine's run of a workload: every step and every request, plus the comparisons asked for."""
 
     workload: Workload
@@ -339,9 +338,6 @@ class ScheduleRun:
             "prefix_off": self.prefix_off.to_dict() if self.prefix_off else None,
         }
 
-    def to_json(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
-
 
 def load_average() -> float | None:
     """The 1-minute load average, kept beside each measurement: on a shared machine it says how busy it was."""
@@ -359,8 +355,7 @@ def run_schedule(
     settings: EngineSettings,
     *,
     compare: bool = False,
-    on_progress: Progress | None = None,
-    between_units: BetweenUnits = keep_device,
+    progress: LabProgress = QUIET,
 ) -> ScheduleRun:
     """Serve the workload with the engine, then check every request's tokens against a solo greedy run.
 
@@ -371,35 +366,32 @@ def run_schedule(
     from explorer import schedule_baselines as baselines
     from explorer import schedule_engine as engine
 
-    def progress(start: float, end: float) -> Progress | None:
-        if on_progress is None:
-            return None
-        return lambda fraction, text: on_progress(start + (end - start) * fraction, text)
-
     validate(workload, settings)
     planned = plan_requests(lm, workload)
     check_fits(lm, planned, settings)
     with_prefix_off = bool(workload.prefix) and settings.prefix_sharing
     engine.warm_up(lm, settings)
-    steps, served, num_blocks = engine.serve(lm, planned, settings, workload.stop_at_eos, progress(0.0, 0.4))
+    steps, served, num_blocks = engine.serve(lm, planned, settings, workload.stop_at_eos, progress.span(0.0, 0.4))
     load = load_average()
-    between_units()
+    progress.between_units()
     prefix_off = None
     if with_prefix_off:
         off = replace(settings, prefix_sharing=False)
-        off_steps, off_served, _ = engine.serve(lm, planned, off, workload.stop_at_eos, progress(0.4, 0.55))
+        off_steps, off_served, _ = engine.serve(lm, planned, off, workload.stop_at_eos, progress.span(0.4, 0.55))
         prefix_off = (off, off_steps, off_served, load_average())
-        between_units()
+        progress.between_units()
     modes: list[ServedMode] = []
     if compare:
-        static = baselines.serve_static_batch(lm, planned, workload.stop_at_eos, progress(0.55, 0.7))
+        static = baselines.serve_static_batch(lm, planned, workload.stop_at_eos, progress.span(0.55, 0.7))
         static = replace(static, load_avg_1m=load_average())
-        between_units()
-        sequential, solo = baselines.serve_one_at_a_time(lm, planned, device, workload.stop_at_eos, progress(0.7, 1))
+        progress.between_units()
+        sequential, solo = baselines.serve_one_at_a_time(
+            lm, planned, device, workload.stop_at_eos, progress.span(0.7, 1)
+        )
         modes = [static, replace(sequential, load_avg_1m=load_average())]
     else:
         solo = baselines.solo_traces(
-            lm, planned, device, workload.stop_at_eos, progress(0.55, 1.0), between_units=between_units
+            lm, planned, device, workload.stop_at_eos, progress.span(0.55, 1.0), between_units=progress.between_units
         )
     check = baselines.check_against_solo
     modes = [replace(m, checks=check(m.requests, solo, lm.tokenizer)) for m in modes]
@@ -430,6 +422,5 @@ def run_schedule(
     run = replace(build(settings, steps, served, load), baselines=tuple(modes))
     if prefix_off is not None:
         run = replace(run, prefix_off=build(*prefix_off))
-    if on_progress:
-        on_progress(1.0, "Done.")
+    progress(1.0, "Done.")
     return run

@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from explorer.cli import add_model_args, check_output_paths, load
+from explorer.lab_progress import LabProgress
 from explorer.schedule import ScheduleRun, run_schedule
 from explorer.schedule_workload import (
     SCHEDULERS,
@@ -119,7 +120,7 @@ def cmd_schedule(args: argparse.Namespace) -> None:
     warm_up(lm)
     device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every run
     workload, settings = workload_from_args(args), settings_from_args(args)
-    run = run_schedule(lm, device, workload, settings, compare=args.compare, on_progress=stderr_progress)
+    run = run_schedule(lm, device, workload, settings, compare=args.compare, progress=LabProgress(stderr_progress))
     print(format_run(run))
     if args.json:
         args.json.write_text(run.to_json(), encoding="utf-8")

@@ -11,7 +11,6 @@ earlier traces without them (the app's `RunResult` and history).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.errors import BadInput
+from explorer.trace import JsonRecord
 from explorer.units import megabytes
 
 DEFAULT_RUNS = 100
@@ -96,7 +96,7 @@ class RssSample:
 
 
 @dataclass(frozen=True)
-class SoakResult:
+class SoakResult(JsonRecord):
     model: str
     device: str
     dtype: str
@@ -120,9 +120,6 @@ class SoakResult:
         data["growth_bytes"] = self.growth_bytes
         data["growth_from_to"] = [self.config.checkpoints[0], self.config.checkpoints[-1]]
         return data
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
 
 
 def run_soak(

@@ -219,6 +219,16 @@ def percentile(values: list[float] | tuple[float, ...], q: float) -> float | Non
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
 
 
+class JsonRecord:
+    """A result written as JSON for readers and tools: `to_dict()` is its content, `to_json()` the text."""
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+
 class ItlPercentiles:
     """p50/p90/p99 of a request's inter-token latencies, for anything with an `itl_s` tuple (a trace, a scheduled
     request, a remote request): one definition, so every page reads the same percentiles the same way."""
@@ -279,7 +289,7 @@ REPEAT_FIGURES: dict[str, Callable[[tuple[PassRecord, ...]], float | None]] = {
 
 
 @dataclass(frozen=True)
-class Trace(ItlPercentiles):
+class Trace(ItlPercentiles, JsonRecord):
     """One request, run once or repeated: tokenize, one prefill pass, then one decode pass per further token."""
 
     model: ModelInfo
@@ -385,9 +395,6 @@ class Trace(ItlPercentiles):
         data = asdict(self)
         data["summary"] = self.summary()  # derived; written for readers of the file, ignored on load
         return data
-
-    def to_json(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trace:

@@ -1,22 +1,18 @@
 """Batching: B requests decoded together read the weights once per step for all of them."""
 
-import streamlit as st
-
 from explorer import ui
 from explorer.charts import serving as charts
 from explorer.ui import labs
 
-st.title("Batching")
-st.caption(
+result = ui.lab_page(
+    "Batching",
     "A decode step reads every weight to make one token per sequence. With B sequences in one step the weights are "
     "read once for all of them: the step barely slows while tokens/s grows, until the step crosses the ridge and "
-    "becomes compute-bound. Each request's ITL is the step time, so it gets worse as B grows."
+    "becomes compute-bound. Each request's ITL is the step time, so it gets worse as B grows.",
+    labs.batch_inputs,
+    labs.BATCH_RESULT,
+    "Press **Run the sweep**: memory and a modelled time estimate are checked before anything runs.",
 )
-labs.batch_inputs()
-result = st.session_state.get(labs.BATCH_RESULT)
-if result is None:
-    st.info("Press **Run the sweep**: memory and a modelled time estimate are checked before anything runs.")
-    st.stop()
 
 _, itl_slo_s = ui.current_slos_s()
 frame = charts.batch_frame(result)

@@ -6,17 +6,15 @@ from explorer import ui
 from explorer.charts import serving as charts
 from explorer.ui import labs
 
-st.title("Without a KV cache")
-st.caption(
+result = ui.lab_page(
+    "Without a KV cache",
     "Without a cache, predicting each next token re-runs every earlier token through every layer: the work per step "
     "grows with the sequence. The KV cache keeps each token's K and V, so a step computes one token. Both loops run "
-    "here on the real model, greedy, and must produce the same tokens."
+    "here on the real model, greedy, and must produce the same tokens.",
+    labs.nocache_inputs,
+    labs.NOCACHE_RESULT,
+    "Press **Run both loops**: the naive loop's time estimate is checked against the budget before it starts.",
 )
-labs.nocache_inputs()
-result = st.session_state.get(labs.NOCACHE_RESULT)
-if result is None:
-    st.info("Press **Run both loops**: the naive loop's time estimate is checked against the budget before it starts.")
-    st.stop()
 
 ui.metrics(
     [

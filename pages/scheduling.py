@@ -1,21 +1,18 @@
 """Serving lab 2: a workload served by transformers' continuous batching engine, step by step, against the baselines."""
 
-import streamlit as st
-
+from explorer import ui
 from explorer.ui import scheduling as sections
 
-st.title("Scheduling: continuous batching, step by step")
-st.caption(
+run = ui.lab_page(
+    "Scheduling: continuous batching, step by step",
     "A server runs one forward pass per step over every request it has admitted: some need their prompt computed "
     "(prefill), the others one new token each (decode). transformers' continuous batching engine decides who joins "
     "each step, splits long prompts to fit a token budget, keeps the KV cache in fixed-size blocks, and reuses the "
-    "blocks of a shared prefix. This page runs it on the real model and records every step."
+    "blocks of a shared prefix. This page runs it on the real model and records every step.",
+    sections.workload_form,
+    sections.RUN_KEY,
+    "No scheduling run yet: set a workload above and press **Run** (the defaults take about a minute).",
 )
-sections.workload_form()
-run = st.session_state.get(sections.RUN_KEY)
-if run is None:
-    st.info("No scheduling run yet: set a workload above and press **Run** (the defaults take about a minute).")
-    st.stop()
 
 sections.summary_section(run)
 sections.steps_section(run)

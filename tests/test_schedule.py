@@ -238,7 +238,8 @@ def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(
     prefix = "SYSTEM: you answer in one short line only."  # 42 bytes = 42 tokens = 10 whole 4-token blocks
     workload = Workload(requests=3, prompt_tokens=(10,), new_tokens=(4,), arrivals_ms=(0, 300, 600), prefix=prefix)
     handovers = []
-    run = run_schedule(tiny_lm, cpu_figures, workload, TINY_SETTINGS, between_units=lambda: handovers.append(1))
+    progress = LabProgress(lambda _fraction, _text: None, lambda: handovers.append(1))
+    run = run_schedule(tiny_lm, cpu_figures, workload, TINY_SETTINGS, progress=progress)
     assert len(handovers) == 1 + 1 + 3  # after the engine's run, after the prefix-off run, after each solo run
     off = run.prefix_off
     assert off is not None and not off.settings.prefix_sharing
@@ -256,15 +257,7 @@ def test_the_device_is_passed_on_only_between_measured_spans(tiny_lm: LoadedMode
     events: list[str] = []
     progress = LabProgress(lambda _fraction, text: events.append(text), lambda: events.append("HAND OVER"))
     workload = Workload(requests=2, prompt_tokens=(8, 20), new_tokens=(6,), stagger_ms=50)
-    run = run_schedule(
-        tiny_lm,
-        cpu_figures,
-        workload,
-        TINY_SETTINGS,
-        compare=True,
-        on_progress=progress,
-        between_units=progress.between_units,
-    )
+    run = run_schedule(tiny_lm, cpu_figures, workload, TINY_SETTINGS, compare=True, progress=progress)
     handovers = [k for k, e in enumerate(events) if e == "HAND OVER"]
     assert len(handovers) == 2  # after the engine's run, after static batching; none inside any of them
     assert "Continuous batching" in events[handovers[0] - 1] and "Static batching" in events[handovers[1] - 1]

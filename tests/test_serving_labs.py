@@ -214,7 +214,10 @@ def test_the_labs_pass_the_device_on_between_passes_only_with_the_clock_paused(
 ) -> None:
     spy = BetweenUnitsSpy(wait_s=0.2)
     result = run_nocache(
-        tiny_lm, cpu_figures, Request("hello", max_new_tokens=4, use_chat_template=False), between_units=spy
+        tiny_lm,
+        cpu_figures,
+        Request("hello", max_new_tokens=4, use_chat_template=False),
+        progress=LabProgress(lambda _fraction, _text: None, spy),
     )
     assert spy.calls == 8  # after each pass of both loops
     assert max(result.cached_trace.itl_s) < spy.wait_s  # the waits are not in the cached loop's latencies
@@ -228,7 +231,6 @@ def test_the_labs_pass_the_device_on_between_passes_only_with_the_clock_paused(
         cpu_figures,
         BatchConfig(batch_sizes=(1, 2), prompt_tokens=8, new_tokens=3),
         progress,
-        progress.between_units,
     )
     assert spy.calls == 3 * 4 and reports  # 2 solo references + 2 batch sizes, 3 passes each; reports do not pass on
     assert all(max(run.itl_s) < spy.wait_s for run in sweep.runs)

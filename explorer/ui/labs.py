@@ -90,7 +90,7 @@ def nocache_inputs() -> None:
         request = Request(prompt, max_new_tokens=new_tokens, use_chat_template=False)
 
         def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
-            return run_nocache(lm, device, request, budget_s, progress, progress.between_units)
+            return run_nocache(lm, device, request, budget_s, progress)
 
         size = LabSize(prompt_chars=len(prompt), new_tokens=new_tokens, budget_s=budget_s)
         run_lab(NOCACHE_RESULT, "Running the cached and the naive loop", work, size)
@@ -142,7 +142,7 @@ def batch_inputs() -> None:
     if st.button("Run the sweep", type="primary"):
 
         def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
-            return run_batch_sweep(lm, device, config, progress, progress.between_units)
+            return run_batch_sweep(lm, device, config, progress)
 
         size = LabSize(config.prompt_tokens, None, config.new_tokens, config.batch_sizes, config.budget_s)
         run_lab(BATCH_RESULT, "Running every batch size", work, size)

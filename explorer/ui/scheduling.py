@@ -69,9 +69,7 @@ def serve(workload: Workload, settings: EngineSettings, compare: bool) -> None:
     check_prompt_chars(workload, hosting_policy().max_prompt_chars)
 
     def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> ScheduleRun:
-        return run_schedule(
-            lm, device, workload, settings, compare=compare, on_progress=progress, between_units=progress.between_units
-        )
+        return run_schedule(lm, device, workload, settings, compare=compare, progress=progress)
 
     run_lab(RUN_KEY, "Serving the workload", work, lab_size(workload))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from typing import Any
 
 import altair as alt
 import pandas as pd
@@ -153,6 +154,19 @@ def page_with_run(title: str, caption: str) -> RunResult:
     st.title(title)
     st.caption(caption)
     return require_run()
+
+
+def lab_page(title: str, caption: str, inputs: Callable[[], object], key: str, hint: str) -> Any:
+    """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`; without
+    one, `hint` and the page stops here (a lab runs only when its button is pressed, never on a view change)."""
+    st.title(title)
+    st.caption(caption)
+    inputs()
+    result = st.session_state.get(key)
+    if result is None:
+        st.info(hint)
+        st.stop()
+    return result
 
 
 # The SLOs live in the session, not in a page: the Latency page sets them and every other page reads the same ones.

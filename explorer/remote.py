@@ -275,10 +275,17 @@ class RequestRecord(ItlPercentiles):
         return sum(self.chunk_tokens)
 
     @property
+    def unstreamed_tokens_allowed(self) -> int:
+        """A request that stopped on its end-of-sequence token has that token in the server's usage but no text in
+        any chunk (seen on transformers serve; vLLM counts it the same way): one token the chunks cannot show."""
+        return 1 if self.finish_reason == "stop" else 0
+
+    @property
     def tokens_disagree(self) -> bool:
-        """The chunks' token counts do not add up to the server's own total: the ITLs are spread over the wrong
-        number of tokens (one token per chunk assumed, or a tokenizer other than the server's)."""
-        return self.ok and self.output_tokens_from == "usage" and self.chunk_tokens_total != self.output_tokens
+        """The chunks' token counts do not add up to the server's own total (beyond an unstreamed stop token): the
+        ITLs are spread over the wrong number of tokens (one token per chunk assumed, or another tokenizer)."""
+        unexplained = self.output_tokens - self.chunk_tokens_total
+        return self.ok and self.output_tokens_from == "usage" and unexplained not in (0, self.unstreamed_tokens_allowed)
 
     def summary(self) -> dict[str, Any]:
         return {

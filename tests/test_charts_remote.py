@@ -130,3 +130,13 @@ def test_chunk_counts_that_miss_the_servers_total_are_flagged(result: remote.Swe
     assert data["levels"][0]["records"][0]["summary"]["tokens_disagree"] is True
     assert remote.SweepResult.from_json(flagged.to_json()).disagreeing_records == (short,)
     assert "warning: 1 of 4 requests" in remote.format_sweep(flagged)
+
+
+def test_an_unstreamed_stop_token_is_not_a_disagreement() -> None:
+    """transformers serve (and vLLM) count the end-of-sequence token that stopped a request in its usage, and stream
+    no text for it: one token more than the chunks is expected then, and only then."""
+    chunks = record(0, 0.0, (0.1, 0.2, 0.3), (1, 1, 1))
+    stopped = replace(chunks, output_tokens=4, finish_reason="stop")
+    assert not stopped.tokens_disagree
+    assert replace(stopped, finish_reason="length").tokens_disagree  # cut by max_tokens: every token was streamed
+    assert replace(stopped, output_tokens=5).tokens_disagree  # two unexplained tokens

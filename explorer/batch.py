@@ -15,10 +15,10 @@ between any two passes it lets anyone waiting go first (`between_units`), the ba
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -28,7 +28,7 @@ from explorer.lab_progress import QUIET, BetweenUnits, LabProgress, between_pass
 from explorer.loading import LoadedModel
 from explorer.roofline import kv_cache_bytes, pass_cost
 from explorer.timing import synchronize
-from explorer.trace import DeviceProfile, ModelInfo, PassCost, PassRecord, Sampling
+from explorer.trace import DeviceProfile, JsonRecord, ModelInfo, PassCost, PassRecord, Sampling
 from explorer.units import human_bytes
 
 # Public-domain text (the opening of "A Tale of Two Cities"): different windows of it make different prompts of the
@@ -125,7 +125,7 @@ class BatchRun:
 
 
 @dataclass(frozen=True)
-class BatchResult:
+class BatchResult(JsonRecord):
     config: BatchConfig
     device: DeviceProfile
     prompts: tuple[tuple[int, ...], ...]  # the distinct prompts (token ids)
@@ -137,19 +137,16 @@ class BatchResult:
     def every_request_matches_solo(self) -> bool:
         return all(all(run.matches_solo) for run in self.runs)
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "config": asdict(self.config),
-                "device": asdict(self.device),
-                "ridge_batch": self.ridge_batch,
-                "every_request_matches_solo": self.every_request_matches_solo,
-                "prompts": [list(p) for p in self.prompts],
-                "solo_token_ids": [list(t) for t in self.solo_token_ids],
-                "results": [run.summary() for run in self.runs],
-            },
-            indent=1,
-        )
+    def to_dict(self) -> dict[str, Any]:
+        return {  # the settings, the two answers, then what they rest on
+            "config": asdict(self.config),
+            "ridge_batch": self.ridge_batch,
+            "every_request_matches_solo": self.every_request_matches_solo,
+            "device": asdict(self.device),
+            "prompts": [list(p) for p in self.prompts],
+            "solo_token_ids": [list(t) for t in self.solo_token_ids],
+            "results": [run.summary() for run in self.runs],
+        }
 
 
 def prompt_set(lm: LoadedModel, prompt_tokens: int, count: int, distinct: bool) -> list[list[int]]:
@@ -288,9 +285,10 @@ class PaddedBatch:
         if self.next_ids is None:  # the prefill: every prompt position into the empty cache
             ids, positions = self.input_ids, prompt_positions(self.attention_mask)  # (B, T) each
         else:  # a decode: one new token per row, finished rows included (a fixed batch)
+            ids, positions = self.next_ids, self.positions  # (B, 1) each
+            assert ids.shape[-1] == 1, "a decode pass computes exactly one new token per row"
             ones = self.attention_mask.new_ones((self.attention_mask.shape[0], 1))
             self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)  # (B, T_cache + 1)
-            ids, positions = self.next_ids, self.positions  # (B, 1) each
             self.positions = self.positions + 1
         logits = padded_forward(self.model, ids, self.attention_mask, positions, self.cache)
         self.next_ids = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
@@ -303,7 +301,13 @@ def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-def mismatch_note(batch: int, row: int, got: tuple[int, ...], want: tuple[int, ...], tokenizer: object) -> str:
+class Decoder(Protocol):
+    """All a mismatch note needs of a tokenizer."""
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+def mismatch_note(batch: int, row: int, got: tuple[int, ...], want: tuple[int, ...], tokenizer: Decoder) -> str:
     """Which token of a batched request differs from its solo run, and the honest reason."""
     at = first_difference(got, want)
     if at is None or at >= min(len(got), len(want)):

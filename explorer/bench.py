@@ -9,11 +9,11 @@ drift.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -24,7 +24,7 @@ from explorer.loading import LoadedModel
 from explorer.report import format_device
 from explorer.roofline import pass_flops
 from explorer.timing import Stopwatch
-from explorer.trace import DeviceProfile, ModelInfo
+from explorer.trace import DeviceProfile, JsonRecord, ModelInfo
 
 # Public-domain text (the opening of "Pride and Prejudice"), repeated to reach the requested prompt length.
 PROMPT_TEXT = (
@@ -56,7 +56,7 @@ class SideTiming:
 
 
 @dataclass(frozen=True)
-class BenchResult:
+class BenchResult(JsonRecord):
     config: BenchConfig
     model: ModelInfo
     device: DeviceProfile
@@ -99,8 +99,8 @@ class BenchResult:
             "same_tokens": self.same_tokens,
         }
 
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), "summary": self.summary()}, indent=1)
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "summary": self.summary()}
 
 
 def fixed_prompt_ids(lm: LoadedModel, config: BenchConfig) -> list[int]:

@@ -58,10 +58,16 @@ class RowInputs:
 
 # Seed 1, section 4: "One worked example and the systems lesson". Both rows score a query against three keys.
 SEED_KEY_NAMES = ("k0", "k1", "k2")
+PREFILL_KEYS = ((1.0, 0.0), (2.0, 0.0), (3.0, 0.0))
+DECODE_KEYS = ((1.0, 0.0), (1.0, 1.0), (0.0, 2.0))
 K2_MASKED = (False, False, True)  # prefill: q1 sits at position 1, so k2 (position 2) is its future
 NONE_MASKED = (False, False, False)  # decode: the cache holds only the past, so nothing is hidden
-SEED_PREFILL = RowInputs("prefill", "q1", (2.0, 0.0), SEED_KEY_NAMES, ((1.0, 0.0), (2.0, 0.0), (3.0, 0.0)), K2_MASKED)
-SEED_DECODE = RowInputs("decode", "q3", (2.0, 1.0), SEED_KEY_NAMES, ((1.0, 0.0), (1.0, 1.0), (0.0, 2.0)), NONE_MASKED)
+SEED_PREFILL = RowInputs(
+    phase="prefill", query_name="q1", query=(2.0, 0.0), key_names=SEED_KEY_NAMES, keys=PREFILL_KEYS, masked=K2_MASKED
+)
+SEED_DECODE = RowInputs(
+    phase="decode", query_name="q3", query=(2.0, 1.0), key_names=SEED_KEY_NAMES, keys=DECODE_KEYS, masked=NONE_MASKED
+)
 SEED_PREFILL_PROBS = (0.195, 0.805, 0.000)  # the seed's printed rows
 SEED_DECODE_PROBS = (0.248, 0.504, 0.248)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from explorer.errors import BadInput
 from explorer.paths import EMBEDDED
+from explorer.units import MIB
 
 # --- the environment an operator sets (README.md, "Hosting a shared demo", lists them) -----------------------------
 HOSTED_ENV = "EXPLORER_HOSTED"
@@ -33,6 +34,9 @@ MAX_LAB_S_ENV = "EXPLORER_MAX_LAB_S"
 ATTENTION_CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # the same variable explorer.attention reads outside hosted mode
 RUNS_PER_MINUTE_ENV = "EXPLORER_RUNS_PER_MINUTE"
 MAX_WAIT_ENV = "EXPLORER_MAX_WAIT_S"
+# On a hosted server, one visitor switching device or dtype would load a second copy of the model and evict the one
+# everyone else is using: both stay at the server's defaults unless the operator sets this to 1.
+ALLOW_DEVICE_CHOICE_ENV = "EXPLORER_ALLOW_DEVICE_CHOICE"
 TURN_LOG_ENV = "EXPLORER_TURN_LOG"  # a file to append one JSON line per device turn (who waited, how long, held)
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -96,6 +100,7 @@ class HostedPolicy:
     attention_cap_mib: float | None = None  # None: explorer.attention's own default
     runs_per_minute: int | None = None  # per browser session: every run, lab and re-measure takes the device
     max_wait_s: float | None = None  # how long a run may wait for the device before it is refused
+    device_choice: bool = True  # visitors may pick device and dtype; a hosted server pins them unless allowed
     turn_log: Path | None = None
 
     @classmethod
@@ -125,12 +130,13 @@ class HostedPolicy:
             attention_cap_mib=_number(env, ATTENTION_CAP_ENV, HOSTED_ATTENTION_CAP_MIB, whole=False),
             runs_per_minute=_number(env, RUNS_PER_MINUTE_ENV, HOSTED_RUNS_PER_MINUTE, whole=True),
             max_wait_s=_number(env, MAX_WAIT_ENV, HOSTED_MAX_WAIT_S, whole=False),
+            device_choice=env.get(ALLOW_DEVICE_CHOICE_ENV, "").strip().lower() in TRUE_WORDS,
             turn_log=turn_log,
         )
 
     @property
     def attention_cap_bytes(self) -> int | None:
-        return None if self.attention_cap_mib is None else int(self.attention_cap_mib * 2**20)
+        return None if self.attention_cap_mib is None else int(self.attention_cap_mib * MIB)
 
     # --- checks, each one line that says what to do; none touches the filesystem or the model ---------------------
     def check_model(self, name: str) -> str:
@@ -237,6 +243,8 @@ class HostedPolicy:
             (self.max_wait_s, lambda v: f"a run waits at most {v:.0f} s for the device"),
         ]
         lines += [describe(value) for value, describe in optional if value is not None]
+        if not self.device_choice:
+            lines.append("device and dtype fixed by the server")
         return lines
 
 

@@ -8,8 +8,8 @@ two passes the lab lets anyone waiting go first (`between_units`), the cached lo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from explorer.lab_progress import QUIET, BetweenUnits, LabProgress, Report, betw
 from explorer.loading import LoadedModel
 from explorer.roofline import pass_flops, weight_bytes_read
 from explorer.timing import timed
-from explorer.trace import DeviceProfile, ModelInfo, Trace
+from explorer.trace import DeviceProfile, JsonRecord, ModelInfo, Trace
 
 DEFAULT_NEW_TOKENS = 64
 MIN_NEW_TOKENS = 3  # two decode steps at least: the projection fits a line through the decode steps
@@ -54,12 +54,12 @@ class Step:
 
 
 @dataclass(frozen=True)
-class NoCacheResult:
+class NoCacheResult(JsonRecord):
     prompt_len: int
     cached: tuple[Step, ...]
     uncached: tuple[Step, ...]
     cached_trace: Trace  # the cached loop as the engine recorded it: its passes hold the measured cache bytes
-    estimate_s: float = 0.0  # modelled before the run: the naive loop's expected time, checked against the budget
+    estimate_s: float  # modelled before the run: the naive loop's expected time, checked against the budget
 
     @property
     def same_tokens(self) -> bool:
@@ -98,7 +98,7 @@ class NoCacheResult:
             out[name] = float(steps[0].wall_s + np.sum(np.maximum(0.0, intercept + slope * positions)))
         return out
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict[str, Any]:
         def side(steps: tuple[Step, ...]) -> dict[str, object]:
             return {
                 "token_ids": [s.token_id for s in steps],
@@ -110,20 +110,17 @@ class NoCacheResult:
             }
 
         growth = {"cached": self.growth_s(self.cached), "uncached": self.growth_s(self.uncached)}
-        return json.dumps(
-            {
-                "prompt_len": self.prompt_len,
-                "same_tokens": self.same_tokens,
-                "estimate_s_modelled": self.estimate_s,
-                "cached": side(self.cached),
-                "uncached": side(self.uncached),
-                "kv_cache_bytes": [p.kv_cache_bytes for p in self.cached_trace.passes],  # measured
-                "growth_last8_minus_first8_s": growth if self.compares_edges else None,
-                "uncached_grows_clearly_more": self.grows_clearly_more,
-                "projection_s_modelled": {str(n): self.projection_s(n) for n in PROJECTED_TOKENS},
-            },
-            indent=1,
-        )
+        return {
+            "prompt_len": self.prompt_len,
+            "same_tokens": self.same_tokens,
+            "estimate_s_modelled": self.estimate_s,
+            "cached": side(self.cached),
+            "uncached": side(self.uncached),
+            "kv_cache_bytes": [p.kv_cache_bytes for p in self.cached_trace.passes],  # measured
+            "growth_last8_minus_first8_s": growth if self.compares_edges else None,
+            "uncached_grows_clearly_more": self.grows_clearly_more,
+            "projection_s_modelled": {str(n): self.projection_s(n) for n in PROJECTED_TOKENS},
+        }
 
 
 def growth_verdict(result: NoCacheResult) -> str:

@@ -411,8 +411,8 @@ class SweepResult(JsonRecord):
             f"{len(bad)} of {sum(len(level.records) for level in self.levels)} requests: the tokens counted per chunk "
             f"(by {first.chunk_tokens_from}) sum to {first.chunk_tokens_total}, but the server's usage says "
             f"{first.output_tokens} (request {first.index}): their ITLs are spread over the wrong number of tokens. "
-            "Count chunks with a tokenizer (the embedded one, or --tokenizer FOLDER) or use a server that reports "
-            "usage per chunk."
+            "Count chunks with a tokenizer (on the Endpoint page its 'Count chunk tokens with the embedded tokenizer' "
+            "switch, on the command line --tokenizer FOLDER) or use a server that reports usage per chunk."
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -202,7 +202,8 @@ class RequestRecord(ItlPercentiles):
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        derived = ("ttft_s", "queue_s", "prefill_s", "itl_s", "e2e_s", "finish_s", "itl_p50_s", "itl_p99_s")
+        derived = ("ttft_s", "queue_s", "prefill_s", "itl_s", "e2e_s", "finish_s")
+        derived += ("itl_p50_s", "itl_p90_s", "itl_p99_s")  # every ItlPercentiles figure
         data.update({name: getattr(self, name) for name in derived})  # for readers of the JSON
         return data
 

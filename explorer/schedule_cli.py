@@ -26,7 +26,7 @@ from explorer.schedule_workload import (
     validate,
 )
 from explorer.trace import percentile
-from explorer.units import human_bytes, ms
+from explorer.units import human_bytes, ms, ms_value
 
 MAX_ENTRIES_SHOWN = 8  # requests listed per step row; the rest are summed as "+k more"
 
@@ -152,15 +152,15 @@ def step_rows(run: ScheduleRun) -> list[str]:
 
 def request_rows(run: ScheduleRun) -> list[str]:
     checks = {c.request: c for c in run.checks}
-    times = ("arrive", "queue", "prefill", "ttft", "itl_p50", "itl_p99", "e2e")
+    times = ("arrive_ms", "queue_ms", "prefill_ms", "ttft_ms", "itl_p50_ms", "itl_p99_ms", "e2e_ms")
     rows = ["req  prompt  prefix  reused  new " + "".join(f"{t:>11}" for t in times) + "  same as solo"]
     for r in run.requests:
         check = checks.get(r.id)
         same = "n/a" if check is None else ("yes" if check.matches else f"NO (token {check.position})")
         rows.append(
             f"{r.id:<4} {r.prompt_len:>6} {r.prefix_tokens:>7} {r.prefix_tokens_reused:>7} {len(r.token_ids):>4} "
-            + "".join(f"{ms(t):>11}" for t in (r.arrival_s, r.queue_s, r.prefill_s, r.ttft_s))
-            + "".join(f"{ms(t):>11}" for t in (r.itl_p50_s, r.itl_p99_s, r.e2e_s))
+            + "".join(f"{ms_value(t):>11}" for t in (r.arrival_s, r.queue_s, r.prefill_s, r.ttft_s))
+            + "".join(f"{ms_value(t):>11}" for t in (r.itl_p50_s, r.itl_p99_s, r.e2e_s))
             + f"  {same}"
         )
     return rows

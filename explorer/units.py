@@ -1,4 +1,5 @@
-"""Byte, time and rate units and their formatting, SI throughout (kB, MB, GB, GB/s), as datasheets print them.
+"""Byte, time and rate units and their formatting: SI bytes (kB, MB, GB, GB/s) as datasheets print them, binary MiB
+and GiB only where a figure is binary at its source.
 
 One place, so the CLI, the charts and the pages print the same figure the same way.
 """
@@ -6,7 +7,7 @@ One place, so the CLI, the charts and the pages print the same figure the same w
 from __future__ import annotations
 
 KB, MB, GB = 1e3, 1e6, 1e9
-GIB = 1024**3  # GPU memory sizes are binary; only they use it
+GIB = 1024**3  # GPU memory sizes are binary (matching a GPU to its spec sheet by memory)
 MIB = 1024**2  # binary too, only where an operator sets a figure in MiB (the attention cap, EXPLORER_ATTENTION_CAP_MIB)
 
 

@@ -4,7 +4,6 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import compare as charts
-from explorer.ui.tables import readable_table
 
 current = ui.page_with_run(
     "Compare two runs",
@@ -20,7 +19,7 @@ left, right = st.columns(2)
 first = left.selectbox("First run", labels, index=len(labels) - 2)
 second = right.selectbox("Second run", labels, index=len(labels) - 1)
 chosen = [(first, runs[first]), (second, runs[second])]
-readable_table(
+ui.table(
     charts.figures_frame(chosen),
     "Seconds and tokens/s are medians over each run's repeats.",
     "measured · bytes measured from the cache tensors",

@@ -4,7 +4,6 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import kv as charts
-from explorer.ui.tables import readable_table
 
 result = ui.page_with_run(
     "The KV cache",
@@ -17,7 +16,7 @@ cache_len = trace.passes[-1].cache_len_after
 
 st.subheader("The formula, with this model's numbers")
 st.code(charts.formula_text(model, cache_len), language=None, wrap_lines=True)
-readable_table(
+ui.table(
     charts.formula_frame(model, cache_len),
     "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
     "modelled (from the model's config and the run's cache length)",

@@ -32,9 +32,9 @@ else:
         "measured: the time between consecutive sampled tokens",
     )
     everything = charts.itl_distribution_frame(trace)
-    pooled = charts.slo_frame(trace, ttft_slo_s, itl_slo_s)  # percentiles of all repeats' gaps in one pool
+    pooled = charts.pooled_percentiles_frame(trace)
     ui.chart(
-        charts.itl_histogram_chart(everything, pooled),
+        charts.itl_histogram_chart(everything, pooled, itl_slo_s),
         everything,
         "itl-distribution",
         f"All {len(everything)} gaps of {trace.repeat_count} repeat(s) pooled: the grey rules are the pooled "

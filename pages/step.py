@@ -17,20 +17,23 @@ with st.form("step-form", border=False):
     new_tokens = left.number_input("Max new tokens", 1, 256, 16, disabled=active)
     template = right.toggle("Use the chat template", value=True, disabled=active)
     if st.form_submit_button("Prefill", type="primary", disabled=active):
-        stepper.start_stepping(prompt, int(new_tokens), template)
-        if stepper.stepped() is not None:  # else a one-line error is on screen: keep it there
-            stepper.step_once()
-            st.rerun()
+        if stepper.prefill(prompt, int(new_tokens), template):
+            st.rerun()  # the form is drawn again, locked, above the request's first pass
+        # else its one-line error stays on screen (a rerun would wipe it) and the form stays usable
 
-finished = not active or current.done
+steps_disabled = current is None or current.done  # nothing to step, or the request has finished
 buttons = st.columns(4)
 if buttons[0].button(
-    "Next token", key="step-next", disabled=finished, shortcut="Right", help="Key: → (right arrow). One decode pass."
+    "Next token",
+    key="step-next",
+    disabled=steps_disabled,
+    shortcut="Right",
+    help="Key: → (right arrow). One decode pass.",
 ):
     stepper.step_once()
-if buttons[1].button("Run to end", key="step-end", disabled=finished):
+if buttons[1].button("Run to end", key="step-end", disabled=steps_disabled):
     stepper.run_to_end()
-autoplay = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=finished)
+autoplay = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=steps_disabled)
 if buttons[3].button(
     "Reset", key="step-reset", disabled=not active, shortcut="Home", help="Key: Home. Frees the KV cache."
 ):

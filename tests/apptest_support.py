@@ -1,4 +1,5 @@
-"""Shared AppTest set-up for page tests: the app run as a server runs it, and a page opened on a given run."""
+"""Shared AppTest set-up for page tests: the app run as a server runs it, a new visitor's app, and a page opened on a
+given run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from explorer import ui
 
 ROOT = Path(__file__).resolve().parents[1]
+APP_TIMEOUT_S = 180  # a first run loads the model and measures the device, on a busy 2-core machine
 
 
 class ServerPagesManager(PagesManager):
@@ -29,6 +31,14 @@ def navigation_like_a_server() -> Iterator[None]:
     path that skips app.py; give it one that behaves as on a server. Import the fixture into a test module to use it."""
     with mock.patch("streamlit.testing.v1.app_test.PagesManager", ServerPagesManager):
         yield
+
+
+def new_app(timeout_s: float = APP_TIMEOUT_S) -> AppTest:
+    """The app as a new visitor opens it: the first page, no run yet."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout_s)
+    at.run()
+    assert not at.exception, at.exception
+    return at
 
 
 def open_page(page: str, result: ui.RunResult | None = None, timeout_s: float = 60) -> AppTest:

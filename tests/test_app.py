@@ -7,15 +7,13 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
+from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -26,22 +24,7 @@ PAGES = [
     "pages/latency.py",
     "pages/by_hand.py",
 ]
-TIMEOUT_S = 180  # a first run loads the model and measures the device
 HOSTILE = "<img src=x onerror=alert(1)> **bold** <script>alert(2)</script>"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def navigation_like_a_server() -> Iterator[None]:
-    """AppTest rebuilds its PagesManager every run and, seeing a `pages/` folder, falls back to the legacy multipage
-    path that skips app.py. A real server keeps the flag that `st.navigation` cleared; do the same here."""
-    original = PagesManager.__init__
-
-    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    with mock.patch.object(PagesManager, "__init__", init):
-        yield
 
 
 class ForwardCounter:
@@ -57,13 +40,6 @@ class ForwardCounter:
 
     def close(self) -> None:
         self.handle.remove()
-
-
-def new_app() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
-    at.run()
-    assert not at.exception
-    return at
 
 
 def run_from_sidebar(at: AppTest, prompt: str | None = None, max_new_tokens: int = 8) -> AppTest:
@@ -228,44 +204,6 @@ def test_a_second_session_waits_for_the_device() -> None:
         releaser.join()
     assert any("Waited" in c.value and "another session" in c.value for c in at.caption)
     assert at.session_state[ui.RUN].trace.new_tokens <= 2
-
-
-@pytest.fixture
-def lab_app(tiny_llama_dir: Path) -> AppTest:
-    """The app with the tiny model as the sidebar's last choice: the labs run on it, fast."""
-    at = new_app()
-    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
-    return at
-
-
-def test_the_no_cache_lab_runs_and_renders(lab_app: AppTest) -> None:
-    at = lab_app.switch_page("pages/nocache.py").run()
-    assert any("Run both loops" in i.value for i in at.info)
-    at.text_input[0].input("hello there")
-    at.number_input[0].set_value(20)
-    at.button[0].click().run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
-    assert len(at.get("vega_lite_chart")) == 4
-    assert [m.value for m in at.metric][0] == "yes"  # the same tokens both ways, shown
-    assert "first 8 decode steps" in " ".join(m.value for m in at.markdown)
-    counter_before = at.session_state["explorer_nocache_result"]
-    at.switch_page("pages/batching.py").run().switch_page("pages/nocache.py").run()
-    assert at.session_state["explorer_nocache_result"] is counter_before  # a view change never re-runs it
-
-
-def test_the_batching_lab_runs_renders_and_refuses_bad_input(lab_app: AppTest) -> None:
-    at = lab_app.switch_page("pages/batching.py").run()
-    at.text_input[0].input("1,0")
-    at.button[0].click().run()
-    assert any("between 1 and" in e.value for e in at.error) and not at.exception
-    at.text_input[0].input("1,2,4")
-    at.number_input[0].set_value(8)
-    at.number_input[1].set_value(4)
-    at.button[0].click().run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
-    assert len(at.get("vega_lite_chart")) == 4
-    assert at.metric[0].value == "yes"  # every request's tokens equal its solo tokens
-    assert len(at.session_state["explorer_batch_result"].runs) == 3
 
 
 def test_every_chart_offers_png_and_svg(ran: AppTest) -> None:

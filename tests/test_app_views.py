@@ -12,12 +12,11 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 
 from explorer import ui
 from explorer.ui.widgets import PRESENTER_KEY
-from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.apptest_support import navigation_like_a_server, new_app, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny import save_tiny_llama
 
 HEADS = 32
 HIDDEN = 128  # head_dim 4
-TIMEOUT_S = 120  # the first run of a process measures the device figures
 
 
 def save_many_heads_llama(folder: Path, kv_heads: int) -> Path:
@@ -38,12 +37,6 @@ def run_model(at: AppTest, model: str, prompt: str, max_new_tokens: int = 4) -> 
     next(t for t in at.sidebar.text_input if t.label == "Model").input(model)
     next(b for b in at.sidebar.button if b.label == "Run").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
-    return at
-
-
-def new_app() -> AppTest:
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=TIMEOUT_S)
-    at.run()
     return at
 
 

@@ -38,24 +38,63 @@ def test_itl_frame_is_the_trace_gaps(trace: Trace) -> None:
     assert list(frame["vs_slo"]) == [latency.SLO_DOMAIN[int(not gap < slo_s)] for gap in trace.itl_s]
 
 
-def test_slo_frame_percentiles_and_flags(trace: Trace) -> None:
-    frame = latency.slo_frame(trace, 1.0, 0.05)
+def test_repeat_slo_frame_of_one_repeat_is_the_trace_figures(trace: Trace) -> None:
+    frame = latency.repeat_slo_frame(trace, 1.0, 0.05)
     rows = {r["metric"]: r for r in frame.to_dict("records")}
     assert rows["TTFT"]["value_ms"] == to_ms(trace.ttft_s) and rows["TTFT"]["slo_ms"] == 1000.0
     assert rows["ITL p50"]["value_ms"] == to_ms(trace.itl_p50_s)
     assert rows["ITL p90"]["value_ms"] == to_ms(trace.itl_p90_s)
     assert rows["ITL p99"]["value_ms"] == to_ms(trace.itl_p99_s)
+    assert rows["ITL p99"]["min_ms"] == rows["ITL p99"]["max_ms"] == to_ms(trace.itl_p99_s)
+    assert {r["repeats"] for r in rows.values()} == {1}
     assert rows["TTFT"]["passes"] == (trace.ttft_s < 1.0)
     assert rows["ITL p99"]["passes"] == (trace.itl_p99_s < 0.05)
 
 
+def with_token_times(trace: Trace, *times_s: tuple[float, ...]) -> Trace:
+    """The trace's first passes, repeated once per tuple of token times (seconds after the request started)."""
+    repeats = tuple(tuple(replace(p, token_s=t) for p, t in zip(trace.passes, times)) for times in times_s)
+    return replace(trace, repeats=repeats, shown_repeat=0)
+
+
+def test_repeat_slo_frame_takes_each_figure_per_repeat_then_the_median(trace: Trace) -> None:
+    # Three repeats of three tokens, in binary fractions so every figure below is exact.
+    # TTFTs 250, 500, 125 ms; gaps (62.5, 125), (62.5, 62.5), (125, 250) ms.
+    repeated = with_token_times(trace, (0.25, 0.3125, 0.4375), (0.5, 0.5625, 0.625), (0.125, 0.25, 0.5))
+    frame = latency.repeat_slo_frame(repeated, 0.25, 0.1).set_index("metric")
+    assert list(frame.index) == ["TTFT", "ITL p50", "ITL p90", "ITL p99"]
+    assert frame.loc["TTFT", ["value_ms", "min_ms", "max_ms"]].tolist() == [250.0, 125.0, 500.0]
+    # p50 per repeat: 93.75, 62.5, 187.5 ms; p90: 118.75, 62.5, 237.5 ms (62.5 + 0.9 x 62.5, 125 + 0.9 x 125).
+    assert frame.loc["ITL p50", ["value_ms", "min_ms", "max_ms"]].tolist() == [93.75, 62.5, 187.5]
+    assert frame.loc["ITL p90", ["value_ms", "min_ms", "max_ms"]].tolist() == pytest.approx([118.75, 62.5, 237.5])
+    assert frame.loc["ITL p99", "value_ms"] == pytest.approx(124.375)  # 62.5 + 0.99 x 62.5, the middle repeat
+    assert frame["repeats"].tolist() == [3, 3, 3, 3]
+    assert frame["slo_ms"].tolist() == [250.0, 100.0, 100.0, 100.0]
+    # Strict bounds: a TTFT median exactly at its SLO fails.
+    assert frame["passes"].tolist() == [False, True, False, False]
+
+
+def test_pooled_percentiles_pool_every_repeats_gaps(trace: Trace) -> None:
+    repeated = with_token_times(trace, (0.25, 0.3125, 0.4375), (0.5, 0.5625, 0.625), (0.125, 0.25, 0.5))
+    pooled = latency.pooled_percentiles_frame(repeated)
+    assert list(pooled.columns) == ["metric", "value_ms"] and list(pooled["metric"]) == [
+        "ITL p50",
+        "ITL p90",
+        "ITL p99",
+    ]
+    # The six gaps sorted: 62.5, 62.5, 62.5, 125, 125, 250 ms; p90 sits at 4.5 of 5, p99 at 4.95.
+    assert pooled["value_ms"].tolist() == pytest.approx([93.75, 187.5, 243.75])
+    per_repeat = latency.repeat_slo_frame(repeated, 1.0, 0.1).set_index("metric")["value_ms"]
+    assert pooled["value_ms"][1] != pytest.approx(per_repeat["ITL p90"])  # why the page says they can differ
+
+
 def test_slo_is_a_strict_bound(trace: Trace) -> None:
     # An SLO exactly at the measured value fails ("p99 ITL < 50 ms"); just above, it passes.
-    at = latency.slo_frame(trace, trace.ttft_s, trace.itl_p99_s).set_index("metric")["passes"]
+    at = latency.repeat_slo_frame(trace, trace.ttft_s, trace.itl_p99_s).set_index("metric")["passes"]
     assert not at["TTFT"] and not at["ITL p99"]
-    above = latency.slo_frame(trace, trace.ttft_s * 1.01, trace.itl_p99_s * 1.01).set_index("metric")["passes"]
+    above = latency.repeat_slo_frame(trace, trace.ttft_s * 1.01, trace.itl_p99_s * 1.01).set_index("metric")["passes"]
     assert above["TTFT"] and above["ITL p99"]
-    tiny = latency.slo_frame(trace, 1e-9, 1e-9).set_index("metric")["passes"]
+    tiny = latency.repeat_slo_frame(trace, 1e-9, 1e-9).set_index("metric")["passes"]
     assert not tiny.any()
 
 
@@ -70,10 +109,13 @@ def test_one_token_has_no_itl(one_token: Trace) -> None:
     assert one_token.itl_s == ()
     frame = latency.itl_frame(one_token, 0.05)
     assert frame.empty and "itl_ms" in frame.columns
-    slos = latency.slo_frame(one_token, 1.0, 0.05).set_index("metric")
+    slos = latency.repeat_slo_frame(one_token, 1.0, 0.05).set_index("metric")
     assert slos.loc["TTFT", "passes"] == (one_token.ttft_s < 1.0)
     assert slos.loc[["ITL p50", "ITL p90", "ITL p99"], "passes"].isna().all()
-    assert latency.itl_histogram_chart(frame, slos.reset_index()).to_dict()
+    assert slos.loc[["ITL p50", "ITL p90", "ITL p99"], "repeats"].tolist() == [0, 0, 0]
+    pooled = latency.pooled_percentiles_frame(one_token)
+    assert pooled.empty and list(pooled.columns) == ["metric", "value_ms"]
+    assert latency.itl_histogram_chart(latency.itl_distribution_frame(one_token), pooled, 0.05).to_dict()
 
 
 def test_runs_frames(trace: Trace, one_token: Trace) -> None:
@@ -110,11 +152,11 @@ def test_run_colors_end_darkest_and_stay_distinct() -> None:
 
 def test_charts_serialise_with_the_slo_rules(trace: Trace) -> None:
     itl = latency.itl_frame(trace, 0.05)
-    slos = latency.slo_frame(trace, 1.0, 0.05)
+    pooled = latency.pooled_percentiles_frame(trace)
     runs = [latency.LabelledTrace("run 1: a", trace), latency.LabelledTrace("run 2: b", trace)]
     charts = {
         "itl": latency.itl_chart(itl, 0.05),
-        "histogram": latency.itl_histogram_chart(itl, slos),
+        "histogram": latency.itl_histogram_chart(latency.itl_distribution_frame(trace), pooled, 0.05),
         "runs_itl": latency.runs_itl_chart(latency.runs_itl_frame(runs), [r.label for r in runs], 0.05),
         "runs_ttft": latency.runs_ttft_chart(latency.runs_ttft_frame(runs, 1.0), 1.0),
     }
@@ -124,3 +166,4 @@ def test_charts_serialise_with_the_slo_rules(trace: Trace) -> None:
         specs[name] = json.dumps(chart.to_dict())
     assert "ITL SLO 50 ms" in specs["itl"] and "ITL SLO 50 ms" in specs["runs_itl"]
     assert "TTFT SLO 1000 ms" in specs["runs_ttft"]
+    assert '"slo_ms": 50.0' in specs["histogram"] and '"metric": "ITL p99"' in specs["histogram"]

@@ -12,7 +12,6 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
@@ -30,6 +29,7 @@ from explorer.hosting import (
     wait_sentence,
 )
 from explorer.loading import load_model
+from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 180
@@ -153,6 +153,17 @@ def test_the_sidebar_lines_name_every_cap() -> None:
         assert phrase in text
     for phrase in ["labs up to 60 s", "64 MiB", "6 runs per minute", "at most 120 s"]:
         assert phrase in text
+
+
+def test_hosted_visitors_get_a_device_choice_only_when_the_operator_allows_it() -> None:
+    assert HostedPolicy.from_env({}).device_choice  # local: free, and no line says otherwise
+    assert HostedPolicy.from_env({"EXPLORER_ALLOW_DEVICE_CHOICE": "0"}).device_choice  # only hosted mode pins them
+    pinned = hosted()
+    assert not pinned.device_choice and "device and dtype fixed by the server" in pinned.caps_lines()
+    for word in ["1", " Yes ", "on"]:
+        allowed = hosted(EXPLORER_ALLOW_DEVICE_CHOICE=word)
+        assert allowed.device_choice and not any("dtype" in line for line in allowed.caps_lines())
+    assert not hosted(EXPLORER_ALLOW_DEVICE_CHOICE="no").device_choice
 
 
 def test_wait_sentences() -> None:
@@ -327,19 +338,6 @@ def test_missing_and_existing_non_model_folders_get_the_same_answer(tmp_path: Pa
 
 
 # --- the app in hosted mode -----------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", autouse=True)
-def navigation_like_a_server() -> Iterator[None]:
-    """As in test_app.py: keep the flag that `st.navigation` cleared, so AppTest runs app.py."""
-    original = PagesManager.__init__
-
-    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    with mock.patch.object(PagesManager, "__init__", init):
-        yield
-
-
 @pytest.fixture
 def hosted_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXPLORER_HOSTED", "1")

@@ -13,17 +13,13 @@ from explorer.engine import Request, generate
 from explorer.loading import LoadedModel
 from explorer.trace import DeviceProfile
 from explorer.ui import labs
-from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
-
-ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT_S = 180  # a first lab run measures the device
+from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 
 @pytest.fixture
 def lab_app(tiny_llama_dir: Path) -> AppTest:
     """The app with the tiny model as the sidebar's last choice (the labs run on it) and no run yet."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
-    at.run()
+    at = new_app()
     at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
     return at
 
@@ -68,7 +64,7 @@ def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
 
 def test_a_short_no_cache_run_does_not_claim_a_first_8_last_8_comparison(lab_app: AppTest) -> None:
     at = lab_app.switch_page("pages/nocache.py").run()
-    assert "run the model once from the sidebar" in captions(at)
+    assert "run the model once from the sidebar" in captions(at) and any("Run both loops" in i.value for i in at.info)
     at.number_input[0].set_value(5)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -87,6 +83,10 @@ def test_the_no_cache_page_refuses_past_the_context_in_one_line(with_a_run: AppT
 
 def test_the_batching_page_shows_caps_and_estimate_then_runs(with_a_run: AppTest) -> None:
     at = with_a_run.switch_page("pages/batching.py").run()
+    at.text_input[0].input("1,0")
+    at.button[0].click().run()
+    refusals = [e.value for e in at.error]
+    assert len(refusals) == 1 and "between 1 and" in refusals[0] and not at.exception
     at.text_input[0].input("1,2,4")
     at.number_input[0].set_value(8)
     at.number_input[1].set_value(4)
@@ -97,13 +97,14 @@ def test_the_batching_page_shows_caps_and_estimate_then_runs(with_a_run: AppTest
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert_every_chart_has_its_downloads(at, 4)
     assert at.metric[0].value == "yes" and not at.warning  # every request's tokens equal its solo tokens
+    assert len(at.session_state[labs.BATCH_RESULT].runs) == 3
 
 
 def test_a_batched_token_that_differs_is_shown_with_its_reason() -> None:
     def page() -> None:
         from types import SimpleNamespace
 
-        from explorer.ui import labs
+        from explorer.ui import labs  # AppTest runs this function's source alone: it imports what it uses
 
         note = "batch 4, request 2: token 3 is 7 'a' in the batch but 9 'b' alone. Same dtype, other kernel shapes."
         labs.batch_mismatches(SimpleNamespace(runs=[SimpleNamespace(mismatch_notes=(note,))]))

@@ -30,6 +30,7 @@ from explorer import remote
 from explorer.charts import latency
 from explorer.cli import main
 from explorer.errors import BadInput, RunFailed
+from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -475,28 +476,9 @@ def test_the_endpoint_page_renders_the_recorded_sweep(recorded: Path) -> None:
 
 
 # --- the Endpoint page -------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", autouse=True)
-def navigation_like_a_server() -> Iterator[None]:
-    """As in test_app.py: keep AppTest on app.py's st.navigation instead of the legacy pages/ folder path."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    original = PagesManager.__init__
-
-    def init(self: PagesManager, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    with mock.patch.object(PagesManager, "__init__", init):
-        yield
-
-
 def endpoint_page():
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.run()
-    at.switch_page("pages/endpoint.py").run()
-    assert not at.exception and any("No sweep yet" in i.value for i in at.info)
+    at = open_page("pages/endpoint.py")
+    assert any("No sweep yet" in i.value for i in at.info)
     return at
 
 

@@ -11,12 +11,13 @@ from streamlit.testing.v1 import AppTest
 
 from explorer import ui
 from explorer.engine import Request
+from explorer.errors import BadInput
 from explorer.loading import LoadedModel
 from explorer.measure import measure
 from explorer.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
 from explorer.trace import DeviceProfile, Sampling
 from explorer.ui import stepper
-from tests.test_app import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
+from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.test_hosted import device_held_elsewhere
 
 
@@ -134,6 +135,32 @@ def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "FileNotFoundError" in errors[0] and "secret" not in errors[0], errors
     assert stepper.STEPPED not in at.session_state and stepped.freed
+
+
+@pytest.mark.parametrize(
+    ("method", "failure", "said"),
+    [
+        (
+            "step",
+            RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+            "The step failed: RuntimeError: CUDA out of memory",
+        ),
+        ("claim", BadInput("Waited 1 s for the device: try again."), "Waited 1 s for the device"),  # refused in line
+    ],
+)
+def test_a_failed_prefill_stays_on_screen_and_leaves_the_form_usable(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, method: str, failure: Exception, said: str
+) -> None:
+    with mock.patch.object(SteppedRequest, method, side_effect=failure):
+        at = prefill_on_the_step_page(tiny_llama_dir, "hi")
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 1 and said in errors[0], errors  # not wiped by a rerun
+    assert stepper.STEPPED not in at.session_state  # no request without a pass is kept
+    prefill = at.button[0]
+    assert prefill.label == "Prefill" and not prefill.disabled and not at.text_input[0].disabled
+    assert at.button(key="step-next").disabled
+    prefill.click().run()  # the same form, pressed again, now runs
+    assert not at.error and len(at.session_state[stepper.STEPPED].passes) == 1
 
 
 def test_starting_a_stepped_request_counts_against_the_rate_limit(

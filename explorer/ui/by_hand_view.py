@@ -8,8 +8,7 @@ import streamlit as st
 from explorer import by_hand
 from explorer.charts import by_hand as charts
 from explorer.ui.state import RunResult
-from explorer.ui.tables import readable_table
-from explorer.ui.widgets import chart, escape_markdown
+from explorer.ui.widgets import chart, escape_markdown, table
 
 EDITOR_VERSION = "by_hand_editor_version"  # bumped by Reset: new widget keys start from the seed's values
 
@@ -63,7 +62,7 @@ def inputs() -> tuple[by_hand.RowInputs, by_hand.RowInputs]:
 def worked_section(row: by_hand.WorkedRow, seed_probs: tuple[float, ...], heading: str, text: str) -> None:
     st.subheader(heading)
     st.markdown(text)
-    readable_table(
+    table(
         charts.steps_frame(row),
         "Left to right: the dot product, the division by √d, the mask, the exponential, the probability. 'By hand' "
         f"divides the exponentials written to {by_hand.WRITTEN_EXP_DECIMALS} decimals by their sum, as the seed does; "
@@ -106,7 +105,7 @@ def run_section(result: RunResult | None) -> None:
             key=f"by-hand-decode-{len(decodes)}",
         )
     cache_len = trace.passes[decode_pass].cache_len_after if decode_pass is not None else None
-    readable_table(
+    table(
         charts.shape_links_frame(by_hand.shape_links(trace.model, trace.prompt_len, cache_len, decode_pass)),
         "Every toy quantity beside the model's: more heads, longer vectors, many layers, the same arithmetic.",
         "the model's config and the run's measured cache lengths",

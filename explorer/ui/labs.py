@@ -7,18 +7,17 @@ import math
 
 import streamlit as st
 
+from explorer import batch, nocache
 from explorer.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
-from explorer.batch import DEFAULT_BUDGET_S as BATCH_BUDGET_S
-from explorer.batch import validate as plan_batch
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request
 from explorer.errors import BadInput
 from explorer.hosting import LabSize
 from explorer.lab_progress import LabProgress
 from explorer.loading import LoadedModel
 from explorer.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
-from explorer.nocache import validate as estimate_nocache
 from explorer.trace import DeviceProfile, ModelInfo
-from explorer.ui import hosting_policy, run_lab
+from explorer.ui.queue import hosting_policy
+from explorer.ui.runner import run_lab
 from explorer.ui.state import current_run
 from explorer.ui.widgets import escape_markdown, show_error
 from explorer.units import human_bytes
@@ -51,7 +50,7 @@ def nocache_estimate_line(prompt: str, new_tokens: int, budget_s: float) -> str:
     info, device = figures
     prompt_tokens = max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN))
     try:
-        estimate_s = estimate_nocache(info, device, prompt_tokens, new_tokens, budget_s)
+        estimate_s = nocache.validate(info, device, prompt_tokens, new_tokens, budget_s)  # raises past a limit
     except BadInput as exc:
         return escape_markdown(f"As set, this would be refused: {exc}")
     return (
@@ -103,8 +102,9 @@ def batch_plan_line(config: BatchConfig) -> str:
         f"Caps: the largest batch's KV cache at most {human_bytes(config.kv_cap_bytes)}, the sweep at most "
         f"{config.budget_s:.0f} s"
     )
-    if hosting_policy().max_batch is not None:
-        caps += f", batches of at most {hosting_policy().max_batch} on this server"
+    max_batch = hosting_policy().max_batch
+    if max_batch is not None:
+        caps += f", batches of at most {max_batch} on this server"
     figures = last_figures()
     if figures is None:
         return (
@@ -113,7 +113,7 @@ def batch_plan_line(config: BatchConfig) -> str:
         )
     info, device = figures
     try:
-        plan = plan_batch(info, device, config)
+        plan = batch.validate(info, device, config)  # raises past a limit
     except BadInput as exc:
         return escape_markdown(f"{caps}. As set, this would be refused: {exc}")
     return (
@@ -130,7 +130,7 @@ def batch_inputs() -> None:
     prompt_tokens = int(left.number_input("Prompt tokens", min_value=1, max_value=1024, value=32))
     new_tokens = int(right.number_input("New tokens", min_value=2, max_value=256, value=16))
     distinct = st.toggle("Different prompts of equal length (off: one prompt repeated)", value=True)
-    budget_s = hosting_policy().lab_budget_s(BATCH_BUDGET_S)  # a hosted server's cap, if lower
+    budget_s = hosting_policy().lab_budget_s(batch.DEFAULT_BUDGET_S)  # a hosted server's cap, if lower
     try:
         config = BatchConfig(parse_batch_sizes(sizes), prompt_tokens, new_tokens, distinct, budget_s=budget_s)
     except BadInput as exc:

@@ -9,7 +9,8 @@ What holds the device and for how long (one turn each, first come first served, 
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`explorer.lab_progress`);
-- a stepped request (`explorer.ui.stepper`): one pass per click, so other sessions run between clicks;
+- a stepped request (`explorer.ui.stepper`): one pass per click, so other sessions run between clicks; the click
+  that finishes it also runs `keep_figures_honest`, which may re-run the microbenchmarks (seconds);
 - "Re-measure device figures": the microbenchmarks (a few seconds).
 Changing a view takes no turn: it only reads the session's stored run.
 """
@@ -37,7 +38,6 @@ from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_ru
 from explorer.ui.widgets import escape_markdown, failure_line, show_error
 
 ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
-_count_run = count_run  # the name run_lab calls it by
 
 
 def check_model_allowed(name: str) -> str:
@@ -200,7 +200,7 @@ def run_lab(
         policy = hosting_policy()
         model = policy.check_model(inputs.model)
         policy.check_lab(size)
-        _count_run(policy)
+        count_run(policy)
         with device_turn("lab") as turn:
             lm = get_model(replace(inputs, model=model))
             bar = st.progress(0.0, text=escape_markdown(what))

@@ -22,7 +22,8 @@ from explorer.schedule_workload import (
     validate,
 )
 from explorer.trace import DeviceProfile
-from explorer.ui import hosting_policy, run_lab
+from explorer.ui.queue import hosting_policy
+from explorer.ui.runner import run_lab
 from explorer.ui.widgets import chart, current_slos_s, metrics, show_error, table
 from explorer.units import MB, human_bytes
 
@@ -51,12 +52,10 @@ def workload_from_inputs(
 
 
 def lab_size(workload: Workload) -> LabSize:
-    """What a hosted server checks before the run takes the device: typed texts by characters, else token targets."""
-    typed = bool(workload.prompts or workload.prefix)
-    in_front = len(workload.prefix) + 1 if workload.prefix else 0
+    """What a hosted server checks before the run takes the device. Typed texts are left out: `serve` has already
+    checked each one by name (`check_prompt_chars`), so a long text gets one check and one message."""
     return LabSize(
         prompt_tokens=None if workload.prompts else max(workload.prompt_tokens),
-        prompt_chars=in_front + max((len(p) for p in workload.prompts), default=0) if typed else None,
         new_tokens=max(workload.new_tokens),
         batch_sizes=(workload.requests,),
         budget_s=hosting_policy().lab_budget_s(LAB_BUDGET_S),

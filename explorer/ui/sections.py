@@ -3,7 +3,6 @@ comparison and its per-op profile, and the Step page's view of the request so fa
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from explorer.charts import attention as attention_charts
@@ -20,37 +19,16 @@ from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, current_slos_s, metrics, secondary, slo_inputs, table
-from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent, to_ms
+from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent
 
 PROFILE = "explorer_profile"  # (run label, PassProfile) of the last "Profile this pass"
 PROFILE_BUDGET_S = 120.0
-SLO_FIGURES = [("TTFT", "ttft_s"), ("ITL p50", "itl_p50_s"), ("ITL p90", "itl_p90_s"), ("ITL p99", "itl_p99_s")]
-
-
-def repeat_slo_frame(trace: Trace, ttft_slo_s: float, itl_slo_s: float) -> pd.DataFrame:
-    """TTFT and ITL p50/p90/p99 against their SLOs as the metrics show them: each taken per repeat, then the median
-    (with min and max); `passes` is None where there is no value (no decodes)."""
-    rows = []
-    for metric, figure in SLO_FIGURES:
-        spread, slo_s = trace.spread(figure), ttft_slo_s if figure == "ttft_s" else itl_slo_s
-        rows.append(
-            {
-                "metric": metric,
-                "value_ms": to_ms(spread.median) if spread else None,
-                "min_ms": to_ms(spread.low) if spread else None,
-                "max_ms": to_ms(spread.high) if spread else None,
-                "repeats": spread.samples if spread else 0,
-                "slo_ms": to_ms(slo_s),
-                "passes": bool(spread.median < slo_s) if spread else None,  # strict, as written: "p99 ITL < 50 ms"
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 def slo_section(trace: Trace) -> tuple[float, float]:
     """The SLO inputs, a badge each for TTFT and p99 ITL, and the table; returns the SLOs (seconds)."""
     ttft_slo_s, itl_slo_s = slo_inputs()
-    slos = repeat_slo_frame(trace, ttft_slo_s, itl_slo_s)
+    slos = latency_charts.repeat_slo_frame(trace, ttft_slo_s, itl_slo_s)
     # A badge, not st.error: a missed SLO is a finding about this run, not an error of the app.
     for column, check in zip(st.columns(2), slos[slos["metric"].isin(["TTFT", "ITL p99"])].itertuples(index=False)):
         verdict = latency_charts.slo_verdict(check.metric, check.value_ms, check.slo_ms)  # numbers: safe as markdown

@@ -3,13 +3,11 @@ downloads of the current run. Every script run passes here, so it is also where 
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 
 from explorer.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.errors import BadInput
-from explorer.hosting import HOSTED_ENV, TRUE_WORDS, HostedPolicy
+from explorer.hosting import HOSTED_ENV, HostedPolicy
 from explorer.loading import DEVICES, DTYPES, EMBEDDED
 from explorer.perfetto import perfetto_json
 from explorer.trace import Sampling
@@ -24,9 +22,6 @@ from explorer.ui.state import (
     current_run,
 )
 
-# On a hosted server, one visitor switching device or dtype would load a second copy of the model and evict the one
-# everyone else is using: both stay at the server's defaults unless the operator sets this to 1.
-ALLOW_DEVICE_CHOICE_ENV = "EXPLORER_ALLOW_DEVICE_CHOICE"
 SERVER_DEFAULTS = RunInputs()
 DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
 DTYPE_KEY = "sidebar-dtype"
@@ -113,13 +108,10 @@ def sidebar() -> RunInputs | None:
     )
 
 
-def device_pinned(policy: HostedPolicy) -> bool:
-    return policy.hosted and os.environ.get(ALLOW_DEVICE_CHOICE_ENV, "").strip().lower() not in TRUE_WORDS
-
-
 def device_inputs(policy: HostedPolicy) -> tuple[str, str]:
-    """The device and dtype boxes: free locally, fixed at the server's defaults on a hosted server."""
-    if device_pinned(policy):
+    """The device and dtype boxes: free locally, fixed at the server's defaults on a hosted server unless its
+    operator allows a choice (`HostedPolicy.device_choice`)."""
+    if not policy.device_choice:
         fixed = "Fixed on this shared server: another device or dtype would load a second model and evict the one "
         fixed += "other visitors are using."
         device = st.selectbox("Device", [SERVER_DEFAULTS.device], disabled=True, help=fixed, key=DEVICE_KEY)

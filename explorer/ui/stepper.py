@@ -69,6 +69,18 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
         show_error(failure_line("Step mode's start", exc))
 
 
+def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
+    """Start a stepped request and run its prefill; whether both happened. On a failure its one-line error is on
+    screen and no request is kept: one without a pass has nothing to show, and it would keep the prompt form locked."""
+    start_stepping(prompt, max_new_tokens, use_chat_template)
+    if stepped() is None:  # refused or failed to start: its error is on screen
+        return False
+    if step_once():
+        return True
+    reset_stepping()  # a refusal in line keeps the request as it was, with no pass: drop it too
+    return False
+
+
 def step_once() -> bool:
     """ONE real pass under the device lock (held for this pass only: other sessions run between clicks); whether it
     stepped. A refusal in line leaves the request as it was; a failed pass frees it."""

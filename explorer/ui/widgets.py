@@ -141,12 +141,22 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
 
 
 def table(data: pd.DataFrame, caption: str, source: str) -> None:
-    rows = current_theme().table_rows
-    if rows is not None and len(data) > rows:  # fewer rows on a projector: the rest scroll
-        st.dataframe(data, hide_index=True, width="stretch", height=38 + 35 * rows)
-    else:
+    """A table with its caption: the scrollable data grid on a laptop; in presenter mode a static table of the theme's
+    first rows, in the large type. Why not the grid for both: it draws its cells on a canvas that no stylesheet
+    reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges."""
+    if not presenting():
         st.dataframe(data, hide_index=True, width="stretch")
-    st.caption(f"{caption} — *{source}*")
+        st.caption(f"{caption} — *{source}*")
+        return
+    rows = current_theme().table_rows
+    shown = data if rows is None else data.head(rows)
+    st.table(shown, hide_index=True)
+    more = (
+        f" · the first {len(shown)} of {len(data)} rows (presenter mode off shows all)"
+        if len(shown) < len(data)
+        else ""
+    )
+    st.caption(f"{caption} — *{source}*{more}")
 
 
 def page_with_run(title: str, caption: str) -> RunResult:
@@ -227,7 +237,7 @@ def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> No
 PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: read, never written
 # Larger type for text, metrics, code, plain text and static tables, from one fixed stylesheet (no user text, no
 # script); charts take their sizes from the presenter chart theme instead. A data grid (st.dataframe) draws on a
-# canvas that no stylesheet reaches: pages show tables through `tables.readable_table`, a static table when presenting.
+# canvas that no stylesheet reaches: pages show tables through `table`, a static table when presenting.
 PRESENTER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }

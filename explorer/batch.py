@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import torch
 
-from explorer.engine import LiveRequest, Request, checked_prompt_ids, new_cache, warm_up
+from explorer.engine import LiveRequest, Request, checked_prompt_ids, new_cache, run_to_end, warm_up
 from explorer.errors import BadInput
-from explorer.lab_progress import QUIET, BetweenUnits, LabProgress, between_passes, keep_device
+from explorer.lab_progress import QUIET, BetweenUnits, LabProgress
 from explorer.loading import LoadedModel
 from explorer.roofline import kv_cache_bytes, pass_cost
 from explorer.timing import synchronize
@@ -221,18 +221,14 @@ def run_batched(
     device: DeviceProfile,
     rows: list[list[int]],
     new_tokens: int,
-    between_units: BetweenUnits = keep_device,
+    between_units: BetweenUnits | None = None,
 ) -> LiveRequest:
     """One prefill of all B rows (one length), then decode steps for all of them, through the engine's timed step;
     between steps the device may pass to another session, with the batch's clock paused."""
     request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False, sampling=Sampling())
     checked_prompt_ids(lm, request, rows[0])
     live = LiveRequest(lm, request, device, request.sampling, batch_rows=rows)
-    while not live.done:
-        live.step()
-        between_passes(live.clock, between_units)
-    live.free()
-    return live
+    return run_to_end(live, between_units=between_units)
 
 
 # --- prompts of different lengths: left padding ----------------------------------------------------------------------

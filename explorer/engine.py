@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import torch
 
 from explorer.errors import BadInput, out_of_memory_as_run_failed
+from explorer.lab_progress import BetweenUnits, between_passes
 from explorer.loading import LoadedModel
 from explorer.roofline import pass_cost
 from explorer.timing import synchronize, timed
@@ -273,26 +274,28 @@ class LiveRequest:
         self.cache = None
 
 
-def decode_n_tokens(live: LiveRequest, on_pass: OnPass | None) -> None:
-    while not live.done:
-        record = live.step()
-        if on_pass:
-            on_pass(record)
-
-
-def run_once(
-    lm: LoadedModel,
-    request: Request,
-    device: DeviceProfile,
-    sampling: Sampling,
-    on_pass: OnPass | None,
-    prompt_token_ids: list[int] | None,
-) -> LiveRequest:
-    live = LiveRequest(lm, request, device, sampling, prompt_token_ids)
-    first = live.step()  # the prefill
+def after_pass(
+    live: LiveRequest, record: PassRecord, on_pass: OnPass | None, between_units: BetweenUnits | None
+) -> None:
+    """What follows every pass: the caller sees it; then, on a shared server, anyone waiting may go first, with the
+    request's clock paused so the wait shows in none of its times (a lab's long request, `explorer.lab_progress`)."""
     if on_pass:
-        on_pass(first)
-    decode_n_tokens(live, on_pass)
+        on_pass(record)
+    if between_units is not None:
+        between_passes(live.clock, between_units)
+
+
+def decode_n_tokens(live: LiveRequest, on_pass: OnPass | None, between_units: BetweenUnits | None = None) -> None:
+    while not live.done:
+        after_pass(live, live.step(), on_pass, between_units)
+
+
+def run_to_end(
+    live: LiveRequest, on_pass: OnPass | None = None, between_units: BetweenUnits | None = None
+) -> LiveRequest:
+    """The prefill, then `decode_n_tokens`; the KV cache freed once the request is done."""
+    after_pass(live, live.step(), on_pass, between_units)  # the prefill
+    decode_n_tokens(live, on_pass, between_units)
     live.free()
     return live
 
@@ -305,15 +308,19 @@ def generate(
     on_pass: OnPass | None = None,
     warmup: bool = True,
     prompt_token_ids: list[int] | None = None,
+    between_units: BetweenUnits | None = None,
 ) -> Trace:
     """Run one request `request.repeats` times with the device figures `device`; `prompt_token_ids` skips
-    tokenization (the benchmark's fixed prompts). `on_pass` sees the first repeat's passes as they finish."""
+    tokenization (the benchmark's fixed prompts). `on_pass` sees the first repeat's passes as they finish;
+    `between_units`, where given, lets other sessions use the device between passes (see `after_pass`)."""
     ids = checked_prompt_ids(lm, request, prompt_token_ids)
     if warmup:
         warm_up(lm)
     sampling = seeded(request.sampling)
     runs = [
-        run_once(lm, request, device, sampling, on_pass if i == 0 else None, prompt_token_ids)
+        run_to_end(
+            LiveRequest(lm, request, device, sampling, prompt_token_ids), on_pass if i == 0 else None, between_units
+        )
         for i in range(request.repeats)
     ]
     return finished_trace(lm, request, device, ids, runs, sampling, warmup, prompt_token_ids is None)

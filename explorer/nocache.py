@@ -14,17 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from explorer.engine import (
-    LiveRequest,
-    Request,
-    checked_prompt_ids,
-    finished_trace,
-    forward_without_cache,
-    seeded,
-    warm_up,
-)
+from explorer.engine import Request, checked_prompt_ids, forward_without_cache, generate, warm_up
 from explorer.errors import BadInput, out_of_memory_as_run_failed
-from explorer.lab_progress import QUIET, BetweenUnits, LabProgress, Report, between_passes, keep_device
+from explorer.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
 from explorer.loading import LoadedModel
 from explorer.roofline import pass_flops, weight_bytes_read
 from explorer.timing import timed
@@ -173,20 +165,6 @@ def validate(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens
     return estimate
 
 
-def cached_loop(
-    lm: LoadedModel, device: DeviceProfile, request: Request, prompt_ids: list[int], between_units: BetweenUnits
-) -> Trace:
-    """The engine's loop (one prefill, then one-token decodes), the device passed on between passes with the
-    request's clock paused, so a wait shows in none of its timings."""
-    sampling = seeded(request.sampling)
-    live = LiveRequest(lm, request, device, sampling, prompt_token_ids=prompt_ids)
-    while not live.done:
-        live.step()
-        between_passes(live.clock, between_units)
-    live.free()
-    return finished_trace(lm, request, device, prompt_ids, [live], sampling, warmup_ran=True, tokenized=True)
-
-
 def uncached_loop(
     lm: LoadedModel,
     prompt_ids: list[int],
@@ -235,9 +213,9 @@ def run_nocache(
     prompt_ids = checked_prompt_ids(lm, request)
     estimate = validate(lm.info, device, len(prompt_ids), request.max_new_tokens, budget_s)
     about = f"the naive loop is estimated at ~{estimate:.1f} s (modelled) of the {budget_s:.0f} s budget"
-    warm_up(lm)
     progress(0.05, f"cached loop: one prefill, then one-token decodes; {about}")
-    trace = cached_loop(lm, device, request, prompt_ids, progress.between_units)
+    # The engine's own loop, warm-up first; the device passes on between passes, the request's clock paused.
+    trace = generate(lm, request, device, between_units=progress.between_units)
     cached = tuple(
         Step(
             position=p.cache_len_after,

@@ -73,8 +73,7 @@ class SteppedRequest:
     def step(self) -> PassRecord:
         """ONE real pass (prefill first, then one decode), timed by the engine, then its attention (untimed); the
         last one also finishes the request (its trace kept, both caches freed)."""
-        with self.busy:  # a sweep never frees a cache under a running pass
-            self.last_used_s = time.monotonic()
+        with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
             self.live.clock.resume()
             try:
                 record = self.live.step()

@@ -18,8 +18,8 @@ from streamlit.testing.v1 import AppTest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the app imports `explorer` from the checkout
 
-from explorer.soak import PROMPTS, RSS_SOURCE, rss_bytes  # noqa: E402
-from explorer.units import megabytes  # noqa: E402
+from explorer.checks.soak import PROMPTS, RSS_SOURCE, rss_bytes  # noqa: E402
+from explorer.core.units import megabytes  # noqa: E402
 
 CHECKPOINTS = (10, 50, 100)
 MAX_NEW_TOKENS = 8

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from explorer import by_hand, ui
+from explorer import ui
+from explorer.teach import by_hand
 from explorer.ui import by_hand_view as view
 
 st.title("By hand: one attention head, three tokens")

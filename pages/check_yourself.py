@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from explorer import quiz, ui
+from explorer import ui
+from explorer.teach import quiz
 
 QUIZ_VERSION = "quiz_version"  # bumped by Start over: new radio keys start unanswered
 

@@ -5,7 +5,7 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import run as charts
 from explorer.charts.common import display_token
-from explorer.units import human_bytes, ms
+from explorer.core.units import human_bytes, ms
 
 st.title("Inside one inference")
 st.caption("One prefill pass reads the whole prompt at once and builds the KV cache; then one decode pass per token.")

@@ -11,9 +11,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from explorer.device import device_profile  # noqa: E402
-from explorer.loading import LoadedModel, load_model  # noqa: E402
-from explorer.trace import DeviceProfile  # noqa: E402
+from explorer.core.device import device_profile  # noqa: E402
+from explorer.core.loading import LoadedModel, load_model  # noqa: E402
+from explorer.core.trace import DeviceProfile  # noqa: E402
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer.attention import AttentionCapExceeded, attention_bytes, capture_attention
-from explorer.engine import Request
-from explorer.errors import BadInput
-from explorer.loading import LoadedModel
-from explorer.measure import measure
-from explorer.trace import Trace
+from explorer.core.attention import AttentionCapExceeded, attention_bytes, capture_attention
+from explorer.core.engine import Request
+from explorer.core.errors import BadInput
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.trace import Trace
 
 
 def assert_attention_structure(lm: LoadedModel, trace: Trace, layers: list[int] | None = None) -> None:

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import by_hand, ui
-from explorer.attention import AttentionMaps, capture_attention
+from explorer import ui
 from explorer.charts import by_hand as charts
-from explorer.engine import Request, generate
-from explorer.loading import LoadedModel
-from explorer.trace import DeviceProfile, Trace
+from explorer.core.attention import AttentionMaps, capture_attention
+from explorer.core.engine import Request, generate
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile, Trace
+from explorer.teach import by_hand
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/by_hand.py"

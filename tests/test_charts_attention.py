@@ -8,13 +8,13 @@ import altair as alt
 import numpy as np
 import pytest
 
-from explorer.attention import AttentionMaps, capture_attention
 from explorer.charts import attention as charts
 from explorer.charts.common import position_label
-from explorer.engine import Request
-from explorer.loading import LoadedModel
-from explorer.measure import measure
-from explorer.trace import Trace
+from explorer.core.attention import AttentionMaps, capture_attention
+from explorer.core.engine import Request
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.trace import Trace
 
 NEW_TOKENS = 6
 

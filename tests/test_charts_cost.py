@@ -9,12 +9,12 @@ import altair as alt
 import pytest
 
 from explorer.charts import cost
-from explorer.engine import Request
-from explorer.loading import LoadedModel
-from explorer.measure import measure, recost
-from explorer.roofline import attainable_flops, pass_cost, prefill_ridge_tokens
-from explorer.trace import DeviceProfile, PassRecord, Trace
-from explorer.units import percent, to_ms
+from explorer.core.engine import Request
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure, recost
+from explorer.core.roofline import attainable_flops, pass_cost, prefill_ridge_tokens
+from explorer.core.trace import DeviceProfile, PassRecord, Trace
+from explorer.core.units import percent, to_ms
 
 SEGMENTS = ["weight_read_ms", "kv_ms", "compute_not_hidden_ms", "overhead_ms"]
 

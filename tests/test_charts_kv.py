@@ -6,11 +6,11 @@ import altair as alt
 import pytest
 
 from explorer.charts import kv as charts
-from explorer.engine import Request
-from explorer.loading import LoadedModel
-from explorer.measure import measure
-from explorer.trace import Trace
-from explorer.units import GB
+from explorer.core.engine import Request
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.trace import Trace
+from explorer.core.units import GB
 
 NEW_TOKENS = 6
 

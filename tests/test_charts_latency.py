@@ -10,11 +10,11 @@ import pytest
 
 from explorer.charts import latency
 from explorer.charts.common import display_token
-from explorer.engine import Request
-from explorer.loading import LoadedModel
-from explorer.measure import measure
-from explorer.trace import Trace
-from explorer.units import to_ms
+from explorer.core.engine import Request
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.trace import Trace
+from explorer.core.units import to_ms
 
 
 @pytest.fixture(scope="module")

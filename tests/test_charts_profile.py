@@ -11,11 +11,11 @@ import pytest
 from explorer.charts import cost
 from explorer.charts import profile as charts
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS
-from explorer.engine import Request, generate
-from explorer.loading import LoadedModel
-from explorer.profiler import CPU_REMAINDER, KV_UPDATE, LINEAR, OP_GROUPS, OpTime, PassProfile, ProfileGroup
-from explorer.trace import DeviceProfile
-from explorer.units import to_ms
+from explorer.core.engine import Request, generate
+from explorer.core.loading import LoadedModel
+from explorer.core.profiler import CPU_REMAINDER, KV_UPDATE, LINEAR, OP_GROUPS, OpTime, PassProfile, ProfileGroup
+from explorer.core.trace import DeviceProfile
+from explorer.core.units import to_ms
 
 # Seconds per op group, in OP_GROUPS order: linear, attention, KV update, norms/activations, embedding/LM head, other.
 GROUP_S = [0.25, 0.125, 0.0625, 0.03125, 0.0, 0.015625]

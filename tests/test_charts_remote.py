@@ -9,9 +9,9 @@ import pytest
 
 from explorer import remote
 from explorer.charts import remote as charts
-from explorer.engine import Request
-from explorer.loading import LoadedModel
-from explorer.measure import measure
+from explorer.core.engine import Request
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
 
 TTFT_SLO_S, ITL_SLO_S = 0.25, 0.05
 

@@ -8,7 +8,8 @@ import altair as alt
 import pytest
 
 from explorer.charts import schedule as charts
-from explorer.schedule import (
+from explorer.core.units import MB
+from explorer.labs.schedule.records import (
     CONTINUOUS,
     SEQUENTIAL,
     BlockHolding,
@@ -20,8 +21,7 @@ from explorer.schedule import (
     StepRecord,
     TokenCheck,
 )
-from explorer.schedule_workload import EngineSettings, Workload
-from explorer.units import MB
+from explorer.labs.schedule.workload import EngineSettings, Workload
 
 
 def step(index: int, start_s: float, entries: tuple[StepEntry, ...], holdings: tuple[BlockHolding, ...]) -> StepRecord:

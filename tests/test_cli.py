@@ -15,8 +15,8 @@ import pytest
 
 from explorer import remote
 from explorer.cli import main
-from explorer.errors import OOM_ADVICE
-from explorer.trace import Trace
+from explorer.core.errors import OOM_ADVICE
+from explorer.core.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -266,7 +266,7 @@ def test_bad_lab_input_exits_2_with_one_line(tiny_llama_dir: Path, args: list[st
 
 
 def test_perfetto_export_has_one_complete_event_per_pass(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from explorer.perfetto import PASSES_TID
+    from explorer.core.perfetto import PASSES_TID
 
     out = explorer(
         "run", "--prompt", "Hi", "--model", str(tiny_llama_dir), "--max-new-tokens", "8",

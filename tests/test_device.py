@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from explorer import device
-from explorer.device import cuda_profile, device_profile, nvml_bandwidth, theoretical_bandwidth_bytes_per_s
-from explorer.errors import BadInput, RunFailed
-from explorer.gpu_specs import GPU_SPECS, match_gpu_spec
+from explorer.core import device
+from explorer.core.device import cuda_profile, device_profile, nvml_bandwidth, theoretical_bandwidth_bytes_per_s
+from explorer.core.errors import BadInput, RunFailed
+from explorer.core.gpu_specs import GPU_SPECS, match_gpu_spec
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 H100_MEMORY_BYTES = 85_520_809_984  # what an H100 SXM reports: 81,559 MiB

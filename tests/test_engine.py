@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer.engine import Request, generate, tokenize
-from explorer.errors import BadInput
-from explorer.loading import LoadedModel
-from explorer.measure import measure
-from explorer.trace import DeviceProfile, Sampling, Trace
+from explorer.core.engine import Request, generate, tokenize
+from explorer.core.errors import BadInput
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.trace import DeviceProfile, Sampling, Trace
 
 
 def hf_greedy_tokens(lm: LoadedModel, prompt_ids: tuple[int, ...], new_tokens: int) -> list[int]:

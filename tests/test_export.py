@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from explorer.charts import export
-from explorer.engine import Request, generate
-from explorer.loading import LoadedModel
-from explorer.trace import DeviceProfile
+from explorer.core.engine import Request, generate
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -89,8 +89,8 @@ def test_compositions_keep_their_own_sizes() -> None:
 
 def test_every_kind_of_app_chart_renders(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
     """Layers, folds, log scales and facets from the real builders, on a tiny model's trace."""
-    from explorer.attention import capture_attention
     from explorer.charts import attention, run
+    from explorer.core.attention import capture_attention
 
     trace = generate(tiny_lm, Request("export me", max_new_tokens=4), cpu_figures)
     maps = capture_attention(tiny_lm, trace)

@@ -15,7 +15,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
-from explorer.errors import BadInput
+from explorer.core.errors import BadInput
+from explorer.core.loading import load_model
 from explorer.hosting import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
@@ -28,7 +29,6 @@ from explorer.hosting import (
     read_turn_log,
     wait_sentence,
 )
-from explorer.loading import load_model
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -389,7 +389,7 @@ class Calls:
         stack = contextlib.ExitStack()
         stack.enter_context(mock.patch.object(ui.runner.ModelStore, "get", get))
         stack.enter_context(mock.patch.object(ui.runner, "tokenize", tokenize))
-        stack.enter_context(mock.patch("explorer.engine.tokenize", tokenize))
+        stack.enter_context(mock.patch("explorer.core.engine.tokenize", tokenize))
         return stack
 
 
@@ -532,7 +532,7 @@ def test_remeasuring_while_the_wait_is_too_long_is_one_line(monkeypatch: pytest.
 def test_the_first_conversion_tells_a_visitor_no_server_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers
 
-    from explorer import loading
+    from explorer.core import loading
 
     class Saved:
         """Stands in for the tokenizer and the dequantized model: only what the conversion calls."""

@@ -9,9 +9,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
-from explorer.engine import Request, generate
-from explorer.loading import LoadedModel
-from explorer.trace import DeviceProfile
+from explorer.core.engine import Request, generate
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile
 from explorer.ui import labs
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 

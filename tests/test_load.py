@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from explorer.core.trace import Trace
 from explorer.hosting import read_turn_log
-from explorer.trace import Trace
 from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,

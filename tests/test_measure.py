@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from explorer import measure as measure_module
-from explorer.engine import Request, decode_one_token, new_cache, prefill
-from explorer.loading import LoadedModel
-from explorer.measure import keep_figures_honest, measure, recost
-from explorer.roofline import kv_traffic_bytes
-from explorer.trace import PLAUSIBLE_SLACK, DeviceProfile
+from explorer.core import measure as measure_module
+from explorer.core.engine import Request, decode_one_token, new_cache, prefill
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import keep_figures_honest, measure, recost
+from explorer.core.roofline import kv_traffic_bytes
+from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile
 
 
 def cache_tensor_bytes(cache: object) -> int:

@@ -13,12 +13,12 @@ import torch
 from torch import nn
 from torch.autograd.profiler_util import FunctionEvent
 
-from explorer import profiler
-from explorer.engine import Request, generate
-from explorer.errors import BadInput
-from explorer.loading import LoadedModel
-from explorer.profile_cli import check_pass_reachable, format_profile
-from explorer.profiler import (
+from explorer.cli.profile import check_pass_reachable, format_profile
+from explorer.core import profiler
+from explorer.core.engine import Request, generate
+from explorer.core.errors import BadInput
+from explorer.core.loading import LoadedModel
+from explorer.core.profiler import (
     ATTENTION,
     CPU_REMAINDER,
     EMBEDDING_LM_HEAD,
@@ -30,7 +30,7 @@ from explorer.profiler import (
     PassProfile,
     profile_pass,
 )
-from explorer.trace import DeviceProfile, Trace
+from explorer.core.trace import DeviceProfile, Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from explorer import quiz, ui
-from explorer.attention import AttentionMaps, capture_attention
-from explorer.engine import Request, generate
-from explorer.loading import LoadedModel
-from explorer.trace import DeviceProfile, Trace
-from explorer.units import human_bytes, ms
+from explorer import ui
+from explorer.core.attention import AttentionMaps, capture_attention
+from explorer.core.engine import Request, generate
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile, Trace
+from explorer.core.units import human_bytes, ms
+from explorer.teach import quiz
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/check_yourself.py"

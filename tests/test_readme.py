@@ -7,9 +7,9 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from explorer.engine import Request
-from explorer.loading import LoadedModel
-from explorer.measure import measure
+from explorer.core.engine import Request
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

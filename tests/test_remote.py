@@ -29,7 +29,7 @@ import pytest
 from explorer import remote
 from explorer.charts import latency
 from explorer.cli import main
-from explorer.errors import BadInput, RunFailed
+from explorer.core.errors import BadInput, RunFailed
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny import byte_tokenizer
 
@@ -384,7 +384,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """
     if SERVING_MISSING:
         pytest.skip(f"transformers serve needs {', '.join(SERVING_MISSING)}: pip install the dev requirements")
-    from explorer.loading import ensure_embedded_converted
+    from explorer.core.loading import ensure_embedded_converted
 
     folder = str(ensure_embedded_converted())
     port = free_port()
@@ -500,8 +500,8 @@ def synthetic_sweep_json() -> bytes:
 
 def test_the_page_renders_a_json_and_rereads_it_against_new_slos(tiny_lm) -> None:
     from explorer import ui
-    from explorer.engine import Request
-    from explorer.measure import measure
+    from explorer.core.engine import Request
+    from explorer.core.measure import measure
 
     at = endpoint_page()
     local = measure(tiny_lm, Request(prompt="hi", max_new_tokens=3))
@@ -631,8 +631,8 @@ def test_chunk_counts_that_miss_the_servers_total_are_flagged_on_the_page() -> N
 
 def test_a_different_local_prompt_is_said_and_the_same_one_runs_locally(tiny_lm) -> None:
     from explorer import ui
-    from explorer.engine import Request
-    from explorer.measure import measure
+    from explorer.core.engine import Request
+    from explorer.core.measure import measure
 
     at = endpoint_page()
     other = measure(tiny_lm, Request(prompt="hi", max_new_tokens=3))

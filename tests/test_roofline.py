@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from explorer.loading import LoadedModel
-from explorer.roofline import (
+from explorer.core.loading import LoadedModel
+from explorer.core.roofline import (
     attainable_flops,
     kv_cache_bytes,
     pass_cost,
@@ -16,7 +16,7 @@ from explorer.roofline import (
     roofline_time,
     weight_bytes_read,
 )
-from explorer.trace import DeviceProfile, ModelInfo
+from explorer.core.trace import DeviceProfile, ModelInfo
 
 # SmolLM2-135M: hidden 576, MLP 1536, 30 layers, 9 query heads and 3 KV heads of 64, vocab 49152, tied embeddings.
 PER_LAYER_MATMUL = 576 * 576 * 2 + 576 * 192 * 2 + 576 * 1536 * 3  # q, o; k, v; gate, up, down = 3,538,944

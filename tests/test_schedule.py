@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from explorer import schedule_baselines as baselines
-from explorer.errors import BadInput
-from explorer.lab_progress import LabProgress
-from explorer.loading import LoadedModel
-from explorer.schedule import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun, run_schedule
-from explorer.schedule_workload import (
+from explorer.core.errors import BadInput
+from explorer.core.lab_progress import LabProgress
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile
+from explorer.labs.schedule import baselines
+from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun, run_schedule
+from explorer.labs.schedule.workload import (
     EngineSettings,
     PlannedRequest,
     Workload,
@@ -28,7 +29,6 @@ from explorer.schedule_workload import (
     plan_requests,
     validate,
 )
-from explorer.trace import DeviceProfile
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +150,7 @@ def test_too_many_tokens_for_the_blocks(tiny_lm: LoadedModel) -> None:
 
 
 def test_prompts_are_reproducible_raw_text(tiny_lm: LoadedModel) -> None:
-    from explorer.engine import tokenize
+    from explorer.core.engine import tokenize
 
     workload = Workload(requests=3, prompt_tokens=(20, 50), prefix="SYSTEM: be brief.")
     planned = plan_requests(tiny_lm, workload)
@@ -266,7 +266,7 @@ def test_the_device_is_passed_on_only_between_measured_spans(tiny_lm: LoadedMode
 
 
 def test_a_token_that_differs_is_named_with_its_reason(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
-    from explorer.engine import Request, generate
+    from explorer.core.engine import Request, generate
 
     request = Request("abcdef", max_new_tokens=4, use_chat_template=False, stop_at_eos=False)
     trace = generate(tiny_lm, request, cpu_figures)

@@ -11,7 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from explorer.batch import (
+from explorer.charts.serving import growth_sentence, nocache_frame
+from explorer.core.engine import Request
+from explorer.core.errors import BadInput
+from explorer.core.lab_progress import LabProgress
+from explorer.core.loading import LoadedModel
+from explorer.core.roofline import weight_bytes_read
+from explorer.core.trace import DeviceProfile
+from explorer.labs.batch import (
     ESTIMATE_SLACK,
     BatchConfig,
     PaddedBatch,
@@ -23,15 +30,8 @@ from explorer.batch import (
     run_batch_sweep,
     run_batched,
 )
-from explorer.batch import validate as validate_batch
-from explorer.charts.serving import growth_sentence, nocache_frame
-from explorer.engine import Request
-from explorer.errors import BadInput
-from explorer.lab_progress import LabProgress
-from explorer.loading import LoadedModel
-from explorer.nocache import NoCacheResult, Step, run_nocache
-from explorer.roofline import weight_bytes_read
-from explorer.trace import DeviceProfile
+from explorer.labs.batch import validate as validate_batch
+from explorer.labs.nocache import NoCacheResult, Step, run_nocache
 
 
 def test_the_naive_loop_makes_the_same_tokens_and_processes_the_whole_sequence(
@@ -89,7 +89,7 @@ def test_prompts_are_equal_length_and_distinct(tiny_lm: LoadedModel) -> None:
 
 
 def test_the_ridge_batch_is_where_decode_turns_compute_bound(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
-    from explorer.roofline import pass_cost
+    from explorer.core.roofline import pass_cost
 
     batch = ridge_batch(tiny_lm, cpu_figures, 20)
     if batch is not None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from explorer import soak
+from explorer.checks import soak
 from explorer.cli import main
-from explorer.errors import BadInput
-from explorer.units import MB
+from explorer.core.errors import BadInput
+from explorer.core.units import MB
 
 
 def test_checkpoints_are_runs_10_50_100_where_reached() -> None:

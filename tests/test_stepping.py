@@ -10,12 +10,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
-from explorer.engine import Request
-from explorer.errors import BadInput
-from explorer.loading import LoadedModel
-from explorer.measure import measure
-from explorer.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
-from explorer.trace import DeviceProfile, Sampling
+from explorer.core.engine import Request
+from explorer.core.errors import BadInput
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.trace import DeviceProfile, Sampling
+from explorer.labs.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
 from explorer.ui import stepper
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.test_hosted import device_held_elsewhere

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from explorer.engine import Request
-from explorer.loading import LoadedModel
-from explorer.measure import measure
-from explorer.trace import SCHEMA_VERSION, Trace, percentile
+from explorer.core.engine import Request
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.trace import SCHEMA_VERSION, Trace, percentile
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from explorer.attention import AttentionMaps
 from explorer.charts.common import position_label
-from explorer.trace import ModelInfo
+from explorer.core.attention import AttentionMaps
+from explorer.core.trace import ModelInfo
 
 MAX_CELLS = 10_000  # rectangles per chart: more than this makes the browser stutter
 WINDOW_POSITIONS = 96  # a full-resolution prefill window is at most 96 x 96 = 9,216 cells

@@ -7,8 +7,10 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from explorer.attention import AttentionMaps
-from explorer.by_hand import (
+from explorer.charts.attention import MASKED_COLOR, PROB_LEGEND, PROB_SCALE
+from explorer.charts.common import position_label
+from explorer.core.attention import AttentionMaps
+from explorer.teach.by_hand import (
     SHOWN_DECIMALS,
     WRITTEN_EXP_DECIMALS,
     ShapeLink,
@@ -17,8 +19,6 @@ from explorer.by_hand import (
     dot_text,
     number,
 )
-from explorer.charts.attention import MASKED_COLOR, PROB_LEGEND, PROB_SCALE
-from explorer.charts.common import position_label
 
 AXES = ("x", "y")  # the seed's two components (d = 2)
 VALUE_LABELS_UP_TO = 16  # keys per row up to which each cell prints its probability

@@ -7,8 +7,8 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.cost import SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
-from explorer.trace import PassRecord, Trace
-from explorer.units import to_ms
+from explorer.core.trace import PassRecord, Trace
+from explorer.core.units import to_ms
 
 FIGURES = ("ttft_s", "itl_p50_s", "itl_p99_s", "e2e_s", "decode_tokens_per_s")
 

@@ -9,9 +9,9 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
-from explorer.roofline import attainable_flops, prefill_ridge_tokens
-from explorer.trace import DeviceProfile, PassRecord, Trace
-from explorer.units import human_bandwidth, human_bytes, human_flops, to_ms
+from explorer.core.roofline import attainable_flops, prefill_ridge_tokens
+from explorer.core.trace import DeviceProfile, PassRecord, Trace
+from explorer.core.units import human_bandwidth, human_bytes, human_flops, to_ms
 
 # The four stacked segments of a pass, bottom to top: they sum to the measured wall time whenever the pass is at
 # least as slow as the roofline model predicts (wall >= max(compute, weight + KV)).

@@ -6,9 +6,9 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, phase_points
-from explorer.roofline import kv_cache_bytes
-from explorer.trace import ModelInfo, Trace
-from explorer.units import GB, KB, MB, human_bytes
+from explorer.core.roofline import kv_cache_bytes
+from explorer.core.trace import ModelInfo, Trace
+from explorer.core.units import GB, KB, MB, human_bytes
 
 DEFAULT_PROJECTION_CONTEXT = 8192
 DEFAULT_PROJECTION_BATCH = 32

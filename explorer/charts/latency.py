@@ -10,8 +10,8 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import display_token
-from explorer.trace import Trace, percentile
-from explorer.units import to_ms
+from explorer.core.trace import Trace, percentile
+from explorer.core.units import to_ms
 
 DEFAULT_TTFT_SLO_S = 1.0
 DEFAULT_ITL_SLO_S = 0.050
@@ -93,7 +93,7 @@ def repeats_ttft_chart(frame: pd.DataFrame, ttft_slo_s: float) -> alt.LayerChart
     return (bars + _slo_rule(to_ms(ttft_slo_s), "TTFT SLO")).properties(height=220)
 
 
-# The figures checked against an SLO, each read per repeat (explorer.trace.REPEAT_FIGURES) as the metrics show them.
+# The figures checked against an SLO, each read per repeat (core.trace.REPEAT_FIGURES) as the metrics show them.
 SLO_FIGURES = [("TTFT", "ttft_s"), ("ITL p50", "itl_p50_s"), ("ITL p90", "itl_p90_s"), ("ITL p99", "itl_p99_s")]
 POOLED_PERCENTILES = [50, 90, 99]
 

@@ -10,10 +10,10 @@ import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE
-from explorer.units import to_ms
+from explorer.core.units import to_ms
 
 if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
-    from explorer.profiler import PassProfile
+    from explorer.core.profiler import PassProfile
 
 PROFILE_BAR = f"profiled ({MEASURED})"
 ROOFLINE_BAR = f"roofline ({MODELLED}) + overhead"

@@ -7,9 +7,9 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.latency import PERCENTILE_COLOR, SLO_RANGE, SLO_RULE_COLOR
+from explorer.core.trace import Trace
+from explorer.core.units import to_ms
 from explorer.remote import PERCENTILES, SweepResult
-from explorer.trace import Trace
-from explorer.units import to_ms
 
 PERCENTILE_LABELS = [f"p{q}" for q in PERCENTILES]
 PERCENTILE_RANGE = ["#9ecae1", "#4292c6", "#08306b"]  # p50 light to p99 dark: one quantity, deeper into its tail

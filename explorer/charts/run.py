@@ -6,8 +6,8 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR, display_token
-from explorer.trace import Trace
-from explorer.units import to_ms
+from explorer.core.trace import Trace
+from explorer.core.units import to_ms
 
 TOKENS_PER_ROW = 12
 ROLE_DOMAIN = ["read from the KV cache", "computed by this pass", "sampled by this pass"]

@@ -12,9 +12,9 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR, PHASE_RANGE
-from explorer.schedule import CONTINUOUS, SEQUENTIAL, STATIC, ScheduleRun, ServedMode
-from explorer.trace import percentile
-from explorer.units import MB, to_ms
+from explorer.core.trace import percentile
+from explorer.core.units import MB, to_ms
+from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, ScheduleRun, ServedMode
 
 # Requests get colours that are neither the prefill orange nor the decode green, cycled past ten requests.
 REQUEST_RANGE = ["#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39", "#7b4173"]

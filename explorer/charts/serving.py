@@ -5,12 +5,12 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from explorer.batch import BatchResult
 from explorer.charts.common import MEASURED, MODELLED
-from explorer.nocache import EDGE_STEPS, PROJECTED_TOKENS, NoCacheResult, growth_verdict
-from explorer.roofline import attainable_flops
-from explorer.trace import percentile
-from explorer.units import GB, MB, to_ms
+from explorer.core.roofline import attainable_flops
+from explorer.core.trace import percentile
+from explorer.core.units import GB, MB, to_ms
+from explorer.labs.batch import BatchResult
+from explorer.labs.nocache import EDGE_STEPS, PROJECTED_TOKENS, NoCacheResult, growth_verdict
 
 LOOP_DOMAIN = ["with KV cache", "without cache"]
 LOOP_RANGE = ["#1b9e77", "#e7298a"]  # decode green for the cached loop, magenta for the naive one

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from explorer.attention import AttentionMaps
 from explorer.charts.attention import ATTENDED, MASKED, WINDOW_POSITIONS
 from explorer.charts.common import display_token, position_label
-from explorer.trace import PassRecord, Trace
-from explorer.units import human_bytes, short_time
+from explorer.core.attention import AttentionMaps
+from explorer.core.trace import PassRecord, Trace
+from explorer.core.units import human_bytes, short_time
 
 
 def running_figures(trace: Trace, done: bool) -> list[tuple[str, str, str]]:

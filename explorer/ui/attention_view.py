@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer.attention import AttentionMaps
 from explorer.charts import attention as charts
-from explorer.trace import ModelInfo, Trace
+from explorer.core.attention import AttentionMaps
+from explorer.core.trace import ModelInfo, Trace
 from explorer.ui.widgets import chart, secondary, window_slider
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import by_hand
 from explorer.charts import by_hand as charts
+from explorer.teach import by_hand
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, escape_markdown, table
 

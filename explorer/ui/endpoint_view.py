@@ -10,7 +10,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from explorer import remote
 from explorer.charts import remote as charts
-from explorer.errors import ExplorerError
+from explorer.core.errors import ExplorerError
 from explorer.ui.queue import count_run, hosting_policy
 from explorer.ui.runner import execute_run
 from explorer.ui.state import APP_MAX_NEW_TOKENS, DEFAULT_PROMPT, LAST_INPUTS, RunInputs, current_run

@@ -7,20 +7,20 @@ import math
 
 import streamlit as st
 
-from explorer import batch, nocache
-from explorer.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
-from explorer.engine import MAX_NEW_TOKENS_LIMIT, Request
-from explorer.errors import BadInput
+from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, Request
+from explorer.core.errors import BadInput
+from explorer.core.lab_progress import LabProgress
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile, ModelInfo
+from explorer.core.units import human_bytes
 from explorer.hosting import LabSize
-from explorer.lab_progress import LabProgress
-from explorer.loading import LoadedModel
-from explorer.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
-from explorer.trace import DeviceProfile, ModelInfo
+from explorer.labs import batch, nocache
+from explorer.labs.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
+from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
 from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
 from explorer.ui.state import current_run
 from explorer.ui.widgets import escape_markdown, show_error
-from explorer.units import human_bytes
 
 NOCACHE_RESULT = "explorer_nocache_result"
 BATCH_RESULT = "explorer_batch_result"

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from explorer.errors import BadInput
+from explorer.core.errors import BadInput
 from explorer.hosting import DeviceQueue, HostedPolicy, ScriptActivity, Ticket, wait_sentence
-from explorer.stepping import LiveSteps
+from explorer.labs.stepping import LiveSteps
 from explorer.ui.state import HELD_TICKET, LEFT_QUEUE, RUN_STARTS
 
 DRAW_HOLD_S = 30.0  # a finished run keeps the device while its page is drawn, at most this long

@@ -8,7 +8,7 @@ What holds the device and for how long (one turn each, first come first served, 
   `DRAW_HOLD_S`), so the next run's passes never share the cores with that drawing;
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
-  run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`explorer.lab_progress`);
+  run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
 - a stepped request (`explorer.ui.stepper`): one pass per click, so other sessions run between clicks; the click
   that finishes it also runs `keep_figures_honest`, which may re-run the microbenchmarks (seconds);
 - "Re-measure device figures": the microbenchmarks (a few seconds).
@@ -23,16 +23,16 @@ from dataclasses import replace
 
 import streamlit as st
 
-from explorer.attention import capture_attention
-from explorer.device import device_profile
-from explorer.engine import Request, tokenize, validate, warm_up
-from explorer.errors import ExplorerError
+from explorer.core.attention import capture_attention
+from explorer.core.device import device_profile
+from explorer.core.engine import Request, tokenize, validate, warm_up
+from explorer.core.errors import ExplorerError
+from explorer.core.lab_progress import LabProgress
+from explorer.core.loading import EMBEDDED, LoadedModel, Progress, load_model, resolve_device
+from explorer.core.measure import keep_figures_honest, measure, recost
+from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting import ALLOWED_MODELS_ENV as ALLOWED_MODELS_ENV  # older code imports it from here
 from explorer.hosting import LabSize
-from explorer.lab_progress import LabProgress
-from explorer.loading import EMBEDDED, LoadedModel, Progress, load_model, resolve_device
-from explorer.measure import keep_figures_honest, measure, recost
-from explorer.trace import DeviceProfile, PassRecord, Trace
 from explorer.ui.queue import ContentionProbe, count_run, device_turn, hosting_policy
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_run, remember
 from explorer.ui.widgets import escape_markdown, failure_line, show_error
@@ -194,7 +194,7 @@ def run_lab(
     changing a view never runs it again. `size` is what the lab is about to run, checked against a hosted server's
     caps before it waits for the device (a hosted server refuses a lab without one). `work` gets a `LabProgress`:
     calling it only moves the bar; its `between_units()` lets anyone waiting go first, and the lab calls it only
-    where no measured span crosses it (`explorer.lab_progress`). Errors are one line and keep the previous result."""
+    where no measured span crosses it (`core.lab_progress`). Errors are one line and keep the previous result."""
     inputs = st.session_state.get(LAST_INPUTS, RunInputs())
     try:
         policy = hosting_policy()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.charts import schedule as charts
-from explorer.errors import BadInput
+from explorer.core.errors import BadInput
+from explorer.core.lab_progress import LabProgress
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile
+from explorer.core.units import MB, human_bytes
 from explorer.hosting import LabSize
-from explorer.lab_progress import LabProgress
-from explorer.loading import LoadedModel
-from explorer.schedule import ScheduleRun, run_schedule
-from explorer.schedule_workload import (
+from explorer.labs.schedule.records import ScheduleRun, run_schedule
+from explorer.labs.schedule.workload import (
     MAX_REQUESTS,
     SCHEDULERS,
     EngineSettings,
@@ -21,11 +23,9 @@ from explorer.schedule_workload import (
     parse_int_list,
     validate,
 )
-from explorer.trace import DeviceProfile
 from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
 from explorer.ui.widgets import chart, current_slos_s, metrics, show_error, table
-from explorer.units import MB, human_bytes
 
 RUN_KEY = "explorer_schedule_run"  # the last ScheduleRun of this session (not a widget key)
 LAB_BUDGET_S = 600.0

@@ -11,15 +11,15 @@ from explorer.charts import kv as kv_charts
 from explorer.charts import latency as latency_charts
 from explorer.charts import profile as profile_charts
 from explorer.charts import stepping as step_charts
+from explorer.core.profiler import profile_pass
+from explorer.core.trace import Trace
+from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
 from explorer.hosting import LabSize
-from explorer.profiler import profile_pass
-from explorer.stepping import SteppedRequest
-from explorer.trace import Trace
+from explorer.labs.stepping import SteppedRequest
 from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, current_slos_s, metrics, secondary, slo_inputs, table
-from explorer.units import human_bandwidth, human_bytes, human_flops, ms, percent
 
 PROFILE = "explorer_profile"  # (run label, PassProfile) of the last "Profile this pass"
 PROFILE_BUDGET_S = 120.0

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
-from explorer.errors import BadInput
+from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
+from explorer.core.errors import BadInput
+from explorer.core.loading import DEVICES, DTYPES, EMBEDDED
+from explorer.core.perfetto import perfetto_json
+from explorer.core.trace import Sampling
 from explorer.hosting import HOSTED_ENV, HostedPolicy
-from explorer.loading import DEVICES, DTYPES, EMBEDDED
-from explorer.perfetto import perfetto_json
-from explorer.trace import Sampling
 from explorer.ui.queue import hosting_policy, live_steps, note_script
 from explorer.ui.runner import remeasure_device
 from explorer.ui.state import (

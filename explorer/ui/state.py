@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from explorer.attention import AttentionMaps
+from explorer.core.attention import AttentionMaps
+from explorer.core.loading import EMBEDDED
+from explorer.core.trace import Sampling, Trace
 from explorer.hosting import LOCAL_MAX_PROMPT_CHARS
-from explorer.loading import EMBEDDED
-from explorer.trace import Sampling, Trace
 
 # --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
 RUN = "explorer_run"  # the current RunResult

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import streamlit as st
 
-from explorer.device import device_profile
-from explorer.engine import Request
-from explorer.errors import ExplorerError
-from explorer.stepping import SteppedRequest
+from explorer.core.device import device_profile
+from explorer.core.engine import Request
+from explorer.core.errors import ExplorerError
+from explorer.labs.stepping import SteppedRequest
 from explorer.ui.queue import count_run, device_turn, hosting_policy, live_steps
 from explorer.ui.runner import get_model
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, remember

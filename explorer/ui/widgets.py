@@ -14,11 +14,11 @@ import streamlit as st
 
 from explorer.charts import export, theme
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
-from explorer.errors import BadInput, one_line
+from explorer.core.errors import BadInput, one_line
+from explorer.core.trace import Spread, Trace
+from explorer.core.units import short_time
 from explorer.hosting import HostedPolicy
-from explorer.trace import Spread, Trace
 from explorer.ui.state import RunResult, current_run
-from explorer.units import short_time
 
 LOG = logging.getLogger(__name__)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
@@ -59,7 +59,7 @@ def short_rate(per_s: float | None) -> str:
     return "n/a" if per_s is None else f"{per_s:.1f}"
 
 
-# The request's figures that repeats give a spread: (label, key of explorer.trace.REPEAT_FIGURES, format, meaning).
+# The request's figures that repeats give a spread: (label, key of explorer.core.trace.REPEAT_FIGURES, format, meaning).
 SPREAD_METRICS: list[tuple[str, str, Callable[[float | None], str], str]] = [
     ("TTFT", "ttft_s", short_time, "request start (before tokenizing) to first token"),
     ("E2E", "e2e_s", short_time, "request start to the last token"),

@@ -1,0 +1,219 @@
+"""A/B benchmark in one process: HF `generate()` against the explorer's instrumented loop, plus roofline limits.
+
+Both sides run the same model, dtype, device, greedy decoding, KV cache on, the same fixed prompt and the same number
+of new tokens (EOS ignored). Prefill is the first forward's time alone, on both sides by `explorer.core.timing` (HF: its
+`Stopwatch` in forward hooks; the explorer: `timed`, the same clocks); ITL the gaps between consecutive generated
+tokens, host clock stamps once each token reached the host (HF: a streamer). Order alternates each repeat to spread
+drift.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from explorer.core.device import device_profile
+from explorer.core.engine import Request, generate, warm_up
+from explorer.core.errors import BadInput
+from explorer.core.loading import LoadedModel
+from explorer.core.report import format_device
+from explorer.core.roofline import pass_flops
+from explorer.core.timing import Stopwatch
+from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo
+
+# Public-domain text (the opening of "Pride and Prejudice"), repeated to reach the requested prompt length.
+PROMPT_TEXT = (
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a "
+    "wife. However little known the feelings or views of such a man may be on his first entering a neighbourhood, "
+    "this truth is so well fixed in the minds of the surrounding families, that he is considered the rightful "
+    "property of some one or other of their daughters. "
+)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    prompt_tokens: int = 128
+    new_tokens: int = 64
+    repeats: int = 5
+
+    def validate(self) -> None:
+        if self.prompt_tokens < 1 or self.new_tokens < 2 or self.repeats < 1:
+            raise BadInput("bench needs --prompt-tokens >= 1, --new-tokens >= 2 and --repeats >= 1.")
+
+
+@dataclass(frozen=True)
+class SideTiming:
+    """One side's measurements for one repeat."""
+
+    prefill_s: float
+    itl_s: tuple[float, ...]
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BenchResult(JsonRecord):
+    config: BenchConfig
+    model: ModelInfo
+    device: DeviceProfile
+    hf: tuple[SideTiming, ...]  # HF generate(), one entry per repeat
+    explorer: tuple[SideTiming, ...]  # the explorer's loop, one entry per repeat
+    prefill_flops: int
+
+    def median_prefill_s(self, side: str) -> float:
+        return statistics.median(s.prefill_s for s in getattr(self, side))
+
+    def median_itl_s(self, side: str) -> float:
+        return statistics.median(gap for s in getattr(self, side) for gap in s.itl_s)
+
+    @property
+    def decode_limit_s(self) -> float:
+        """Roofline floor of a decode pass: every weight byte read once at the device's bandwidth."""
+        return self.model.weight_bytes / self.device.bandwidth_bytes_per_s
+
+    @property
+    def prefill_limit_s(self) -> float:
+        """Roofline floor of the prefill pass if compute-bound: its FLOPs at the device's peak."""
+        return self.prefill_flops / self.device.peak_flops
+
+    @property
+    def same_tokens(self) -> bool:
+        return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer)
+
+    def summary(self) -> dict[str, float | bool]:
+        prefill = {side: self.median_prefill_s(side) for side in ("hf", "explorer")}
+        itl = {side: self.median_itl_s(side) for side in ("hf", "explorer")}
+        return {
+            "hf_prefill_s": prefill["hf"],
+            "explorer_prefill_s": prefill["explorer"],
+            "prefill_ratio_explorer_over_hf": prefill["explorer"] / prefill["hf"],
+            "hf_itl_s": itl["hf"],
+            "explorer_itl_s": itl["explorer"],
+            "itl_ratio_explorer_over_hf": itl["explorer"] / itl["hf"],
+            "decode_limit_s": self.decode_limit_s,
+            "prefill_limit_s": self.prefill_limit_s,
+            "same_tokens": self.same_tokens,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "summary": self.summary()}
+
+
+def fixed_prompt_ids(lm: LoadedModel, config: BenchConfig) -> list[int]:
+    if config.prompt_tokens + config.new_tokens > lm.info.max_context:
+        raise BadInput(
+            f"--prompt-tokens {config.prompt_tokens} + --new-tokens {config.new_tokens} exceed the model's context of "
+            f"{lm.info.max_context}."
+        )
+    one = lm.tokenizer(PROMPT_TEXT, add_special_tokens=False)["input_ids"]
+    return (one * (config.prompt_tokens // len(one) + 1))[: config.prompt_tokens]
+
+
+class _TokenClock:
+    """A generate() streamer that only timestamps each put(): the prompt first, then one call per new token."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+        self.tokens.extend(int(t) for t in value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+
+def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTiming:
+    forward_s: list[float] = []
+    watch = Stopwatch(lm.torch_device)  # the explorer's passes are timed by the same clocks (`timing.timed`)
+
+    def before(_module: torch.nn.Module, _args: object) -> None:
+        watch.start()
+
+    def after(_module: torch.nn.Module, _args: object, _output: object) -> None:
+        forward_s.append(watch.stop())
+
+    clock = _TokenClock()
+    handles = [lm.model.register_forward_pre_hook(before), lm.model.register_forward_hook(after)]
+    input_ids = torch.tensor([ids], device=lm.torch_device)
+    try:
+        with torch.inference_mode():
+            out = lm.model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                use_cache=True,
+                eos_token_id=None,  # the explorer side ignores EOS too: both produce exactly new_tokens
+                pad_token_id=0,
+                streamer=clock,
+            )
+    finally:
+        for handle in handles:
+            handle.remove()
+    token_times = clock.times[1:]  # the first put() is the prompt
+    return SideTiming(
+        prefill_s=forward_s[0],
+        itl_s=tuple(b - a for a, b in zip(token_times, token_times[1:])),
+        token_ids=tuple(out[0, len(ids) :].tolist()),
+    )
+
+
+def time_explorer(lm: LoadedModel, ids: list[int], new_tokens: int, device: DeviceProfile) -> SideTiming:
+    request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False)
+    trace = generate(lm, request, device, warmup=False, prompt_token_ids=ids)
+    return SideTiming(prefill_s=trace.prefill.wall_s, itl_s=trace.itl_s, token_ids=trace.generated_token_ids)
+
+
+def run_bench(
+    lm: LoadedModel, config: BenchConfig, on_progress: Callable[[float, str], None] | None = None
+) -> BenchResult:
+    config.validate()
+    ids = fixed_prompt_ids(lm, config)
+    warm_up(lm)
+    device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every measured run
+    time_hf_generate(lm, ids[:8], 4)  # warm-up of generate()'s own path, not recorded
+    sides: dict[str, list[SideTiming]] = {"hf": [], "explorer": []}
+    runners = {
+        "hf": time_hf_generate,
+        "explorer": lambda lm, ids, n: time_explorer(lm, ids, n, device),
+    }
+    for r in range(config.repeats):
+        order = ("hf", "explorer") if r % 2 == 0 else ("explorer", "hf")
+        for name in order:
+            sides[name].append(runners[name](lm, ids, config.new_tokens))
+        if on_progress:
+            on_progress((r + 1) / config.repeats, f"repeat {r + 1}/{config.repeats} done ({' then '.join(order)})")
+    return BenchResult(
+        config=config,
+        model=lm.info,
+        device=device,
+        hf=tuple(sides["hf"]),
+        explorer=tuple(sides["explorer"]),
+        prefill_flops=pass_flops(lm.info, len(ids), len(ids)),
+    )
+
+
+def format_bench(result: BenchResult) -> str:
+    s = result.summary()
+    m, d, c = result.model, result.device, result.config
+    return "\n".join(
+        [
+            f"bench   {m.display_name}, {m.dtype} on {d.name} ({d.kind}); prompt {c.prompt_tokens} tokens, "
+            f"{c.new_tokens} new tokens, {c.repeats} repeats, A/B alternating, one process",
+            format_device(d),
+            "                       HF generate   explorer   explorer/HF   roofline limit   measured/limit (expl.)",
+            f"prefill (median)      {s['hf_prefill_s'] * 1e3:9.2f} ms {s['explorer_prefill_s'] * 1e3:8.2f} ms "
+            f"{s['prefill_ratio_explorer_over_hf']:10.3f}x {s['prefill_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_prefill_s'] / s['prefill_limit_s']:12.1f}x   (flops / peak)",
+            f"ITL (median)          {s['hf_itl_s'] * 1e3:9.2f} ms {s['explorer_itl_s'] * 1e3:8.2f} ms "
+            f"{s['itl_ratio_explorer_over_hf']:10.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / bandwidth)",
+            f"same greedy tokens on both sides: {'yes' if s['same_tokens'] else 'NO'}",
+        ]
+    )

@@ -1,0 +1,308 @@
+"""The hardware figures the roofline model divides by: measured on a CPU, from the spec table and NVML on a GPU."""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from explorer.core.errors import BadInput, RunFailed
+from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
+from explorer.core.loading import DTYPES
+from explorer.core.timing import repeat_timed
+from explorer.core.trace import DeviceProfile, Source
+
+pynvml: ModuleType | None
+try:
+    import pynvml  # nvidia-ml-py; it loads libnvidia-ml only in nvmlInit(), so importing is safe without a GPU
+except ImportError:  # optional: without it, bandwidth comes from the spec table or a measurement
+    pynvml = None
+
+DEVICE_KINDS = ("cpu", "cuda")
+
+# Microbenchmarks: fixed sizes large enough to be steady, each timed REPEATS times and reduced to the best (the least
+# disturbed by other processes), with every sample kept for the spread.
+CPU_COPY_BYTES = 512 * 1000**2  # far larger than any CPU cache, so the copy streams from DRAM
+CPU_MATMUL_N = 2048  # ~17 GFLOP a call: tens of ms on a few cores, so thread start-up is a small part of it
+GPU_COPY_BYTES = 1024**3  # leaves every L2 cache (H100 50 MB, L40S 96 MB)
+GPU_MATMUL_N = 8192  # fills every SM
+REPEATS = 5
+
+_profiles: dict[tuple[str, str], DeviceProfile] = {}  # per process: hardware does not change, only how busy it is
+_profiles_lock = threading.Lock()
+
+
+def device_profile(kind: str, dtype: str, *, fresh: bool = False) -> DeviceProfile:
+    """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`: measured once per process and reused,
+    or measured again when `fresh` (a user's "re-measure", or a run that beat them)."""
+    if kind not in DEVICE_KINDS:
+        raise BadInput(f"Unknown device '{kind}': use cpu, cuda or auto.")
+    if dtype not in DTYPES:
+        raise BadInput(f"Unknown dtype '{dtype}': use one of {', '.join(DTYPES)}.")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise BadInput("CUDA requested but no GPU is available: use --device cpu or auto")
+    with _profiles_lock:  # two sessions asking at once measure once, and never at the same time
+        if fresh or (kind, dtype) not in _profiles:
+            _profiles[(kind, dtype)] = cpu_profile(dtype) if kind == "cpu" else cuda_profile(dtype)
+        return _profiles[(kind, dtype)]
+
+
+def remember_profile(profile: DeviceProfile) -> None:
+    """Keep better figures (a re-measurement, or raised to what a run achieved) for later runs in this process."""
+    with _profiles_lock:
+        _profiles[(profile.kind, profile.dtype)] = replace(profile, busy_note="")
+
+
+def forget_profiles() -> None:
+    with _profiles_lock:
+        _profiles.clear()
+
+
+def benchmark_record(
+    flops_samples: list[float], bandwidth_samples: list[float], matmul_n: int, copy_bytes: int
+) -> dict[str, Any]:
+    """The DeviceProfile fields that say what the microbenchmarks were and what every repeat gave."""
+    return {
+        "flops_samples": tuple(flops_samples),
+        "bandwidth_samples": tuple(bandwidth_samples),
+        "matmul_n": matmul_n,
+        "copy_bytes": copy_bytes,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+# --- CPU -------------------------------------------------------------------------------------------------------------
+
+
+def cpu_profile(dtype: str) -> DeviceProfile:
+    """A CPU has no spec table: both peaks are the best that fixed-size microbenchmarks achieve here."""
+    flops_samples = measure_matmul_flops("cpu", dtype, CPU_MATMUL_N)
+    bandwidth_samples = measure_copy_bandwidth("cpu", CPU_COPY_BYTES)
+    flops, bandwidth_bytes_per_s = max(flops_samples), max(bandwidth_samples)
+    threads = torch.get_num_threads()
+    return DeviceProfile(
+        name=cpu_name(),
+        kind="cpu",
+        dtype=dtype,
+        peak_flops=flops,
+        peak_flops_source="measured",
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        bandwidth_source="measured",
+        measured_flops=flops,
+        measured_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        memory_bytes=cpu_memory_bytes(),
+        notes=f"CPU: peak figures are the best of {REPEATS} microbenchmark runs ({threads} threads)",
+        **benchmark_record(flops_samples, bandwidth_samples, CPU_MATMUL_N, CPU_COPY_BYTES),
+    )
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def cpu_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def measure_copy_bandwidth(device: str, size_bytes: int, repeats: int = REPEATS) -> list[float]:
+    """Bandwidth of each of `repeats` copies of `size_bytes`, counting the read and the write (2 x size per copy)."""
+    src = torch.ones(size_bytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    # repeat_timed's untimed first call also pays dst's page faults, which are not bandwidth.
+    return [2 * src.nbytes / s for s in repeat_timed(device, lambda: dst.copy_(src), repeats)]
+
+
+def measure_matmul_flops(device: str, dtype: str, n: int, repeats: int = REPEATS) -> list[float]:
+    """FLOP/s of each of `repeats` n x n matmuls in the run's dtype (2 n^3 FLOPs each)."""
+    torch_dtype = DTYPES[dtype]
+    a = torch.randn(n, n, device=device).to(torch_dtype)
+    b = torch.randn(n, n, device=device).to(torch_dtype)
+    out = torch.empty(n, n, dtype=torch_dtype, device=device)
+    return [2 * n**3 / s for s in repeat_timed(device, lambda: torch.mm(a, b, out=out), repeats)]
+
+
+# --- CUDA ------------------------------------------------------------------------------------------------------------
+
+
+def theoretical_bandwidth_bytes_per_s(max_mem_clock_mhz: float, bus_width_bits: int) -> float:
+    """NVML's convention: 2 transfers per reported memory clock (DDR), bus width in bits / 8 bytes per transfer."""
+    return 2 * max_mem_clock_mhz * 1e6 * bus_width_bits / 8
+
+
+def _nvml_query(query: Callable[..., Any], *args: Any) -> Any | None:
+    """One NVML query, or None where the device does not support it (e.g. clocks under MIG)."""
+    assert pynvml is not None
+    try:
+        return query(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def nvml_bandwidth(index: int, uuid: str | None = None) -> tuple[str, int | None, float | None] | None:
+    """(name, memory bytes, theoretical bandwidth B/s) from NVML, or None when NVML is unusable here.
+
+    The device is found by its UUID where torch gave one (NVML numbers devices by PCI order and ignores
+    CUDA_VISIBLE_DEVICES, so index `i` in torch can be another GPU in NVML), else by index.
+    """
+    if pynvml is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:  # no driver / no GPU: NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None
+    try:
+        handle = None
+        if uuid is not None:
+            handle = _nvml_query(pynvml.nvmlDeviceGetHandleByUUID, uuid)
+        if handle is None:
+            handle = _nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+        if handle is None:
+            return None
+        name = _nvml_query(pynvml.nvmlDeviceGetName, handle)
+        if name is None:
+            return None
+        name = name.decode() if isinstance(name, bytes) else str(name)  # older bindings return bytes
+        memory = _nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        memory_bytes = int(memory.total) if memory is not None else None
+        max_mem_clock_mhz = _nvml_query(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+        bus_width_bits = _nvml_query(pynvml.nvmlDeviceGetMemoryBusWidth, handle)
+        bandwidth_bytes_per_s = None
+        if max_mem_clock_mhz and bus_width_bits:  # 0 means "unknown" as much as None does
+            bandwidth_bytes_per_s = theoretical_bandwidth_bytes_per_s(max_mem_clock_mhz, bus_width_bits)
+        return name, memory_bytes, bandwidth_bytes_per_s
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def torch_gpu_uuid(index: int) -> str | None:
+    """NVML's spelling ("GPU-xxxxxxxx-...") of the UUID torch reports bare, or None on builds without it."""
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def _measure_or_reason(measure: Callable[[], list[float]]) -> tuple[list[float], str]:
+    """Run a GPU microbenchmark; a failure (out of memory, a dtype the GPU lacks) is a note, not a crash."""
+    try:
+        return measure(), ""
+    except RuntimeError as error:  # torch.cuda.OutOfMemoryError is a RuntimeError too
+        return [], str(error).splitlines()[0] if str(error) else type(error).__name__
+    finally:
+        torch.cuda.empty_cache()  # give the benchmark's buffers back before the model loads
+
+
+def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
+    """Peak FLOP/s from the spec table, bandwidth from NVML (else the table), plus a short measurement of both."""
+    index = torch.cuda.current_device() if index is None else index
+    name = torch.cuda.get_device_name(index)
+    memory_bytes = torch.cuda.get_device_properties(index).total_memory
+    notes: list[str] = []
+
+    nvml = nvml_bandwidth(index, torch_gpu_uuid(index))
+    if nvml is not None and normalise_gpu_name(nvml[0]) != normalise_gpu_name(name):
+        notes.append(f"NVML found '{nvml[0]}', not '{name}': its figures are ignored")
+        nvml = None
+    nvml_bandwidth_bytes_per_s = nvml[2] if nvml is not None else None
+    if nvml is None:
+        notes.append("NVML unavailable")
+
+    spec = match_gpu_spec(name, memory_bytes)
+    device = f"cuda:{index}"
+    flops_samples, flops_failure = _measure_or_reason(lambda: measure_matmul_flops(device, dtype, GPU_MATMUL_N))
+    bandwidth_samples, bandwidth_failure = _measure_or_reason(lambda: measure_copy_bandwidth(device, GPU_COPY_BYTES))
+    measured_flops = max(flops_samples) if flops_samples else None
+    measured_bandwidth = max(bandwidth_samples) if bandwidth_samples else None
+    notes += [f"matmul benchmark failed: {flops_failure}"] if flops_failure else []
+    notes += [f"copy benchmark failed: {bandwidth_failure}"] if bandwidth_failure else []
+
+    peak_flops, peak_flops_source = _pick_peak_flops(spec, dtype, measured_flops, notes)
+    bandwidth_bytes_per_s, bandwidth_source = _pick_bandwidth(spec, nvml_bandwidth_bytes_per_s, measured_bandwidth)
+    if peak_flops is None or bandwidth_bytes_per_s is None:
+        raise RunFailed(f"Could not size the GPU '{name}' for {dtype} ({'; '.join(notes)}): try --device cpu.")
+    if spec is not None:
+        notes.insert(0, f"spec row: {spec.name} ({spec.source})")
+    return DeviceProfile(
+        name=name,
+        kind="cuda",
+        dtype=dtype,
+        peak_flops=peak_flops,
+        peak_flops_source=peak_flops_source,
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        bandwidth_source=bandwidth_source,
+        measured_flops=measured_flops,
+        measured_bandwidth_bytes_per_s=measured_bandwidth,
+        memory_bytes=memory_bytes,
+        notes="; ".join(notes),
+        **benchmark_record(flops_samples, bandwidth_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
+    )
+
+
+def tf32_matmuls_enabled() -> bool:
+    """Whether float32 matmuls may run on TF32 tensor cores. torch 2.13 raises on the old getter once the new
+    `fp32_precision` API has been used, so ask the new API first."""
+    try:
+        precision = torch.backends.cuda.matmul.fp32_precision  # "tf32", "ieee", or "none": not set, see the old API
+    except (AttributeError, RuntimeError):
+        precision = "none"
+    if precision != "none":
+        return precision == "tf32"
+    try:
+        return torch.get_float32_matmul_precision() != "highest"
+    except RuntimeError:
+        return False
+
+
+def _pick_peak_flops(
+    spec: GpuSpec | None, dtype: str, measured_flops: float | None, notes: list[str]
+) -> tuple[float | None, Source]:
+    """The table's figure where it has one that applies; otherwise what the matmul achieved."""
+    spec_flops = spec.peak_flops(dtype) if spec is not None else None
+    if dtype == "float32" and tf32_matmuls_enabled():
+        # TF32 tensor cores then run float32 matmuls, well above the table's non-tensor FP32 figure.
+        notes.append("TF32 matmuls are enabled: float32 peak is measured, not the FP32 spec figure")
+        spec_flops = None
+    elif spec is not None and spec_flops is None:
+        notes.append(f"{spec.name} has no {dtype} tensor cores: peak is measured")
+    if spec_flops is not None:
+        return spec_flops, "spec"
+    return measured_flops, "measured"
+
+
+def _pick_bandwidth(
+    spec: GpuSpec | None, nvml_bytes_per_s: float | None, measured_bytes_per_s: float | None
+) -> tuple[float | None, Source]:
+    """NVML's theoretical figure for this very board, else the table's, else what the copy achieved."""
+    if nvml_bytes_per_s is not None:
+        return nvml_bytes_per_s, "nvml"
+    if spec is not None:
+        return spec.bandwidth_bytes_per_s, "spec"
+    return measured_bytes_per_s, "measured"

@@ -1,0 +1,358 @@
+"""One request's life, instrumented: tokenize, ONE prefill pass into an empty KV cache, then cached one-token decodes.
+
+Shaped like gpt-fast's generate.py: `prefill()` and `decode_one_token()` are the two forwards; `LiveRequest.step()`
+is the one timed step both phases share (clock, time the forward, sample, record); `generate()` is a short ladder:
+prefill, then `decode_n_tokens()`, once per repeat.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import torch
+
+from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.lab_progress import BetweenUnits, between_passes
+from explorer.core.loading import LoadedModel
+from explorer.core.roofline import pass_cost
+from explorer.core.timing import synchronize, timed
+from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
+
+MAX_NEW_TOKENS_LIMIT = 4096
+MAX_REPEATS = 20
+TOP_K_SHOWN = 5
+WARMUP_PROMPT_TOKENS = 8
+WARMUP_DECODES = 2
+
+OnPass = Callable[[PassRecord], None]
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    max_new_tokens: int = 32
+    use_chat_template: bool = True
+    sampling: Sampling = field(default_factory=Sampling)
+    stop_at_eos: bool = True
+    repeats: int = 1  # run the same request this many times in a row, for the spread of every timing
+
+
+# --- the two forwards ------------------------------------------------------------------------------------------------
+def new_cache(model: torch.nn.Module) -> object:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)  # one cache per request, never stored on the model
+
+
+@torch.inference_mode()
+def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache: object) -> torch.Tensor:
+    # input_ids: (B, T) -> logits (B, vocab) for the last position; writes T positions into the empty cache.
+    assert cache.get_seq_length() == 0, "prefill starts from an empty KV cache"
+    # Only the last position's logits are needed to pick the next token.
+    return model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+
+
+@torch.inference_mode()
+def decode_one_token(model: torch.nn.Module, input_ids: torch.Tensor, cache: object) -> torch.Tensor:
+    # input_ids: (B, 1) -> logits (B, vocab); reads every cached position, appends one.
+    assert input_ids.shape[-1] == 1, "a decode pass computes exactly one new token"
+    return model(input_ids=input_ids, past_key_values=cache, use_cache=True).logits[:, -1, :]
+
+
+@torch.inference_mode()
+def forward_without_cache(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    # input_ids: (B, L), the whole sequence so far -> logits (B, vocab) for its last position; keeps nothing.
+    # The naive loop: every step recomputes K and V of every earlier token, which is what a KV cache saves.
+    return model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits[:, -1, :]
+
+
+# --- sampling --------------------------------------------------------------------------------------------------------
+def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> torch.Tensor:
+    # logits: (B, vocab) -> (B, 1) token ids
+    if sampling.is_greedy:
+        return logits.argmax(dim=-1, keepdim=True)
+    scaled = logits.float() / sampling.temperature
+    if sampling.top_k:
+        kth = scaled.topk(min(sampling.top_k, scaled.shape[-1]), dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator)
+
+
+def top_tokens(logits: torch.Tensor, tokenizer: object) -> tuple[TopToken, ...]:
+    probs, ids = torch.softmax(logits[0].float(), dim=-1).topk(TOP_K_SHOWN)
+    return tuple(
+        TopToken(token_id=i, text=token_text(tokenizer, i), prob=p) for i, p in zip(ids.tolist(), probs.tolist())
+    )
+
+
+def token_text(tokenizer: object, token_id: int) -> str:
+    return tokenizer.decode([token_id])
+
+
+def cache_layer_bytes(cache: object) -> tuple[int, ...]:
+    """Bytes held by the real K and V tensors, layer by layer."""
+    return tuple(
+        layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+        if getattr(layer, "keys", None) is not None
+        else 0
+        for layer in cache.layers
+    )
+
+
+# --- the request -----------------------------------------------------------------------------------------------------
+def tokenize(lm: LoadedModel, prompt: str, use_chat_template: bool) -> list[int]:
+    if use_chat_template and lm.has_chat_template:
+        encoded = lm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt"
+        )
+        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+        return [int(i) for i in ids[0].tolist()]
+    return [int(i) for i in lm.tokenizer(prompt, add_special_tokens=True)["input_ids"]]
+
+
+def validate(request: Request, needs_prompt: bool = True) -> None:
+    if needs_prompt and (not request.prompt or not request.prompt.strip()):
+        raise BadInput("The prompt is empty: type some text to run.")
+    if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
+        raise BadInput(f"max new tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}, not {request.max_new_tokens}.")
+    if not 1 <= request.repeats <= MAX_REPEATS:
+        raise BadInput(f"repeats must be between 1 and {MAX_REPEATS}, not {request.repeats}.")
+    if request.sampling.temperature < 0:
+        raise BadInput("temperature must be >= 0 (0 means greedy).")
+    if request.sampling.top_k is not None and request.sampling.top_k < 1:
+        raise BadInput("top-k must be >= 1.")
+
+
+def check_context(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> None:
+    limit = lm.info.max_context
+    if prompt_len + max_new_tokens > limit:
+        raise BadInput(
+            f"The prompt is {prompt_len} tokens; with {max_new_tokens} new tokens it exceeds {lm.info.display_name}'s "
+            f"context of {limit} tokens: shorten the prompt or lower max new tokens."
+        )
+
+
+def checked_prompt_ids(lm: LoadedModel, request: Request, prompt_token_ids: list[int] | None = None) -> list[int]:
+    """Refuse a request that cannot run before paying for anything; the timed request tokenizes again (TTFT counts
+    tokenization)."""
+    validate(request, needs_prompt=prompt_token_ids is None)
+    ids = prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
+    if not ids:
+        raise BadInput("The prompt produced no tokens: type some text to run.")
+    check_context(lm, len(ids), request.max_new_tokens)
+    return ids
+
+
+def warm_up(lm: LoadedModel) -> None:
+    """A short prefill and a few decodes first: the first forwards of a process pay for lazy kernel setup, and the
+    device microbenchmarks leave the caches full of their own buffers."""
+    ids = torch.arange(WARMUP_PROMPT_TOKENS, device=lm.torch_device).remainder(lm.info.vocab_size)[None, :]
+    cache = new_cache(lm.model)
+    logits = prefill(lm.model, ids, cache)
+    for _ in range(WARMUP_DECODES):
+        logits = decode_one_token(lm.model, logits.argmax(-1, keepdim=True), cache)
+    synchronize(lm.torch_device)
+
+
+def seeded(sampling: Sampling) -> Sampling:
+    """A sampled run gets a seed recorded, so it can be replayed (and every repeat draws the same tokens)."""
+    if sampling.is_greedy or sampling.seed is not None:
+        return sampling
+    return Sampling(sampling.temperature, sampling.top_k, int.from_bytes(os.urandom(4), "little"))
+
+
+class RequestClock:
+    """Seconds since the request started, not counting time it was paused (the step mode waits for clicks)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.paused_s = 0.0
+        self.paused_at: float | None = None
+
+    def now_s(self) -> float:
+        now = self.paused_at if self.paused_at is not None else time.perf_counter()
+        return now - self.started - self.paused_s
+
+    def pause(self) -> None:
+        if self.paused_at is None:
+            self.paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        if self.paused_at is not None:
+            self.paused_s += time.perf_counter() - self.paused_at
+            self.paused_at = None
+
+
+# --- the request -----------------------------------------------------------------------------------------------------
+class LiveRequest:
+    """One request between its passes: its KV cache, sampler and clock. `generate()` drives it to the end in one go;
+    the step mode drives it one pass per click; the batching lab gives it B prompts of equal length (`batch_rows`),
+    decoded together in one cache of batch B. The clock starts here: TTFT counts tokenization."""
+
+    def __init__(
+        self,
+        lm: LoadedModel,
+        request: Request,
+        device: DeviceProfile,
+        sampling: Sampling,
+        prompt_token_ids: list[int] | None = None,
+        batch_rows: list[list[int]] | None = None,
+    ) -> None:
+        self.lm, self.request, self.device, self.sampling = lm, request, device, sampling
+        self.clock = RequestClock()
+        if batch_rows is not None:  # equal lengths: no padding, so every row's positions and mask are its own
+            assert batch_rows and len({len(row) for row in batch_rows}) == 1, "batch rows must share one length"
+            prompt_token_ids = batch_rows[0]
+        self.prompt_ids = (
+            prompt_token_ids
+            if prompt_token_ids is not None
+            else tokenize(lm, request.prompt, request.use_chat_template)
+        )
+        self.rows = batch_rows if batch_rows is not None else [self.prompt_ids]
+        self.generator = None if sampling.is_greedy else torch.Generator(lm.torch_device).manual_seed(sampling.seed)
+        self.cache: object | None = new_cache(lm.model)
+        self.passes: list[PassRecord] = []
+
+    @property
+    def done(self) -> bool:
+        if not self.passes:
+            return False
+        hit_eos = self.request.stop_at_eos and self.passes[-1].token_id in self.lm.eos_token_ids
+        return hit_eos or len(self.passes) >= self.request.max_new_tokens
+
+    @property
+    def stop_reason(self) -> str:
+        return (
+            "eos"
+            if self.request.stop_at_eos and self.passes[-1].token_id in self.lm.eos_token_ids
+            else "max_new_tokens"
+        )
+
+    def step(self) -> PassRecord:
+        """The one timed step of both phases: clock, time the forward alone, sample, record."""
+        assert self.cache is not None and not self.done, "step() on a finished or freed request"
+        phase: Phase = "decode" if self.passes else "prefill"
+        rows = [[t] for t in self.passes[-1].batch_token_ids] if self.passes else self.rows
+        forward = decode_one_token if self.passes else prefill
+        cache_len_before = self.cache.get_seq_length()
+        ids = torch.tensor(rows, device=self.lm.torch_device)  # (B, T) for prefill, (B, 1) for decode
+        start_s = self.clock.now_s()
+        with out_of_memory_as_run_failed(f"pass {len(self.passes)} on {self.lm.torch_device.type}"):
+            logits, wall_s = timed(self.lm.torch_device, forward, self.lm.model, ids, self.cache)
+        token_ids = [int(t) for t in sample(logits, self.sampling, self.generator)[:, 0].tolist()]
+        token_s = self.clock.now_s()
+        input_ids, token_id = rows[0], token_ids[0]  # the first sequence is the one a page follows token by token
+        layer_bytes = cache_layer_bytes(self.cache)
+        record = PassRecord(
+            index=len(self.passes),
+            phase=phase,
+            tokens_in=len(input_ids),
+            cache_len_before=cache_len_before,
+            cache_len_after=self.cache.get_seq_length(),
+            kv_cache_bytes=sum(layer_bytes),
+            kv_layer_bytes=layer_bytes,
+            start_s=start_s,
+            wall_s=wall_s,
+            token_s=token_s,
+            cost=pass_cost(self.lm.info, self.device, len(input_ids), cache_len_before, batch=len(rows)),
+            token_id=token_id,
+            token_text=token_text(self.lm.tokenizer, token_id),
+            top_tokens=top_tokens(logits, self.lm.tokenizer),
+            input_token_ids=tuple(input_ids),
+            batch_token_ids=tuple(token_ids),
+        )
+        self.passes.append(record)
+        return record
+
+    def free(self) -> None:
+        """Drop the KV cache now (the step mode frees it on reset, a new prompt, or an idle timeout)."""
+        self.cache = None
+
+
+def after_pass(
+    live: LiveRequest, record: PassRecord, on_pass: OnPass | None, between_units: BetweenUnits | None
+) -> None:
+    """What follows every pass: the caller sees it; then, on a shared server, anyone waiting may go first, with the
+    request's clock paused so the wait shows in none of its times (a lab's long request, `lab_progress`)."""
+    if on_pass:
+        on_pass(record)
+    if between_units is not None:
+        between_passes(live.clock, between_units)
+
+
+def decode_n_tokens(live: LiveRequest, on_pass: OnPass | None, between_units: BetweenUnits | None = None) -> None:
+    while not live.done:
+        after_pass(live, live.step(), on_pass, between_units)
+
+
+def run_to_end(
+    live: LiveRequest, on_pass: OnPass | None = None, between_units: BetweenUnits | None = None
+) -> LiveRequest:
+    """The prefill, then `decode_n_tokens`; the KV cache freed once the request is done."""
+    after_pass(live, live.step(), on_pass, between_units)  # the prefill
+    decode_n_tokens(live, on_pass, between_units)
+    live.free()
+    return live
+
+
+def generate(
+    lm: LoadedModel,
+    request: Request,
+    device: DeviceProfile,
+    *,
+    on_pass: OnPass | None = None,
+    warmup: bool = True,
+    prompt_token_ids: list[int] | None = None,
+    between_units: BetweenUnits | None = None,
+) -> Trace:
+    """Run one request `request.repeats` times with the device figures `device`; `prompt_token_ids` skips
+    tokenization (the benchmark's fixed prompts). `on_pass` sees the first repeat's passes as they finish;
+    `between_units`, where given, lets other sessions use the device between passes (see `after_pass`)."""
+    ids = checked_prompt_ids(lm, request, prompt_token_ids)
+    if warmup:
+        warm_up(lm)
+    sampling = seeded(request.sampling)
+    runs = [
+        run_to_end(
+            LiveRequest(lm, request, device, sampling, prompt_token_ids), on_pass if i == 0 else None, between_units
+        )
+        for i in range(request.repeats)
+    ]
+    return finished_trace(lm, request, device, ids, runs, sampling, warmup, prompt_token_ids is None)
+
+
+def finished_trace(
+    lm: LoadedModel,
+    request: Request,
+    device: DeviceProfile,
+    ids: list[int],
+    runs: list[LiveRequest],
+    sampling: Sampling,
+    warmup_ran: bool,
+    tokenized: bool,
+) -> Trace:
+    """The Trace of finished runs of one request; pages show the repeat with the median end-to-end time."""
+    e2e_s = [run.passes[-1].token_s for run in runs]
+    shown = e2e_s.index(statistics.median_low(e2e_s))
+    passes = runs[shown].passes
+    return Trace(
+        model=lm.info,
+        device=device,
+        prompt_text=request.prompt,
+        prompt_token_ids=tuple(ids),
+        prompt_tokens_text=tuple(token_text(lm.tokenizer, i) for i in ids),
+        chat_template_used=request.use_chat_template and lm.has_chat_template and tokenized,
+        generated_text=lm.tokenizer.decode([p.token_id for p in passes], skip_special_tokens=True),
+        repeats=tuple(tuple(run.passes) for run in runs),
+        shown_repeat=shown,
+        warmup_ran=warmup_ran,
+        stop_reason=runs[shown].stop_reason,
+        max_new_tokens=request.max_new_tokens,
+        sampling=sampling,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )

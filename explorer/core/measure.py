@@ -1,0 +1,94 @@
+"""A measured request as the CLI and the app run it, with device figures that hold under noise.
+
+The order matters: warm up, take the device figures (so a busy moment during loading does not freeze them), run,
+then check the figures against the run. A pass that beats the roofline floor by more than 10 % proves the figures
+were taken while the device was busy: they are re-measured (peaks are maxima, so the higher of old and new is kept)
+and the trace is re-costed; if a pass still beats them, the figure is raised to what that pass achieved, and the
+trace says so. No page can then show a utilisation above 100 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from explorer.core.device import device_profile, remember_profile
+from explorer.core.engine import OnPass, Request, checked_prompt_ids, generate, warm_up
+from explorer.core.loading import LoadedModel
+from explorer.core.roofline import pass_cost
+from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile, PassRecord, Trace
+
+
+def measure(lm: LoadedModel, request: Request, *, on_pass: OnPass | None = None, remeasure: bool = False) -> Trace:
+    """Check the request, warm up, take the device figures (fresh ones if `remeasure`), run, keep the figures honest."""
+    checked_prompt_ids(lm, request)
+    warm_up(lm)
+    device = device_profile(lm.torch_device.type, lm.info.dtype, fresh=remeasure)
+    trace = generate(lm, request, device, on_pass=on_pass)
+    return keep_figures_honest(trace)
+
+
+def recost(trace: Trace, device: DeviceProfile) -> Trace:
+    """The same measurements, divided by other device figures."""
+
+    def recosted(p: PassRecord) -> PassRecord:
+        return replace(p, cost=pass_cost(trace.model, device, p.tokens_in, p.cache_len_before))
+
+    return replace(trace, device=device, repeats=tuple(tuple(recosted(p) for p in passes) for passes in trace.repeats))
+
+
+def beaten_passes(trace: Trace) -> list[PassRecord]:
+    return [p for passes in trace.repeats for p in passes if p.beats_model]
+
+
+FLOPS_FIELDS = ("peak_flops", "peak_flops_source", "measured_flops", "flops_samples")
+BANDWIDTH_FIELDS = ("bandwidth_bytes_per_s", "bandwidth_source", "measured_bandwidth_bytes_per_s", "bandwidth_samples")
+
+
+def higher_figures(old: DeviceProfile, new: DeviceProfile) -> DeviceProfile:
+    """Each peak is the best ever seen in this process: a busy moment can only lower a measurement."""
+    flops_from = new if new.peak_flops >= old.peak_flops else old
+    bandwidth_from = new if new.bandwidth_bytes_per_s >= old.bandwidth_bytes_per_s else old
+    kept = {name: getattr(flops_from, name) for name in FLOPS_FIELDS}
+    kept |= {name: getattr(bandwidth_from, name) for name in BANDWIDTH_FIELDS}
+    return replace(new, **kept)
+
+
+def raised_to_achieved(device: DeviceProfile, beaten: list[PassRecord]) -> DeviceProfile:
+    """A device can do at least what a pass of the run did: raise whichever figure a pass exceeded."""
+    flops = max(
+        [device.peak_flops]
+        + [p.achieved_flops_per_s for p in beaten if p.cost.t_compute_s > PLAUSIBLE_SLACK * p.wall_s]
+    )
+    bandwidth = max(
+        [device.bandwidth_bytes_per_s]
+        + [p.achieved_bandwidth_bytes_per_s for p in beaten if p.cost.t_memory_s > PLAUSIBLE_SLACK * p.wall_s]
+    )
+    return replace(
+        device,
+        peak_flops=flops,
+        peak_flops_source="achieved" if flops > device.peak_flops else device.peak_flops_source,
+        bandwidth_bytes_per_s=bandwidth,
+        bandwidth_source="achieved" if bandwidth > device.bandwidth_bytes_per_s else device.bandwidth_source,
+    )
+
+
+def keep_figures_honest(trace: Trace) -> Trace:
+    beaten = beaten_passes(trace)
+    if not beaten:
+        return trace
+    kind, dtype = trace.device.kind, trace.device.dtype
+    fastest = min(beaten, key=lambda p: p.wall_s / p.cost.roofline_time_s)
+    note = (
+        f"Pass {fastest.index} ran in {fastest.wall_s * 1e3:.2f} ms, under the modelled floor of "
+        f"{fastest.cost.roofline_time_s * 1e3:.2f} ms: the device was busy when its figures were taken, so they "
+        "were measured again"
+    )
+    device = higher_figures(trace.device, device_profile(kind, dtype, fresh=True))
+    trace = recost(trace, device)
+    still = beaten_passes(trace)
+    if still:
+        device = raised_to_achieved(device, still)
+        note += f"; {len(still)} passes still beat them, so the figures were raised to what those passes achieved"
+        trace = recost(trace, device)
+    remember_profile(device)  # later runs in this process start from the better figures
+    return replace(trace, device=replace(device, busy_note=note + "."))

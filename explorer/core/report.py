@@ -1,0 +1,127 @@
+"""Plain-text summaries of a Trace for the CLI: the passes, the latency figures with their spread, the device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from explorer.core.roofline import prefill_ridge_tokens
+from explorer.core.trace import DeviceProfile, ModelInfo, PassRecord, Spread, Trace
+from explorer.core.units import human_bandwidth, human_bytes, human_flops_per_s, ms
+
+MAX_ROWS = 24  # longer runs show the first and last passes
+
+
+def _row(p: PassRecord) -> str:
+    c = p.cost
+    return (
+        f"{p.index:>4} {p.phase:<7} {p.tokens_in:>5} {p.cache_len_before:>5}->{p.cache_len_after:<5} "
+        f"{p.wall_s * 1e3:>8.2f} {c.t_weight_read_s * 1e3:>8.2f} {c.t_kv_s * 1e3:>7.3f} "
+        f"{c.t_compute_s * 1e3:>8.2f} {p.overhead_s * 1e3:>8.2f}  {human_bytes(p.kv_cache_bytes):>10}  "
+        f"{p.token_text!r}"
+    )
+
+
+def spread_text(spread: Spread | None, unit: str = "ms") -> str:
+    """'31.20 ms (min 30.11, max 35.02, 3 repeats)', or the single sample said as such."""
+    if spread is None:
+        return "n/a"
+    scale, fmt = (1e3, ".2f") if unit == "ms" else (1.0, ".1f")
+    median = f"{spread.median * scale:{fmt}} {unit}"
+    if spread.samples == 1:
+        return median
+    return f"{median} (min {spread.low * scale:{fmt}}, max {spread.high * scale:{fmt}})"
+
+
+def format_device(d: DeviceProfile) -> str:
+    def samples(values: tuple[float, ...], fmt: Callable[[float], str]) -> str:
+        return f" best of {len(values)}, spread {fmt(min(values))} – {fmt(max(values))}" if values else ""
+
+    lines = [
+        f"device  {d.name} ({d.kind}, {d.dtype}): peak {human_flops_per_s(d.peak_flops)} [{d.peak_flops_source}], "
+        f"bandwidth {human_bandwidth(d.bandwidth_bytes_per_s)} [{d.bandwidth_source}, counts {d.bandwidth_counts}], "
+        f"ridge {d.ridge_point_flops_per_byte:.1f} FLOP/B",
+    ]
+    if d.measured_flops is not None and d.matmul_n:
+        lines.append(
+            f"        matmul {d.matmul_n}x{d.matmul_n} {d.dtype}: {human_flops_per_s(d.measured_flops)}"
+            + samples(d.flops_samples, human_flops_per_s)
+        )
+    if d.measured_bandwidth_bytes_per_s is not None and d.copy_bytes:
+        lines.append(
+            f"        copy {human_bytes(d.copy_bytes)} (read + write): "
+            f"{human_bandwidth(d.measured_bandwidth_bytes_per_s)}" + samples(d.bandwidth_samples, human_bandwidth)
+        )
+    if d.busy_note:
+        lines.append(f"        note: {d.busy_note}")
+    return "\n".join(lines)
+
+
+def compute_bound_prompts(model: ModelInfo, device: DeviceProfile) -> str:
+    tokens = prefill_ridge_tokens(model, device)
+    if tokens is None:
+        return f"no prompt within the context of {model.max_context} tokens is compute-bound here"
+    return f"prompts of {tokens} tokens or more are compute-bound here"
+
+
+def format_trace(trace: Trace) -> str:
+    m = trace.model
+    lines = [
+        f"model   {m.display_name}: {m.params / 1e6:.1f} M params, {m.layers} layers, {m.heads} heads / {m.kv_heads} "
+        f"KV heads x {m.head_dim}, {m.dtype}, weights {human_bytes(m.weight_bytes)}",
+        format_device(trace.device),
+        f"prompt  {trace.prompt_len} tokens (chat template: {'yes' if trace.chat_template_used else 'no'}); "
+        f"warm-up ran: {'yes' if trace.warmup_ran else 'no'}; repeats: {trace.repeat_count} "
+        f"(passes below: repeat {trace.shown_repeat + 1}, the median end-to-end)",
+        "",
+        "measured: wall; modelled: weight, kv (read + write), compute (roofline); "
+        "overhead = wall - max(compute, weight + kv)",
+        "pass phase   tok_in  cache       wall_ms weight_ms  kv_ms  compute_ms overhd_ms    kv_cache  token",
+    ]
+    passes = trace.passes
+    if len(passes) <= MAX_ROWS:
+        lines += [_row(p) for p in passes]
+    else:
+        half = MAX_ROWS // 2
+        lines += [_row(p) for p in passes[:half]]
+        lines.append(f"   … {len(passes) - 2 * half} more decode passes …")
+        lines += [_row(p) for p in passes[-half:]]
+    lines += ["", f"output  {trace.generated_text!r} ({trace.new_tokens} tokens, stopped by {trace.stop_reason})"]
+    lines += latency_lines(trace)
+    prefill = trace.prefill
+    lines += [
+        f"KV cache {human_bytes(trace.final_kv_cache_bytes)} after {trace.passes[-1].cache_len_after} positions "
+        f"({human_bytes(m.kv_bytes_per_token)} per token)",
+        f"prefill  {prefill.cost.bound}-bound (model, intensity {prefill.cost.arithmetic_intensity:.1f} FLOP/B against "
+        f"ridge {trace.device.ridge_point_flops_per_byte:.1f}): compute {ms(prefill.cost.t_compute_s)}, weights "
+        f"{ms(prefill.cost.t_weight_read_s)}, KV {ms(prefill.cost.t_kv_s)}; measured {ms(prefill.wall_s)}; "
+        + compute_bound_prompts(m, trace.device),
+    ]
+    if trace.decodes:
+        last = trace.decodes[-1]
+        lines.append(
+            f"decode   {last.cost.bound}-bound (model, intensity {last.cost.arithmetic_intensity:.2f} FLOP/B): compute "
+            f"{ms(last.cost.t_compute_s)}, weights {ms(last.cost.t_weight_read_s)}, KV {ms(last.cost.t_kv_s)}; "
+            f"measured {ms(last.wall_s)} (last pass)"
+        )
+    return "\n".join(lines)
+
+
+def latency_lines(trace: Trace) -> list[str]:
+    """TTFT, ITL, E2E and decode rate: the median over repeats with min and max, or one sample said as such."""
+    if trace.repeat_count == 1:
+        rate = trace.decode_tokens_per_s
+        return [
+            f"TTFT {ms(trace.ttft_s)}   ITL p50 {ms(trace.itl_p50_s)}  p90 {ms(trace.itl_p90_s)}  "
+            f"p99 {ms(trace.itl_p99_s)}   E2E {ms(trace.e2e_s)}   decode " + (f"{rate:.1f} tok/s" if rate else "n/a"),
+            "(one sample on a shared machine: use --repeats N for a median and its spread)",
+        ]
+    same = "yes" if trace.same_tokens_every_repeat else "NO"
+    return [
+        f"over {trace.repeat_count} repeats (median, min, max); same tokens every repeat: {same}",
+        f"TTFT     {spread_text(trace.spread('ttft_s'))}",
+        f"ITL p50  {spread_text(trace.spread('itl_p50_s'))}",
+        f"ITL p90  {spread_text(trace.spread('itl_p90_s'))}",
+        f"ITL p99  {spread_text(trace.spread('itl_p99_s'))}",
+        f"E2E      {spread_text(trace.spread('e2e_s'))}",
+        f"decode   {spread_text(trace.spread('decode_tokens_per_s'), 'tok/s')}",
+    ]

@@ -1,0 +1,1 @@
+"""The serving labs: no KV cache, batching, continuous-batching schedules, and step mode."""

@@ -1,0 +1,445 @@
+"""Serving lab: why batching. B prompts of equal token length are prefilled as one batch and decoded together in one
+KV cache of batch B, with the engine's own timed step; each batch size is checked against the same prompts run alone.
+
+The batched loop has two paths:
+- prompts of one length (this lab's sweep) need no padding: `run_batched` drives the engine's `LiveRequest` with
+  `batch_rows`, so every sequence keeps its own positions and causal mask and every step is a timed `PassRecord`;
+- prompts of different lengths (the Scheduling lab's static batching) go through `PaddedBatch`: left padding, an
+  attention mask that hides it, and positions counted from each row's first real token.
+Either way the batch computes what the solo runs compute, up to float rounding of the batched matmuls (checked, not
+assumed: a token that differs is named with the reason).
+
+What holds the device: one pass at a time. The sweep's figures are sums and gaps of individually timed passes, so
+between any two passes it lets anyone waiting go first (`between_units`), the batch's clock paused meanwhile.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import torch
+
+from explorer.core.engine import LiveRequest, Request, checked_prompt_ids, new_cache, run_to_end, warm_up
+from explorer.core.errors import BadInput
+from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress
+from explorer.core.loading import LoadedModel
+from explorer.core.roofline import kv_cache_bytes, pass_cost
+from explorer.core.timing import synchronize
+from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, PassCost, PassRecord, Sampling
+from explorer.core.units import human_bytes
+
+# Public-domain text (the opening of "A Tale of Two Cities"): different windows of it make different prompts of the
+# same token length.
+PROMPT_SOURCE = (
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness, "
+    "it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, it was the season of "
+    "Darkness, it was the spring of hope, it was the winter of despair, we had everything before us, we had nothing "
+    "before us, we were all going direct to Heaven, we were all going direct the other way. There were a king with "
+    "a large jaw and a queen with a plain face, on the throne of England; there were a king with a large jaw and a "
+    "queen with a fair face, on the throne of France. In both countries it was clearer than crystal to the lords of "
+    "the State preserves of loaves and fishes, that things in general were settled for ever."
+)
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+MAX_BATCH = 256
+DEFAULT_KV_CAP_BYTES = 2 * 10**9  # the batch's KV cache may not grow past this
+DEFAULT_BUDGET_S = 600.0
+ESTIMATE_SLACK = 3.0  # measured passes on a CPU run ~1.5-3x the roofline floor: the estimate errs long
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    prompt_tokens: int = 32
+    new_tokens: int = 16
+    distinct_prompts: bool = True  # different prompts of equal length, else one prompt repeated
+    kv_cap_bytes: int = DEFAULT_KV_CAP_BYTES
+    budget_s: float = DEFAULT_BUDGET_S
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One batch size: its passes (prefill then decode steps, each a PassRecord of batch B) and the check."""
+
+    batch_size: int
+    passes: tuple[PassRecord, ...]
+    token_ids: tuple[tuple[int, ...], ...]  # per sequence, the generated tokens
+    matches_solo: tuple[bool, ...]  # per sequence: the same tokens as that prompt run alone
+    first_mismatch: tuple[int | None, ...]  # per sequence: the first position where it differs from solo
+    mismatch_notes: tuple[str, ...] = ()  # per sequence that differs: which token, and why
+
+    @property
+    def prefill_s(self) -> float:
+        return self.passes[0].wall_s
+
+    @property
+    def decode_step_s(self) -> tuple[float, ...]:
+        return tuple(p.wall_s for p in self.passes[1:])
+
+    @property
+    def median_step_s(self) -> float:
+        return statistics.median(self.decode_step_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Aggregate decode throughput: every step gives each of the B sequences one token."""
+        return self.batch_size * len(self.decode_step_s) / sum(self.decode_step_s)
+
+    @property
+    def itl_s(self) -> tuple[float, ...]:
+        """What each request sees between its tokens: the gaps between the batch's token times."""
+        return tuple(b.token_s - a.token_s for a, b in zip(self.passes, self.passes[1:]))
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.passes[-1].kv_cache_bytes
+
+    @property
+    def median_step_cost(self) -> PassCost:
+        return self.passes[len(self.passes) // 2].cost
+
+    def summary(self) -> dict[str, object]:
+        cost = self.median_step_cost
+        return {
+            "batch_size": self.batch_size,
+            "prefill_s": self.prefill_s,
+            "decode_step_s": list(self.decode_step_s),
+            "median_step_s": self.median_step_s,
+            "itl_p50_s": statistics.median(self.itl_s),
+            "tokens_per_s": self.tokens_per_s,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "modelled_step": {
+                "t_weight_read_s": cost.t_weight_read_s,
+                "t_kv_s": cost.t_kv_s,
+                "t_compute_s": cost.t_compute_s,
+                "arithmetic_intensity": cost.arithmetic_intensity,
+                "bound": cost.bound,
+            },
+            "token_ids": [list(t) for t in self.token_ids],
+            "matches_solo": list(self.matches_solo),
+            "first_mismatch": list(self.first_mismatch),
+            "mismatch_notes": list(self.mismatch_notes),
+        }
+
+
+@dataclass(frozen=True)
+class BatchResult(JsonRecord):
+    config: BatchConfig
+    device: DeviceProfile
+    prompts: tuple[tuple[int, ...], ...]  # the distinct prompts (token ids)
+    solo_token_ids: tuple[tuple[int, ...], ...]  # each distinct prompt's tokens run alone
+    runs: tuple[BatchRun, ...]
+    ridge_batch: int | None  # the smallest batch whose decode step is compute-bound here, None if none up to MAX
+
+    @property
+    def every_request_matches_solo(self) -> bool:
+        return all(all(run.matches_solo) for run in self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {  # the settings, the two answers, then what they rest on
+            "config": asdict(self.config),
+            "ridge_batch": self.ridge_batch,
+            "every_request_matches_solo": self.every_request_matches_solo,
+            "device": asdict(self.device),
+            "prompts": [list(p) for p in self.prompts],
+            "solo_token_ids": [list(t) for t in self.solo_token_ids],
+            "results": [run.summary() for run in self.runs],
+        }
+
+
+def prompt_set(lm: LoadedModel, prompt_tokens: int, count: int, distinct: bool) -> list[list[int]]:
+    """`count` prompts of exactly `prompt_tokens` tokens: windows of a public-domain passage, or one repeated."""
+    ids = lm.tokenizer(PROMPT_SOURCE, add_special_tokens=False)["input_ids"]
+    while len(ids) < prompt_tokens + count:
+        ids = ids + ids
+    starts = range(count) if distinct else [0] * count
+    return [ids[s : s + prompt_tokens] for s in starts]
+
+
+def ridge_batch(lm: LoadedModel, device: DeviceProfile, cache_len: int) -> int | None:
+    """The smallest batch size whose decode step (at `cache_len`) the roofline calls compute-bound on this device."""
+    for batch in range(1, MAX_BATCH + 1):
+        if pass_cost(lm.info, device, 1, cache_len, batch=batch).bound == "compute":
+            return batch
+    return None
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep will cost, known before it runs (modelled), to show before starting and to refuse past a cap."""
+
+    solo_runs: int  # one solo reference per distinct prompt
+    largest_kv_cache_bytes: int  # the KV cache of the largest batch at its longest
+    estimate_s: float  # the whole sweep, solo references included
+
+
+def one_run_s(info: ModelInfo, device: DeviceProfile, config: BatchConfig, batch: int) -> float:
+    """The roofline floor of one batched run: its prefill and its decode steps."""
+    total = pass_cost(info, device, config.prompt_tokens, 0, batch=batch).roofline_time_s
+    for k in range(config.new_tokens - 1):
+        total += pass_cost(info, device, 1, config.prompt_tokens + k, batch=batch).roofline_time_s
+    return total
+
+
+def plan_sweep(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> SweepPlan:
+    solo_runs = max(config.batch_sizes) if config.distinct_prompts else 1
+    floor_s = solo_runs * one_run_s(info, device, config, 1)
+    floor_s += sum(one_run_s(info, device, config, batch) for batch in config.batch_sizes)
+    longest = config.prompt_tokens + config.new_tokens
+    return SweepPlan(solo_runs, kv_cache_bytes(info, longest, max(config.batch_sizes)), ESTIMATE_SLACK * floor_s)
+
+
+def validate(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> SweepPlan:
+    """Refuse what cannot or should not run, before anything runs; returns the plan with its estimate."""
+    if not config.batch_sizes or any(not 1 <= b <= MAX_BATCH for b in config.batch_sizes):
+        raise BadInput(f"Batch sizes must be between 1 and {MAX_BATCH}, not {list(config.batch_sizes)}.")
+    if config.prompt_tokens < 1 or config.new_tokens < 2:
+        raise BadInput("The batching lab needs at least 1 prompt token and 2 new tokens (for a decode step).")
+    if config.prompt_tokens + config.new_tokens > info.max_context:
+        raise BadInput(
+            f"{config.prompt_tokens} prompt + {config.new_tokens} new tokens exceed the context of "
+            f"{info.max_context} tokens."
+        )
+    plan = plan_sweep(info, device, config)
+    if plan.largest_kv_cache_bytes > config.kv_cap_bytes:
+        raise BadInput(
+            f"Batch {max(config.batch_sizes)} needs {human_bytes(plan.largest_kv_cache_bytes)} of KV cache, over the "
+            f"{human_bytes(config.kv_cap_bytes)} cap: choose smaller batches or fewer tokens."
+        )
+    if plan.estimate_s > config.budget_s:
+        raise BadInput(
+            f"This sweep would take about {plan.estimate_s:.0f} s (modelled), over the {config.budget_s:.0f} s "
+            "budget: choose fewer or smaller batches, or fewer tokens."
+        )
+    return plan
+
+
+def run_batched(
+    lm: LoadedModel,
+    device: DeviceProfile,
+    rows: list[list[int]],
+    new_tokens: int,
+    between_units: BetweenUnits | None = None,
+) -> LiveRequest:
+    """One prefill of all B rows (one length), then decode steps for all of them, through the engine's timed step;
+    between steps the device may pass to another session, with the batch's clock paused."""
+    request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False, sampling=Sampling())
+    checked_prompt_ids(lm, request, rows[0])
+    live = LiveRequest(lm, request, device, request.sampling, batch_rows=rows)
+    return run_to_end(live, between_units=between_units)
+
+
+# --- prompts of different lengths: left padding ----------------------------------------------------------------------
+@torch.inference_mode()
+def padded_forward(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: object,
+) -> torch.Tensor:
+    # input_ids, position_ids: (B, T), T = 1 for a decode; attention_mask: (B, T_cache + T) -> logits (B, vocab)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,  # only the last position's logits pick the next token
+    )
+    return out.logits[:, -1, :]
+
+
+def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    # attention_mask: (B, T), left-padded -> (B, T): each row counts from its first real token (padding at 0)
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+class PaddedBatch:
+    """B greedy prompts of any lengths in one batch: left-padded so every row's last prompt token is the last
+    position, an attention mask that hides the padding, positions counted from each row's first real token, so each
+    row computes what it would alone (up to float rounding). `step()` is one forward for every row."""
+
+    def __init__(self, lm: LoadedModel, rows: Sequence[Sequence[int]]) -> None:
+        self.model, self.device = lm.model, lm.torch_device
+        longest = max(len(row) for row in rows)
+        pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0  # masked: any id works
+        input_ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)  # (B, T)
+        attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)  # (B, T)
+        for r, row in enumerate(rows):
+            input_ids[r, longest - len(row) :] = torch.tensor(list(row))
+            attention_mask[r, longest - len(row) :] = 1
+        self.input_ids, self.attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        self.cache = new_cache(lm.model)
+        self.positions = self.attention_mask.sum(-1, keepdim=True)  # (B, 1): the next position of every row
+        self.next_ids: torch.Tensor | None = None  # (B, 1): the tokens the last step picked
+
+    def step(self) -> list[int]:
+        """The prefill first, then one decode per call: every row's next greedy token, once the device is done."""
+        if self.next_ids is None:  # the prefill: every prompt position into the empty cache
+            ids, positions = self.input_ids, prompt_positions(self.attention_mask)  # (B, T) each
+        else:  # a decode: one new token per row, finished rows included (a fixed batch)
+            ids, positions = self.next_ids, self.positions  # (B, 1) each
+            assert ids.shape[-1] == 1, "a decode pass computes exactly one new token per row"
+            ones = self.attention_mask.new_ones((self.attention_mask.shape[0], 1))
+            self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)  # (B, T_cache + 1)
+            self.positions = self.positions + 1
+        logits = padded_forward(self.model, ids, self.attention_mask, positions, self.cache)
+        self.next_ids = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        synchronize(self.device)
+        return [int(t) for t in self.next_ids[:, 0].tolist()]
+
+
+# --- the sweep -------------------------------------------------------------------------------------------------------
+def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+class Decoder(Protocol):
+    """All a mismatch note needs of a tokenizer."""
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+def mismatch_note(batch: int, row: int, got: tuple[int, ...], want: tuple[int, ...], tokenizer: Decoder) -> str:
+    """Which token of a batched request differs from its solo run, and the honest reason."""
+    at = first_difference(got, want)
+    if at is None or at >= min(len(got), len(want)):
+        return f"batch {batch}, request {row}: the same tokens, but {min(len(got), len(want))} of them on one side."
+    return (
+        f"batch {batch}, request {row}: token {at} is {got[at]} {tokenizer.decode([got[at]])!r} in the batch but "
+        f"{want[at]} {tokenizer.decode([want[at]])!r} alone. Same dtype, other kernel shapes: the batched matmuls sum "
+        "in another order and round differently, which can flip a near tie; the tokens after it continue from "
+        "different text."
+    )
+
+
+def batch_run(lm: LoadedModel, live: LiveRequest, expected: list[tuple[int, ...]], batch: int) -> BatchRun:
+    """One batch size's passes, each row's tokens checked against its solo tokens."""
+    per_row = tuple(tuple(p.batch_token_ids[r] for p in live.passes) for r in range(batch))
+    return BatchRun(
+        batch_size=batch,
+        passes=tuple(live.passes),
+        token_ids=per_row,
+        matches_solo=tuple(got == want for got, want in zip(per_row, expected)),
+        first_mismatch=tuple(first_difference(got, want) for got, want in zip(per_row, expected)),
+        mismatch_notes=tuple(
+            mismatch_note(batch, r, got, want, lm.tokenizer)
+            for r, (got, want) in enumerate(zip(per_row, expected))
+            if got != want
+        ),
+    )
+
+
+def run_batch_sweep(
+    lm: LoadedModel,
+    device: DeviceProfile,
+    config: BatchConfig,
+    progress: LabProgress = QUIET,
+) -> BatchResult:
+    plan = validate(lm.info, device, config)
+    about = f"the sweep is estimated at ~{plan.estimate_s:.1f} s (modelled)"
+    largest = max(config.batch_sizes)
+    count = largest if config.distinct_prompts else 1
+    prompts = prompt_set(lm, config.prompt_tokens, count, config.distinct_prompts)
+    warm_up(lm)
+    solo = []
+    for i, prompt in enumerate(prompts):
+        progress(0.3 * i / len(prompts), f"solo reference {i + 1}/{len(prompts)}; {about}")
+        live = run_batched(lm, device, [prompt], config.new_tokens, progress.between_units)
+        solo.append(tuple(p.token_id for p in live.passes))
+    runs = []
+    for n, batch in enumerate(config.batch_sizes):
+        progress(0.3 + 0.7 * n / len(config.batch_sizes), f"batch {batch}; {about}")
+        rows = [prompts[i % count] for i in range(batch)]
+        live = run_batched(lm, device, rows, config.new_tokens, progress.between_units)
+        runs.append(batch_run(lm, live, [solo[r % count] for r in range(batch)], batch))
+    progress(1.0, "Done.")
+    return BatchResult(
+        config=config,
+        device=device,
+        prompts=tuple(tuple(p) for p in prompts),
+        solo_token_ids=tuple(solo),
+        runs=tuple(runs),
+        ridge_batch=ridge_batch(lm, device, config.prompt_tokens + config.new_tokens // 2),
+    )
+
+
+# --- the command line ------------------------------------------------------------------------------------------------
+def format_batch(result: BatchResult) -> str:
+    lines = [
+        f"prompts of {result.config.prompt_tokens} tokens ({'different' if result.config.distinct_prompts else 'one'}"
+        f" prompt{'s' if result.config.distinct_prompts else ' repeated'}), {result.config.new_tokens} new tokens",
+        "batch  prefill_ms  step_ms(median)  ITL_p50_ms  tok/s(decode)  KV_cache     modelled step: weights / KV / "
+        "compute (ms), bound",
+    ]
+    for run in result.runs:
+        s, c = run.summary(), run.median_step_cost
+        lines.append(
+            f"{run.batch_size:>5} {run.prefill_s * 1e3:>11.1f} {run.median_step_s * 1e3:>16.2f} "
+            f"{s['itl_p50_s'] * 1e3:>11.2f} {run.tokens_per_s:>14.1f}  {human_bytes(run.kv_cache_bytes):>10}   "
+            f"{c.t_weight_read_s * 1e3:.2f} / {c.t_kv_s * 1e3:.2f} / {c.t_compute_s * 1e3:.2f}, {c.bound}"
+        )
+    first, last = result.runs[0], result.runs[-1]
+    lines += [
+        f"measured: batch {last.batch_size} gives {last.tokens_per_s / first.tokens_per_s:.1f}x the tokens/s of "
+        f"batch {first.batch_size} at {last.median_step_s / first.median_step_s:.1f}x the step time",
+        f"modelled: decode becomes compute-bound here at batch {result.ridge_batch} (ridge "
+        f"{result.device.ridge_point_flops_per_byte:.1f} FLOP/B, {result.device.dtype})"
+        if result.ridge_batch
+        else f"modelled: decode stays memory-bound up to batch {MAX_BATCH} here",
+        "every request's tokens equal its solo tokens: " + ("yes" if result.every_request_matches_solo else "NO"),
+    ]
+    lines += [f"  {note}" for run in result.runs for note in run.mismatch_notes]
+    return "\n".join(lines)
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise BadInput(f"--batch-sizes takes comma-separated integers, not '{text}'.") from exc
+
+
+def register(commands: object) -> None:
+    from pathlib import Path
+
+    from explorer.cli import add_model_args, check_output_paths
+
+    parser = commands.add_parser("batch", help="decode B requests together against batch size")
+    add_model_args(parser)
+    parser.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)))
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--repeat-one-prompt", action="store_true", help="one prompt repeated, not different ones")
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
+    parser.add_argument("--json", type=Path, default=None)
+
+    def precheck(args: object) -> None:
+        check_output_paths(args.json)
+        parse_batch_sizes(args.batch_sizes)
+
+    parser.set_defaults(func=cmd_batch, precheck=precheck)
+
+
+def cmd_batch(args: object) -> None:
+    from explorer.cli import load, stderr_progress
+    from explorer.core.device import device_profile
+
+    config = BatchConfig(
+        batch_sizes=parse_batch_sizes(args.batch_sizes),
+        prompt_tokens=args.prompt_tokens,
+        new_tokens=args.new_tokens,
+        distinct_prompts=not args.repeat_one_prompt,
+        budget_s=args.budget_s,
+    )
+    lm = load(args)
+    warm_up(lm)
+    device = device_profile(lm.torch_device.type, lm.info.dtype)
+    result = run_batch_sweep(lm, device, config, progress=LabProgress(stderr_progress))
+    print(format_batch(result))
+    if args.json:
+        args.json.write_text(result.to_json(), encoding="utf-8")
+        print(f"wrote {args.json}")

@@ -1,0 +1,303 @@
+"""Serving lab: why a KV cache. The same greedy request twice: the engine's cached loop, and a naive loop that re-runs
+the whole sequence so far at every step with no cache, so the cost of recomputing every earlier token's K and V is
+measured beside the memory the cache spends to avoid it.
+
+What holds the device: one pass at a time. Both loops' figures are sums of individually timed passes, so between any
+two passes the lab lets anyone waiting go first (`between_units`), the cached loop's request clock paused meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from explorer.core.engine import Request, checked_prompt_ids, forward_without_cache, generate, warm_up
+from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
+from explorer.core.loading import LoadedModel
+from explorer.core.roofline import pass_flops, weight_bytes_read
+from explorer.core.timing import timed
+from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, Trace
+
+DEFAULT_NEW_TOKENS = 64
+MIN_NEW_TOKENS = 3  # two decode steps at least: the projection fits a line through the decode steps
+DEFAULT_BUDGET_S = 600.0
+PROJECTED_TOKENS = (500, 2000)
+ESTIMATE_SLACK = 3.0  # measured passes on a CPU run ~1.5-3x the roofline floor: the estimate errs long
+EDGE_STEPS = 8  # the growth compares the mean of the first and of the last this many decode steps
+CLEARLY_MORE_FACTOR = 2.0  # "clearly more": the naive loop's growth over twice the cached loop's ...
+CLEARLY_MORE_MIN_S = 1e-3  # ... and over 1 ms, well above the jitter of one step on a shared CPU
+PROGRESS_REPORTS = 10  # the naive loop reports about this many times, however long it is
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a loop: the position it predicts from, what it computed, how long it took."""
+
+    position: int  # sequence length the step ends at (prompt + tokens so far)
+    tokens_processed: int  # tokens whose layers ran: the whole sequence without a cache, 1 with it
+    wall_s: float  # measured
+    flops: int  # modelled
+    bytes_moved: int  # modelled: weights read (+ the cache's traffic when there is one)
+    token_id: int
+
+
+@dataclass(frozen=True)
+class NoCacheResult(JsonRecord):
+    prompt_len: int
+    cached: tuple[Step, ...]
+    uncached: tuple[Step, ...]
+    cached_trace: Trace  # the cached loop as the engine recorded it: its passes hold the measured cache bytes
+    estimate_s: float  # modelled before the run: the naive loop's expected time, checked against the budget
+
+    @property
+    def same_tokens(self) -> bool:
+        return [s.token_id for s in self.cached] == [s.token_id for s in self.uncached]
+
+    @property
+    def compares_edges(self) -> bool:
+        """Enough decode steps for the first 8 and the last 8 not to overlap (step 0 is the prefill)."""
+        return len(self.cached) - 1 >= 2 * EDGE_STEPS
+
+    @staticmethod
+    def edge_mean_s(steps: tuple[Step, ...], first: bool, n: int = EDGE_STEPS) -> float:
+        chosen = steps[1:][:n] if first else steps[-n:]  # step 0 is the prefill in both loops: it is the same work
+        return float(np.mean([s.wall_s for s in chosen]))
+
+    def growth_s(self, steps: tuple[Step, ...]) -> float:
+        """How much slower the last 8 steps are than the first 8 decode steps (mean, measured)."""
+        return self.edge_mean_s(steps, first=False) - self.edge_mean_s(steps, first=True)
+
+    @property
+    def grows_clearly_more(self) -> bool:
+        """The naive loop's growth is over twice the cached loop's and over 1 ms: a margin, not any difference."""
+        cached, uncached = self.growth_s(self.cached), self.growth_s(self.uncached)
+        return self.compares_edges and uncached > max(CLEARLY_MORE_MIN_S, CLEARLY_MORE_FACTOR * max(cached, 0.0))
+
+    def projection_s(self, new_tokens: int) -> dict[str, float]:
+        """Modelled: each loop's total time for `new_tokens`, from a straight-line fit of its measured step times
+        against the position (flat with the cache, growing without)."""
+        out = {}
+        for name, steps in (("cached", self.cached), ("uncached", self.uncached)):
+            decode = steps[1:]
+            slope, intercept = np.polyfit([s.position for s in decode], [s.wall_s for s in decode], 1)
+            if slope < 0:  # a step cannot get cheaper as the sequence grows: a falling fit is noise, use the median
+                slope, intercept = 0.0, float(np.median([s.wall_s for s in decode]))
+            positions = np.arange(self.prompt_len + 1, self.prompt_len + new_tokens)
+            out[name] = float(steps[0].wall_s + np.sum(np.maximum(0.0, intercept + slope * positions)))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        def side(steps: tuple[Step, ...]) -> dict[str, object]:
+            return {
+                "token_ids": [s.token_id for s in steps],
+                "step_s": [s.wall_s for s in steps],
+                "position": [s.position for s in steps],
+                "tokens_processed": [s.tokens_processed for s in steps],
+                "flops": [s.flops for s in steps],
+                "bytes_moved": [s.bytes_moved for s in steps],
+            }
+
+        growth = {"cached": self.growth_s(self.cached), "uncached": self.growth_s(self.uncached)}
+        return {
+            "prompt_len": self.prompt_len,
+            "same_tokens": self.same_tokens,
+            "estimate_s_modelled": self.estimate_s,
+            "cached": side(self.cached),
+            "uncached": side(self.uncached),
+            "kv_cache_bytes": [p.kv_cache_bytes for p in self.cached_trace.passes],  # measured
+            "growth_last8_minus_first8_s": growth if self.compares_edges else None,
+            "uncached_grows_clearly_more": self.grows_clearly_more,
+            "projection_s_modelled": {str(n): self.projection_s(n) for n in PROJECTED_TOKENS},
+        }
+
+
+def growth_verdict(result: NoCacheResult) -> str:
+    """The measured claim in words, with its numbers and the margin it is held to."""
+    if not result.compares_edges:
+        return (
+            f"only {len(result.cached) - 1} decode steps: comparing the first {EDGE_STEPS} with the last {EDGE_STEPS} "
+            f"needs {2 * EDGE_STEPS} (ask for at least {2 * EDGE_STEPS + 1} new tokens)"
+        )
+    cached, uncached = result.growth_s(result.cached), result.growth_s(result.uncached)
+    margin = f"over {CLEARLY_MORE_FACTOR:g}x the cached growth and over {CLEARLY_MORE_MIN_S * 1e3:g} ms"
+    if result.grows_clearly_more:
+        return (
+            f"the naive loop's steps grew by clearly more ({uncached * 1e3:+.2f} ms against {cached * 1e3:+.2f} ms: "
+            f"{margin})"
+        )
+    return (
+        f"on this run the naive loop's growth ({uncached * 1e3:+.2f} ms against {cached * 1e3:+.2f} ms) is not "
+        f'{margin}, the margin for "clearly more": a short sequence or a noisy machine'
+    )
+
+
+def estimate_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens: int) -> float:
+    """A modelled estimate of the naive loop (the slow one), to show before a long run and refuse one past budget."""
+    total = 0.0
+    for k in range(new_tokens):
+        length = prompt_len + k
+        flops = pass_flops(info, length, length)
+        total += max(flops / device.peak_flops, weight_bytes_read(info, length) / device.bandwidth_bytes_per_s)
+    return ESTIMATE_SLACK * total
+
+
+def validate(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens: int, budget_s: float) -> float:
+    """Refuse what cannot or should not run, before anything runs; returns the naive loop's estimate (modelled)."""
+    if new_tokens < MIN_NEW_TOKENS:
+        raise BadInput(
+            f"The no-cache lab needs at least {MIN_NEW_TOKENS} new tokens (two decode steps, to fit the projection)."
+        )
+    if prompt_len + new_tokens > info.max_context:
+        raise BadInput(
+            f"The prompt is {prompt_len} tokens; with {new_tokens} new tokens it exceeds the context of "
+            f"{info.max_context} tokens."
+        )
+    estimate = estimate_s(info, device, prompt_len, new_tokens)
+    if estimate > budget_s:
+        raise BadInput(
+            f"The naive loop would take about {estimate:.0f} s (modelled), over the {budget_s:.0f} s budget: "
+            "ask for fewer new tokens."
+        )
+    return estimate
+
+
+def uncached_loop(
+    lm: LoadedModel,
+    prompt_ids: list[int],
+    new_tokens: int,
+    between_units: BetweenUnits = keep_device,
+    on_step: Report | None = None,
+) -> tuple[Step, ...]:
+    """Greedy, no cache: every step runs the model over the whole sequence so far and keeps nothing. Each step is
+    timed on its own, so the device may pass to another session between steps."""
+    sequence = list(prompt_ids)
+    steps = []
+    for k in range(new_tokens):
+        ids = torch.tensor([sequence], device=lm.torch_device)  # (1, L): the whole sequence, every time
+        with out_of_memory_as_run_failed(f"the naive loop at {len(sequence)} tokens"):
+            logits, wall_s = timed(lm.torch_device, forward_without_cache, lm.model, ids)
+        token_id = int(logits.argmax(-1).item())
+        length = len(sequence)
+        steps.append(
+            Step(
+                position=length,
+                tokens_processed=length,
+                wall_s=wall_s,
+                flops=pass_flops(lm.info, length, length),
+                bytes_moved=weight_bytes_read(lm.info, length),
+                token_id=token_id,
+            )
+        )
+        sequence.append(token_id)
+        if on_step and (k + 1) % max(1, new_tokens // PROGRESS_REPORTS) == 0:
+            on_step((k + 1) / new_tokens, f"naive loop: step {k + 1} of {new_tokens}")
+        between_units()
+    return tuple(steps)
+
+
+def run_nocache(
+    lm: LoadedModel,
+    device: DeviceProfile,
+    request: Request,
+    budget_s: float = DEFAULT_BUDGET_S,
+    progress: LabProgress = QUIET,
+) -> NoCacheResult:
+    """The cached loop (the engine, EOS ignored so both make the same number of tokens), then the naive loop."""
+    request = Request(
+        request.prompt, request.max_new_tokens, request.use_chat_template, request.sampling, stop_at_eos=False
+    )
+    prompt_ids = checked_prompt_ids(lm, request)
+    estimate = validate(lm.info, device, len(prompt_ids), request.max_new_tokens, budget_s)
+    about = f"the naive loop is estimated at ~{estimate:.1f} s (modelled) of the {budget_s:.0f} s budget"
+    progress(0.05, f"cached loop: one prefill, then one-token decodes; {about}")
+    # The engine's own loop, warm-up first; the device passes on between passes, the request's clock paused.
+    trace = generate(lm, request, device, between_units=progress.between_units)
+    cached = tuple(
+        Step(
+            position=p.cache_len_after,
+            tokens_processed=p.tokens_in,
+            wall_s=p.wall_s,
+            flops=p.cost.flops,
+            bytes_moved=p.cost.bytes_moved,
+            token_id=p.token_id,
+        )
+        for p in trace.passes
+    )
+    progress(0.3, f"naive loop: the whole sequence at every step, no cache; {about}")
+    naive_part = progress.span(0.3, 1.0)
+    uncached = uncached_loop(
+        lm,
+        prompt_ids,
+        request.max_new_tokens,
+        progress.between_units,
+        lambda f, text: naive_part(f, f"{text}; {about}"),
+    )
+    return NoCacheResult(trace.prompt_len, cached, uncached, trace, estimate)
+
+
+# --- the command line ------------------------------------------------------------------------------------------------
+def format_nocache(result: NoCacheResult) -> str:
+    lines = [
+        f"prompt {result.prompt_len} tokens, {len(result.cached)} new tokens each way (greedy, EOS ignored)",
+        f"same tokens both ways: {'yes' if result.same_tokens else 'NO'}",
+        "step  position  cached_ms  uncached_ms  uncached_tokens",
+    ]
+    for c, u in zip(result.cached, result.uncached):
+        lines.append(
+            f"{c.position - result.prompt_len:>4} {c.position:>8} {c.wall_s * 1e3:>10.2f} {u.wall_s * 1e3:>12.2f} "
+            f"{u.tokens_processed:>12}"
+        )
+    if result.compares_edges:
+        cached, uncached = result.growth_s(result.cached), result.growth_s(result.uncached)
+        lines.append(
+            f"measured: mean of the last {EDGE_STEPS} steps minus the first {EDGE_STEPS} decode steps: cached "
+            f"{cached * 1e3:+.2f} ms, uncached {uncached * 1e3:+.2f} ms"
+        )
+    lines += [
+        f"measured: {growth_verdict(result)}",
+        f"total: cached {sum(s.wall_s for s in result.cached):.2f} s, "
+        f"uncached {sum(s.wall_s for s in result.uncached):.2f} s (the naive loop was estimated at "
+        f"~{result.estimate_s:.1f} s, modelled)",
+    ]
+    for n in PROJECTED_TOKENS:
+        projected = result.projection_s(n)
+        lines.append(
+            f"modelled (linear fit of the measured steps): {n} new tokens take ~{projected['cached']:.1f} s cached, "
+            f"~{projected['uncached']:.1f} s uncached"
+        )
+    return "\n".join(lines)
+
+
+def register(commands: object) -> None:
+    from pathlib import Path
+
+    from explorer.cli import add_model_args, check_output_paths
+
+    parser = commands.add_parser("nocache", help="the cached loop against a naive loop with no KV cache")
+    add_model_args(parser)
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_NEW_TOKENS)
+    parser.add_argument("--no-chat-template", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="refuse a longer naive run")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.set_defaults(func=cmd_nocache, precheck=lambda args: check_output_paths(args.json))
+
+
+def cmd_nocache(args: object) -> None:
+    from explorer.cli import load, stderr_progress
+    from explorer.core.device import device_profile
+
+    lm = load(args)
+    request = Request(args.prompt, max_new_tokens=args.max_new_tokens, use_chat_template=not args.no_chat_template)
+    checked_prompt_ids(lm, request)
+    warm_up(lm)
+    device = device_profile(lm.torch_device.type, lm.info.dtype)
+    result = run_nocache(lm, device, request, budget_s=args.budget_s, progress=LabProgress(stderr_progress))
+    print(format_nocache(result))
+    if args.json:
+        args.json.write_text(result.to_json(), encoding="utf-8")
+        print(f"wrote {args.json}")

@@ -1,0 +1,1 @@
+"""Serving lab 2: a workload served by transformers' continuous batching, recorded step by step."""

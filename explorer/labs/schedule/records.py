@@ -1,0 +1,433 @@
+"""Serving lab 2: a workload served by transformers' continuous batching engine, recorded step by step.
+
+This module owns what a run records (`ScheduleRun` of `StepRecord`s and `RequestRecord`s, the baselines'
+`ServedMode`s, `TokenCheck`s) and `run_schedule()`, which plans the workload (`explorer.labs.schedule.workload`: how
+prompts are chosen), runs the instrumented engine (`explorer.labs.schedule.engine`) and, on request, the baselines
+(`explorer.labs.schedule.baselines`).
+
+What holds the device: one unit at a time, each unit whole: the engine's run of the workload, the prefix-off run,
+static batching and one-at-a-time serving are each one wall-clock span (arrival times, a background engine thread),
+so nothing passes the device on inside them; `run_schedule` calls `between_units` only between them and between the
+solo reference runs (whose timings are unused). Progress reports during a unit only move the bar.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from explorer.core.lab_progress import QUIET, LabProgress
+from explorer.core.trace import ItlPercentiles, JsonRecord
+from explorer.labs.schedule.workload import (
+    EngineSettings,
+    PlannedRequest,
+    Workload,
+    check_fits,
+    plan_requests,
+    validate,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from explorer.core.loading import LoadedModel
+    from explorer.core.trace import DeviceProfile
+
+
+# --- what a run records ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepEntry:
+    """One request's share of one engine step."""
+
+    request: str
+    prefill_tokens: int  # prompt tokens computed for it in this step (0 when it decodes)
+    decode_tokens: int  # 1 when it decodes in this step, else 0
+    chunk: int  # which chunk of its prefill this is (1, 2, ...); 0 for a decode
+    completes_prefill: bool  # this step computes its last prompt token, so it samples its first token
+
+
+@dataclass(frozen=True)
+class BlockHolding:
+    """The KV blocks one request holds after a step is scheduled (its block table)."""
+
+    request: str
+    blocks: tuple[int, ...]  # block numbers 0 .. num_blocks - 1, in the order of the request's positions
+    tokens: int  # positions of the request in the cache once this step has run
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    """Blocks of a prompt found in the cache and shared instead of computed."""
+
+    request: str
+    tokens: int
+    blocks: int
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine step: one forward pass over every scheduled request's tokens, packed into one sequence."""
+
+    index: int
+    start_s: float  # measured: when the forward began, after the run's start
+    wall_s: float  # measured: forward, sampling and fetching the new tokens
+    schedule_s: float  # measured: the scheduler, block allocation and input tensors, before the forward
+    update_s: float  # measured: handing the new tokens back to their requests, after the forward
+    entries: tuple[StepEntry, ...]
+    holdings: tuple[BlockHolding, ...]
+    free_blocks: int
+    cached_blocks: int  # blocks no request holds, kept for their content (prefix reuse); freed on demand
+    prefix_hits: tuple[PrefixHit, ...] = ()
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(e.prefill_tokens for e in self.entries)
+
+    @property
+    def decode_tokens(self) -> int:
+        return sum(e.decode_tokens for e in self.entries)
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+    @property
+    def is_mixed(self) -> bool:
+        """Prefill and decode tokens in one forward pass: what continuous batching allows and static batching not."""
+        return self.prefill_tokens > 0 and self.decode_tokens > 0
+
+    @property
+    def has_partial_prefill(self) -> bool:
+        """Some prompt is computed only in part here (the token budget split it), or finishes a split begun earlier."""
+        return any(e.prefill_tokens and (e.chunk > 1 or not e.completes_prefill) for e in self.entries)
+
+    @property
+    def kind(self) -> str:
+        if self.is_mixed:
+            return "mixed"
+        return "prefill" if self.prefill_tokens else "decode"
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.wall_s
+
+    @property
+    def blocks_held(self) -> int:
+        """Distinct blocks held by requests: a block shared by two requests counts once."""
+        return len({b for h in self.holdings for b in h.blocks})
+
+    @property
+    def shared_blocks(self) -> frozenset[int]:
+        seen: set[int] = set()
+        shared: set[int] = set()
+        for h in self.holdings:
+            shared |= seen & set(h.blocks)
+            seen |= set(h.blocks)
+        return frozenset(shared)
+
+
+@dataclass(frozen=True)
+class RequestRecord(ItlPercentiles):
+    """One request served by one mode: when it arrived, started, got each token, and which tokens."""
+
+    id: str
+    prompt_text: str
+    prompt_token_ids: tuple[int, ...]
+    prefix_tokens: int
+    max_new_tokens: int
+    arrival_s: float  # measured: when it was handed to the server, after the run's start
+    start_s: float  # measured: when the first forward computing any of its tokens began
+    token_times_s: tuple[float, ...]  # measured: when each generated token was available
+    token_ids: tuple[int, ...]
+    prefill_tokens_computed: int  # prompt tokens the server computed (fewer than the prompt where a prefix was reused)
+    prefix_tokens_reused: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        planned: PlannedRequest,
+        *,
+        arrival_s: float,
+        start_s: float,
+        token_times_s: Sequence[float],
+        token_ids: Sequence[int],
+        prefill_tokens_computed: int | None = None,  # None: the whole prompt
+        prefix_tokens_reused: int = 0,
+    ) -> RequestRecord:
+        """The record of a planned request as one mode served it (the request's own facts copied from the plan)."""
+        return cls(
+            id=planned.id,
+            prompt_text=planned.prompt_text,
+            prompt_token_ids=planned.prompt_token_ids,
+            prefix_tokens=planned.prefix_tokens,
+            max_new_tokens=planned.max_new_tokens,
+            arrival_s=arrival_s,
+            start_s=start_s,
+            token_times_s=tuple(token_times_s),
+            token_ids=tuple(int(t) for t in token_ids),
+            prefill_tokens_computed=(
+                len(planned.prompt_token_ids) if prefill_tokens_computed is None else prefill_tokens_computed
+            ),
+            prefix_tokens_reused=prefix_tokens_reused,
+        )
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def first_token_s(self) -> float:
+        return self.token_times_s[0]
+
+    @property
+    def finish_s(self) -> float:
+        return self.token_times_s[-1]
+
+    @property
+    def ttft_s(self) -> float:
+        """Arrival to the first token: queue wait + prefill."""
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def queue_s(self) -> float:
+        return self.start_s - self.arrival_s
+
+    @property
+    def prefill_s(self) -> float:
+        """First forward with its tokens to its first token: chunks and other requests' work included."""
+        return self.first_token_s - self.start_s
+
+    @property
+    def itl_s(self) -> tuple[float, ...]:
+        return tuple(b - a for a, b in zip(self.token_times_s, self.token_times_s[1:]))
+
+    @property
+    def e2e_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        derived = ("ttft_s", "queue_s", "prefill_s", "itl_s", "e2e_s", "finish_s")
+        derived += ("itl_p50_s", "itl_p90_s", "itl_p99_s")  # every ItlPercentiles figure
+        data.update({name: getattr(self, name) for name in derived})  # for readers of the JSON
+        return data
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """A mode's greedy tokens for one request against the explorer's solo greedy run of the same prompt."""
+
+    request: str
+    matches: bool
+    position: int | None = None  # first generated token that differs
+    served_token: int | None = None
+    solo_token: int | None = None
+    explanation: str = ""  # which token and why, when they differ
+
+
+@dataclass(frozen=True)
+class ServedMode:
+    """A whole workload served one way: continuous batching, static batching, or one request at a time."""
+
+    mode: str
+    requests: tuple[RequestRecord, ...]
+    checks: tuple[TokenCheck, ...] = ()
+    load_avg_1m: float | None = None  # the OS's 1-minute load average as the mode finished: others' work here
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(len(r.token_ids) for r in self.requests)
+
+    @property
+    def span_s(self) -> float:
+        """First arrival to the last token of any request."""
+        return max(r.finish_s for r in self.requests) - min(r.arrival_s for r in self.requests)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.total_tokens / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def all_tokens_match(self) -> bool | None:
+        return all(c.matches for c in self.checks) if self.checks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "total_tokens": self.total_tokens,
+            "span_s": self.span_s,
+            "tokens_per_s": self.tokens_per_s,
+            "load_avg_1m": self.load_avg_1m,
+            "requests": [r.to_dict() for r in self.requests],
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+CONTINUOUS, STATIC, SEQUENTIAL = "continuous batching", "static batching", "one at a time"
+
+
+@dataclass(frozen=True)
+class ScheduleRun(JsonRecord):
+    """The engine's run of a workload: every step and every request, plus the comparisons asked for."""
+
+    workload: Workload
+    settings: EngineSettings
+    model: str  # display name
+    dtype: str
+    device: str
+    kv_bytes_per_token: int  # K and V of every layer for one position
+    engine_num_blocks: int  # as the engine built the cache (the requested number, rounded up to whole sectors)
+    steps: tuple[StepRecord, ...]
+    requests: tuple[RequestRecord, ...]
+    checks: tuple[TokenCheck, ...] = ()
+    baselines: tuple[ServedMode, ...] = ()  # static batching and one at a time, when compared
+    prefix_off: ScheduleRun | None = None  # the same workload with prefix sharing off, when a prefix is set
+    load_avg_1m: float | None = None  # the OS's 1-minute load average as the engine's run finished
+    transformers_version: str = ""
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    @property
+    def served(self) -> ServedMode:
+        return ServedMode(CONTINUOUS, self.requests, self.checks, self.load_avg_1m)
+
+    @property
+    def modes(self) -> tuple[ServedMode, ...]:
+        return (self.served, *self.baselines)
+
+    @property
+    def prefill_tokens_computed(self) -> int:
+        return sum(s.prefill_tokens for s in self.steps)
+
+    @property
+    def prefix_tokens_reused(self) -> int:
+        return sum(h.tokens for s in self.steps for h in s.prefix_hits)
+
+    @property
+    def block_bytes(self) -> int:
+        return self.settings.block_size * self.kv_bytes_per_token
+
+    def request(self, request_id: str) -> RequestRecord:
+        return next(r for r in self.requests if r.id == request_id)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "steps": len(self.steps),
+            "mixed_steps": sum(s.is_mixed for s in self.steps),
+            "steps_with_partial_prefill": sum(s.has_partial_prefill for s in self.steps),
+            "prefill_tokens_computed": self.prefill_tokens_computed,
+            "prefix_tokens_reused": self.prefix_tokens_reused,
+            "total_tokens": self.served.total_tokens,
+            "tokens_per_s": self.served.tokens_per_s,
+            "all_tokens_match_solo": self.served.all_tokens_match,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": asdict(self.workload),
+            "settings": asdict(self.settings),
+            "model": self.model,
+            "dtype": self.dtype,
+            "device": self.device,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "engine_num_blocks": self.engine_num_blocks,
+            "load_avg_1m": self.load_avg_1m,
+            "transformers_version": self.transformers_version,
+            "created_at": self.created_at,
+            "summary": self.summary(),
+            "steps": [
+                {**asdict(s), "prefill_tokens": s.prefill_tokens, "decode_tokens": s.decode_tokens, "kind": s.kind}
+                for s in self.steps
+            ],
+            "requests": [r.to_dict() for r in self.requests],
+            "checks": [asdict(c) for c in self.checks],
+            "comparison": [m.to_dict() for m in self.modes] if self.baselines else [],
+            "prefix_off": self.prefix_off.to_dict() if self.prefix_off else None,
+        }
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, kept beside each measurement: on a shared machine it says how busy it was."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return None
+
+
+# --- the run ---------------------------------------------------------------------------------------------------------
+def run_schedule(
+    lm: LoadedModel,
+    device: DeviceProfile,
+    workload: Workload,
+    settings: EngineSettings,
+    *,
+    compare: bool = False,
+    progress: LabProgress = QUIET,
+) -> ScheduleRun:
+    """Serve the workload with the engine, then check every request's tokens against a solo greedy run.
+
+    With a prefix and prefix sharing on, the engine serves the workload again with sharing off. With `compare`, the
+    solo runs are timed as a one-at-a-time server (arrival times kept) and static batching serves it too. The device
+    passes to anyone waiting only between those runs (`between_units`), never inside one: each is one measured span.
+    """
+    from explorer.labs.schedule import baselines, engine
+
+    validate(workload, settings)
+    planned = plan_requests(lm, workload)
+    check_fits(lm, planned, settings)
+    with_prefix_off = bool(workload.prefix) and settings.prefix_sharing
+    engine.warm_up(lm, settings)
+    steps, served, num_blocks = engine.serve(lm, planned, settings, workload.stop_at_eos, progress.span(0.0, 0.4))
+    load = load_average()
+    progress.between_units()
+    prefix_off = None
+    if with_prefix_off:
+        off = replace(settings, prefix_sharing=False)
+        off_steps, off_served, _ = engine.serve(lm, planned, off, workload.stop_at_eos, progress.span(0.4, 0.55))
+        prefix_off = (off, off_steps, off_served, load_average())
+        progress.between_units()
+    modes: list[ServedMode] = []
+    if compare:
+        static = baselines.serve_static_batch(lm, planned, workload.stop_at_eos, progress.span(0.55, 0.7))
+        static = replace(static, load_avg_1m=load_average())
+        progress.between_units()
+        sequential, solo = baselines.serve_one_at_a_time(
+            lm, planned, device, workload.stop_at_eos, progress.span(0.7, 1)
+        )
+        modes = [static, replace(sequential, load_avg_1m=load_average())]
+    else:
+        solo = baselines.solo_traces(
+            lm, planned, device, workload.stop_at_eos, progress.span(0.55, 1.0), between_units=progress.between_units
+        )
+    check = baselines.check_against_solo
+    modes = [replace(m, checks=check(m.requests, solo, lm.tokenizer)) for m in modes]
+
+    import transformers
+
+    def build(
+        run_settings: EngineSettings,
+        run_steps: tuple[StepRecord, ...],
+        run_requests: tuple[RequestRecord, ...],
+        run_load: float | None,
+    ) -> ScheduleRun:
+        return ScheduleRun(
+            workload=workload,
+            settings=run_settings,
+            model=lm.info.display_name,
+            dtype=lm.info.dtype,
+            device=device.name,
+            kv_bytes_per_token=lm.info.kv_bytes_per_token,
+            engine_num_blocks=num_blocks,
+            steps=run_steps,
+            requests=run_requests,
+            checks=check(run_requests, solo, lm.tokenizer),
+            load_avg_1m=run_load,
+            transformers_version=transformers.__version__,
+        )
+
+    run = replace(build(settings, steps, served, load), baselines=tuple(modes))
+    if prefix_off is not None:
+        run = replace(run, prefix_off=build(*prefix_off))
+    progress(1.0, "Done.")
+    return run

@@ -1,0 +1,145 @@
+"""Step mode: one request driven one real pass per call, for a presenter stepping the phases live.
+
+Each step is the engine's own timed step (`LiveRequest.step`), so a stepped request's passes are measured exactly as
+a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the
+room spent looking at them. An untimed eager shadow (`AttentionReplay`) is fed the same token after each step and
+keeps that pass's attention maps. The step that finishes the request checks its device figures as every run's are
+(`keep_figures_honest`) and frees both caches: `to_trace()` is then the Trace a normal run would have produced.
+
+`LiveSteps` holds every live stepped request of a process weakly, so that any caller can free the ones left idle
+(the owner may never come back to look).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from explorer.core.attention import AttentionMaps, AttentionReplay, check_capture
+from explorer.core.engine import LiveRequest, Request, checked_prompt_ids, finished_trace, seeded, warm_up
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import keep_figures_honest
+from explorer.core.trace import DeviceProfile, PassRecord, Trace
+
+IDLE_TIMEOUT_S = 600.0  # a stepped request untouched this long frees its cache
+
+
+@dataclass(eq=False)  # compared and hashed by identity: a LiveSteps registry holds it in a WeakSet
+class SteppedRequest:
+    """A request between clicks: the live request (its KV cache), its attention shadow, when it was last touched."""
+
+    lm: LoadedModel
+    request: Request
+    live: LiveRequest
+    replay: AttentionReplay
+    last_used_s: float  # time.monotonic() of the last claim or step
+    finished: Trace | None = None  # set by the step that finishes the request
+    busy: threading.Lock = field(default_factory=threading.Lock, repr=False)  # held while stepping or freeing
+
+    @classmethod
+    def start(
+        cls, lm: LoadedModel, request: Request, device: DeviceProfile, attention_cap_bytes: int | None = None
+    ) -> SteppedRequest:
+        """Check the request against the same limits and caps as a run, warm up, and get ready for the prefill."""
+        ids = checked_prompt_ids(lm, request)
+        # The attention shadow keeps every layer; it is refused up front if the whole request would pass the cap.
+        decode_lens = [len(ids) + k for k in range(1, request.max_new_tokens)]
+        layers = check_capture(lm.info, None, len(ids), decode_lens, attention_cap_bytes)
+        warm_up(lm)
+        live = LiveRequest(lm, request, device, seeded(request.sampling))
+        live.clock.pause()  # nothing runs until the first click
+        return cls(lm, request, live, AttentionReplay(lm, layers), time.monotonic())
+
+    @property
+    def passes(self) -> list[PassRecord]:
+        return self.live.passes
+
+    @property
+    def done(self) -> bool:
+        return self.live.done
+
+    @property
+    def freed(self) -> bool:
+        return self.live.cache is None
+
+    def claim(self) -> bool:
+        """Mark the request as in use now, unless it was freed meanwhile (an idle sweep): whether it can step."""
+        with self.busy:
+            self.last_used_s = time.monotonic()
+            return not self.freed
+
+    def step(self) -> PassRecord:
+        """ONE real pass (prefill first, then one decode), timed by the engine, then its attention (untimed); the
+        last one also finishes the request (its trace kept, both caches freed)."""
+        with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
+            self.live.clock.resume()
+            try:
+                record = self.live.step()
+            finally:
+                self.live.clock.pause()
+            self.replay.step(list(record.input_token_ids))
+            if self.done:
+                self.finished = keep_figures_honest(self.to_trace())
+                self._free()
+            self.last_used_s = time.monotonic()
+        return record
+
+    def idle_for_s(self) -> float:
+        return time.monotonic() - self.last_used_s
+
+    def free_if_idle(self, idle_timeout_s: float) -> bool:
+        """Free the caches of a request untouched for longer than `idle_timeout_s`; whether this call freed them.
+        A request being stepped right now is busy, hence not idle: it is left alone."""
+        if not self.busy.acquire(blocking=False):
+            return False
+        try:
+            if self.freed or self.idle_for_s() <= idle_timeout_s:
+                return False
+            self._free()
+            return True
+        finally:
+            self.busy.release()
+
+    def attention(self) -> AttentionMaps:
+        tokens = tuple(self.lm.tokenizer.decode([i]) for i in self.live.prompt_ids)
+        return self.replay.maps(tokens + tuple(p.token_text for p in self.passes), len(self.live.prompt_ids))
+
+    def to_trace(self) -> Trace:
+        """The request so far as a Trace; once finished, the Trace a normal run would have produced."""
+        if self.finished is not None:
+            return self.finished
+        live = self.live
+        return finished_trace(
+            self.lm, self.request, live.device, live.prompt_ids, [live], live.sampling, True, tokenized=True
+        )
+
+    def free(self) -> None:
+        """Drop both caches now (reset, a new prompt, a failed step), after a pass that is running ends."""
+        with self.busy:
+            self._free()
+
+    def _free(self) -> None:
+        self.live.free()
+        self.replay.free()
+
+
+class LiveSteps:
+    """The stepped requests of this process, held weakly (a session that ends takes its request with it), so that
+    any session can free those left idle past `idle_timeout_s` instead of waiting for their owner to come back."""
+
+    def __init__(self, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self.requests: weakref.WeakSet[SteppedRequest] = weakref.WeakSet()
+        self.lock = threading.Lock()  # sessions add and sweep from their own threads
+
+    def add(self, request: SteppedRequest) -> None:
+        with self.lock:
+            self.requests.add(request)
+
+    def sweep(self) -> int:
+        """Free every live request idle past the timeout; how many were freed."""
+        with self.lock:
+            live = [r for r in self.requests if not r.freed]
+        return sum(r.free_if_idle(self.idle_timeout_s) for r in live)

@@ -18,7 +18,8 @@ from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.labs.schedule import baselines
-from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun, run_schedule
+from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun
+from explorer.labs.schedule.run import run_schedule
 from explorer.labs.schedule.workload import (
     EngineSettings,
     PlannedRequest,
@@ -122,16 +123,7 @@ def test_a_record_copies_its_request_from_the_plan() -> None:
     planned = PlannedRequest("r3", "text", (5, 6, 7), 2, 4, 0.25)
     record = RequestRecord.of(planned, arrival_s=0.3, start_s=0.4, token_times_s=[0.5, 0.6], token_ids=[9, 8])
     assert record == RequestRecord("r3", "text", (5, 6, 7), 2, 4, 0.3, 0.4, (0.5, 0.6), (9, 8), 3)
-    reused = RequestRecord.of(
-        planned,
-        arrival_s=0,
-        start_s=0,
-        token_times_s=[1],
-        token_ids=[1],
-        prefill_tokens_computed=1,
-        prefix_tokens_reused=2,
-    )
-    assert (reused.prefill_tokens_computed, reused.prefix_tokens_reused) == (1, 2)
+    assert (record.prefill_tokens_computed, record.prefix_tokens_reused) == (3, 0)  # the whole prompt computed
 
 
 def test_parse_int_list() -> None:

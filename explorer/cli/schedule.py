@@ -18,7 +18,8 @@ from explorer.cli import add_model_args, check_output_paths, load
 from explorer.core.lab_progress import LabProgress
 from explorer.core.trace import percentile
 from explorer.core.units import human_bytes, ms, ms_value
-from explorer.labs.schedule.records import ScheduleRun, run_schedule
+from explorer.labs.schedule.records import ScheduleRun
+from explorer.labs.schedule.run import run_schedule
 from explorer.labs.schedule.workload import (
     SCHEDULERS,
     EngineSettings,

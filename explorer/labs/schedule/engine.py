@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -225,12 +226,14 @@ def serve(
         manager.stop(block=True, timeout=30)
         manager.destroy()
     requests = tuple(
-        RequestRecord.of(
-            r,
-            arrival_s=arrivals[r.id],
-            start_s=recorder.first_forward[r.id],
-            token_times_s=recorder.token_times[r.id],
-            token_ids=outputs[r.id].generated_tokens,
+        replace(  # what the prefix cache saved: prompt tokens computed and reused, as the engine counted them
+            RequestRecord.of(
+                r,
+                arrival_s=arrivals[r.id],
+                start_s=recorder.first_forward[r.id],
+                token_times_s=recorder.token_times[r.id],
+                token_ids=outputs[r.id].generated_tokens,
+            ),
             prefill_tokens_computed=recorder.prefill_computed[r.id],
             prefix_tokens_reused=recorder.reused[r.id],
         )

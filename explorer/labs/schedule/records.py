@@ -1,42 +1,19 @@
-"""Serving lab 2: a workload served by transformers' continuous batching engine, recorded step by step.
-
-This module owns what a run records (`ScheduleRun` of `StepRecord`s and `RequestRecord`s, the baselines'
-`ServedMode`s, `TokenCheck`s) and `run_schedule()`, which plans the workload (`explorer.labs.schedule.workload`: how
-prompts are chosen), runs the instrumented engine (`explorer.labs.schedule.engine`) and, on request, the baselines
-(`explorer.labs.schedule.baselines`).
-
-What holds the device: one unit at a time, each unit whole: the engine's run of the workload, the prefix-off run,
-static batching and one-at-a-time serving are each one wall-clock span (arrival times, a background engine thread),
-so nothing passes the device on inside them; `run_schedule` calls `between_units` only between them and between the
-solo reference runs (whose timings are unused). Progress reports during a unit only move the bar.
+"""What a run of the scheduling lab records: every engine step (`StepRecord`), every request as one mode served it
+(`RequestRecord`), whole modes (`ServedMode`), the token checks against solo runs (`TokenCheck`), and the run itself
+(`ScheduleRun`). Plain frozen dataclasses: nothing here runs a model (`explorer.labs.schedule.run` does).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from explorer.core.lab_progress import QUIET, LabProgress
 from explorer.core.trace import ItlPercentiles, JsonRecord
-from explorer.labs.schedule.workload import (
-    EngineSettings,
-    PlannedRequest,
-    Workload,
-    check_fits,
-    plan_requests,
-    validate,
-)
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from explorer.core.loading import LoadedModel
-    from explorer.core.trace import DeviceProfile
+from explorer.labs.schedule.workload import EngineSettings, PlannedRequest, Workload
 
 
-# --- what a run records ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepEntry:
     """One request's share of one engine step."""
@@ -153,10 +130,9 @@ class RequestRecord(ItlPercentiles):
         start_s: float,
         token_times_s: Sequence[float],
         token_ids: Sequence[int],
-        prefill_tokens_computed: int | None = None,  # None: the whole prompt
-        prefix_tokens_reused: int = 0,
     ) -> RequestRecord:
-        """The record of a planned request as one mode served it (the request's own facts copied from the plan)."""
+        """The record of a planned request as one mode served it (the request's own facts copied from the plan), its
+        whole prompt computed; the engine replaces the prefill counts with what its prefix cache saved."""
         return cls(
             id=planned.id,
             prompt_text=planned.prompt_text,
@@ -167,10 +143,7 @@ class RequestRecord(ItlPercentiles):
             start_s=start_s,
             token_times_s=tuple(token_times_s),
             token_ids=tuple(int(t) for t in token_ids),
-            prefill_tokens_computed=(
-                len(planned.prompt_token_ids) if prefill_tokens_computed is None else prefill_tokens_computed
-            ),
-            prefix_tokens_reused=prefix_tokens_reused,
+            prefill_tokens_computed=len(planned.prompt_token_ids),
         )
 
     @property
@@ -345,89 +318,3 @@ class ScheduleRun(JsonRecord):
             "comparison": [m.to_dict() for m in self.modes] if self.baselines else [],
             "prefix_off": self.prefix_off.to_dict() if self.prefix_off else None,
         }
-
-
-def load_average() -> float | None:
-    """The 1-minute load average, kept beside each measurement: on a shared machine it says how busy it was."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on every platform
-        return None
-
-
-# --- the run ---------------------------------------------------------------------------------------------------------
-def run_schedule(
-    lm: LoadedModel,
-    device: DeviceProfile,
-    workload: Workload,
-    settings: EngineSettings,
-    *,
-    compare: bool = False,
-    progress: LabProgress = QUIET,
-) -> ScheduleRun:
-    """Serve the workload with the engine, then check every request's tokens against a solo greedy run.
-
-    With a prefix and prefix sharing on, the engine serves the workload again with sharing off. With `compare`, the
-    solo runs are timed as a one-at-a-time server (arrival times kept) and static batching serves it too. The device
-    passes to anyone waiting only between those runs (`between_units`), never inside one: each is one measured span.
-    """
-    from explorer.labs.schedule import baselines, engine
-
-    validate(workload, settings)
-    planned = plan_requests(lm, workload)
-    check_fits(lm, planned, settings)
-    with_prefix_off = bool(workload.prefix) and settings.prefix_sharing
-    engine.warm_up(lm, settings)
-    steps, served, num_blocks = engine.serve(lm, planned, settings, workload.stop_at_eos, progress.span(0.0, 0.4))
-    load = load_average()
-    progress.between_units()
-    prefix_off = None
-    if with_prefix_off:
-        off = replace(settings, prefix_sharing=False)
-        off_steps, off_served, _ = engine.serve(lm, planned, off, workload.stop_at_eos, progress.span(0.4, 0.55))
-        prefix_off = (off, off_steps, off_served, load_average())
-        progress.between_units()
-    modes: list[ServedMode] = []
-    if compare:
-        static = baselines.serve_static_batch(lm, planned, workload.stop_at_eos, progress.span(0.55, 0.7))
-        static = replace(static, load_avg_1m=load_average())
-        progress.between_units()
-        sequential, solo = baselines.serve_one_at_a_time(
-            lm, planned, device, workload.stop_at_eos, progress.span(0.7, 1)
-        )
-        modes = [static, replace(sequential, load_avg_1m=load_average())]
-    else:
-        solo = baselines.solo_traces(
-            lm, planned, device, workload.stop_at_eos, progress.span(0.55, 1.0), between_units=progress.between_units
-        )
-    check = baselines.check_against_solo
-    modes = [replace(m, checks=check(m.requests, solo, lm.tokenizer)) for m in modes]
-
-    import transformers
-
-    def build(
-        run_settings: EngineSettings,
-        run_steps: tuple[StepRecord, ...],
-        run_requests: tuple[RequestRecord, ...],
-        run_load: float | None,
-    ) -> ScheduleRun:
-        return ScheduleRun(
-            workload=workload,
-            settings=run_settings,
-            model=lm.info.display_name,
-            dtype=lm.info.dtype,
-            device=device.name,
-            kv_bytes_per_token=lm.info.kv_bytes_per_token,
-            engine_num_blocks=num_blocks,
-            steps=run_steps,
-            requests=run_requests,
-            checks=check(run_requests, solo, lm.tokenizer),
-            load_avg_1m=run_load,
-            transformers_version=transformers.__version__,
-        )
-
-    run = replace(build(settings, steps, served, load), baselines=tuple(modes))
-    if prefix_off is not None:
-        run = replace(run, prefix_off=build(*prefix_off))
-    progress(1.0, "Done.")
-    return run

@@ -301,7 +301,7 @@ def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pyt
 
     seen: list[tuple[str, str]] = []
 
-    def figures(kind: str, dtype: str, fresh: bool = False) -> object:
+    def figures(kind: str, dtype: str, fresh: bool = False, progress: object = None) -> object:
         seen.append((kind, dtype))
         raise BadInput("stop here")  # what was asked for is all this test needs
 

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from explorer import ui
 from explorer.charts import by_hand as charts
 from explorer.core.attention import AttentionMaps, capture_attention
-from explorer.core.engine import Request, generate
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.teach import by_hand
@@ -115,7 +115,7 @@ def test_mask_off_is_reported_with_the_leak() -> None:
 # --- the real shapes ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def run(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> tuple[Trace, AttentionMaps]:
-    trace = generate(tiny_lm, Request("by hand", max_new_tokens=4), cpu_figures)
+    trace = generate(tiny_lm, check_request(tiny_lm, Request("by hand", max_new_tokens=4)), cpu_figures)
     return trace, capture_attention(tiny_lm, trace)
 
 

@@ -11,7 +11,7 @@ import pytest
 from explorer.charts import cost
 from explorer.charts import profile as charts
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS
-from explorer.core.engine import Request, generate
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.profiler import CPU_REMAINDER, KV_UPDATE, LINEAR, OP_GROUPS, OpTime, PassProfile, ProfileGroup
 from explorer.core.trace import DeviceProfile
@@ -130,7 +130,7 @@ def test_chart_serialises_with_one_colour_per_part(profile: PassProfile, rooflin
 
 
 def test_roofline_parts_match_the_time_split_of_a_real_trace(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
-    trace = generate(tiny_lm, Request("abc", max_new_tokens=4, repeats=3), cpu_figures)
+    trace = generate(tiny_lm, check_request(tiny_lm, Request("abc", max_new_tokens=4, repeats=3)), cpu_figures)
     split = cost.time_split_frame(trace)
     for k in range(trace.new_tokens):
         parts = charts.roofline_parts(split, k)

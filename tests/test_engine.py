@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer.core.engine import Request, generate, tokenize
+from explorer.core import device as device_module
+from explorer.core import engine as engine_module
+from explorer.core.engine import OnPass, Request, check_request, generate, tokenize
 from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
@@ -88,23 +90,54 @@ def test_eos_stops_the_run(real_lm: LoadedModel) -> None:
 
 
 def test_sampling_is_reproducible_with_a_seed(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
+    def run(request: Request) -> Trace:
+        return generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)
+
     sampled = Sampling(temperature=1.0, top_k=20, seed=1234)
-    a = generate(tiny_lm, Request("abc", max_new_tokens=10, sampling=sampled), cpu_figures, warmup=False)
-    b = generate(tiny_lm, Request("abc", max_new_tokens=10, sampling=sampled, repeats=2), cpu_figures, warmup=False)
+    a = run(Request("abc", max_new_tokens=10, sampling=sampled))
+    b = run(Request("abc", max_new_tokens=10, sampling=sampled, repeats=2))
     assert a.generated_token_ids == b.generated_token_ids and b.same_tokens_every_repeat  # each repeat re-seeds
-    unseeded = generate(tiny_lm, Request("abc", max_new_tokens=3, sampling=Sampling(1.0)), cpu_figures, warmup=False)
+    unseeded = run(Request("abc", max_new_tokens=3, sampling=Sampling(1.0)))
     assert unseeded.sampling.seed is not None  # recorded so the run can be replayed
-    top1 = generate(
-        tiny_lm, Request("abc", max_new_tokens=6, sampling=Sampling(1.0, top_k=1, seed=3)), cpu_figures, warmup=False
-    )
-    greedy = generate(tiny_lm, Request("abc", max_new_tokens=6), cpu_figures, warmup=False)
+    top1 = run(Request("abc", max_new_tokens=6, sampling=Sampling(1.0, top_k=1, seed=3)))
+    greedy = run(Request("abc", max_new_tokens=6))
     assert top1.generated_token_ids == greedy.generated_token_ids
 
 
 def test_on_pass_streams_every_pass_in_order(tiny_lm: LoadedModel) -> None:
     seen: list[int] = []
-    trace = measure(tiny_lm, Request("abc", max_new_tokens=5), on_pass=lambda p: seen.append(p.index))
+    trace = measure(tiny_lm, Request("abc", max_new_tokens=5), on_pass=OnPass(see=lambda p: seen.append(p.index)))
     assert seen == [p.index for p in trace.passes] == [0, 1, 2, 3, 4]
+
+
+def test_a_measured_run_is_checked_and_warmed_up_once_and_says_what_it_is_doing(
+    tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """measure() checks the request and warms up once, whatever the repeats; generate() repeats neither."""
+    calls = {"warm_up": 0, "validate": 0}
+    real_warm_up, real_validate = engine_module.warm_up, engine_module.validate
+
+    def counting_warm_up(*args: object, **kwargs: object) -> None:
+        calls["warm_up"] += 1
+        real_warm_up(*args, **kwargs)
+
+    def counting_validate(*args: object, **kwargs: object) -> None:
+        calls["validate"] += 1
+        real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "warm_up", counting_warm_up)
+    monkeypatch.setattr("explorer.core.measure.warm_up", counting_warm_up)
+    monkeypatch.setattr(engine_module, "validate", counting_validate)
+    monkeypatch.setattr(device_module, "_profiles", {})  # none measured yet: the microbenchmarks run and report too
+    said: list[str] = []
+    trace = measure(tiny_lm, Request("abc", max_new_tokens=3, repeats=2), progress=lambda _f, text: said.append(text))
+    assert calls == {"warm_up": 1, "validate": 1}
+    assert trace.warmup_ran and trace.repeat_count == 2
+    assert said[:3] == [
+        "Measuring the device: matmul peak…",
+        "Measuring the device: copy bandwidth…",
+        "Warming up (first passes are slow)…",
+    ]
 
 
 @pytest.mark.parametrize(

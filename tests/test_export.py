@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from explorer.charts import export
-from explorer.core.engine import Request, generate
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 
@@ -92,7 +92,7 @@ def test_every_kind_of_app_chart_renders(tiny_lm: LoadedModel, cpu_figures: Devi
     from explorer.charts import attention, run
     from explorer.core.attention import capture_attention
 
-    trace = generate(tiny_lm, Request("export me", max_new_tokens=4), cpu_figures)
+    trace = generate(tiny_lm, check_request(tiny_lm, Request("export me", max_new_tokens=4)), cpu_figures)
     maps = capture_attention(tiny_lm, trace)
     charts = [
         run.timeline_chart(run.timeline_frame(trace)),

@@ -15,6 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
+from explorer.core import engine
 from explorer.core.errors import BadInput
 from explorer.core.loading import load_model
 from explorer.hosting import (
@@ -376,7 +377,7 @@ class Calls:
 
     def patches(self) -> contextlib.ExitStack:
         store_get = ui.runner.ModelStore.get
-        real_tokenize = ui.runner.tokenize
+        real_tokenize = engine.tokenize
 
         def get(store: object, *args: object, **kwargs: object) -> object:
             self.loads += 1
@@ -388,8 +389,7 @@ class Calls:
 
         stack = contextlib.ExitStack()
         stack.enter_context(mock.patch.object(ui.runner.ModelStore, "get", get))
-        stack.enter_context(mock.patch.object(ui.runner, "tokenize", tokenize))
-        stack.enter_context(mock.patch("explorer.core.engine.tokenize", tokenize))
+        stack.enter_context(mock.patch.object(engine, "tokenize", tokenize))
         return stack
 
 

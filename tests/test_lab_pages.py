@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
-from explorer.core.engine import Request, generate
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.ui import labs
@@ -27,7 +27,8 @@ def lab_app(tiny_llama_dir: Path) -> AppTest:
 @pytest.fixture
 def with_a_run(lab_app: AppTest, tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> AppTest:
     """As if the sidebar had run the tiny model once: its figures are what the estimates are modelled from."""
-    trace = generate(tiny_lm, Request("hi", max_new_tokens=2, use_chat_template=False), cpu_figures)
+    request = Request("hi", max_new_tokens=2, use_chat_template=False)
+    trace = generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)
     lab_app.session_state[ui.RUN] = ui.RunResult(trace, None, "", "run 1: hi")
     return lab_app
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from explorer.core import perfetto
-from explorer.core.engine import Request, generate
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 
@@ -32,12 +32,12 @@ METADATA = {
 
 @pytest.fixture(scope="module")
 def trace(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> Trace:
-    return generate(tiny_lm, Request("Hi", max_new_tokens=NEW_TOKENS), cpu_figures)
+    return generate(tiny_lm, check_request(tiny_lm, Request("Hi", max_new_tokens=NEW_TOKENS)), cpu_figures)
 
 
 @pytest.fixture(scope="module")
 def repeated(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> Trace:
-    return generate(tiny_lm, Request("Hi", max_new_tokens=4, repeats=3), cpu_figures)
+    return generate(tiny_lm, check_request(tiny_lm, Request("Hi", max_new_tokens=4, repeats=3)), cpu_figures)
 
 
 def check_format(document: dict[str, Any]) -> list[dict[str, Any]]:

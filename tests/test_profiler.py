@@ -15,7 +15,7 @@ from torch.autograd.profiler_util import FunctionEvent
 
 from explorer.cli.profile import check_pass_reachable, format_profile
 from explorer.core import profiler
-from explorer.core.engine import Request, generate
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
 from explorer.core.profiler import (
@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def greedy_trace(lm: LoadedModel, device: DeviceProfile, new_tokens: int) -> Trace:
-    return generate(lm, Request("The cat sat on the", max_new_tokens=new_tokens, use_chat_template=False), device)
+    request = Request("The cat sat on the", max_new_tokens=new_tokens, use_chat_template=False)
+    return generate(lm, check_request(lm, request), device)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 
 from explorer import ui
 from explorer.core.attention import AttentionMaps, capture_attention
-from explorer.core.engine import Request, generate
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import human_bytes, ms
@@ -60,7 +60,7 @@ def test_grading() -> None:
 # --- evidence from a real run ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def run(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> tuple[Trace, AttentionMaps]:
-    trace = generate(tiny_lm, Request("Check yourself", max_new_tokens=NEW_TOKENS), cpu_figures)
+    trace = generate(tiny_lm, check_request(tiny_lm, Request("Check yourself", max_new_tokens=NEW_TOKENS)), cpu_figures)
     return trace, capture_attention(tiny_lm, trace)
 
 

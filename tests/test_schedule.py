@@ -258,10 +258,10 @@ def test_the_device_is_passed_on_only_between_measured_spans(tiny_lm: LoadedMode
 
 
 def test_a_token_that_differs_is_named_with_its_reason(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
-    from explorer.core.engine import Request, generate
+    from explorer.core.engine import Request, check_request, generate
 
     request = Request("abcdef", max_new_tokens=4, use_chat_template=False, stop_at_eos=False)
-    trace = generate(tiny_lm, request, cpu_figures)
+    trace = generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)
     runner_up = trace.passes[2].top_tokens[1]
     tokens = list(trace.generated_token_ids)
     tokens[2] = runner_up.token_id

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from explorer.charts.serving import growth_sentence, nocache_frame
+from explorer.core.batched import PaddedBatch, run_batched
 from explorer.core.engine import Request
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
@@ -21,14 +22,12 @@ from explorer.core.trace import DeviceProfile
 from explorer.labs.batch import (
     ESTIMATE_SLACK,
     BatchConfig,
-    PaddedBatch,
     mismatch_note,
     one_run_s,
     plan_sweep,
     prompt_set,
     ridge_batch,
     run_batch_sweep,
-    run_batched,
 )
 from explorer.labs.batch import validate as validate_batch
 from explorer.labs.nocache import NoCacheResult, Step, run_nocache

@@ -10,20 +10,20 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
-from explorer.core.engine import Request
+from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
-from explorer.core.trace import DeviceProfile, Sampling
+from explorer.core.trace import Sampling
 from explorer.labs.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
 from explorer.ui import stepper
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.test_hosted import device_held_elsewhere
 
 
-def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
+def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
     request = Request("hello", max_new_tokens=5, use_chat_template=False)
-    stepped = SteppedRequest.start(tiny_lm, request, cpu_figures)
+    stepped = SteppedRequest.start(tiny_lm, check_request(tiny_lm, request))
     per_token = tiny_lm.info.kv_bytes_per_token
     first = stepped.step()
     assert first.is_prefill and first.kv_cache_bytes == first.tokens_in * per_token
@@ -178,10 +178,11 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
     assert stepper.STEPPED not in at.session_state
 
 
-def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
+def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel) -> None:
     steps = LiveSteps(idle_timeout_s=0.2)
     idle, busy = (
-        SteppedRequest.start(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False), cpu_figures) for p in "ab"
+        SteppedRequest.start(tiny_lm, check_request(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False)))
+        for p in "ab"
     )
     for request in (idle, busy):
         steps.add(request)

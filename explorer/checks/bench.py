@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from explorer.core.device import device_profile
-from explorer.core.engine import Request, generate, warm_up
+from explorer.core.engine import CheckedRequest, Request, check_request, generate
 from explorer.core.errors import BadInput
+from explorer.core.lab_progress import part_of, silent
 from explorer.core.loading import LoadedModel
+from explorer.core.measure import prepare_device
 from explorer.core.report import format_device
 from explorer.core.roofline import pass_flops
 from explorer.core.timing import Stopwatch
@@ -164,31 +165,33 @@ def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTi
     )
 
 
-def time_explorer(lm: LoadedModel, ids: list[int], new_tokens: int, device: DeviceProfile) -> SideTiming:
-    request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False)
-    trace = generate(lm, request, device, warmup=False, prompt_token_ids=ids)
+def time_explorer(lm: LoadedModel, checked: CheckedRequest, device: DeviceProfile) -> SideTiming:
+    trace = generate(lm, checked, device, warmed_up=True)
     return SideTiming(prefill_s=trace.prefill.wall_s, itl_s=trace.itl_s, token_ids=trace.generated_token_ids)
 
 
 def run_bench(
     lm: LoadedModel, config: BenchConfig, on_progress: Callable[[float, str], None] | None = None
 ) -> BenchResult:
+    """Check once, take the device figures and warm up once (`prepare_device`), warm HF's path too, then the
+    repeats, order alternating."""
     config.validate()
     ids = fixed_prompt_ids(lm, config)
-    warm_up(lm)
-    device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every measured run
+    checked = check_request(lm, Request(prompt="", max_new_tokens=config.new_tokens, stop_at_eos=False), ids)
+    report = on_progress or silent
+    device = prepare_device(lm, progress=part_of(report, 0.0, 0.1))
     time_hf_generate(lm, ids[:8], 4)  # warm-up of generate()'s own path, not recorded
     sides: dict[str, list[SideTiming]] = {"hf": [], "explorer": []}
     runners = {
-        "hf": time_hf_generate,
-        "explorer": lambda lm, ids, n: time_explorer(lm, ids, n, device),
+        "hf": lambda: time_hf_generate(lm, ids, config.new_tokens),
+        "explorer": lambda: time_explorer(lm, checked, device),
     }
     for r in range(config.repeats):
         order = ("hf", "explorer") if r % 2 == 0 else ("explorer", "hf")
         for name in order:
-            sides[name].append(runners[name](lm, ids, config.new_tokens))
-        if on_progress:
-            on_progress((r + 1) / config.repeats, f"repeat {r + 1}/{config.repeats} done ({' then '.join(order)})")
+            sides[name].append(runners[name]())
+        done = (r + 1) / config.repeats
+        report(0.1 + 0.9 * done, f"repeat {r + 1}/{config.repeats} done ({' then '.join(order)})")
     return BenchResult(
         config=config,
         model=lm.info,

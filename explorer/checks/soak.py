@@ -132,7 +132,7 @@ def run_soak(
 ) -> SoakResult:
     """Load once, then `config.runs` requests the way the app runs them; RSS is read after every run."""
     from explorer.core.attention import capture_attention
-    from explorer.core.engine import Request
+    from explorer.core.engine import OnPass, Request
     from explorer.core.loading import load_model
     from explorer.core.measure import measure
     from explorer.core.trace import PassRecord
@@ -153,7 +153,7 @@ def run_soak(
             streamed.append(p.token_text)  # the app draws each token as its pass finishes
 
         request = Request(prompt=config.prompt_for(run), max_new_tokens=config.max_new_tokens)
-        trace = measure(lm, request, on_pass=on_pass)
+        trace = measure(lm, request, on_pass=OnPass(see=on_pass))
         if current is not None:
             history.append(current[0])
         current = (trace, None)

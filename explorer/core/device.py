@@ -15,6 +15,7 @@ import torch
 
 from explorer.core.errors import BadInput, RunFailed
 from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
+from explorer.core.lab_progress import Report, silent
 from explorer.core.loading import DTYPES
 from explorer.core.timing import repeat_timed
 from explorer.core.trace import DeviceProfile, Source
@@ -39,9 +40,10 @@ _profiles: dict[tuple[str, str], DeviceProfile] = {}  # per process: hardware do
 _profiles_lock = threading.Lock()
 
 
-def device_profile(kind: str, dtype: str, *, fresh: bool = False) -> DeviceProfile:
+def device_profile(kind: str, dtype: str, *, fresh: bool = False, progress: Report | None = None) -> DeviceProfile:
     """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`: measured once per process and reused,
-    or measured again when `fresh` (a user's "re-measure", or a run that beat them)."""
+    or measured again when `fresh` (a user's "re-measure", or a run that beat them). `progress` hears of each
+    microbenchmark while it runs (seconds); figures already measured are returned at once, unreported."""
     if kind not in DEVICE_KINDS:
         raise BadInput(f"Unknown device '{kind}': use cpu, cuda or auto.")
     if dtype not in DTYPES:
@@ -50,7 +52,8 @@ def device_profile(kind: str, dtype: str, *, fresh: bool = False) -> DeviceProfi
         raise BadInput("CUDA requested but no GPU is available: use --device cpu or auto")
     with _profiles_lock:  # two sessions asking at once measure once, and never at the same time
         if fresh or (kind, dtype) not in _profiles:
-            _profiles[(kind, dtype)] = cpu_profile(dtype) if kind == "cpu" else cuda_profile(dtype)
+            report = progress or silent
+            _profiles[(kind, dtype)] = cpu_profile(dtype, report) if kind == "cpu" else cuda_profile(dtype, report)
         return _profiles[(kind, dtype)]
 
 
@@ -81,9 +84,15 @@ def benchmark_record(
 # --- CPU -------------------------------------------------------------------------------------------------------------
 
 
-def cpu_profile(dtype: str) -> DeviceProfile:
+MATMUL_TEXT = "Measuring the device: matmul peak…"
+COPY_TEXT = "Measuring the device: copy bandwidth…"
+
+
+def cpu_profile(dtype: str, progress: Report = silent) -> DeviceProfile:
     """A CPU has no spec table: both peaks are the best that fixed-size microbenchmarks achieve here."""
+    progress(0.0, MATMUL_TEXT)
     flops_samples = measure_matmul_flops("cpu", dtype, CPU_MATMUL_N)
+    progress(0.5, COPY_TEXT)
     bandwidth_samples = measure_copy_bandwidth("cpu", CPU_COPY_BYTES)
     flops, bandwidth_bytes_per_s = max(flops_samples), max(bandwidth_samples)
     threads = torch.get_num_threads()
@@ -220,7 +229,7 @@ def _measure_or_reason(measure: Callable[[], list[float]]) -> tuple[list[float],
         torch.cuda.empty_cache()  # give the benchmark's buffers back before the model loads
 
 
-def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
+def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None) -> DeviceProfile:
     """Peak FLOP/s from the spec table, bandwidth from NVML (else the table), plus a short measurement of both."""
     index = torch.cuda.current_device() if index is None else index
     name = torch.cuda.get_device_name(index)
@@ -237,7 +246,9 @@ def cuda_profile(dtype: str, index: int | None = None) -> DeviceProfile:
 
     spec = match_gpu_spec(name, memory_bytes)
     device = f"cuda:{index}"
+    progress(0.0, MATMUL_TEXT)
     flops_samples, flops_failure = _measure_or_reason(lambda: measure_matmul_flops(device, dtype, GPU_MATMUL_N))
+    progress(0.5, COPY_TEXT)
     bandwidth_samples, bandwidth_failure = _measure_or_reason(lambda: measure_copy_bandwidth(device, GPU_COPY_BYTES))
     measured_flops = max(flops_samples) if flops_samples else None
     measured_bandwidth = max(bandwidth_samples) if bandwidth_samples else None

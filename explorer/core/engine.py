@@ -1,8 +1,10 @@
 """One request's life, instrumented: tokenize, ONE prefill pass into an empty KV cache, then cached one-token decodes.
 
 Shaped like gpt-fast's generate.py: `prefill()` and `decode_one_token()` are the two forwards; `LiveRequest.step()`
-is the one timed step both phases share (clock, time the forward, sample, record); `generate()` is a short ladder:
-prefill, then `decode_n_tokens()`, once per repeat.
+is the one timed step both phases share (clock, time the forward, sample, record); `run_to_end()` is a short ladder,
+the prefill, then `decode_n_tokens()`, each pass followed by the one `OnPass` hook; `generate()` climbs it once per
+repeat and builds the Trace. Checking the request (`check_request`) and warming up (`warm_up`) happen once, before,
+at each entry point (`explorer.core.measure`, the labs, the benchmark, step mode): `generate()` repeats neither.
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import torch
 
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
-from explorer.core.lab_progress import BetweenUnits, between_passes
+from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes
 from explorer.core.loading import LoadedModel
 from explorer.core.roofline import pass_cost
 from explorer.core.timing import synchronize, timed
@@ -29,8 +31,6 @@ TOP_K_SHOWN = 5
 WARMUP_PROMPT_TOKENS = 8
 WARMUP_DECODES = 2
 
-OnPass = Callable[[PassRecord], None]
-
 
 @dataclass(frozen=True)
 class Request:
@@ -40,6 +40,39 @@ class Request:
     sampling: Sampling = field(default_factory=Sampling)
     stop_at_eos: bool = True
     repeats: int = 1  # run the same request this many times in a row, for the spread of every timing
+
+
+@dataclass(frozen=True)
+class CheckedRequest:
+    """A request that passed every check before anything was paid for (`check_request`), with its prompt's ids."""
+
+    request: Request
+    prompt_ids: tuple[int, ...]
+    tokenized: bool  # ids from the prompt's text, which the timed run tokenizes again (TTFT counts tokenization);
+    # False: the caller's fixed ids (the benchmark, the scheduling lab, the batching lab), used as given
+
+
+@dataclass(frozen=True)
+class OnPass:
+    """The one hook that follows every pass: the caller sees the pass (`see`: the app streams its token), then, on a
+    shared server, anyone waiting may use the device (`hand_over`, a lab's `between_units`) with the request's clock
+    paused, so the wait shows in none of its times (`explorer.core.lab_progress`)."""
+
+    see: Callable[[PassRecord], None] | None = None
+    hand_over: BetweenUnits | None = None
+
+    def __call__(self, record: PassRecord, clock: PausableClock) -> None:
+        if self.see is not None:
+            self.see(record)
+        if self.hand_over is not None:
+            between_passes(clock, self.hand_over)
+
+    def unseen(self) -> OnPass:
+        """The same hand-over, nobody watching: a page streams the first repeat only."""
+        return replace(self, see=None)
+
+
+UNWATCHED = OnPass()  # nobody sees the passes and nobody waits for the device (the CLI, tests)
 
 
 # --- the two forwards ------------------------------------------------------------------------------------------------
@@ -137,20 +170,29 @@ def check_context(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> None
         )
 
 
-def checked_prompt_ids(lm: LoadedModel, request: Request, prompt_token_ids: list[int] | None = None) -> list[int]:
-    """Refuse a request that cannot run before paying for anything; the timed request tokenizes again (TTFT counts
-    tokenization)."""
+def check_request(lm: LoadedModel, request: Request, prompt_token_ids: Sequence[int] | None = None) -> CheckedRequest:
+    """Refuse a request that cannot run before paying for anything: once per entry point, before the warm-up.
+    `prompt_token_ids` are fixed ids to run as given; without them the prompt is tokenized (and again, timed, by the
+    run itself: TTFT counts tokenization)."""
     validate(request, needs_prompt=prompt_token_ids is None)
     ids = prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
     if not ids:
         raise BadInput("The prompt produced no tokens: type some text to run.")
     check_context(lm, len(ids), request.max_new_tokens)
-    return ids
+    return CheckedRequest(request, tuple(ids), tokenized=prompt_token_ids is None)
 
 
-def warm_up(lm: LoadedModel) -> None:
-    """A short prefill and a few decodes first: the first forwards of a process pay for lazy kernel setup, and the
-    device microbenchmarks leave the caches full of their own buffers."""
+def checked_prompt_ids(lm: LoadedModel, request: Request, prompt_token_ids: Sequence[int] | None = None) -> list[int]:
+    """The prompt's ids of a request `check_request` accepts (the command line refuses a request before loading)."""
+    return list(check_request(lm, request, prompt_token_ids).prompt_ids)
+
+
+def warm_up(lm: LoadedModel, progress: Report | None = None) -> None:
+    """A short prefill and a few decodes, once per entry point, as the last passes before the timed ones: the first
+    forwards of a process pay for lazy kernel set-up, and the device microbenchmarks leave the caches full of their
+    own buffers."""
+    if progress is not None:
+        progress(0.0, "Warming up (first passes are slow)…")
     ids = torch.arange(WARMUP_PROMPT_TOKENS, device=lm.torch_device).remainder(lm.info.vocab_size)[None, :]
     cache = new_cache(lm.model)
     logits = prefill(lm.model, ids, cache)
@@ -197,22 +239,21 @@ class LiveRequest:
     def __init__(
         self,
         lm: LoadedModel,
-        request: Request,
+        checked: CheckedRequest,
         device: DeviceProfile,
         sampling: Sampling,
-        prompt_token_ids: list[int] | None = None,
         batch_rows: list[list[int]] | None = None,
     ) -> None:
-        self.lm, self.request, self.device, self.sampling = lm, request, device, sampling
+        self.lm, self.checked, self.request, self.device = lm, checked, checked.request, device
+        self.sampling = sampling
         self.clock = RequestClock()
-        if batch_rows is not None:  # equal lengths: no padding, so every row's positions and mask are its own
-            assert batch_rows and len({len(row) for row in batch_rows}) == 1, "batch rows must share one length"
-            prompt_token_ids = batch_rows[0]
+        request = checked.request
         self.prompt_ids = (
-            prompt_token_ids
-            if prompt_token_ids is not None
-            else tokenize(lm, request.prompt, request.use_chat_template)
+            tokenize(lm, request.prompt, request.use_chat_template) if checked.tokenized else list(checked.prompt_ids)
         )
+        if batch_rows is not None:  # equal lengths: no padding, so every row's positions and mask are its own
+            assert len({len(row) for row in batch_rows}) == 1, "batch rows must share one length"
+            assert batch_rows[0] == self.prompt_ids, "the checked request is the batch's first row"
         self.rows = batch_rows if batch_rows is not None else [self.prompt_ids]
         self.generator = None if sampling.is_greedy else torch.Generator(lm.torch_device).manual_seed(sampling.seed)
         self.cache: object | None = new_cache(lm.model)
@@ -274,85 +315,58 @@ class LiveRequest:
         self.cache = None
 
 
-def after_pass(
-    live: LiveRequest, record: PassRecord, on_pass: OnPass | None, between_units: BetweenUnits | None
-) -> None:
-    """What follows every pass: the caller sees it; then, on a shared server, anyone waiting may go first, with the
-    request's clock paused so the wait shows in none of its times (a lab's long request, `lab_progress`)."""
-    if on_pass:
-        on_pass(record)
-    if between_units is not None:
-        between_passes(live.clock, between_units)
-
-
-def decode_n_tokens(live: LiveRequest, on_pass: OnPass | None, between_units: BetweenUnits | None = None) -> None:
+def decode_n_tokens(live: LiveRequest, on_pass: OnPass) -> None:
+    """One-token decodes until EOS or max new tokens, each followed by the hook."""
     while not live.done:
-        after_pass(live, live.step(), on_pass, between_units)
+        on_pass(live.step(), live.clock)
 
 
-def run_to_end(
-    live: LiveRequest, on_pass: OnPass | None = None, between_units: BetweenUnits | None = None
-) -> LiveRequest:
-    """The prefill, then `decode_n_tokens`; the KV cache freed once the request is done."""
-    after_pass(live, live.step(), on_pass, between_units)  # the prefill
-    decode_n_tokens(live, on_pass, between_units)
+def run_to_end(live: LiveRequest, on_pass: OnPass = UNWATCHED) -> LiveRequest:
+    """The ladder: the prefill, then `decode_n_tokens`; the KV cache freed once the request is done."""
+    on_pass(live.step(), live.clock)  # the prefill: every prompt token into the empty cache
+    decode_n_tokens(live, on_pass)
     live.free()
     return live
 
 
 def generate(
     lm: LoadedModel,
-    request: Request,
+    checked: CheckedRequest,
     device: DeviceProfile,
+    on_pass: OnPass = UNWATCHED,
     *,
-    on_pass: OnPass | None = None,
-    warmup: bool = True,
-    prompt_token_ids: list[int] | None = None,
-    between_units: BetweenUnits | None = None,
+    warmed_up: bool = False,
 ) -> Trace:
-    """Run one request `request.repeats` times with the device figures `device`; `prompt_token_ids` skips
-    tokenization (the benchmark's fixed prompts). `on_pass` sees the first repeat's passes as they finish;
-    `between_units`, where given, lets other sessions use the device between passes (see `after_pass`)."""
-    ids = checked_prompt_ids(lm, request, prompt_token_ids)
-    if warmup:
-        warm_up(lm)
-    sampling = seeded(request.sampling)
+    """Run a checked request `request.repeats` times with the device figures `device`, each repeat one ladder
+    (`run_to_end`); `on_pass.see` watches the first repeat only. `warmed_up`: the caller ran `warm_up` first (the
+    trace records it)."""
+    sampling = seeded(checked.request.sampling)
     runs = [
-        run_to_end(
-            LiveRequest(lm, request, device, sampling, prompt_token_ids), on_pass if i == 0 else None, between_units
-        )
-        for i in range(request.repeats)
+        run_to_end(LiveRequest(lm, checked, device, sampling), on_pass if repeat == 0 else on_pass.unseen())
+        for repeat in range(checked.request.repeats)
     ]
-    return finished_trace(lm, request, device, ids, runs, sampling, warmup, prompt_token_ids is None)
+    return finished_trace(lm, checked, runs, warmed_up)
 
 
-def finished_trace(
-    lm: LoadedModel,
-    request: Request,
-    device: DeviceProfile,
-    ids: list[int],
-    runs: list[LiveRequest],
-    sampling: Sampling,
-    warmup_ran: bool,
-    tokenized: bool,
-) -> Trace:
+def finished_trace(lm: LoadedModel, checked: CheckedRequest, runs: list[LiveRequest], warmup_ran: bool) -> Trace:
     """The Trace of finished runs of one request; pages show the repeat with the median end-to-end time."""
     e2e_s = [run.passes[-1].token_s for run in runs]
     shown = e2e_s.index(statistics.median_low(e2e_s))
     passes = runs[shown].passes
+    request, ids = checked.request, checked.prompt_ids
     return Trace(
         model=lm.info,
-        device=device,
+        device=runs[shown].device,
         prompt_text=request.prompt,
         prompt_token_ids=tuple(ids),
         prompt_tokens_text=tuple(token_text(lm.tokenizer, i) for i in ids),
-        chat_template_used=request.use_chat_template and lm.has_chat_template and tokenized,
+        chat_template_used=request.use_chat_template and lm.has_chat_template and checked.tokenized,
         generated_text=lm.tokenizer.decode([p.token_id for p in passes], skip_special_tokens=True),
         repeats=tuple(tuple(run.passes) for run in runs),
         shown_repeat=shown,
         warmup_ran=warmup_ran,
         stop_reason=runs[shown].stop_reason,
         max_new_tokens=request.max_new_tokens,
-        sampling=sampling,
+        sampling=runs[shown].sampling,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )

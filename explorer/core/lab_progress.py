@@ -21,6 +21,11 @@ Report = Callable[[float, str], None]  # (fraction done 0..1, what is happening)
 BetweenUnits = Callable[[], None]
 
 
+def part_of(report: Report, start: float, end: float) -> Report:
+    """A report for one part of some work: its own 0..1 drawn as `start`..`end` of the whole bar."""
+    return lambda fraction, text: report(start + (end - start) * fraction, text)
+
+
 def keep_device() -> None:
     """Outside a shared server (the CLI, tests) nobody waits: the work keeps the device."""
 
@@ -52,11 +57,11 @@ class LabProgress:
 
     def span(self, start: float, end: float) -> Report:
         """A report for one part of the work: its own 0..1 drawn as `start`..`end` of the whole bar."""
-        return lambda fraction, text: self.report(start + (end - start) * fraction, text)
+        return part_of(self.report, start, end)
 
 
-def _silent(_fraction: float, _text: str) -> None:
-    pass
+def silent(_fraction: float, _text: str) -> None:
+    """A report that draws nothing."""
 
 
-QUIET = LabProgress(_silent)  # the default: nothing drawn, the device kept
+QUIET = LabProgress(silent)  # the default: nothing drawn, the device kept

@@ -1,10 +1,11 @@
 """A measured request as the CLI and the app run it, with device figures that hold under noise.
 
-The order matters: warm up, take the device figures (so a busy moment during loading does not freeze them), run,
-then check the figures against the run. A pass that beats the roofline floor by more than 10 % proves the figures
-were taken while the device was busy: they are re-measured (peaks are maxima, so the higher of old and new is kept)
-and the trace is re-costed; if a pass still beats them, the figure is raised to what that pass achieved, and the
-trace says so. No page can then show a utilisation above 100 %.
+The order matters: check the request (refused before anything is paid for), take the device figures, warm up (the
+last passes before the timed ones: `prepare_device`, once per entry point, which the labs, the benchmark and step mode
+use too), run, then check the figures against the run. A pass that beats the roofline floor by more than 10 % proves
+the figures were taken while the device was busy: they are re-measured (peaks are maxima, so the higher of old and new
+is kept) and the trace is re-costed; if a pass still beats them, the figure is raised to what that pass achieved, and
+the trace says so. No page can then show a utilisation above 100 %.
 """
 
 from __future__ import annotations
@@ -12,18 +13,38 @@ from __future__ import annotations
 from dataclasses import replace
 
 from explorer.core.device import device_profile, remember_profile
-from explorer.core.engine import OnPass, Request, checked_prompt_ids, generate, warm_up
+from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
+from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loading import LoadedModel
 from explorer.core.roofline import pass_cost
 from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile, PassRecord, Trace
 
 
-def measure(lm: LoadedModel, request: Request, *, on_pass: OnPass | None = None, remeasure: bool = False) -> Trace:
-    """Check the request, warm up, take the device figures (fresh ones if `remeasure`), run, keep the figures honest."""
-    checked_prompt_ids(lm, request)
-    warm_up(lm)
-    device = device_profile(lm.torch_device.type, lm.info.dtype, fresh=remeasure)
-    trace = generate(lm, request, device, on_pass=on_pass)
+def prepare_device(lm: LoadedModel, *, remeasure: bool = False, progress: Report | None = None) -> DeviceProfile:
+    """What every entry point does once before its timed passes: take the device figures (fresh ones if `remeasure`),
+    then warm up, so the warm-up's passes are the last before the timed ones (see `warm_up`)."""
+    report = progress or silent
+    kind, dtype = lm.torch_device.type, lm.info.dtype
+    device = device_profile(kind, dtype, fresh=remeasure, progress=part_of(report, 0.0, 0.8))
+    warm_up(lm, part_of(report, 0.8, 1.0))
+    return device
+
+
+def measure(
+    lm: LoadedModel,
+    request: Request | CheckedRequest,
+    *,
+    on_pass: OnPass = UNWATCHED,
+    remeasure: bool = False,
+    progress: Report | None = None,
+) -> Trace:
+    """Check the request (unless the caller did: the app holds its token count to a hosted server's cap), take the
+    device figures and warm up (`prepare_device`, reported to `progress`), run, keep the figures honest."""
+    checked = request if isinstance(request, CheckedRequest) else check_request(lm, request)
+    device = prepare_device(lm, remeasure=remeasure, progress=progress)
+    if progress is not None:
+        progress(1.0, "Running the request: the timed passes…")
+    trace = generate(lm, checked, device, on_pass, warmed_up=True)
     return keep_figures_honest(trace)
 
 

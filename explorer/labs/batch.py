@@ -1,13 +1,7 @@
 """Serving lab: why batching. B prompts of equal token length are prefilled as one batch and decoded together in one
-KV cache of batch B, with the engine's own timed step; each batch size is checked against the same prompts run alone.
-
-The batched loop has two paths:
-- prompts of one length (this lab's sweep) need no padding: `run_batched` drives the engine's `LiveRequest` with
-  `batch_rows`, so every sequence keeps its own positions and causal mask and every step is a timed `PassRecord`;
-- prompts of different lengths (the Scheduling lab's static batching) go through `PaddedBatch`: left padding, an
-  attention mask that hides it, and positions counted from each row's first real token.
-Either way the batch computes what the solo runs compute, up to float rounding of the batched matmuls (checked, not
-assumed: a token that differs is named with the reason).
+KV cache of batch B (`explorer.core.batched.run_batched`, the engine's own timed step); each batch size is checked
+against the same prompts run alone, up to float rounding of the batched matmuls (checked, not assumed: a token that
+differs is named with the reason).
 
 What holds the device: one pass at a time. The sweep's figures are sums and gaps of individually timed passes, so
 between any two passes it lets anyone waiting go first (`between_units`), the batch's clock paused meanwhile.
@@ -16,19 +10,16 @@ between any two passes it lets anyone waiting go first (`between_units`), the ba
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-import torch
-
-from explorer.core.engine import LiveRequest, Request, checked_prompt_ids, new_cache, run_to_end, warm_up
+from explorer.core.batched import run_batched
+from explorer.core.engine import LiveRequest, OnPass, warm_up
 from explorer.core.errors import BadInput
-from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress
+from explorer.core.lab_progress import QUIET, LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.roofline import kv_cache_bytes, pass_cost
-from explorer.core.timing import synchronize
-from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, PassCost, PassRecord, Sampling
+from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, PassCost, PassRecord
 from explorer.core.units import human_bytes
 
 # Public-domain text (the opening of "A Tale of Two Cities"): different windows of it make different prompts of the
@@ -216,82 +207,6 @@ def validate(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> Swe
     return plan
 
 
-def run_batched(
-    lm: LoadedModel,
-    device: DeviceProfile,
-    rows: list[list[int]],
-    new_tokens: int,
-    between_units: BetweenUnits | None = None,
-) -> LiveRequest:
-    """One prefill of all B rows (one length), then decode steps for all of them, through the engine's timed step;
-    between steps the device may pass to another session, with the batch's clock paused."""
-    request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False, sampling=Sampling())
-    checked_prompt_ids(lm, request, rows[0])
-    live = LiveRequest(lm, request, device, request.sampling, batch_rows=rows)
-    return run_to_end(live, between_units=between_units)
-
-
-# --- prompts of different lengths: left padding ----------------------------------------------------------------------
-@torch.inference_mode()
-def padded_forward(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    cache: object,
-) -> torch.Tensor:
-    # input_ids, position_ids: (B, T), T = 1 for a decode; attention_mask: (B, T_cache + T) -> logits (B, vocab)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,  # only the last position's logits pick the next token
-    )
-    return out.logits[:, -1, :]
-
-
-def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    # attention_mask: (B, T), left-padded -> (B, T): each row counts from its first real token (padding at 0)
-    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
-
-
-class PaddedBatch:
-    """B greedy prompts of any lengths in one batch: left-padded so every row's last prompt token is the last
-    position, an attention mask that hides the padding, positions counted from each row's first real token, so each
-    row computes what it would alone (up to float rounding). `step()` is one forward for every row."""
-
-    def __init__(self, lm: LoadedModel, rows: Sequence[Sequence[int]]) -> None:
-        self.model, self.device = lm.model, lm.torch_device
-        longest = max(len(row) for row in rows)
-        pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0  # masked: any id works
-        input_ids = torch.full((len(rows), longest), pad_id, dtype=torch.long)  # (B, T)
-        attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)  # (B, T)
-        for r, row in enumerate(rows):
-            input_ids[r, longest - len(row) :] = torch.tensor(list(row))
-            attention_mask[r, longest - len(row) :] = 1
-        self.input_ids, self.attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        self.cache = new_cache(lm.model)
-        self.positions = self.attention_mask.sum(-1, keepdim=True)  # (B, 1): the next position of every row
-        self.next_ids: torch.Tensor | None = None  # (B, 1): the tokens the last step picked
-
-    def step(self) -> list[int]:
-        """The prefill first, then one decode per call: every row's next greedy token, once the device is done."""
-        if self.next_ids is None:  # the prefill: every prompt position into the empty cache
-            ids, positions = self.input_ids, prompt_positions(self.attention_mask)  # (B, T) each
-        else:  # a decode: one new token per row, finished rows included (a fixed batch)
-            ids, positions = self.next_ids, self.positions  # (B, 1) each
-            assert ids.shape[-1] == 1, "a decode pass computes exactly one new token per row"
-            ones = self.attention_mask.new_ones((self.attention_mask.shape[0], 1))
-            self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)  # (B, T_cache + 1)
-            self.positions = self.positions + 1
-        logits = padded_forward(self.model, ids, self.attention_mask, positions, self.cache)
-        self.next_ids = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-        synchronize(self.device)
-        return [int(t) for t in self.next_ids[:, 0].tolist()]
-
-
 # --- the sweep -------------------------------------------------------------------------------------------------------
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
@@ -339,22 +254,23 @@ def run_batch_sweep(
     config: BatchConfig,
     progress: LabProgress = QUIET,
 ) -> BatchResult:
+    """Every batch size, after each distinct prompt alone; the caller has warmed up (`core.measure.prepare_device`)."""
     plan = validate(lm.info, device, config)
     about = f"the sweep is estimated at ~{plan.estimate_s:.1f} s (modelled)"
     largest = max(config.batch_sizes)
     count = largest if config.distinct_prompts else 1
     prompts = prompt_set(lm, config.prompt_tokens, count, config.distinct_prompts)
-    warm_up(lm)
+    hand_over = OnPass(hand_over=progress.between_units)
     solo = []
     for i, prompt in enumerate(prompts):
         progress(0.3 * i / len(prompts), f"solo reference {i + 1}/{len(prompts)}; {about}")
-        live = run_batched(lm, device, [prompt], config.new_tokens, progress.between_units)
+        live = run_batched(lm, device, [prompt], config.new_tokens, hand_over)
         solo.append(tuple(p.token_id for p in live.passes))
     runs = []
     for n, batch in enumerate(config.batch_sizes):
         progress(0.3 + 0.7 * n / len(config.batch_sizes), f"batch {batch}; {about}")
         rows = [prompts[i % count] for i in range(batch)]
-        live = run_batched(lm, device, rows, config.new_tokens, progress.between_units)
+        live = run_batched(lm, device, rows, config.new_tokens, hand_over)
         runs.append(batch_run(lm, live, [solo[r % count] for r in range(batch)], batch))
     progress(1.0, "Done.")
     return BatchResult(

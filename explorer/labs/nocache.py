@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from explorer.core.engine import Request, checked_prompt_ids, forward_without_cache, generate, warm_up
+from explorer.core.engine import (
+    OnPass,
+    Request,
+    check_request,
+    checked_prompt_ids,
+    forward_without_cache,
+    generate,
+    warm_up,
+)
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
 from explorer.core.loading import LoadedModel
@@ -206,16 +214,17 @@ def run_nocache(
     budget_s: float = DEFAULT_BUDGET_S,
     progress: LabProgress = QUIET,
 ) -> NoCacheResult:
-    """The cached loop (the engine, EOS ignored so both make the same number of tokens), then the naive loop."""
+    """The cached loop (the engine, EOS ignored so both make the same number of tokens), then the naive loop. The
+    request is checked here, once; the caller has warmed up (`core.measure.prepare_device`)."""
     request = Request(
         request.prompt, request.max_new_tokens, request.use_chat_template, request.sampling, stop_at_eos=False
     )
-    prompt_ids = checked_prompt_ids(lm, request)
-    estimate = validate(lm.info, device, len(prompt_ids), request.max_new_tokens, budget_s)
+    checked = check_request(lm, request)
+    estimate = validate(lm.info, device, len(checked.prompt_ids), request.max_new_tokens, budget_s)
     about = f"the naive loop is estimated at ~{estimate:.1f} s (modelled) of the {budget_s:.0f} s budget"
     progress(0.05, f"cached loop: one prefill, then one-token decodes; {about}")
-    # The engine's own loop, warm-up first; the device passes on between passes, the request's clock paused.
-    trace = generate(lm, request, device, between_units=progress.between_units)
+    # The engine's own loop; the device passes on between passes, the request's clock paused.
+    trace = generate(lm, checked, device, OnPass(hand_over=progress.between_units), warmed_up=True)
     cached = tuple(
         Step(
             position=p.cache_len_after,
@@ -231,7 +240,7 @@ def run_nocache(
     naive_part = progress.span(0.3, 1.0)
     uncached = uncached_loop(
         lm,
-        prompt_ids,
+        list(checked.prompt_ids),
         request.max_new_tokens,
         progress.between_units,
         lambda f, text: naive_part(f, f"{text}; {about}"),

@@ -18,10 +18,11 @@ import weakref
 from dataclasses import dataclass, field
 
 from explorer.core.attention import AttentionMaps, AttentionReplay, check_capture
-from explorer.core.engine import LiveRequest, Request, checked_prompt_ids, finished_trace, seeded, warm_up
+from explorer.core.engine import CheckedRequest, LiveRequest, Request, finished_trace, seeded
+from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import keep_figures_honest
-from explorer.core.trace import DeviceProfile, PassRecord, Trace
+from explorer.core.measure import keep_figures_honest, prepare_device
+from explorer.core.trace import PassRecord, Trace
 
 IDLE_TIMEOUT_S = 600.0  # a stepped request untouched this long frees its cache
 
@@ -31,7 +32,7 @@ class SteppedRequest:
     """A request between clicks: the live request (its KV cache), its attention shadow, when it was last touched."""
 
     lm: LoadedModel
-    request: Request
+    checked: CheckedRequest
     live: LiveRequest
     replay: AttentionReplay
     last_used_s: float  # time.monotonic() of the last claim or step
@@ -40,17 +41,26 @@ class SteppedRequest:
 
     @classmethod
     def start(
-        cls, lm: LoadedModel, request: Request, device: DeviceProfile, attention_cap_bytes: int | None = None
+        cls,
+        lm: LoadedModel,
+        checked: CheckedRequest,
+        attention_cap_bytes: int | None = None,
+        progress: Report | None = None,
     ) -> SteppedRequest:
-        """Check the request against the same limits and caps as a run, warm up, and get ready for the prefill."""
-        ids = checked_prompt_ids(lm, request)
+        """A checked request (`engine.check_request`, as a run's) held to the attention cap, then the device figures
+        and the warm-up (`prepare_device`, once), ready for the prefill."""
+        prompt_len, new_tokens = len(checked.prompt_ids), checked.request.max_new_tokens
         # The attention shadow keeps every layer; it is refused up front if the whole request would pass the cap.
-        decode_lens = [len(ids) + k for k in range(1, request.max_new_tokens)]
-        layers = check_capture(lm.info, None, len(ids), decode_lens, attention_cap_bytes)
-        warm_up(lm)
-        live = LiveRequest(lm, request, device, seeded(request.sampling))
+        decode_lens = [prompt_len + k for k in range(1, new_tokens)]
+        layers = check_capture(lm.info, None, prompt_len, decode_lens, attention_cap_bytes)
+        device = prepare_device(lm, progress=progress)
+        live = LiveRequest(lm, checked, device, seeded(checked.request.sampling))
         live.clock.pause()  # nothing runs until the first click
-        return cls(lm, request, live, AttentionReplay(lm, layers), time.monotonic())
+        return cls(lm, checked, live, AttentionReplay(lm, layers), time.monotonic())
+
+    @property
+    def request(self) -> Request:
+        return self.checked.request
 
     @property
     def passes(self) -> list[PassRecord]:
@@ -110,10 +120,7 @@ class SteppedRequest:
         """The request so far as a Trace; once finished, the Trace a normal run would have produced."""
         if self.finished is not None:
             return self.finished
-        live = self.live
-        return finished_trace(
-            self.lm, self.request, live.device, live.prompt_ids, [live], live.sampling, True, tokenized=True
-        )
+        return finished_trace(self.lm, self.checked, [self.live], warmup_ran=True)  # `start` warmed up
 
     def free(self) -> None:
         """Drop both caches now (reset, a new prompt, a failed step), after a pass that is running ends."""

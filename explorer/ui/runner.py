@@ -3,9 +3,10 @@ the server's limits, wait in line for the device (`explorer.ui.queue`), load, ru
 attention).
 
 What holds the device and for how long (one turn each, first come first served, see `explorer.hosting.DeviceQueue`):
-- a sidebar run: loading (once per model), warm-up, the timed passes of every repeat, the untimed attention replay,
-  then the drawing of that session's page: the turn ends when the session's script run ends (at most
-  `DRAW_HOLD_S`), so the next run's passes never share the cores with that drawing;
+- a sidebar run: loading (once per model), the device figures (measured once per process) and the warm-up, the
+  timed passes of every repeat, the untimed attention replay, then the drawing of that session's page: the turn
+  ends when the session's script run ends (at most `DRAW_HOLD_S`), so the next run's passes never share the cores
+  with that drawing;
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
@@ -18,18 +19,19 @@ Changing a view takes no turn: it only reads the session's stored run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import streamlit as st
 
 from explorer.core.attention import capture_attention
 from explorer.core.device import device_profile
-from explorer.core.engine import Request, tokenize, validate, warm_up
+from explorer.core.engine import CheckedRequest, OnPass, Request, check_request, validate
 from explorer.core.errors import ExplorerError
-from explorer.core.lab_progress import LabProgress
+from explorer.core.lab_progress import LabProgress, Report
 from explorer.core.loading import EMBEDDED, LoadedModel, Progress, load_model, resolve_device
-from explorer.core.measure import keep_figures_honest, measure, recost
+from explorer.core.measure import keep_figures_honest, measure, prepare_device, recost
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting import ALLOWED_MODELS_ENV as ALLOWED_MODELS_ENV  # older code imports it from here
 from explorer.hosting import LabSize
@@ -73,16 +75,24 @@ def model_store() -> ModelStore:
     return ModelStore()
 
 
-def get_model(inputs: RunInputs) -> LoadedModel:
-    bar = st.progress(0.0, text=escape_markdown(f"Loading {inputs.model} …"))
+@contextmanager
+def progress_bar(text: str) -> Iterator[Report]:
+    """A progress bar while the block runs, drawn by any progress report (loading, the device figures, the warm-up, a
+    lab), and removed when the block ends."""
+    bar = st.progress(0.0, text=escape_markdown(text))
 
-    def progress(fraction: float, text: str) -> None:
-        bar.progress(min(1.0, fraction), text=escape_markdown(text))
+    def report(fraction: float, what: str) -> None:
+        bar.progress(min(1.0, fraction), text=escape_markdown(what))
 
     try:
-        return model_store().get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, progress)
+        yield report
     finally:
         bar.empty()
+
+
+def get_model(inputs: RunInputs) -> LoadedModel:
+    with progress_bar(f"Loading {inputs.model} …") as report:
+        return model_store().get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, report)
 
 
 # --- the run -------------------------------------------------------------------------------------------------------
@@ -94,8 +104,9 @@ def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
     return "  ".join(parts)
 
 
-def run_streaming(lm: LoadedModel, request: Request, probe: ContentionProbe | None = None) -> Trace:
-    """The timed run, drawing each token with its gap as its pass finishes (the drawing falls inside the ITL)."""
+def run_streaming(lm: LoadedModel, checked: CheckedRequest, probe: ContentionProbe | None = None) -> Trace:
+    """The device figures and the warm-up on a progress bar, then the timed run, drawing each token with its gap as its
+    pass finishes (the drawing falls inside the ITL)."""
     live = st.container(border=True)
     live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
     stream = live.empty()
@@ -110,7 +121,8 @@ def run_streaming(lm: LoadedModel, request: Request, probe: ContentionProbe | No
         gaps = [b - a for a, b in zip(token_times, token_times[1:])]
         stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
 
-    trace = measure(lm, request, on_pass=on_pass)
+    with progress_bar("Preparing the device…") as report:
+        trace = measure(lm, checked, on_pass=OnPass(see=on_pass), progress=report)
     stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
     return trace
 
@@ -142,15 +154,16 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         policy = hosting_policy()
         model = policy.check_model(inputs.model)  # by name alone: a path never reaches the filesystem
         policy.check_request(inputs.prompt, inputs.max_new_tokens, inputs.repeats)  # characters before tokens
-        validate(request)
+        validate(request)  # its numbers, before anything loads
         count_run(policy)
         with device_turn("run"):
             lm = get_model(replace(inputs, model=model))
             st.session_state[LAST_INPUTS] = inputs  # a model that loaded: the labs run on the sidebar's last one
+            checked = check_request(lm, request)  # once: the run takes it as checked
             if policy.max_prompt_tokens is not None:  # a few thousand characters at most, after the check above
-                policy.check_prompt_tokens(len(tokenize(lm, request.prompt, request.use_chat_template)))
+                policy.check_prompt_tokens(len(checked.prompt_ids))
             probe = ContentionProbe()
-            trace = run_streaming(lm, request, probe)
+            trace = run_streaming(lm, checked, probe)
             result = replace(remember(trace, inputs.prompt), contention_note=probe.note)
             st.session_state[RUN] = result
             if result.contention_note:
@@ -174,8 +187,8 @@ def remeasure_device(device: str, dtype: str) -> None:
     try:
         count_run()
         kind, dtype = (run.trace.device.kind, run.trace.device.dtype) if run else (resolve_device(device).type, dtype)
-        with device_turn("device figures"), st.spinner("Measuring the device (best of 5 matmuls and copies)…"):
-            fresh = device_profile(kind, dtype, fresh=True)
+        with device_turn("device figures"), progress_bar("Measuring the device (best of 5 matmuls and copies)…") as bar:
+            fresh = device_profile(kind, dtype, fresh=True, progress=bar)
     except ExplorerError as exc:  # the rate limit, a refusal in line, or a device this server does not have
         show_error(str(exc))
         return
@@ -203,15 +216,9 @@ def run_lab(
         count_run(policy)
         with device_turn("lab") as turn:
             lm = get_model(replace(inputs, model=model))
-            bar = st.progress(0.0, text=escape_markdown(what))
-
-            def report(fraction: float, text: str) -> None:
-                bar.progress(min(1.0, fraction), text=escape_markdown(text))
-
-            warm_up(lm)
-            device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every run
-            result = work(lm, device, LabProgress(report, turn.pass_on))
-            bar.empty()
+            with progress_bar(what) as report:
+                device = prepare_device(lm, progress=report)  # the figures, then the warm-up: once, before the lab
+                result = work(lm, device, LabProgress(report, turn.pass_on))
         st.session_state[key] = result
         return result
     except ExplorerError as exc:

@@ -8,12 +8,11 @@ from dataclasses import replace
 
 import streamlit as st
 
-from explorer.core.device import device_profile
-from explorer.core.engine import Request
+from explorer.core.engine import Request, check_request
 from explorer.core.errors import ExplorerError
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui.queue import count_run, device_turn, hosting_policy, live_steps
-from explorer.ui.runner import get_model
+from explorer.ui.runner import get_model, progress_bar
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, remember
 from explorer.ui.widgets import failure_line, show_error
 
@@ -57,10 +56,11 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
         count_run(policy)
         with device_turn("step"):
             lm = get_model(inputs)
-            device = device_profile(lm.torch_device.type, lm.info.dtype)
-            started = SteppedRequest.start(lm, request, device, policy.attention_cap_bytes)
+            checked = check_request(lm, request)  # once, as a run's
             if policy.max_prompt_tokens is not None:
-                policy.check_prompt_tokens(len(started.live.prompt_ids))
+                policy.check_prompt_tokens(len(checked.prompt_ids))
+            with progress_bar("Preparing the device…") as report:
+                started = SteppedRequest.start(lm, checked, policy.attention_cap_bytes, report)
             live_steps().add(started)
             st.session_state[STEPPED] = started
     except ExplorerError as exc:

@@ -4,10 +4,11 @@
   a request that arrives while another is served waits. Its runs are also the solo greedy reference tokens.
 - Static batching: wait for the whole batch, prefill every prompt in one padded forward, then decode every row
   until the longest request is done (finished rows keep computing, as in a fixed batch): the explorer's batched loop,
-  on its path for prompts of different lengths (`explorer.labs.batch.PaddedBatch`: left padding, mask and positions).
+  on its path for prompts of different lengths (`explorer.core.batched.PaddedBatch`: left padding, mask and positions).
 
 Each mode is one wall-clock span (arrival times kept): nothing in it gives the device away. Only the solo reference
-runs, whose timings are unused, let anyone waiting go first between them.
+runs, whose timings are unused, let anyone waiting go first between them. The lab's caller has warmed up once
+(`explorer.core.measure.prepare_device`); the engine's run of the workload has gone before: no mode warms up again.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from explorer.core.engine import Request, generate, warm_up
+from explorer.core.batched import PaddedBatch
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.lab_progress import BetweenUnits, keep_device
 from explorer.core.loading import LoadedModel, Progress
 from explorer.core.trace import DeviceProfile, Trace
-from explorer.labs.batch import PaddedBatch
 from explorer.labs.schedule.records import SEQUENTIAL, STATIC, RequestRecord, ServedMode, TokenCheck
 from explorer.labs.schedule.workload import PlannedRequest
 
@@ -27,8 +28,10 @@ NEAR_TIE = 0.02  # solo probabilities of the two tokens closer than this: a tie 
 
 
 # --- one at a time ---------------------------------------------------------------------------------------------------
-def solo_request(r: PlannedRequest, stop_at_eos: bool) -> Request:
-    return Request(r.prompt_text, max_new_tokens=r.max_new_tokens, use_chat_template=False, stop_at_eos=stop_at_eos)
+def solo_trace(lm: LoadedModel, r: PlannedRequest, device: DeviceProfile, stop_at_eos: bool) -> Trace:
+    """One planned request alone through the explorer's engine, on its planned token ids."""
+    request = Request(r.prompt_text, max_new_tokens=r.max_new_tokens, use_chat_template=False, stop_at_eos=stop_at_eos)
+    return generate(lm, check_request(lm, request, r.prompt_token_ids), device, warmed_up=True)
 
 
 def solo_traces(
@@ -45,8 +48,7 @@ def solo_traces(
     for k, r in enumerate(planned):
         if on_progress:
             on_progress(k / len(planned), f"Solo greedy reference for {r.id}…")
-        request = solo_request(r, stop_at_eos)
-        traces[r.id] = generate(lm, request, device, warmup=k == 0, prompt_token_ids=list(r.prompt_token_ids))
+        traces[r.id] = solo_trace(lm, r, device, stop_at_eos)
         between_units()
     return traces
 
@@ -59,7 +61,6 @@ def serve_one_at_a_time(
     on_progress: Progress | None = None,
 ) -> tuple[ServedMode, dict[str, Trace]]:
     """A server that runs one request to completion before it starts the next, arrivals as in the workload."""
-    warm_up(lm)
     traces: dict[str, Trace] = {}
     records = []
     t0 = time.perf_counter()
@@ -70,9 +71,7 @@ def serve_one_at_a_time(
         if delay_s > 0:
             time.sleep(delay_s)
         start_s = time.perf_counter() - t0
-        trace = generate(
-            lm, solo_request(r, stop_at_eos), device, warmup=False, prompt_token_ids=list(r.prompt_token_ids)
-        )
+        trace = solo_trace(lm, r, device, stop_at_eos)
         traces[r.id] = trace
         times = [start_s + p.token_s for p in trace.passes]  # token_s: after the request's own clock started
         records.append(
@@ -91,7 +90,6 @@ def serve_static_batch(
     on_progress: Progress | None = None,
 ) -> ServedMode:
     """One fixed batch of every request: it starts when the last one arrives and ends with the longest."""
-    warm_up(lm)
     longest_output = max(r.max_new_tokens for r in planned)
     tokens: list[list[int]] = [[] for _ in planned]
     times: list[list[float]] = [[] for _ in planned]

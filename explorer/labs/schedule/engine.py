@@ -266,10 +266,8 @@ def collect(manager: InstrumentedManager, planned: Sequence[PlannedRequest], on_
 
 
 def warm_up(lm: LoadedModel, settings: EngineSettings) -> None:
-    """One short request through a throw-away engine: the first forwards of the paged path pay for kernel set-up."""
-    from explorer.core.engine import warm_up as warm_up_engine
-
-    warm_up_engine(lm)
+    """One short request through a throw-away engine: the first forwards of the paged path pay for kernel set-up (the
+    caller has warmed up the explorer's own path once, `explorer.core.measure.prepare_device`)."""
     ids = tuple(i % lm.info.vocab_size for i in range(1, WARMUP_PROMPT_TOKENS + 1))
     request = PlannedRequest("warm-up", "", ids, 0, WARMUP_NEW_TOKENS, 0.0)
     small = EngineSettings(settings.scheduler, settings.token_budget, settings.block_size, 4, False)

@@ -17,8 +17,8 @@ from explorer.core.errors import BadInput, RunFailed
 from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.core.lab_progress import Report, silent
 from explorer.core.loading import DTYPES
+from explorer.core.profiles import DeviceProfile, Source
 from explorer.core.timing import repeat_timed
-from explorer.core.trace import DeviceProfile, Source
 
 pynvml: ModuleType | None
 try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from explorer.core.trace import PassRecord, Trace
 
@@ -21,6 +21,13 @@ TRACK_NAMES = {REQUEST_TID: "request", PASSES_TID: "passes", TOKENS_TID: "tokens
 KV_COUNTER = "KV cache (bytes, measured)"
 
 Event = dict[str, Any]
+
+
+class Track(NamedTuple):
+    """Where an event is drawn: a process (one repeat) and a thread (one of its tracks)."""
+
+    pid: int
+    tid: int
 
 
 def us(seconds: float) -> float:
@@ -65,11 +72,11 @@ def pass_args(p: PassRecord) -> dict[str, Any]:
     }
 
 
-def complete(pid: int, tid: int, name: str, cat: str, start_s: float, dur_s: float, args: dict[str, Any]) -> Event:
+def complete(track: Track, name: str, cat: str, start_s: float, dur_s: float, args: dict[str, Any]) -> Event:
     """A slice with its start and duration ("X": one event, no begin/end pair to match)."""
     return {
-        "pid": pid,
-        "tid": tid,
+        "pid": track.pid,
+        "tid": track.tid,
         "ph": "X",
         "name": name,
         "cat": cat,
@@ -79,9 +86,18 @@ def complete(pid: int, tid: int, name: str, cat: str, start_s: float, dur_s: flo
     }
 
 
-def instant(pid: int, tid: int, name: str, cat: str, at_s: float, args: dict[str, Any]) -> Event:
+def instant(track: Track, name: str, cat: str, at_s: float, args: dict[str, Any]) -> Event:
     """A point in time on one track ("i" with scope "t": drawn on that thread only)."""
-    return {"pid": pid, "tid": tid, "ph": "i", "s": "t", "name": name, "cat": cat, "ts": us(at_s), "args": args}
+    return {
+        "pid": track.pid,
+        "tid": track.tid,
+        "ph": "i",
+        "s": "t",
+        "name": name,
+        "cat": cat,
+        "ts": us(at_s),
+        "args": args,
+    }
 
 
 def counter(pid: int, at_s: float, kv_bytes: int) -> Event:
@@ -92,9 +108,10 @@ def counter(pid: int, at_s: float, kv_bytes: int) -> Event:
 def repeat_events(passes: tuple[PassRecord, ...], pid: int) -> list[Event]:
     """One repeat's slices, instants and counter samples, all on its own clock."""
     end_s = passes[-1].token_s
+    request, passes_track, tokens = Track(pid, REQUEST_TID), Track(pid, PASSES_TID), Track(pid, TOKENS_TID)
     events = [
-        complete(pid, REQUEST_TID, "request", "request", 0.0, end_s, {"new_tokens": len(passes)}),
-        complete(pid, REQUEST_TID, "tokenize and set up", "request", 0.0, passes[0].start_s, {}),
+        complete(request, "request", "request", 0.0, end_s, {"new_tokens": len(passes)}),
+        complete(request, "tokenize and set up", "request", 0.0, passes[0].start_s, {}),
         counter(pid, 0.0, 0),  # the cache starts empty
     ]
     previous_token_s = 0.0
@@ -102,15 +119,12 @@ def repeat_events(passes: tuple[PassRecord, ...], pid: int) -> list[Event]:
         forward_end_s = p.start_s + p.wall_s
         gap = {("ttft_ms" if p.is_prefill else "itl_ms"): (p.token_s - previous_token_s) * 1e3}
         events += [
-            complete(pid, PASSES_TID, p.phase, p.phase, p.start_s, p.wall_s, pass_args(p)),
+            complete(passes_track, p.phase, p.phase, p.start_s, p.wall_s, pass_args(p)),
             # Between the forward's end and the token: sampling and the top-5, on the request's track.
-            complete(
-                pid, REQUEST_TID, "sample", "request", forward_end_s, p.token_s - forward_end_s, {"pass": p.index}
-            ),
+            complete(request, "sample", "request", forward_end_s, p.token_s - forward_end_s, {"pass": p.index}),
             # From this moment a streaming client could show the token.
             instant(
-                pid,
-                TOKENS_TID,
+                tokens,
                 repr(p.token_text),
                 "token",
                 p.token_s,

@@ -1,7 +1,9 @@
 """The data model every other part reads: a `Trace` of one request, made of one `PassRecord` per forward pass.
 
 Frozen dataclasses, serialisable to JSON (with a `schema` version) and to CSV (one row per pass). Derived facts
-(percentiles, overhead, arithmetic intensity) are properties, computed from the stored measurements.
+(percentiles, overhead, arithmetic intensity) are properties, computed from the stored measurements. The model's and
+the device's figures a trace carries live in `explorer.core.profiles`, the statistics in `explorer.core.stats`; as
+parts of a Trace their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -13,90 +15,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-import numpy as np
+from explorer.core.profiles import DeviceProfile, ModelInfo
+from explorer.core.stats import ItlPercentiles, Spread, percentile
 
 SCHEMA_VERSION = 2  # 2: repeats, token times on passes, the modelled cost nested
 
 Phase = Literal["prefill", "decode"]
-Source = Literal["measured", "spec", "nvml", "modelled", "achieved"]  # achieved: by a pass of the run itself
-# Every bandwidth figure counts bytes read plus bytes written, as STREAM's copy does; the roofline divides the bytes a
-# pass reads and writes by it, so both sides of that division count the same way.
-BANDWIDTH_COUNTS = "read + write"
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the loaded model is, with the numbers the formulas need."""
-
-    name: str  # what the user asked for ("embedded", a hub id or a folder)
-    display_name: str
-    architecture: str  # e.g. "LlamaForCausalLM"
-    params: int  # unique parameters (tied embeddings counted once)
-    layers: int
-    heads: int  # query heads
-    kv_heads: int  # key/value heads (< heads means grouped-query attention)
-    head_dim: int
-    hidden_size: int
-    vocab_size: int
-    dtype: str  # "float32" | "bfloat16" | "float16"
-    bytes_per_element: int
-    weight_bytes: int  # counted from the loaded parameters, tied embeddings once
-    matmul_params: int  # weights of the per-token matmuls (all linear layers except the LM head)
-    lm_head_params: int
-    input_embedding_params: int
-    tied_embeddings: bool
-    max_context: int
-    device: str  # "cpu" | "cuda"
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_element
-
-    @property
-    def kv_bytes_per_token_per_layer(self) -> int:
-        return 2 * self.kv_heads * self.head_dim * self.bytes_per_element
-
-    @property
-    def is_gqa(self) -> bool:
-        return self.kv_heads < self.heads
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """The hardware figures the roofline model divides by, each with where it came from."""
-
-    name: str
-    kind: str  # "cpu" | "cuda"
-    dtype: str  # the dtype the FLOP/s figures are for
-    peak_flops: float  # FLOP/s used by the roofline model
-    peak_flops_source: Source
-    bandwidth_bytes_per_s: float  # memory bandwidth used by the roofline model
-    bandwidth_source: Source
-    measured_flops: float | None = None  # achievable: the best of the matmul microbenchmark's repeats
-    measured_bandwidth_bytes_per_s: float | None = None  # achievable: the best of the copy's repeats
-    memory_bytes: int | None = None
-    notes: str = ""
-    flops_samples: tuple[float, ...] = ()  # FLOP/s of every timed matmul repeat
-    bandwidth_samples: tuple[float, ...] = ()  # B/s of every timed copy repeat
-    matmul_n: int | None = None  # the microbenchmark: an n x n by n x n matmul in `dtype`
-    copy_bytes: int | None = None  # the microbenchmark: a copy of this many bytes
-    bandwidth_counts: str = BANDWIDTH_COUNTS
-    measured_at: str = ""  # ISO time the microbenchmarks ran
-    busy_note: str = ""  # why the figures were re-taken or raised after a run beat them; empty when they held
-
-    @property
-    def ridge_point_flops_per_byte(self) -> float:
-        """Arithmetic intensity above which a pass is compute-bound on this device."""
-        return self.peak_flops / self.bandwidth_bytes_per_s
-
-    @property
-    def flops_spread(self) -> Spread | None:
-        return Spread.of(list(self.flops_samples))
-
-    @property
-    def bandwidth_spread(self) -> Spread | None:
-        return Spread.of(list(self.bandwidth_samples))
 
 
 @dataclass(frozen=True)
@@ -214,11 +138,6 @@ class Sampling:
         return self.temperature <= 0.0
 
 
-def percentile(values: list[float] | tuple[float, ...], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default), None for no values."""
-    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
-
-
 class JsonRecord:
     """A result written as JSON for readers and tools: `to_dict()` is its content, `to_json()` the text."""
 
@@ -227,39 +146,6 @@ class JsonRecord:
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
-
-
-class ItlPercentiles:
-    """p50/p90/p99 of a request's inter-token latencies, for anything with an `itl_s` tuple (a trace, a scheduled
-    request, a remote request): one definition, so every page reads the same percentiles the same way."""
-
-    itl_s: tuple[float, ...]
-
-    @property
-    def itl_p50_s(self) -> float | None:
-        return percentile(self.itl_s, 50)
-
-    @property
-    def itl_p90_s(self) -> float | None:
-        return percentile(self.itl_s, 90)
-
-    @property
-    def itl_p99_s(self) -> float | None:
-        return percentile(self.itl_s, 99)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """A figure over repeats: the median, with the smallest and largest seen."""
-
-    median: float
-    low: float
-    high: float
-    samples: int
-
-    @classmethod
-    def of(cls, values: list[float]) -> Spread | None:
-        return cls(float(np.median(values)), min(values), max(values), len(values)) if values else None
 
 
 def ttft_of(passes: tuple[PassRecord, ...]) -> float:

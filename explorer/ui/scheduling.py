@@ -3,6 +3,8 @@ session's stored `ScheduleRun`, each a chart or table built by `explorer.charts.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import streamlit as st
 
 from explorer.charts import schedule as charts
@@ -37,19 +39,29 @@ DEFAULT_PREFIX = (
 
 
 # --- the workload ----------------------------------------------------------------------------------------------------
-def workload_from_inputs(
-    requests: int, prompt_tokens: str, new_tokens: str, stagger_ms: float, arrivals: str, prompts: str, prefix: str
-) -> Workload:
-    """The form's text as a Workload; what cannot be parsed is one line (validation comes after)."""
-    return Workload(
-        requests=requests,
-        prompt_tokens=parse_int_list(prompt_tokens, "Prompt tokens"),
-        new_tokens=parse_int_list(new_tokens, "New tokens"),
-        stagger_ms=stagger_ms,
-        arrivals_ms=parse_float_list(arrivals, "Arrival times") if arrivals.strip() else (),
-        prompts=tuple(line.strip() for line in prompts.splitlines() if line.strip()),
-        prefix=prefix,
-    )
+@dataclass(frozen=True)
+class WorkloadForm:
+    """The workload form's values as submitted: numbers, and lists still as the text typed."""
+
+    requests: int
+    prompt_tokens: str  # comma-separated, cycled over the requests
+    new_tokens: str  # comma-separated, cycled
+    stagger_ms: float
+    arrivals: str  # comma-separated ms, one per request, or empty for the stagger
+    prompts: str  # one prompt per line, or empty for the corpus
+    prefix: str  # the shared system prompt, or empty
+
+    def workload(self) -> Workload:
+        """The form's text as a Workload; what cannot be parsed is one line (validation comes after)."""
+        return Workload(
+            requests=self.requests,
+            prompt_tokens=parse_int_list(self.prompt_tokens, "Prompt tokens"),
+            new_tokens=parse_int_list(self.new_tokens, "New tokens"),
+            stagger_ms=self.stagger_ms,
+            arrivals_ms=parse_float_list(self.arrivals, "Arrival times") if self.arrivals.strip() else (),
+            prompts=tuple(line.strip() for line in self.prompts.splitlines() if line.strip()),
+            prefix=self.prefix,
+        )
 
 
 def lab_size(workload: Workload) -> LabSize:
@@ -110,9 +122,8 @@ def workload_form() -> None:
             return
     try:
         shared = prefix.strip() if use_prefix else ""
-        workload = workload_from_inputs(
-            int(requests), prompt_tokens, new_tokens, float(stagger_ms), arrivals, prompts, shared
-        )
+        form = WorkloadForm(int(requests), prompt_tokens, new_tokens, float(stagger_ms), arrivals, prompts, shared)
+        workload = form.workload()
         settings = EngineSettings(scheduler, int(budget), int(block_size), int(num_blocks), prefix_sharing)
         serve(workload, settings, compare)
     except BadInput as exc:

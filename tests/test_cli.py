@@ -187,7 +187,7 @@ def test_repeats_keep_every_repeat_and_print_the_spread(tiny_llama_dir: Path, tm
     trace = Trace.from_dict(data)
     assert trace.repeat_count == 3 and trace.same_tokens_every_repeat
     assert "over 3 repeats (median, min, max); same tokens every repeat: yes" in out.stdout
-    ttft = trace.spread("ttft_s")
+    ttft = trace.spreads.ttft_s
     assert f"TTFT     {ttft.median * 1e3:.2f} ms (min {ttft.low * 1e3:.2f}, max {ttft.high * 1e3:.2f})" in out.stdout
     assert "ITL p50  " in out.stdout and "(min " in out.stdout.split("ITL p50")[1].splitlines()[0]
 

@@ -19,7 +19,7 @@ def figures_frame(labelled: list[tuple[str, Trace]]) -> pd.DataFrame:
     for name in FIGURES:
         row: dict[str, object] = {"figure": name}
         for label, trace in labelled:
-            spread = trace.spread(name)
+            spread = getattr(trace.spreads, name)
             row[label] = None if spread is None else spread.median
         rows.append(row)
     extra = {

@@ -93,7 +93,7 @@ def repeats_ttft_chart(frame: pd.DataFrame, ttft_slo_s: float) -> alt.LayerChart
     return (bars + _slo_rule(to_ms(ttft_slo_s), "TTFT SLO")).properties(height=220)
 
 
-# The figures checked against an SLO, each read per repeat (core.trace.REPEAT_FIGURES) as the metrics show them.
+# The figures checked against an SLO, each read per repeat (core.trace.RepeatSpreads) as the metrics show them.
 SLO_FIGURES = [("TTFT", "ttft_s"), ("ITL p50", "itl_p50_s"), ("ITL p90", "itl_p90_s"), ("ITL p99", "itl_p99_s")]
 POOLED_PERCENTILES = [50, 90, 99]
 
@@ -101,9 +101,9 @@ POOLED_PERCENTILES = [50, 90, 99]
 def repeat_slo_frame(trace: Trace, ttft_slo_s: float, itl_slo_s: float) -> pd.DataFrame:
     """TTFT and ITL p50/p90/p99 against their SLOs as the metrics show them: each taken per repeat, then the median
     (with min and max); `passes` is None where there is no value (no decodes)."""
-    rows = []
+    rows, spreads = [], trace.spreads
     for metric, figure in SLO_FIGURES:
-        spread, slo_s = trace.spread(figure), ttft_slo_s if figure == "ttft_s" else itl_slo_s
+        spread, slo_s = getattr(spreads, figure), ttft_slo_s if figure == "ttft_s" else itl_slo_s
         rows.append(
             {
                 "metric": metric,

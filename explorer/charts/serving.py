@@ -123,13 +123,12 @@ def batch_frame(result: BatchResult) -> pd.DataFrame:
     rows = []
     for run in result.runs:
         cost = run.median_step_cost
-        summary = run.summary()
         rows.append(
             {
                 "batch_size": run.batch_size,
                 "prefill_ms": to_ms(run.prefill_s),
                 "median_step_ms": to_ms(run.median_step_s),
-                "itl_p50_ms": to_ms(summary["itl_p50_s"]),
+                "itl_p50_ms": to_ms(run.itl_p50_s),
                 "itl_p99_ms": to_ms(percentile(run.itl_s, 99)),
                 "tokens_per_s": run.tokens_per_s,
                 "kv_cache_gb": run.kv_cache_bytes / GB,

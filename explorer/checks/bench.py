@@ -56,6 +56,15 @@ class SideTiming:
     token_ids: tuple[int, ...]
 
 
+def median_prefill_s(side: tuple[SideTiming, ...]) -> float:
+    return statistics.median(s.prefill_s for s in side)
+
+
+def median_itl_s(side: tuple[SideTiming, ...]) -> float:
+    """The median of every repeat's gaps pooled."""
+    return statistics.median(gap for s in side for gap in s.itl_s)
+
+
 @dataclass(frozen=True)
 class BenchResult(JsonRecord):
     config: BenchConfig
@@ -65,11 +74,21 @@ class BenchResult(JsonRecord):
     explorer: tuple[SideTiming, ...]  # the explorer's loop, one entry per repeat
     prefill_flops: int
 
-    def median_prefill_s(self, side: str) -> float:
-        return statistics.median(s.prefill_s for s in getattr(self, side))
+    @property
+    def hf_prefill_s(self) -> float:
+        return median_prefill_s(self.hf)
 
-    def median_itl_s(self, side: str) -> float:
-        return statistics.median(gap for s in getattr(self, side) for gap in s.itl_s)
+    @property
+    def explorer_prefill_s(self) -> float:
+        return median_prefill_s(self.explorer)
+
+    @property
+    def hf_itl_s(self) -> float:
+        return median_itl_s(self.hf)
+
+    @property
+    def explorer_itl_s(self) -> float:
+        return median_itl_s(self.explorer)
 
     @property
     def decode_limit_s(self) -> float:
@@ -86,15 +105,14 @@ class BenchResult(JsonRecord):
         return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer)
 
     def summary(self) -> dict[str, float | bool]:
-        prefill = {side: self.median_prefill_s(side) for side in ("hf", "explorer")}
-        itl = {side: self.median_itl_s(side) for side in ("hf", "explorer")}
+        """The medians, their ratios and the limits by name, as the JSON file has them."""
         return {
-            "hf_prefill_s": prefill["hf"],
-            "explorer_prefill_s": prefill["explorer"],
-            "prefill_ratio_explorer_over_hf": prefill["explorer"] / prefill["hf"],
-            "hf_itl_s": itl["hf"],
-            "explorer_itl_s": itl["explorer"],
-            "itl_ratio_explorer_over_hf": itl["explorer"] / itl["hf"],
+            "hf_prefill_s": self.hf_prefill_s,
+            "explorer_prefill_s": self.explorer_prefill_s,
+            "prefill_ratio_explorer_over_hf": self.explorer_prefill_s / self.hf_prefill_s,
+            "hf_itl_s": self.hf_itl_s,
+            "explorer_itl_s": self.explorer_itl_s,
+            "itl_ratio_explorer_over_hf": self.explorer_itl_s / self.hf_itl_s,
             "decode_limit_s": self.decode_limit_s,
             "prefill_limit_s": self.prefill_limit_s,
             "same_tokens": self.same_tokens,

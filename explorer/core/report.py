@@ -116,12 +116,13 @@ def latency_lines(trace: Trace) -> list[str]:
             "(one sample on a shared machine: use --repeats N for a median and its spread)",
         ]
     same = "yes" if trace.same_tokens_every_repeat else "NO"
+    spreads = trace.spreads
     return [
         f"over {trace.repeat_count} repeats (median, min, max); same tokens every repeat: {same}",
-        f"TTFT     {spread_text(trace.spread('ttft_s'))}",
-        f"ITL p50  {spread_text(trace.spread('itl_p50_s'))}",
-        f"ITL p90  {spread_text(trace.spread('itl_p90_s'))}",
-        f"ITL p99  {spread_text(trace.spread('itl_p99_s'))}",
-        f"E2E      {spread_text(trace.spread('e2e_s'))}",
-        f"decode   {spread_text(trace.spread('decode_tokens_per_s'), 'tok/s')}",
+        f"TTFT     {spread_text(spreads.ttft_s)}",
+        f"ITL p50  {spread_text(spreads.itl_p50_s)}",
+        f"ITL p90  {spread_text(spreads.itl_p90_s)}",
+        f"ITL p99  {spread_text(spreads.itl_p99_s)}",
+        f"E2E      {spread_text(spreads.e2e_s)}",
+        f"decode   {spread_text(spreads.decode_tokens_per_s, 'tok/s')}",
     ]

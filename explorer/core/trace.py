@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -163,15 +163,47 @@ def decode_rate_of(passes: tuple[PassRecord, ...]) -> float | None:
     return len(gaps) / sum(gaps) if gaps and sum(gaps) > 0 else None
 
 
-# Figures shown with their spread over repeats: name -> how to read it off one repeat's passes.
-REPEAT_FIGURES: dict[str, Callable[[tuple[PassRecord, ...]], float | None]] = {
-    "ttft_s": ttft_of,
-    "itl_p50_s": lambda passes: percentile(itl_of(passes), 50),
-    "itl_p90_s": lambda passes: percentile(itl_of(passes), 90),
-    "itl_p99_s": lambda passes: percentile(itl_of(passes), 99),
-    "e2e_s": lambda passes: passes[-1].token_s,
-    "decode_tokens_per_s": decode_rate_of,
-}
+@dataclass(frozen=True)
+class RepeatFigures:
+    """The request's headline figures read off one repeat's passes (all measured); shown with their spread."""
+
+    ttft_s: float  # request start (before tokenizing) to the first token
+    itl_p50_s: float | None  # None without a decode pass
+    itl_p90_s: float | None
+    itl_p99_s: float | None
+    e2e_s: float  # request start to the last token
+    decode_tokens_per_s: float | None  # decode tokens / sum of ITLs
+
+    @classmethod
+    def of(cls, passes: tuple[PassRecord, ...]) -> RepeatFigures:
+        itl_s = itl_of(passes)
+        return cls(
+            ttft_s=ttft_of(passes),
+            itl_p50_s=percentile(itl_s, 50),
+            itl_p90_s=percentile(itl_s, 90),
+            itl_p99_s=percentile(itl_s, 99),
+            e2e_s=passes[-1].token_s,
+            decode_tokens_per_s=decode_rate_of(passes),
+        )
+
+
+@dataclass(frozen=True)
+class RepeatSpreads:
+    """Each of the `RepeatFigures` over every repeat: median, min and max; None where no repeat has the figure."""
+
+    ttft_s: Spread | None
+    itl_p50_s: Spread | None
+    itl_p90_s: Spread | None
+    itl_p99_s: Spread | None
+    e2e_s: Spread | None
+    decode_tokens_per_s: Spread | None
+
+    @classmethod
+    def of(cls, repeats: Sequence[RepeatFigures]) -> RepeatSpreads:
+        def spread(name: str) -> Spread | None:
+            return Spread.of([v for figures in repeats if (v := getattr(figures, name)) is not None])
+
+        return cls(**{f.name: spread(f.name) for f in fields(RepeatFigures)})
 
 
 @dataclass(frozen=True)
@@ -244,10 +276,10 @@ class Trace(ItlPercentiles, JsonRecord):
     def repeat_count(self) -> int:
         return len(self.repeats)
 
-    def spread(self, figure: str) -> Spread | None:
-        """`figure` (a key of REPEAT_FIGURES) over every repeat: median, min and max."""
-        values = [REPEAT_FIGURES[figure](passes) for passes in self.repeats]
-        return Spread.of([v for v in values if v is not None])
+    @property
+    def spreads(self) -> RepeatSpreads:
+        """Every headline figure taken per repeat, then its median, min and max (what the pages and the CLI show)."""
+        return RepeatSpreads.of([RepeatFigures.of(passes) for passes in self.repeats])
 
     @property
     def all_itl_s(self) -> tuple[float, ...]:
@@ -264,22 +296,19 @@ class Trace(ItlPercentiles, JsonRecord):
     def same_tokens_every_repeat(self) -> bool:
         return all(tuple(p.token_id for p in passes) == self.generated_token_ids for passes in self.repeats)
 
-    def summary(self) -> dict[str, Any]:
-        return {
+    # --- serialisation ---------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["summary"] = {  # derived, for readers of the file; ignored on load
             "prompt_tokens": self.prompt_len,
             "new_tokens": self.new_tokens,
             "repeats": self.repeat_count,
             "shown_repeat": self.shown_repeat,
-            **{name: getattr(self, name) for name in REPEAT_FIGURES},
-            **{f"{name}_spread": (asdict(s) if (s := self.spread(name)) else None) for name in REPEAT_FIGURES},
+            **asdict(RepeatFigures.of(self.passes)),
+            **{f"{name}_spread": spread for name, spread in asdict(self.spreads).items()},
             "final_kv_cache_bytes": self.final_kv_cache_bytes,
             "warmup_ran": self.warmup_ran,
         }
-
-    # --- serialisation ---------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["summary"] = self.summary()  # derived; written for readers of the file, ignored on load
         return data
 
     @classmethod

@@ -84,6 +84,10 @@ class BatchRun:
         return tuple(b.token_s - a.token_s for a, b in zip(self.passes, self.passes[1:]))
 
     @property
+    def itl_p50_s(self) -> float:
+        return statistics.median(self.itl_s)
+
+    @property
     def kv_cache_bytes(self) -> int:
         return self.passes[-1].kv_cache_bytes
 
@@ -92,13 +96,14 @@ class BatchRun:
         return self.passes[len(self.passes) // 2].cost
 
     def summary(self) -> dict[str, object]:
+        """This batch size's row of the JSON results: the figures above, by name."""
         cost = self.median_step_cost
         return {
             "batch_size": self.batch_size,
             "prefill_s": self.prefill_s,
             "decode_step_s": list(self.decode_step_s),
             "median_step_s": self.median_step_s,
-            "itl_p50_s": statistics.median(self.itl_s),
+            "itl_p50_s": self.itl_p50_s,
             "tokens_per_s": self.tokens_per_s,
             "kv_cache_bytes": self.kv_cache_bytes,
             "modelled_step": {

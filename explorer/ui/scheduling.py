@@ -132,15 +132,14 @@ def workload_form() -> None:
 
 # --- the views of a stored run ---------------------------------------------------------------------------------------
 def summary_section(run: ScheduleRun) -> None:
-    summary = run.summary()
-    same = {True: "yes", False: "NO", None: "n/a"}[summary["all_tokens_match_solo"]]
+    same = {True: "yes", False: "NO", None: "n/a"}[run.served.all_tokens_match]
     metrics(
         [
-            ("Steps", str(summary["steps"]), "engine steps: one forward pass each"),
-            ("Mixed steps", str(summary["mixed_steps"]), "prefill and decode tokens in one forward pass"),
-            ("Chunked steps", str(summary["steps_with_partial_prefill"]), "steps carrying part of a split prompt"),
-            ("Prefill tokens", str(summary["prefill_tokens_computed"]), "prompt tokens the engine computed"),
-            ("Tokens/s", f"{summary['tokens_per_s']:.1f}", "measured: all tokens / first arrival to last token"),
+            ("Steps", str(len(run.steps)), "engine steps: one forward pass each"),
+            ("Mixed steps", str(run.mixed_steps), "prefill and decode tokens in one forward pass"),
+            ("Chunked steps", str(run.steps_with_partial_prefill), "steps carrying part of a split prompt"),
+            ("Prefill tokens", str(run.prefill_tokens_computed), "prompt tokens the engine computed"),
+            ("Tokens/s", f"{run.served.tokens_per_s:.1f}", "measured: all tokens / first arrival to last token"),
             ("Same as solo", same, "every request's greedy tokens equal the explorer's solo run of its prompt"),
         ]
     )

@@ -59,7 +59,7 @@ def short_rate(per_s: float | None) -> str:
     return "n/a" if per_s is None else f"{per_s:.1f}"
 
 
-# The request's figures that repeats give a spread: (label, key of explorer.core.trace.REPEAT_FIGURES, format, meaning).
+# The request's figures that repeats give a spread: (label, field of core.trace.RepeatSpreads, format, meaning).
 SPREAD_METRICS: list[tuple[str, str, Callable[[float | None], str], str]] = [
     ("TTFT", "ttft_s", short_time, "request start (before tokenizing) to first token"),
     ("E2E", "e2e_s", short_time, "request start to the last token"),
@@ -72,12 +72,13 @@ SPREAD_METRICS: list[tuple[str, str, Callable[[float | None], str], str]] = [
 
 def run_metrics(trace: Trace) -> None:
     """The request's headline numbers, all measured: medians over repeats with their min–max under each, or one
-    sample said as such. Each figure is taken per repeat, then its median (`Trace.spread`), as the CLI prints it."""
+    sample said as such. Each figure is taken per repeat, then its median (`Trace.spreads`), as the CLI prints it."""
     top, bottom = st.columns(4), st.columns(4)
     top[0].metric("Prompt tokens", trace.prompt_len)
     top[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
+    spreads = trace.spreads
     for column, (label, figure, fmt, meaning) in zip([*top[2:], *bottom], SPREAD_METRICS):
-        spread_metric(column, label, trace.spread(figure), fmt, meaning)
+        spread_metric(column, label, getattr(spreads, figure), fmt, meaning)
     samples = (
         f"medians of {trace.repeat_count} repeats, each with its min–max"
         if trace.repeat_count > 1

@@ -284,17 +284,15 @@ class ScheduleRun(JsonRecord):
     def request(self, request_id: str) -> RequestRecord:
         return next(r for r in self.requests if r.id == request_id)
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "steps": len(self.steps),
-            "mixed_steps": sum(s.is_mixed for s in self.steps),
-            "steps_with_partial_prefill": sum(s.has_partial_prefill for s in self.steps),
-            "prefill_tokens_computed": self.prefill_tokens_computed,
-            "prefix_tokens_reused": self.prefix_tokens_reused,
-            "total_tokens": self.served.total_tokens,
-            "tokens_per_s": self.served.tokens_per_s,
-            "all_tokens_match_solo": self.served.all_tokens_match,
-        }
+    @property
+    def mixed_steps(self) -> int:
+        """Steps that computed prefill and decode tokens in one forward pass."""
+        return sum(s.is_mixed for s in self.steps)
+
+    @property
+    def steps_with_partial_prefill(self) -> int:
+        """Steps that carried part of a prompt the token budget split."""
+        return sum(s.has_partial_prefill for s in self.steps)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -308,7 +306,16 @@ class ScheduleRun(JsonRecord):
             "load_avg_1m": self.load_avg_1m,
             "transformers_version": self.transformers_version,
             "created_at": self.created_at,
-            "summary": self.summary(),
+            "summary": {  # derived, for readers of the file
+                "steps": len(self.steps),
+                "mixed_steps": self.mixed_steps,
+                "steps_with_partial_prefill": self.steps_with_partial_prefill,
+                "prefill_tokens_computed": self.prefill_tokens_computed,
+                "prefix_tokens_reused": self.prefix_tokens_reused,
+                "total_tokens": self.served.total_tokens,
+                "tokens_per_s": self.served.tokens_per_s,
+                "all_tokens_match_solo": self.served.all_tokens_match,
+            },
             "steps": [
                 {**asdict(s), "prefill_tokens": s.prefill_tokens, "decode_tokens": s.decode_tokens, "kind": s.kind}
                 for s in self.steps

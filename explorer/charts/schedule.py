@@ -192,10 +192,6 @@ def blocks_frame(run: ScheduleRun) -> pd.DataFrame:
     """One row per block held after each step is scheduled: who holds it (a block of several: 'shared by several')."""
     rows = []
     for s in run.steps:
-        holders: dict[int, list[str]] = {}
-        for h in s.holdings:
-            for b in h.blocks:
-                holders.setdefault(b, []).append(h.request)
         rows += [
             {
                 "step": s.index,
@@ -204,7 +200,7 @@ def blocks_frame(run: ScheduleRun) -> pd.DataFrame:
                 "holders": ", ".join(ids),
                 "shared": len(ids) > 1,
             }
-            for block, ids in sorted(holders.items())
+            for block, ids in s.block_holders.items()
         ]
     return pd.DataFrame(rows, columns=["step", "block", "holder", "holders", "shared"])
 

@@ -63,11 +63,6 @@ def remember_profile(profile: DeviceProfile) -> None:
         _profiles[(profile.kind, profile.dtype)] = replace(profile, busy_note="")
 
 
-def forget_profiles() -> None:
-    with _profiles_lock:
-        _profiles.clear()
-
-
 def benchmark_record(
     flops_samples: list[float], bandwidth_samples: list[float], matmul_n: int, copy_bytes: int
 ) -> dict[str, Any]:

@@ -244,12 +244,12 @@ class LiveRequest:
         sampling: Sampling,
         batch_rows: list[list[int]] | None = None,
     ) -> None:
-        self.lm, self.checked, self.request, self.device = lm, checked, checked.request, device
-        self.sampling = sampling
+        self.lm, self.request, self.device, self.sampling = lm, checked.request, device, sampling
         self.clock = RequestClock()
-        request = checked.request
-        self.prompt_ids = (
-            tokenize(lm, request.prompt, request.use_chat_template) if checked.tokenized else list(checked.prompt_ids)
+        self.prompt_ids = (  # tokenized again on the request's clock: TTFT counts tokenization
+            tokenize(lm, self.request.prompt, self.request.use_chat_template)
+            if checked.tokenized
+            else list(checked.prompt_ids)
         )
         if batch_rows is not None:  # equal lengths: no padding, so every row's positions and mask are its own
             assert len({len(row) for row in batch_rows}) == 1, "batch rows must share one length"

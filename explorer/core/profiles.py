@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from explorer.core.stats import Spread
-
 Source = Literal["measured", "spec", "nvml", "modelled", "achieved"]  # achieved: by a pass of the run itself
 # Every bandwidth figure counts bytes read plus bytes written, as STREAM's copy does; the roofline divides the bytes a
 # pass reads and writes by it, so both sides of that division count the same way.
@@ -79,11 +77,3 @@ class DeviceProfile:
     def ridge_point_flops_per_byte(self) -> float:
         """Arithmetic intensity above which a pass is compute-bound on this device."""
         return self.peak_flops / self.bandwidth_bytes_per_s
-
-    @property
-    def flops_spread(self) -> Spread | None:
-        return Spread.of(list(self.flops_samples))
-
-    @property
-    def bandwidth_spread(self) -> Spread | None:
-        return Spread.of(list(self.bandwidth_samples))

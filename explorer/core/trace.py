@@ -102,10 +102,6 @@ class PassRecord:
         return self.phase == "prefill"
 
     @property
-    def is_decode(self) -> bool:
-        return self.phase == "decode"
-
-    @property
     def overhead_s(self) -> float:
         """Measured time the roofline model does not explain (dispatch, Python, kernel launches, small matrices)."""
         return max(0.0, self.wall_s - self.cost.roofline_time_s)

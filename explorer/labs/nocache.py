@@ -26,7 +26,7 @@ from explorer.core.engine import (
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
 from explorer.core.loading import LoadedModel
-from explorer.core.roofline import pass_flops, weight_bytes_read
+from explorer.core.roofline import pass_flops, roofline_time, weight_bytes_read
 from explorer.core.timing import timed
 from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, Trace
 
@@ -148,8 +148,7 @@ def estimate_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_toke
     total = 0.0
     for k in range(new_tokens):
         length = prompt_len + k
-        flops = pass_flops(info, length, length)
-        total += max(flops / device.peak_flops, weight_bytes_read(info, length) / device.bandwidth_bytes_per_s)
+        total += roofline_time(pass_flops(info, length, length), weight_bytes_read(info, length), device)
     return ESTIMATE_SLACK * total
 
 

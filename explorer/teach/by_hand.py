@@ -91,10 +91,6 @@ class WorkedRow:
         return len(self.inputs.query)
 
     @property
-    def exp_sum(self) -> float:
-        return float(sum(self.exps))
-
-    @property
     def written_exp_sum(self) -> float:
         return round(float(sum(self.written_exps)), WRITTEN_EXP_DECIMALS)
 
@@ -102,11 +98,6 @@ class WorkedRow:
     def shown_probs(self) -> tuple[float, ...]:
         """The by-hand probabilities to the shown decimals: the seed's row for its vectors."""
         return tuple(round(p, SHOWN_DECIMALS) for p in self.written_probs)
-
-    @property
-    def masked_mass(self) -> float:
-        """Probability on future keys: exactly 0 whenever the mask is on."""
-        return float(sum(p for p, m in zip(self.probs, self.inputs.masked) if m))
 
 
 def work_row(inputs: RowInputs) -> WorkedRow:

@@ -9,7 +9,6 @@ import streamlit as st
 from explorer.core.attention import AttentionMaps
 from explorer.core.loading import EMBEDDED
 from explorer.core.trace import Sampling, Trace
-from explorer.hosting import LOCAL_MAX_PROMPT_CHARS
 
 # --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
 RUN = "explorer_run"  # the current RunResult
@@ -24,7 +23,6 @@ HISTORY_LENGTH = 5
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
 DEFAULT_MAX_NEW_TOKENS = 32
 APP_MAX_NEW_TOKENS = 512  # the sidebar's bound; the engine accepts up to MAX_NEW_TOKENS_LIMIT
-PROMPT_MAX_CHARS = LOCAL_MAX_PROMPT_CHARS  # checked on the server with a message: a text box's max_chars drops silently
 
 
 @dataclass(frozen=True)

@@ -96,13 +96,13 @@ class StepRecord:
         return len({b for h in self.holdings for b in h.blocks})
 
     @property
-    def shared_blocks(self) -> frozenset[int]:
-        seen: set[int] = set()
-        shared: set[int] = set()
+    def block_holders(self) -> dict[int, tuple[str, ...]]:
+        """Every block held after this step, by number, with the requests that hold it (several: a shared prefix)."""
+        holders: dict[int, list[str]] = {}
         for h in self.holdings:
-            shared |= seen & set(h.blocks)
-            seen |= set(h.blocks)
-        return frozenset(shared)
+            for b in h.blocks:
+                holders.setdefault(b, []).append(h.request)
+        return {block: tuple(ids) for block, ids in sorted(holders.items())}
 
 
 @dataclass(frozen=True)

@@ -340,11 +340,11 @@ def generate(
     """Run a checked request `request.repeats` times with the device figures `device`, each repeat one ladder
     (`run_to_end`); `on_pass.see` watches the first repeat only. `warmed_up`: the caller ran `warm_up` first (the
     trace records it)."""
-    sampling = seeded(checked.request.sampling)
-    runs = [
-        run_to_end(LiveRequest(lm, checked, device, sampling), on_pass if repeat == 0 else on_pass.unseen())
-        for repeat in range(checked.request.repeats)
-    ]
+    sampling = seeded(checked.request.sampling)  # every repeat draws the same tokens
+    runs = []
+    for repeat in range(checked.request.repeats):
+        live = LiveRequest(lm, checked, device, sampling)  # its own KV cache and clock
+        runs.append(run_to_end(live, on_pass if repeat == 0 else on_pass.unseen()))  # prefill, then decode_n_tokens
     return finished_trace(lm, checked, runs, warmed_up)
 
 

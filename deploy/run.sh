@@ -4,7 +4,7 @@
 #
 # Settings (environment): EXPLORER_HOST (default 127.0.0.1: put a TLS proxy in front, or set 0.0.0.0 on a trusted
 # network), EXPLORER_PORT (default 8501), EXPLORER_PYTHON (default: the checkout's .venv/bin/python, else python3),
-# EXPLORER_HOSTED (default 1) and the caps of explorer/hosting.py. Extra arguments go to `streamlit run`.
+# EXPLORER_HOSTED (default 1) and the caps of explorer/hosting/settings.py. Extra arguments go to `streamlit run`.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "$0")")/.."  # the repository root: app.py and .streamlit/config.toml live there

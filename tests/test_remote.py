@@ -30,6 +30,7 @@ from explorer import remote
 from explorer.charts import latency
 from explorer.cli import main
 from explorer.core.errors import BadInput, RunFailed
+from explorer.hosting import settings
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny import byte_tokenizer
 
@@ -103,28 +104,28 @@ def test_bad_base_urls_are_one_line(url: str, words: str) -> None:
 
 
 def test_hosted_mode_allows_only_listed_endpoints() -> None:
-    remote.EndpointPolicy(hosted=False).check("http://anywhere:1/v1")
-    with pytest.raises(BadInput, match=remote.ALLOWED_ENDPOINTS_ENV):
-        remote.EndpointPolicy(hosted=True).check("http://127.0.0.1:8000/v1")
-    policy = remote.EndpointPolicy.from_env(
-        {remote.HOSTED_ENV: "1", remote.ALLOWED_ENDPOINTS_ENV: "http://LOCALHOST:8000/v1/, not a url, http://g/v1"}
+    settings.EndpointPolicy(hosted=False).check("http://anywhere:1/v1")
+    with pytest.raises(BadInput, match=settings.ALLOWED_ENDPOINTS_ENV):
+        settings.EndpointPolicy(hosted=True).check("http://127.0.0.1:8000/v1")
+    policy = settings.EndpointPolicy.from_env(
+        {settings.HOSTED_ENV: "1", settings.ALLOWED_ENDPOINTS_ENV: "http://LOCALHOST:8000/v1/, not a url, http://g/v1"}
     )
     assert policy.allowed == ("http://localhost:8000/v1", "http://g/v1")  # the typo opens nothing
     policy.check("http://localhost:8000/v1")
     with pytest.raises(BadInput, match="only measures these endpoints: http://localhost:8000/v1, http://g/v1"):
         policy.check("http://169.254.169.254/v1")
-    assert not remote.EndpointPolicy.from_env({remote.HOSTED_ENV: "0"}).hosted
+    assert not settings.EndpointPolicy.from_env({settings.HOSTED_ENV: "0"}).hosted
     with pytest.raises(BadInput):
-        remote.check_endpoint_allowed("http://x/v1", {remote.HOSTED_ENV: "true"})
+        settings.check_endpoint_allowed("http://x/v1", {settings.HOSTED_ENV: "true"})
 
 
 def test_hosted_mode_caps_a_sweep() -> None:
-    policy = remote.EndpointPolicy(hosted=True, allowed=("http://h/v1",))
+    policy = settings.EndpointPolicy(hosted=True, allowed=("http://h/v1",))
     policy.check_limits((1, 16), 64, 512)
     for levels, requests, tokens in (((1, 17), 8, 32), ((1,), 65, 32), ((1,), 8, 513)):
         with pytest.raises(BadInput, match="caps a sweep"):
             policy.check_limits(levels, requests, tokens)
-    remote.EndpointPolicy().check_limits((256,), 1000, 4096)  # local use stays free
+    settings.EndpointPolicy().check_limits((256,), 1000, 4096)  # local use stays free
 
 
 def test_server_sent_events_are_parsed_chunk_by_chunk() -> None:
@@ -154,7 +155,7 @@ def test_server_sent_events_are_parsed_chunk_by_chunk() -> None:
 def test_run_sweep_refuses_an_unlisted_endpoint_before_sending_anything() -> None:
     config = remote.SweepConfig(remote.make_endpoint("http://127.0.0.1:9/v1", "m"))
     with mock.patch.object(remote, "stream_once") as sent, pytest.raises(BadInput, match="only measures"):
-        remote.run_sweep(config, policy=remote.EndpointPolicy(True, ("http://127.0.0.1:8000/v1",)))
+        remote.run_sweep(config, policy=settings.EndpointPolicy(True, ("http://127.0.0.1:8000/v1",)))
     sent.assert_not_called()
 
 
@@ -266,9 +267,9 @@ def test_the_api_key_is_sent_but_never_shown_or_stored() -> None:
     assert request.headers()["Authorization"] == "Bearer sk-secret"
     assert "sk-secret" not in repr(request)
     assert json.loads(request.body())["stream_options"] == {"include_usage": True}
-    assert remote.api_key_from_env("KEY", {"KEY": "k"}) == "k"
+    assert settings.api_key_from_env("KEY", {"KEY": "k"}) == "k"
     with pytest.raises(BadInput, match="KEY"):
-        remote.api_key_from_env("KEY", {})
+        settings.api_key_from_env("KEY", {})
 
 
 # --- one-line errors against real sockets ------------------------------------------------------------------------
@@ -597,8 +598,8 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
 
 
 def test_hosted_mode_refuses_an_unlisted_endpoint_on_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(remote.HOSTED_ENV, "1")
-    monkeypatch.setenv(remote.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
+    monkeypatch.setenv(settings.HOSTED_ENV, "1")
+    monkeypatch.setenv(settings.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
     at = endpoint_page()
     assert next(t for t in at.text_input if t.label == "Base URL").value == "http://127.0.0.1:8000/v1"
     next(t for t in at.text_input if t.label == "Base URL").input("http://169.254.169.254/v1")
@@ -648,8 +649,8 @@ def test_a_different_local_prompt_is_said_and_the_same_one_runs_locally(tiny_lm)
 
 
 def test_a_sweep_counts_against_the_hosted_rate_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(remote.HOSTED_ENV, "1")
-    monkeypatch.setenv(remote.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
+    monkeypatch.setenv(settings.HOSTED_ENV, "1")
+    monkeypatch.setenv(settings.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
     monkeypatch.setenv("EXPLORER_RUNS_PER_MINUTE", "1")
     at = endpoint_page()
     next(t for t in at.text_input if t.label == "Model").input("m")

@@ -33,7 +33,6 @@ import argparse
 import bisect
 import http.client
 import json
-import os
 import socket
 import ssl
 import threading
@@ -44,16 +43,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from explorer.core.errors import BadInput, ExplorerError, RunFailed, one_line
 from explorer.core.trace import ItlPercentiles, JsonRecord, percentile
 from explorer.core.units import ms_value
+from explorer.hosting.settings import EndpointPolicy, api_key_from_env
+from explorer.remote.endpoint import API_PATHS, APIS, Endpoint, ParsedUrl, parse_base_url
+from explorer.remote.endpoint import make_endpoint as make_endpoint  # until the remote package is split
 
-Api = Literal["chat", "completions"]
 TokenSource = Literal["usage", "tokenizer", "chunks"]
-APIS: tuple[Api, ...] = ("chat", "completions")
-API_PATHS: dict[str, str] = {"chat": "/chat/completions", "completions": "/completions"}
 SCHEMA_VERSION = 1
 
 # The Latency page's defaults (explorer.charts.latency.DEFAULT_*), repeated so the CLI need not import altair; a test
@@ -75,13 +73,6 @@ MAX_TOKENS_LIMIT = 4096
 PERCENTILES = (50, 90, 99)
 ERROR_BODY_CHARS = 200
 
-HOSTED_ENV = "EXPLORER_HOSTED"
-ALLOWED_ENDPOINTS_ENV = "EXPLORER_ALLOWED_ENDPOINTS"  # comma-separated base URLs a hosted app may measure
-TRUE_WORDS = ("1", "true", "yes", "on")
-HOSTED_MAX_CONCURRENCY = 16
-HOSTED_MAX_REQUESTS = 64
-HOSTED_MAX_TOKENS = 512
-
 ITL_RULE = (
     "ITL is per token: a chunk bringing n tokens g ms after the previous token-bearing chunk counts as n gaps of "
     "g/n ms (SGLang bench_serving's rule; vLLM bench serve's one gap per chunk when n = 1). TTFT runs from opening "
@@ -90,125 +81,6 @@ ITL_RULE = (
 
 Progress = Callable[[float, str], None]  # (fraction done 0..1, what is happening)
 ChunkCounter = Callable[[Sequence[str]], list[int]]  # texts of a request's chunks -> tokens in each
-
-
-# --- where to send requests --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Endpoint:
-    """An OpenAI-compatible server, the model it serves and which of its two text APIs to call. No API key here:
-    a key is passed to `run_sweep` alone, so it never reaches a JSON file."""
-
-    base_url: str  # normalized: scheme://host[:port]/path without a trailing slash, e.g. http://127.0.0.1:8000/v1
-    model: str
-    api: Api = "chat"
-
-    @property
-    def url(self) -> str:
-        return self.base_url + API_PATHS[self.api]
-
-
-@dataclass(frozen=True)
-class ParsedUrl:
-    scheme: str  # "http" | "https"
-    host: str
-    port: int
-    path: str  # without a trailing slash; "" for the server root
-
-    @property
-    def normalized(self) -> str:
-        default = 443 if self.scheme == "https" else 80
-        netloc = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{netloc}{'' if self.port == default else f':{self.port}'}{self.path}"
-
-
-def parse_base_url(base_url: str) -> ParsedUrl:
-    """Check a base URL's shape before anything is sent; every refusal says what a good one looks like."""
-    text = (base_url or "").strip()
-    example = "e.g. http://127.0.0.1:8000/v1"
-    if not text:
-        raise BadInput(f"The base URL is empty: give the server's OpenAI-compatible root, {example}.")
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        raise BadInput(f"'{text}' is not a valid URL ({exc}): {example}.") from exc
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise BadInput(f"'{text}' is not an http(s) URL with a host: {example}.")
-    if parts.username or parts.password:
-        raise BadInput("Put no credentials in the base URL: pass the key with --api-key-env (or the API key box).")
-    if parts.query or parts.fragment:
-        raise BadInput(f"The base URL takes no query or fragment: {example}.")
-    path = parts.path.rstrip("/")
-    for suffix in API_PATHS.values():
-        if path.endswith(suffix):
-            raise BadInput(
-                f"Give the base URL without '{suffix}' (it is added from the API choice): "
-                f"'{text[: text.rfind(suffix)]}'."
-            )
-    scheme = parts.scheme.lower()
-    return ParsedUrl(scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80), path)
-
-
-def make_endpoint(base_url: str, model: str, api: str = "chat") -> Endpoint:
-    if api not in APIS:
-        raise BadInput(f"Unknown API '{api}': use one of {', '.join(APIS)}.")
-    if not (model or "").strip():
-        raise BadInput("The model name is empty: give the name the server serves (GET <base URL>/models lists them).")
-    return Endpoint(parse_base_url(base_url).normalized, model.strip(), api)  # type: ignore[arg-type]
-
-
-# --- hosted mode: which endpoints a visitor may point the app at ---------------------------------------------------
-@dataclass(frozen=True)
-class EndpointPolicy:
-    """Outside hosted mode any endpoint goes; in hosted mode only the operator's allow-list (none by default), so a
-    visitor cannot make the server send requests to hosts of their choosing."""
-
-    hosted: bool = False
-    allowed: tuple[str, ...] = ()  # normalized base URLs
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> EndpointPolicy:
-        env = os.environ if environ is None else environ
-        hosted = env.get(HOSTED_ENV, "").strip().lower() in TRUE_WORDS
-        allowed = []
-        for item in env.get(ALLOWED_ENDPOINTS_ENV, "").split(","):
-            if item.strip():
-                try:
-                    allowed.append(parse_base_url(item).normalized)
-                except BadInput:  # an operator's typo must not open anything; it simply matches nothing
-                    continue
-        return cls(hosted, tuple(allowed))
-
-    def check(self, base_url: str) -> None:
-        """Raise BadInput unless `base_url` may be measured. Pure: reads only this policy."""
-        normalized = parse_base_url(base_url).normalized
-        if not self.hosted:
-            return
-        if not self.allowed:
-            raise BadInput(
-                f"This hosted server measures no endpoints: its operator lists them in {ALLOWED_ENDPOINTS_ENV}."
-            )
-        if normalized not in self.allowed:
-            raise BadInput(f"This hosted server only measures these endpoints: {', '.join(self.allowed)}.")
-
-    def check_limits(self, concurrency_levels: Sequence[int], requests_per_level: int, max_tokens: int) -> None:
-        """In hosted mode a visitor's sweep stays small: it loads someone's server, maybe a shared one."""
-        if not self.hosted:
-            return
-        if (
-            max(concurrency_levels, default=0) > HOSTED_MAX_CONCURRENCY
-            or requests_per_level > HOSTED_MAX_REQUESTS
-            or max_tokens > HOSTED_MAX_TOKENS
-        ):
-            raise BadInput(
-                f"This hosted server caps a sweep at concurrency {HOSTED_MAX_CONCURRENCY}, {HOSTED_MAX_REQUESTS} "
-                f"requests per level and {HOSTED_MAX_TOKENS} max tokens."
-            )
-
-
-def check_endpoint_allowed(base_url: str, environ: Mapping[str, str] | None = None) -> None:
-    """The hosted-mode check on the environment's settings (`EXPLORER_HOSTED`, `EXPLORER_ALLOWED_ENDPOINTS`)."""
-    EndpointPolicy.from_env(environ).check(base_url)
 
 
 # --- one request's measurements ----------------------------------------------------------------------------------
@@ -1026,15 +898,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     remote.add_argument("--no-warmup", action="store_true", help="skip the uncounted first request")
     remote.add_argument("--json", type=Path, default=None, help="write levels, percentiles and every request")
     remote.set_defaults(func=cmd_remote, loads_models=False)  # cli.main may skip importing transformers
-
-
-def api_key_from_env(name: str | None, environ: Mapping[str, str] | None = None) -> str | None:
-    if not name:
-        return None
-    value = (os.environ if environ is None else environ).get(name)
-    if not value:
-        raise BadInput(f"The environment variable {name} (named by --api-key-env) is not set or empty.")
-    return value
 
 
 def cmd_remote(args: argparse.Namespace) -> None:

@@ -11,6 +11,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from explorer import remote
 from explorer.charts import remote as charts
 from explorer.core.errors import ExplorerError
+from explorer.hosting import settings
 from explorer.ui.queue import count_run, hosting_policy
 from explorer.ui.runner import execute_run
 from explorer.ui.state import APP_MAX_NEW_TOKENS, DEFAULT_PROMPT, LAST_INPUTS, RunInputs, current_run
@@ -44,18 +45,18 @@ class SweepInputs:
     embedded_tokenizer: bool  # count each chunk's tokens locally instead of assuming one per chunk
 
 
-def hosted_caption(policy: remote.EndpointPolicy) -> None:
+def hosted_caption(policy: settings.EndpointPolicy) -> None:
     if not policy.hosted:
         return
-    allowed = ", ".join(policy.allowed) or "none (the operator sets EXPLORER_ALLOWED_ENDPOINTS)"
+    allowed = ", ".join(policy.allowed) or f"none (the operator sets {settings.ALLOWED_ENDPOINTS_ENV})"
     st.caption(
         f"Hosted mode: only these endpoints can be measured: {escape_markdown(allowed)}; a sweep is capped at "
-        f"concurrency {remote.HOSTED_MAX_CONCURRENCY}, {remote.HOSTED_MAX_REQUESTS} requests per level and "
-        f"{remote.HOSTED_MAX_TOKENS} max tokens, and counts against this session's run limit."
+        f"concurrency {settings.HOSTED_MAX_CONCURRENCY}, {settings.HOSTED_MAX_REQUESTS} requests per level and "
+        f"{settings.HOSTED_MAX_TOKENS} max tokens, and counts against this session's run limit."
     )
 
 
-def sweep_form(policy: remote.EndpointPolicy) -> SweepInputs | None:
+def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
     """The endpoint and the sweep's sizes; the inputs once Measure is pressed, else None."""
     with st.form("endpoint-form"):
         left, right = st.columns([3, 2])
@@ -71,7 +72,7 @@ def sweep_form(policy: remote.EndpointPolicy) -> SweepInputs | None:
         max_tokens = cols[0].number_input(
             "Max tokens",
             min_value=1,
-            max_value=remote.HOSTED_MAX_TOKENS if policy.hosted else remote.MAX_TOKENS_LIMIT,
+            max_value=settings.HOSTED_MAX_TOKENS if policy.hosted else remote.MAX_TOKENS_LIMIT,
             value=remote.DEFAULT_MAX_TOKENS,
         )
         levels_text = cols[1].text_input("Concurrency levels", value="1,4", help="Comma-separated, e.g. 1,2,4,8.")
@@ -102,7 +103,7 @@ def embedded_chunk_counter() -> remote.ChunkCounter:
     return remote.load_chunk_counter("embedded")
 
 
-def measure_sweep(inputs: SweepInputs, policy: remote.EndpointPolicy) -> None:
+def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:
     """Check, count the sweep against the session's run limit, send it with progress; errors are one line."""
     try:
         hosting_policy().check_prompt_chars(inputs.prompt)  # a pasted book gets a line, never silently dropped

@@ -29,6 +29,7 @@ from pathlib import Path
 from explorer.core.errors import BadInput
 from explorer.core.paths import EMBEDDED
 from explorer.core.units import MIB
+from explorer.remote.endpoint import parse_base_url  # the allow-list compares normalized URLs
 
 # --- the environment an operator sets (README.md, "Hosting a shared demo", lists them) -----------------------------
 HOSTED_ENV = "EXPLORER_HOSTED"
@@ -280,8 +281,6 @@ class EndpointPolicy:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EndpointPolicy:
-        from explorer.remote.endpoint import parse_base_url
-
         env = os.environ if env is None else env
         allowed = []
         for item in env.get(ALLOWED_ENDPOINTS_ENV, "").split(","):
@@ -294,8 +293,6 @@ class EndpointPolicy:
 
     def check(self, base_url: str) -> None:
         """Raise BadInput unless `base_url` may be measured. Pure: reads only this policy, sends nothing."""
-        from explorer.remote.endpoint import parse_base_url
-
         normalized = parse_base_url(base_url).normalized
         if not self.hosted:
             return

@@ -9,7 +9,7 @@ import streamlit as st
 from explorer.core.attention import AttentionMaps
 from explorer.core.loading import EMBEDDED
 from explorer.core.trace import Sampling, Trace
-from explorer.hosting import LOCAL_MAX_PROMPT_CHARS
+from explorer.hosting.settings import LOCAL_MAX_PROMPT_CHARS
 
 # --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
 RUN = "explorer_run"  # the current RunResult

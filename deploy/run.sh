@@ -4,7 +4,7 @@
 #
 # Settings (environment): EXPLORER_HOST (default 127.0.0.1: put a TLS proxy in front, or set 0.0.0.0 on a trusted
 # network), EXPLORER_PORT (default 8501), EXPLORER_PYTHON (default: the checkout's .venv/bin/python, else python3),
-# EXPLORER_HOSTED (default 1) and the caps of explorer/hosting.py. Extra arguments go to `streamlit run`.
+# EXPLORER_HOSTED (default 1) and the caps of explorer/hosting/settings.py. Extra arguments go to `streamlit run`.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "$0")")/.."  # the repository root: app.py and .streamlit/config.toml live there
@@ -23,7 +23,7 @@ fi
 
 # fileWatcherType none: a server does not reload on file changes (and spends no CPU watching the checkout).
 # maxUploadSize 64 (MB): the only upload is a recorded sweep's JSON (the Endpoint page), about 70 bytes per token:
-# ~11 MB for 5 levels x 64 requests x 512 tokens, ~36 MB for 16 levels at the hosted caps (explorer/remote.py).
+# ~11 MB for 5 levels x 64 requests x 512 tokens, ~36 MB for 16 levels at the hosted caps (explorer/hosting/settings.py).
 # Streamlit's default of 200 MB would let a visitor fill the server's memory.
 exec "$python" -m streamlit run app.py \
   --server.headless true \

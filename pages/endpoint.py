@@ -3,7 +3,7 @@ over a concurrency sweep, against the SLOs, beside the local instrumented run.""
 
 import streamlit as st
 
-from explorer import remote
+from explorer.hosting.settings import EndpointPolicy
 from explorer.ui import endpoint_view as view
 
 st.title("Endpoint: a real serving engine")
@@ -12,7 +12,7 @@ st.caption(
     "`transformers serve`) and send the same prompt at rising concurrency: more requests in flight buy total "
     "throughput and cost each user latency. The SLO lines and goodput are those of the Latency page."
 )
-policy = remote.EndpointPolicy.from_env()
+policy = EndpointPolicy.from_env()
 view.hosted_caption(policy)
 inputs = view.sweep_form(policy)
 uploaded = st.file_uploader(

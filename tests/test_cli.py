@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explorer import remote
-from explorer.cli import main
+from explorer.cli import main, remote
 from explorer.core.errors import OOM_ADVICE
 from explorer.core.trace import Trace
 

@@ -1,6 +1,6 @@
-"""Hosted mode: the policy and the device queue of `explorer.hosting` tested directly (threads for the queue), then
-the app through AppTest with `EXPLORER_HOSTED=1`: refusals by name, caps before tokenizing, the rate limit, the wait
-limit, and a normal run right after."""
+"""Hosted mode: the policy (`explorer.hosting.settings`) and the device queue (`explorer.hosting.queue`) tested
+directly (threads for the queue), then the app through AppTest with `EXPLORER_HOSTED=1`: refusals by name, caps
+before tokenizing, the rate limit, the wait limit, and a normal run right after."""
 
 from __future__ import annotations
 
@@ -18,17 +18,13 @@ from explorer import ui
 from explorer.core import engine
 from explorer.core.errors import BadInput
 from explorer.core.loading import load_model
-from explorer.hosting import (
+from explorer.hosting.queue import DeviceQueue, QueueStatus, ScriptActivity, read_turn_log, wait_sentence
+from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
     LOCAL_MAX_PROMPT_CHARS,
-    DeviceQueue,
     HostedPolicy,
     LabSize,
-    QueueStatus,
-    ScriptActivity,
-    read_turn_log,
-    wait_sentence,
 )
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 

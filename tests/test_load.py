@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from explorer.core.trace import Trace
-from explorer.hosting import read_turn_log
+from explorer.hosting.queue import read_turn_log
 from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,

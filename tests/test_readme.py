@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 from explorer.core.engine import Request
@@ -19,7 +20,7 @@ EXAMPLES = [shlex.split(line.strip()) for line in README.splitlines() if line.st
 def test_two_setup_commands_one_for_the_app_one_for_the_tests() -> None:
     assert len(re.findall(r"^    .*  # app$", README, flags=re.M)) == 1
     assert len(re.findall(r"^    .*  # tests$", README, flags=re.M)) == 1
-    assert "--index-url https://download.pytorch.org/whl/cpu" in README and "python -m venv" in README
+    assert "--index-url https://download.pytorch.org/whl/cpu" in README and "python3 -m venv .venv" in README
 
 
 def test_the_hub_login_command_is_the_current_one() -> None:
@@ -44,3 +45,18 @@ def test_the_first_example_gives_a_sensible_answer(real_lm: LoadedModel) -> None
     new_tokens = int(first[first.index("--max-new-tokens") + 1])
     trace = measure(real_lm, Request(prompt, max_new_tokens=new_tokens))  # the CLI's defaults: chat template, greedy
     assert "Paris" in trace.generated_text
+
+
+def test_the_venv_the_readme_makes_is_ignored_and_not_watched() -> None:
+    ignored = subprocess.run(["git", "check-ignore", ".venv/bin/python"], cwd=ROOT, capture_output=True, text=True)
+    assert ignored.stdout.strip() == ".venv/bin/python"
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    assert config["server"]["fileWatcherType"] == "none"  # else a 2 GB venv overflows inotify
+    run_sh = (ROOT / "deploy" / "run.sh").read_text(encoding="utf-8")
+    assert f"--server.maxUploadSize {config['server']['maxUploadSize']}" in run_sh
+    assert config["client"]["showErrorDetails"] == "none"  # a visitor never sees a traceback
+
+
+def test_the_readme_says_what_set_up_costs() -> None:
+    assert "517 MB" in README and "2 GB" in README  # the model cache and the venv
+    assert re.search(r"under \d+ minutes", README)  # how long the test command takes

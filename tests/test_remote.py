@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import json
 import os
 import signal
@@ -23,13 +22,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from unittest import mock
 
+import httpx
 import numpy as np
 import pytest
 
-from explorer import remote
 from explorer.charts import latency
 from explorer.cli import main
 from explorer.core.errors import BadInput, RunFailed
+from explorer.hosting import settings
+from explorer.remote import deadlines, endpoint, records, sweep, tokens, wire
+from tests import fake_servers as fake
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny import byte_tokenizer
 
@@ -46,16 +48,16 @@ def free_port() -> int:
 
 
 def record(
-    arrivals: tuple[float, ...], tokens: tuple[int, ...], ttft_s: float | None = None, **kw
-) -> remote.RequestRecord:
+    arrivals: tuple[float, ...], chunk_tokens: tuple[int, ...], ttft_s: float | None = None, **kw
+) -> records.RequestRecord:
     values = dict(
         index=0,
         start_s=0.0,
         ttft_s=arrivals[0] if ttft_s is None else ttft_s,
         e2e_s=arrivals[-1],
         chunk_arrivals_s=arrivals,
-        chunk_tokens=tokens,
-        output_tokens=sum(tokens),
+        chunk_tokens=chunk_tokens,
+        output_tokens=sum(chunk_tokens),
         output_tokens_from="usage",
         chunk_tokens_from="chunks",
         prompt_tokens=10,
@@ -63,7 +65,7 @@ def record(
         text="x" * len(arrivals),
     )
     values.update(kw)
-    return remote.RequestRecord(**values)
+    return records.RequestRecord(**values)
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
@@ -76,10 +78,10 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 # --- pure rules --------------------------------------------------------------------------------------------------
 def test_base_urls_are_normalized() -> None:
-    assert remote.parse_base_url("HTTP://LocalHost:8000/v1/").normalized == "http://localhost:8000/v1"
-    assert remote.parse_base_url("http://h:80/v1").normalized == "http://h/v1"
-    assert remote.parse_base_url("https://h/v1").port == 443
-    assert remote.make_endpoint("http://h:8000/v1", " m ", "completions").url == "http://h:8000/v1/completions"
+    assert endpoint.parse_base_url("HTTP://LocalHost:8000/v1/").normalized == "http://localhost:8000/v1"
+    assert endpoint.parse_base_url("http://h:80/v1").normalized == "http://h/v1"
+    assert endpoint.parse_base_url("https://h/v1").port == 443
+    assert endpoint.make_endpoint("http://h:8000/v1", " m ", "completions").url == "http://h:8000/v1/completions"
 
 
 @pytest.mark.parametrize(
@@ -97,41 +99,52 @@ def test_base_urls_are_normalized() -> None:
 )
 def test_bad_base_urls_are_one_line(url: str, words: str) -> None:
     with pytest.raises(BadInput) as error:
-        remote.parse_base_url(url)
+        endpoint.parse_base_url(url)
     assert words in str(error.value) and "\n" not in str(error.value)
     assert "secret" not in str(error.value)
 
 
 def test_hosted_mode_allows_only_listed_endpoints() -> None:
-    remote.EndpointPolicy(hosted=False).check("http://anywhere:1/v1")
-    with pytest.raises(BadInput, match=remote.ALLOWED_ENDPOINTS_ENV):
-        remote.EndpointPolicy(hosted=True).check("http://127.0.0.1:8000/v1")
-    policy = remote.EndpointPolicy.from_env(
-        {remote.HOSTED_ENV: "1", remote.ALLOWED_ENDPOINTS_ENV: "http://LOCALHOST:8000/v1/, not a url, http://g/v1"}
+    settings.EndpointPolicy(hosted=False).check("http://anywhere:1/v1")
+    with pytest.raises(BadInput, match=settings.ALLOWED_ENDPOINTS_ENV):
+        settings.EndpointPolicy(hosted=True).check("http://127.0.0.1:8000/v1")
+    policy = settings.EndpointPolicy.from_env(
+        {settings.HOSTED_ENV: "1", settings.ALLOWED_ENDPOINTS_ENV: "http://LOCALHOST:8000/v1/, not a url, http://g/v1"}
     )
     assert policy.allowed == ("http://localhost:8000/v1", "http://g/v1")  # the typo opens nothing
     policy.check("http://localhost:8000/v1")
     with pytest.raises(BadInput, match="only measures these endpoints: http://localhost:8000/v1, http://g/v1"):
         policy.check("http://169.254.169.254/v1")
-    assert not remote.EndpointPolicy.from_env({remote.HOSTED_ENV: "0"}).hosted
+    assert not settings.EndpointPolicy.from_env({settings.HOSTED_ENV: "0"}).hosted
     with pytest.raises(BadInput):
-        remote.check_endpoint_allowed("http://x/v1", {remote.HOSTED_ENV: "true"})
+        settings.check_endpoint_allowed("http://x/v1", {settings.HOSTED_ENV: "true"})
 
 
 def test_hosted_mode_caps_a_sweep() -> None:
-    policy = remote.EndpointPolicy(hosted=True, allowed=("http://h/v1",))
+    policy = settings.EndpointPolicy(hosted=True, allowed=("http://h/v1",))
     policy.check_limits((1, 16), 64, 512)
-    for levels, requests, tokens in (((1, 17), 8, 32), ((1,), 65, 32), ((1,), 8, 513)):
+    for levels, requests, max_tokens in (((1, 17), 8, 32), ((1,), 65, 32), ((1,), 8, 513)):
         with pytest.raises(BadInput, match="caps a sweep"):
-            policy.check_limits(levels, requests, tokens)
-    remote.EndpointPolicy().check_limits((256,), 1000, 4096)  # local use stays free
+            policy.check_limits(levels, requests, max_tokens)
+    settings.EndpointPolicy().check_limits((256,), 1000, 4096)  # local use stays free
 
 
-def test_server_sent_events_are_parsed_chunk_by_chunk() -> None:
-    stream = io.BytesIO(
+def stream_from(base_url: str, timeout_s: float = 10.0) -> wire.Stream:
+    """One request through the wire alone, as a sweep sends it: its own client, a watchdog keeping its deadline."""
+    request = wire.StreamRequest(endpoint.make_endpoint(base_url, "m"), "hi", 4, timeout_s=timeout_s)
+    with deadlines.Watchdog(deadlines.Deadline.after(60)) as watchdog, wire.open_client(1, timeout_s) as client:
+        call = watchdog.open(timeout_s)
+        try:
+            return wire.stream_once(request, client, call)
+        finally:
+            watchdog.close(call)
+
+
+def test_server_sent_events_are_read_chunk_by_chunk() -> None:
+    events = (
         b": a comment, as servers send for keep-alive\n\n"
         b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n'
-        b'data: {"choices": [{"delta": {"content": "Hel"}}]}\n'  # no blank line: still one event
+        b'data: {"choices": [{"delta": {"content": "Hel"}}]}\n'  # no blank line: still two events
         b'data: {"choices": [{"delta": {"content": "lo"}, "finish_reason": null}]}\n\n'
         b"event: ignored\n"
         b'data: {"choices": [{"delta": {}, "finish_reason": "length"}], "usage": {"completion_tokens": 2, '
@@ -139,33 +152,41 @@ def test_server_sent_events_are_parsed_chunk_by_chunk() -> None:
         b"data: [DONE]\n\n"
         b'data: {"choices": [{"delta": {"content": "after done"}}]}\n\n'
     )
-    request = remote.StreamRequest(remote.make_endpoint("http://h/v1", "m"), "hi", 4)
-    parsed = remote._read_events(request, stream, time.perf_counter(), None)
+    with fake.scripted_server(lambda n: [fake.head(), events]) as server:
+        parsed = stream_from(server.base_url)
     assert parsed.texts == ("Hel", "lo") and len(parsed.arrivals_s) == 2
     assert (parsed.completion_tokens, parsed.prompt_tokens, parsed.finish_reason) == (2, 9, "length")
-    with pytest.raises(BadInput, match="not JSON"):
-        remote._read_events(request, io.BytesIO(b"data: {oops\n\n"), time.perf_counter(), None)
-    with pytest.raises(RunFailed, match="error mid-stream: overloaded"):
-        remote._read_events(request, io.BytesIO(b'data: {"error": {"message": "overloaded"}}\n\n'), 0.0, None)
-    with pytest.raises(RunFailed, match="no output text"):
-        remote._read_events(request, io.BytesIO(b"data: [DONE]\n\n"), 0.0, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "words"),
+    [
+        (b"data: {oops\n\n", BadInput, "not JSON"),
+        (b'data: {"error": {"message": "overloaded"}}\n\n', RunFailed, "error mid-stream: overloaded"),
+        (b"data: [DONE]\n\n", RunFailed, "no output text"),
+    ],
+)
+def test_a_bad_stream_is_one_line(body: bytes, error: type[Exception], words: str) -> None:
+    with fake.scripted_server(lambda n: [fake.head(), body]) as server, pytest.raises(error, match=words) as raised:
+        stream_from(server.base_url)
+    assert "\n" not in str(raised.value)
 
 
 def test_run_sweep_refuses_an_unlisted_endpoint_before_sending_anything() -> None:
-    config = remote.SweepConfig(remote.make_endpoint("http://127.0.0.1:9/v1", "m"))
-    with mock.patch.object(remote, "stream_once") as sent, pytest.raises(BadInput, match="only measures"):
-        remote.run_sweep(config, policy=remote.EndpointPolicy(True, ("http://127.0.0.1:8000/v1",)))
+    config = sweep.SweepConfig(endpoint.make_endpoint("http://127.0.0.1:9/v1", "m"))
+    with mock.patch.object(httpx.Client, "send") as sent, pytest.raises(BadInput, match="only measures"):
+        sweep.run_sweep(config, policy=settings.EndpointPolicy(True, ("http://127.0.0.1:8000/v1",)))
     sent.assert_not_called()
 
 
 def test_itl_is_per_token_with_a_chunk_gap_shared_by_its_tokens() -> None:
     # chunks at 100, 150 and 300 ms with 1, 1 and 3 tokens: one 50 ms gap, then 150 ms over 3 tokens
-    assert remote.per_token_itls((0.100, 0.150, 0.300), (1, 1, 3)) == pytest.approx((0.05, 0.05, 0.05, 0.05))
+    assert records.per_token_itls((0.100, 0.150, 0.300), (1, 1, 3)) == pytest.approx((0.05, 0.05, 0.05, 0.05))
     # extra tokens of the first chunk arrive with the first token: no gap for them
-    assert remote.per_token_itls((0.1, 0.3), (3, 1)) == pytest.approx((0.2,))
+    assert records.per_token_itls((0.1, 0.3), (3, 1)) == pytest.approx((0.2,))
     # a chunk counted as 0 tokens keeps the clock: its wait rolls into the next chunk's tokens
-    assert remote.per_token_itls((0.0, 0.1, 0.3), (1, 0, 2)) == pytest.approx((0.15, 0.15))
-    assert remote.per_token_itls((0.2,), (1,)) == ()
+    assert records.per_token_itls((0.0, 0.1, 0.3), (1, 0, 2)) == pytest.approx((0.15, 0.15))
+    assert records.per_token_itls((0.2,), (1,)) == ()
 
 
 def test_a_request_mean_itl_is_aiperfs_itl_and_vllms_tpot() -> None:
@@ -186,8 +207,8 @@ def test_slos_are_strict_and_a_one_token_request_has_no_itl_to_miss() -> None:
 def test_a_level_pools_every_requests_ttft_and_itls() -> None:
     a = record((0.1, 0.2, 0.4), (1, 1, 1), index=0)
     b = record((0.3, 0.35), (1, 1), index=1)
-    failed = remote.RequestRecord(2, 0.0, None, None, (), (), 0, "chunks", "chunks", None, None, "", "refused")
-    level = remote.LevelResult(concurrency=2, wall_s=2.0, records=(a, b, failed))
+    failed = records.RequestRecord(2, 0.0, None, None, (), (), 0, "chunks", "chunks", None, None, "", "refused")
+    level = records.LevelResult(concurrency=2, wall_s=2.0, records=(a, b, failed))
     assert level.failed == 1 and level.ttfts_s == (0.1, 0.3)
     assert level.itls_s == pytest.approx((0.1, 0.2, 0.05))
     assert level.itl_percentile_s(50) == pytest.approx(0.1)
@@ -196,12 +217,12 @@ def test_a_level_pools_every_requests_ttft_and_itls() -> None:
     assert level.total_tokens_per_s == pytest.approx((5 + 20) / 2.0)
     assert level.goodput(ttft_slo_s=0.2, itl_slo_s=1.0) == 1  # only a: b's TTFT is 300 ms; the failure never counts
     summary = level.summary(0.2, 1.0)
-    assert summary["goodput_fraction"] == pytest.approx(1 / 3) and summary["succeeded"] == 2
+    assert summary.goodput_fraction == pytest.approx(1 / 3) and summary.succeeded == 2
 
 
-def sweep(levels: tuple[remote.LevelResult, ...]) -> remote.SweepResult:
-    return remote.SweepResult(
-        endpoint=remote.make_endpoint("http://127.0.0.1:8000/v1", "some/model"),
+def sweep_of(levels: tuple[records.LevelResult, ...]) -> records.SweepResult:
+    return records.SweepResult(
+        endpoint=endpoint.make_endpoint("http://127.0.0.1:8000/v1", "some/model"),
         prompt="Hello",
         max_tokens=3,
         requests_per_level=2,
@@ -214,12 +235,12 @@ def sweep(levels: tuple[remote.LevelResult, ...]) -> remote.SweepResult:
 
 
 def test_a_sweep_round_trips_through_json_with_its_summaries() -> None:
-    level = remote.LevelResult(1, 1.0, (record((0.1, 0.2, 0.4), (1, 1, 1)), record((0.3, 0.35), (2, 1), index=1)))
-    result = sweep((level,))
+    level = records.LevelResult(1, 1.0, (record((0.1, 0.2, 0.4), (1, 1, 1)), record((0.3, 0.35), (2, 1), index=1)))
+    result = sweep_of((level,))
     data = json.loads(result.to_json())
     assert data["levels"][0]["summary"]["itl_p50_s"] == pytest.approx(level.itl_percentile_s(50))
     assert data["levels"][0]["records"][1]["summary"]["itl_s"] == pytest.approx([0.05])
-    assert remote.SweepResult.from_json(result.to_json()) == result
+    assert records.SweepResult.from_json(result.to_json()) == result
 
 
 @pytest.mark.parametrize(
@@ -233,42 +254,42 @@ def test_a_sweep_round_trips_through_json_with_its_summaries() -> None:
 )
 def test_a_damaged_sweep_file_is_one_line(text: str, words: str) -> None:
     with pytest.raises(BadInput, match=words):
-        remote.SweepResult.from_json(text)
+        records.SweepResult.from_json(text)
 
 
 def test_tokens_come_from_usage_then_tokenizer_then_chunks() -> None:
-    stream = remote.Stream((0.1, 0.2, 0.3), ("ab", "c", "de"), (None, None, None), 6, 12, "stop")
-    assert remote.count_tokens(stream, None) == ([1, 1, 1], "chunks", 6, "usage")  # the EOS token is in usage only
-    counter = remote.tokenizer_chunk_counter(byte_tokenizer(None))  # one token per byte
-    assert remote.count_tokens(stream, counter) == ([2, 1, 2], "tokenizer", 6, "usage")
-    no_usage = remote.Stream((0.1, 0.2), ("ab", "c"), (None, None), None, None, None)
-    assert remote.count_tokens(no_usage, counter) == ([2, 1], "tokenizer", 3, "tokenizer")
-    assert remote.count_tokens(no_usage, None) == ([1, 1], "chunks", 2, "chunks")
-    continuous = remote.Stream((0.1, 0.2), ("ab", "cde"), (1, 4), 4, 12, "stop")  # vLLM's continuous usage stats
-    assert remote.count_tokens(continuous, counter) == ([1, 3], "usage", 4, "usage")
+    stream = wire.Stream((0.1, 0.2, 0.3), ("ab", "c", "de"), (None, None, None), 6, 12, "stop")
+    assert tokens.count_tokens(stream, None) == ([1, 1, 1], "chunks", 6, "usage")  # the EOS token is in usage only
+    counter = tokens.tokenizer_chunk_counter(byte_tokenizer(None))  # one token per byte
+    assert tokens.count_tokens(stream, counter) == ([2, 1, 2], "tokenizer", 6, "usage")
+    no_usage = wire.Stream((0.1, 0.2), ("ab", "c"), (None, None), None, None, None)
+    assert tokens.count_tokens(no_usage, counter) == ([2, 1], "tokenizer", 3, "tokenizer")
+    assert tokens.count_tokens(no_usage, None) == ([1, 1], "chunks", 2, "chunks")
+    continuous = wire.Stream((0.1, 0.2), ("ab", "cde"), (1, 4), 4, 12, "stop")  # vLLM's continuous usage stats
+    assert tokens.count_tokens(continuous, counter) == ([1, 3], "usage", 4, "usage")
 
 
 def test_levels_parse_and_the_slo_defaults_are_the_latency_pages() -> None:
-    assert remote.parse_levels("4, 1,4") == (1, 4)
+    assert sweep.parse_levels("4, 1,4") == (1, 4)
     for bad in ("", "1,x", "1.5"):
         with pytest.raises(BadInput):
-            remote.parse_levels(bad)
-    assert (remote.DEFAULT_TTFT_SLO_S, remote.DEFAULT_ITL_SLO_S) == (
+            sweep.parse_levels(bad)
+    assert (sweep.DEFAULT_TTFT_SLO_S, sweep.DEFAULT_ITL_SLO_S) == (
         latency.DEFAULT_TTFT_SLO_S,
         latency.DEFAULT_ITL_SLO_S,
     )
     with pytest.raises(BadInput, match="Concurrency levels"):
-        remote.SweepConfig(remote.make_endpoint("http://h/v1", "m"), concurrency_levels=(0,)).validate()
+        sweep.SweepConfig(endpoint.make_endpoint("http://h/v1", "m"), concurrency_levels=(0,)).validate()
 
 
 def test_the_api_key_is_sent_but_never_shown_or_stored() -> None:
-    request = remote.StreamRequest(remote.make_endpoint("http://h/v1", "m"), "hi", 4, api_key="sk-secret")
+    request = wire.StreamRequest(endpoint.make_endpoint("http://h/v1", "m"), "hi", 4, api_key="sk-secret")
     assert request.headers()["Authorization"] == "Bearer sk-secret"
     assert "sk-secret" not in repr(request)
     assert json.loads(request.body())["stream_options"] == {"include_usage": True}
-    assert remote.api_key_from_env("KEY", {"KEY": "k"}) == "k"
+    assert settings.api_key_from_env("KEY", {"KEY": "k"}) == "k"
     with pytest.raises(BadInput, match="KEY"):
-        remote.api_key_from_env("KEY", {})
+        settings.api_key_from_env("KEY", {})
 
 
 # --- one-line errors against real sockets ------------------------------------------------------------------------
@@ -425,7 +446,7 @@ def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: E
     data = json.loads(recorded.read_text())
     assert data["endpoint"] == {"base_url": engine.base_url, "model": engine.model, "api": "chat"}
     assert [level["concurrency"] for level in data["levels"]] == [1, 4]
-    result = remote.SweepResult.from_json(recorded.read_text())
+    result = records.SweepResult.from_json(recorded.read_text())
     for level, level_data in zip(result.levels, data["levels"]):
         summary = level_data["summary"]
         for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s"):
@@ -439,7 +460,7 @@ def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: E
             assert len(r.itl_s) == sum(r.chunk_tokens) - r.chunk_tokens[0]
     assert result.warmup is not None and result.warmup.ok  # sent first, kept apart
 
-    def overlaps(level: remote.LevelResult) -> bool:
+    def overlaps(level: records.LevelResult) -> bool:
         spans = [(r.start_s, r.start_s + (r.e2e_s or 0)) for r in level.records]
         return any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :])
 
@@ -448,15 +469,15 @@ def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: E
 
 
 def test_the_completions_api_and_a_local_tokenizer(engine: Engine) -> None:
-    config = remote.SweepConfig(
-        remote.make_endpoint(engine.base_url, engine.model, "completions"),
+    config = sweep.SweepConfig(
+        endpoint.make_endpoint(engine.base_url, engine.model, "completions"),
         prompt="The sky is",
         max_tokens=6,
         concurrency_levels=(2,),
         requests_per_level=2,
         warmup=False,
     )
-    result = remote.run_sweep(config, counter=remote.load_chunk_counter("embedded"))
+    result = sweep.run_sweep(config, counter=tokens.load_chunk_counter("embedded"))
     for r in result.level(2).records:
         assert r.ok and r.chunk_tokens_from == "tokenizer" and r.output_tokens_from == "usage"
         assert abs(sum(r.chunk_tokens) - r.output_tokens) <= 1, (r.chunk_tokens, r.output_tokens, r.text)
@@ -486,16 +507,15 @@ def assert_renders(at) -> None:
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert len(at.get("vega_lite_chart")) == 2
-    assert any(remote.ITL_RULE in i.value for i in at.info)  # the rule, on screen
+    assert any(records.ITL_RULE in i.value for i in at.info)  # the rule, on screen
     assert any("measured" in c.value for c in at.caption)
 
 
 def synthetic_sweep_json() -> bytes:
     slow = record((0.2, 0.26, 0.33), (1, 1, 1), index=1)
     fast = record((0.1, 0.12, 0.14), (1, 1, 1))
-    return (
-        sweep((remote.LevelResult(1, 1.0, (fast, slow)), remote.LevelResult(2, 0.5, (fast, slow)))).to_json().encode()
-    )
+    levels = (records.LevelResult(1, 1.0, (fast, slow)), records.LevelResult(2, 0.5, (fast, slow)))
+    return sweep_of(levels).to_json().encode()
 
 
 def test_the_page_renders_a_json_and_rereads_it_against_new_slos(tiny_lm) -> None:
@@ -597,13 +617,13 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
 
 
 def test_hosted_mode_refuses_an_unlisted_endpoint_on_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(remote.HOSTED_ENV, "1")
-    monkeypatch.setenv(remote.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
+    monkeypatch.setenv(settings.HOSTED_ENV, "1")
+    monkeypatch.setenv(settings.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
     at = endpoint_page()
     assert next(t for t in at.text_input if t.label == "Base URL").value == "http://127.0.0.1:8000/v1"
     next(t for t in at.text_input if t.label == "Base URL").input("http://169.254.169.254/v1")
     next(t for t in at.text_input if t.label == "Model").input("m")
-    with mock.patch.object(remote, "stream_once") as sent:
+    with mock.patch.object(httpx.Client, "send") as sent:
         next(b for b in at.button if b.label == "Measure").click().run()
     sent.assert_not_called()
     errors = [e.value for e in at.error]
@@ -622,7 +642,7 @@ def test_the_page_shows_its_own_itl_rule_never_the_files() -> None:
 def test_chunk_counts_that_miss_the_servers_total_are_flagged_on_the_page() -> None:
     short = record((0.1, 0.2), (1, 1), output_tokens=5)  # one token per chunk assumed; the server's usage says 5
     at = endpoint_page()
-    body = sweep((remote.LevelResult(1, 1.0, (short,)),)).to_json().encode()
+    body = sweep_of((records.LevelResult(1, 1.0, (short,)),)).to_json().encode()
     at.get("file_uploader")[0].set_value(("short.json", body, "application/json")).run()
     assert not at.exception
     assert any("sum to 2, but the server's usage says 5" in w.value for w in at.warning)
@@ -648,13 +668,13 @@ def test_a_different_local_prompt_is_said_and_the_same_one_runs_locally(tiny_lm)
 
 
 def test_a_sweep_counts_against_the_hosted_rate_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(remote.HOSTED_ENV, "1")
-    monkeypatch.setenv(remote.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
+    monkeypatch.setenv(settings.HOSTED_ENV, "1")
+    monkeypatch.setenv(settings.ALLOWED_ENDPOINTS_ENV, "http://127.0.0.1:8000/v1")
     monkeypatch.setenv("EXPLORER_RUNS_PER_MINUTE", "1")
     at = endpoint_page()
     next(t for t in at.text_input if t.label == "Model").input("m")
-    recorded = remote.SweepResult.from_json(synthetic_sweep_json().decode())
-    with mock.patch.object(remote, "run_sweep", return_value=recorded) as swept:
+    recorded = records.SweepResult.from_json(synthetic_sweep_json().decode())
+    with mock.patch.object(sweep, "run_sweep", return_value=recorded) as swept:
         next(b for b in at.button if b.label == "Measure").click().run()
         assert not at.error, [e.value for e in at.error]
         next(b for b in at.button if b.label == "Measure").click().run()

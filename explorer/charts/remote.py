@@ -9,7 +9,7 @@ import pandas as pd
 from explorer.charts.latency import PERCENTILE_COLOR, SLO_RANGE, SLO_RULE_COLOR
 from explorer.core.trace import Trace
 from explorer.core.units import to_ms
-from explorer.remote import PERCENTILES, SweepResult
+from explorer.remote.records import PERCENTILES, SweepResult
 
 PERCENTILE_LABELS = [f"p{q}" for q in PERCENTILES]
 PERCENTILE_RANGE = ["#9ecae1", "#4292c6", "#08306b"]  # p50 light to p99 dark: one quantity, deeper into its tail
@@ -32,15 +32,15 @@ def levels_frame(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> pd
         rows.append(
             {
                 "concurrency": level.concurrency,
-                "succeeded": s["succeeded"],
-                "failed": s["failed"],
-                **{f"ttft_p{q}_ms": _ms_or_none(s[f"ttft_p{q}_s"]) for q in PERCENTILES},
-                **{f"itl_p{q}_ms": _ms_or_none(s[f"itl_p{q}_s"]) for q in PERCENTILES},
-                "output_tokens": s["output_tokens"],
-                "total_output_tokens_per_s": s["total_output_tokens_per_s"],
-                "requests_per_s": s["requests_per_s"],
-                "goodput_requests": s["goodput_requests"],
-                "goodput_pct": None if s["goodput_fraction"] is None else 100 * s["goodput_fraction"],
+                "succeeded": s.succeeded,
+                "failed": s.failed,
+                **{f"ttft_p{q}_ms": _ms_or_none(v) for q, v in zip(PERCENTILES, s.ttft_percentiles_s)},
+                **{f"itl_p{q}_ms": _ms_or_none(v) for q, v in zip(PERCENTILES, s.itl_percentiles_s)},
+                "output_tokens": s.output_tokens,
+                "total_output_tokens_per_s": s.total_output_tokens_per_s,
+                "requests_per_s": s.requests_per_s,
+                "goodput_requests": s.goodput_requests,
+                "goodput_pct": None if s.goodput_fraction is None else 100 * s.goodput_fraction,
                 "wall_s": level.wall_s,
             }
         )
@@ -108,16 +108,16 @@ def tradeoff_frame(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> 
     rows = []
     for level in result.levels:
         s = level.summary(ttft_slo_s, itl_slo_s)
-        good, total = s["goodput_requests"], s["requests"]
+        good, total = s.goodput_requests, s.requests
         rows.append(
             {
                 "concurrency": level.concurrency,
-                "total_output_tokens_per_s": s["total_output_tokens_per_s"],
-                "ttft_p99_ms": _ms_or_none(s["ttft_p99_s"]),
-                "itl_p99_ms": _ms_or_none(s["itl_p99_s"]),
+                "total_output_tokens_per_s": s.total_output_tokens_per_s,
+                "ttft_p99_ms": _ms_or_none(s.ttft_p99_s),
+                "itl_p99_ms": _ms_or_none(s.itl_p99_s),
                 "goodput_requests": good,
                 "requests": total,
-                "goodput_per_s": s["goodput_requests_per_s"],
+                "goodput_per_s": s.goodput_requests_per_s,
                 "goodput": GOODPUT_DOMAIN[0] if good == total else GOODPUT_DOMAIN[1],
                 "label": f"c={level.concurrency} · {good}/{total} good",
             }

@@ -136,7 +136,7 @@ def run_soak(
     from explorer.core.loading import load_model
     from explorer.core.measure import measure
     from explorer.core.trace import PassRecord
-    from explorer.hosting import HostedPolicy
+    from explorer.hosting.settings import HostedPolicy
 
     config.validate()
     cap_bytes = HostedPolicy.from_env().attention_cap_bytes  # the app's cap: the hosted one, or None (the default)

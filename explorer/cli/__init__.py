@@ -81,7 +81,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
         "the cached loop against a naive loop that re-runs the whole sequence each step",
     ),
     "batch": ("explorer.labs.batch", "decode B requests together: step time, tokens/s and ITL against batch size"),
-    "remote": ("explorer.remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server"),
+    "remote": ("explorer.cli.remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server"),
     "soak": ("explorer.checks.soak", "RSS over many in-process runs"),
     "profile": ("explorer.cli.profile", "replay one pass of a run under torch.profiler: its time grouped by what ran"),
     "schedule": ("explorer.cli.schedule", "serve a workload with continuous batching and print every engine step"),

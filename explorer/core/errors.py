@@ -1,4 +1,4 @@
-"""The two kinds of failure a user can meet, so the CLI and the app can answer each with one line."""
+"""The kinds of failure a user can meet, so the CLI and the app can answer each with one line."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ class RunFailed(ExplorerError):
     """The request was fine but running it failed: out of memory, a device error."""
 
     exit_code = 1
+
+
+class Interrupted(ExplorerError):
+    """The user pressed Ctrl-C after some work was kept (written or printed): the shell's 128 + SIGINT."""
+
+    exit_code = 130
 
 
 def one_line(exc: BaseException) -> str:

@@ -8,9 +8,12 @@ from dataclasses import dataclass, replace
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from explorer import remote
 from explorer.charts import remote as charts
 from explorer.core.errors import ExplorerError
+from explorer.hosting import settings
+from explorer.remote import sweep, tokens
+from explorer.remote.endpoint import APIS, make_endpoint
+from explorer.remote.records import ITL_RULE, SweepResult
 from explorer.ui.queue import count_run, hosting_policy
 from explorer.ui.runner import execute_run
 from explorer.ui.state import APP_MAX_NEW_TOKENS, DEFAULT_PROMPT, LAST_INPUTS, RunInputs, current_run
@@ -44,18 +47,18 @@ class SweepInputs:
     embedded_tokenizer: bool  # count each chunk's tokens locally instead of assuming one per chunk
 
 
-def hosted_caption(policy: remote.EndpointPolicy) -> None:
+def hosted_caption(policy: settings.EndpointPolicy) -> None:
     if not policy.hosted:
         return
-    allowed = ", ".join(policy.allowed) or "none (the operator sets EXPLORER_ALLOWED_ENDPOINTS)"
+    allowed = ", ".join(policy.allowed) or f"none (the operator sets {settings.ALLOWED_ENDPOINTS_ENV})"
     st.caption(
         f"Hosted mode: only these endpoints can be measured: {escape_markdown(allowed)}; a sweep is capped at "
-        f"concurrency {remote.HOSTED_MAX_CONCURRENCY}, {remote.HOSTED_MAX_REQUESTS} requests per level and "
-        f"{remote.HOSTED_MAX_TOKENS} max tokens, and counts against this session's run limit."
+        f"concurrency {settings.HOSTED_MAX_CONCURRENCY}, {settings.HOSTED_MAX_REQUESTS} requests per level and "
+        f"{settings.HOSTED_MAX_TOKENS} max tokens, and counts against this session's run limit."
     )
 
 
-def sweep_form(policy: remote.EndpointPolicy) -> SweepInputs | None:
+def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
     """The endpoint and the sweep's sizes; the inputs once Measure is pressed, else None."""
     with st.form("endpoint-form"):
         left, right = st.columns([3, 2])
@@ -65,20 +68,26 @@ def sweep_form(policy: remote.EndpointPolicy) -> SweepInputs | None:
             help="The server's OpenAI root, usually ending in /v1; /chat/completions or /completions is added.",
         )
         model = right.text_input("Model", value="", help="The name the server serves (GET <base URL>/models lists it).")
-        api = st.radio("API", remote.APIS, horizontal=True, help="chat sends the prompt as one user message.")
+        api = st.radio("API", APIS, horizontal=True, help="chat sends the prompt as one user message.")
         prompt = st.text_area("Prompt", value=DEFAULT_PROMPT, height=80)  # its length is checked with a message
         cols = st.columns(4)
         max_tokens = cols[0].number_input(
             "Max tokens",
             min_value=1,
-            max_value=remote.HOSTED_MAX_TOKENS if policy.hosted else remote.MAX_TOKENS_LIMIT,
-            value=remote.DEFAULT_MAX_TOKENS,
+            max_value=settings.HOSTED_MAX_TOKENS if policy.hosted else sweep.MAX_TOKENS_LIMIT,
+            value=sweep.DEFAULT_MAX_TOKENS,
         )
         levels_text = cols[1].text_input("Concurrency levels", value="1,4", help="Comma-separated, e.g. 1,2,4,8.")
         requests = cols[2].number_input(
-            "Requests per level", min_value=1, max_value=64, value=remote.DEFAULT_REQUESTS, help="Bounded: at most 64."
+            "Requests per level", min_value=1, max_value=64, value=sweep.DEFAULT_REQUESTS, help="Bounded: at most 64."
         )
-        timeout_s = cols[3].number_input("Timeout (s)", min_value=1.0, max_value=600.0, value=remote.DEFAULT_TIMEOUT_S)
+        timeout_s = cols[3].number_input(
+            "Timeout (s)",
+            min_value=1.0,
+            max_value=600.0,
+            value=sweep.DEFAULT_TIMEOUT_S,
+            help="The deadline of each request, from sending it to the end of its answer.",
+        )
         api_key = st.text_input(
             "API key (optional)", type="password", help="Sent as a bearer token; never shown or written to a file."
         )
@@ -97,23 +106,23 @@ def sweep_form(policy: remote.EndpointPolicy) -> SweepInputs | None:
 
 
 @st.cache_resource(show_spinner="Loading the embedded tokenizer…")
-def embedded_chunk_counter() -> remote.ChunkCounter:
+def embedded_chunk_counter() -> tokens.ChunkCounter:
     """One per server process: read-only, and the counter serializes its own calls."""
-    return remote.load_chunk_counter("embedded")
+    return tokens.load_chunk_counter("embedded")
 
 
-def measure_sweep(inputs: SweepInputs, policy: remote.EndpointPolicy) -> None:
+def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:
     """Check, count the sweep against the session's run limit, send it with progress; errors are one line."""
     try:
         hosting_policy().check_prompt_chars(inputs.prompt)  # a pasted book gets a line, never silently dropped
-        config = remote.SweepConfig(
-            endpoint=remote.make_endpoint(inputs.base_url, inputs.model, inputs.api),
+        config = sweep.SweepConfig(
+            endpoint=make_endpoint(inputs.base_url, inputs.model, inputs.api),
             prompt=inputs.prompt,
             max_tokens=inputs.max_tokens,
-            concurrency_levels=remote.parse_levels(inputs.levels_text),
+            concurrency_levels=sweep.parse_levels(inputs.levels_text),
             requests_per_level=inputs.requests,
             timeout_s=inputs.timeout_s,
-            time_limit_s=remote.DEFAULT_TIME_LIMIT_S,
+            time_limit_s=sweep.DEFAULT_TIME_LIMIT_S,
         )
         config.validate()  # refused here, before the sweep counts against the limit (run_sweep checks again)
         policy.check(config.endpoint.base_url)
@@ -121,7 +130,7 @@ def measure_sweep(inputs: SweepInputs, policy: remote.EndpointPolicy) -> None:
         count_run()  # a sweep loads a server: it counts against this session's rate limit like a run
         counter = embedded_chunk_counter() if inputs.embedded_tokenizer else None
         bar = st.progress(0.0, text="Connecting…")
-        st.session_state[RESULT] = remote.run_sweep(
+        st.session_state[RESULT] = sweep.run_sweep(
             config,
             api_key=inputs.api_key or None,
             counter=counter,
@@ -139,32 +148,34 @@ def load_recorded(uploaded: UploadedFile) -> None:
         return
     st.session_state[LOADED_FILE] = uploaded.file_id
     try:
-        st.session_state[RESULT] = remote.SweepResult.from_json(uploaded.getvalue().decode("utf-8", "replace"))
+        st.session_state[RESULT] = SweepResult.from_json(uploaded.getvalue().decode("utf-8", "replace"))
     except ExplorerError as exc:
         show_error(str(exc))
 
 
-def require_sweep() -> remote.SweepResult:
+def require_sweep() -> SweepResult:
     """The sweep shown; without one, a hint and the page stops here."""
-    result: remote.SweepResult | None = st.session_state.get(RESULT)
+    result: SweepResult | None = st.session_state.get(RESULT)
     if result is None:
         st.info("No sweep yet: fill in an endpoint and press **Measure**, or load a recorded JSON.")
         st.stop()
     return result
 
 
-def sweep_header(result: remote.SweepResult) -> None:
+def sweep_header(result: SweepResult) -> None:
     endpoint = result.endpoint
     st.text(  # text, never markdown: the URL, model and prompt are whatever was typed or uploaded
         f"{endpoint.base_url} · model {endpoint.model} · {endpoint.api} API · {result.requests_per_level} requests "
         f"per level, up to {result.max_tokens} tokens each · measured {result.created_at}"
     )
-    st.info(remote.ITL_RULE, icon=":material/straighten:")  # our rule, never the file's own copy of it
+    st.info(ITL_RULE, icon=":material/straighten:")  # our rule, never the file's own copy of it
+    if result.stopped:  # a sweep keeps the levels that finished; this says why there are no more
+        st.warning(f"The sweep stopped early: {escape_markdown(result.stopped)}")  # it may quote a server
     if result.tokens_note:
         st.warning(result.tokens_note)  # numbers and fixed words only
 
 
-def against_slos(result: remote.SweepResult) -> tuple[float, float]:
+def against_slos(result: SweepResult) -> tuple[float, float]:
     """The levels table and the two charts against the session's SLOs; returns the SLOs (seconds)."""
     st.subheader("Against your SLOs")
     st.caption(
@@ -189,7 +200,7 @@ def against_slos(result: remote.SweepResult) -> tuple[float, float]:
     return ttft_slo_s, itl_slo_s
 
 
-def every_request(result: remote.SweepResult, ttft_slo_s: float, itl_slo_s: float) -> None:
+def every_request(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> None:
     with secondary("Every request"):  # collapsed in presenter mode: the levels above carry the idea
         table(
             charts.requests_frame(result, ttft_slo_s, itl_slo_s),
@@ -200,7 +211,7 @@ def every_request(result: remote.SweepResult, ttft_slo_s: float, itl_slo_s: floa
         )
 
 
-def local_inputs(result: remote.SweepResult) -> RunInputs:
+def local_inputs(result: SweepResult) -> RunInputs:
     """The sidebar's last settings with the sweep's prompt: the chat API's prompt goes through the chat template."""
     last: RunInputs = st.session_state.get(LAST_INPUTS, RunInputs())
     return replace(
@@ -220,7 +231,7 @@ def same_prompt(inputs: RunInputs) -> bool:
     )
 
 
-def beside_local_run(result: remote.SweepResult) -> None:
+def beside_local_run(result: SweepResult) -> None:
     """The local instrumented run of the sweep's prompt beside the remote levels, or a clear word that it differs."""
     st.subheader("Beside the local instrumented run")
     inputs = local_inputs(result)

@@ -13,7 +13,7 @@ from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
-from explorer.hosting import LabSize
+from explorer.hosting.settings import LabSize
 from explorer.labs import batch, nocache
 from explorer.labs.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
 from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache

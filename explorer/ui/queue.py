@@ -1,5 +1,5 @@
 """The device queue of this server process as a session meets it: this server's limits, a turn on the device (first
-come first served, see `explorer.hosting.DeviceQueue`) with the session's place in line while it waits, the
+come first served, see `explorer.hosting.queue.DeviceQueue`) with the session's place in line while it waits, the
 per-session rate limit, what other sessions draw meanwhile, and the sweep of stepped requests left idle."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.core.errors import BadInput
-from explorer.hosting import DeviceQueue, HostedPolicy, ScriptActivity, Ticket, wait_sentence
+from explorer.hosting.queue import DeviceQueue, ScriptActivity, Ticket, wait_sentence
+from explorer.hosting.settings import HostedPolicy
 from explorer.labs.stepping import LiveSteps
 from explorer.ui.state import HELD_TICKET, LEFT_QUEUE, RUN_STARTS
 

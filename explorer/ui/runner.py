@@ -2,7 +2,8 @@
 the server's limits, wait in line for the device (`explorer.ui.queue`), load, run with live streaming, capture
 attention).
 
-What holds the device and for how long (one turn each, first come first served, see `explorer.hosting.DeviceQueue`):
+What holds the device and for how long (one turn each, first come first served, see
+`explorer.hosting.queue.DeviceQueue`):
 - a sidebar run: loading (once per model), the device figures (measured once per process) and the warm-up, the
   timed passes of every repeat, the untimed attention replay, then the drawing of that session's page: the turn
   ends when the session's script run ends (at most `DRAW_HOLD_S`), so the next run's passes never share the cores
@@ -33,8 +34,8 @@ from explorer.core.lab_progress import LabProgress, Report
 from explorer.core.loading import EMBEDDED, LoadedModel, Progress, load_model, resolve_device
 from explorer.core.measure import keep_figures_honest, measure, prepare_device, recost
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
-from explorer.hosting import ALLOWED_MODELS_ENV as ALLOWED_MODELS_ENV  # older code imports it from here
-from explorer.hosting import LabSize
+from explorer.hosting.settings import ALLOWED_MODELS_ENV as ALLOWED_MODELS_ENV  # older code imports it from here
+from explorer.hosting.settings import LabSize
 from explorer.ui.queue import ContentionProbe, count_run, device_turn, hosting_policy
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_run, remember
 from explorer.ui.widgets import escape_markdown, failure_line, show_error

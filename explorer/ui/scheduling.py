@@ -13,7 +13,7 @@ from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.core.units import MB, human_bytes
-from explorer.hosting import LabSize
+from explorer.hosting.settings import LabSize
 from explorer.labs.schedule.records import ScheduleRun
 from explorer.labs.schedule.run import run_schedule
 from explorer.labs.schedule.workload import (

@@ -14,7 +14,7 @@ from explorer.charts import stepping as step_charts
 from explorer.core.profiler import profile_pass
 from explorer.core.trace import Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
-from explorer.hosting import LabSize
+from explorer.hosting.settings import LabSize
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab

@@ -10,7 +10,7 @@ from explorer.core.errors import BadInput
 from explorer.core.loading import DEVICES, DTYPES, EMBEDDED
 from explorer.core.perfetto import perfetto_json
 from explorer.core.trace import Sampling
-from explorer.hosting import HOSTED_ENV, HostedPolicy
+from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
 from explorer.ui.queue import hosting_policy, live_steps, note_script
 from explorer.ui.runner import remeasure_device
 from explorer.ui.state import (

@@ -17,7 +17,7 @@ from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
 from explorer.core.errors import BadInput, one_line
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
-from explorer.hosting import HostedPolicy
+from explorer.hosting.settings import HostedPolicy
 from explorer.ui.state import RunResult, current_run
 
 LOG = logging.getLogger(__name__)

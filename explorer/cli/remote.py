@@ -1,0 +1,154 @@
+"""`python -m explorer remote`: a concurrency sweep against an OpenAI-compatible streaming endpoint, printed as a
+table and optionally written as JSON. A sweep that stops early (a level failed entirely, the time limit, Ctrl-C)
+still prints and writes the levels that finished, then exits 1 (130 for Ctrl-C) with one line saying why."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from explorer.cli import quiet_libraries, stderr_progress
+from explorer.core.errors import BadInput, Interrupted, RunFailed
+from explorer.core.units import ms_value
+from explorer.hosting.settings import api_key_from_env
+from explorer.remote.endpoint import APIS, make_endpoint
+from explorer.remote.records import ITL_RULE, SweepResult
+from explorer.remote.sweep import (
+    DEFAULT_ITL_SLO_S,
+    DEFAULT_LEVELS,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_PROMPT,
+    DEFAULT_REQUESTS,
+    DEFAULT_TIME_LIMIT_S,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TTFT_SLO_S,
+    SweepConfig,
+    parse_levels,
+    run_sweep,
+)
+from explorer.remote.tokens import load_chunk_counter
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """`python -m explorer remote`: the concurrency sweep against an OpenAI-compatible streaming endpoint."""
+    remote = commands.add_parser(
+        "remote", help="measure an OpenAI-compatible streaming endpoint (TTFT, ITL, tokens/s) over a concurrency sweep"
+    )
+    remote.add_argument("--base-url", required=True, help="the server's OpenAI root, e.g. http://127.0.0.1:8000/v1")
+    remote.add_argument("--model", required=True, help="the model name the server serves")
+    remote.add_argument("--api", choices=APIS, default="chat", help="chat (default) or completions")
+    remote.add_argument("--api-key-env", default=None, help="name of the environment variable holding the API key")
+    remote.add_argument("--prompt", default=DEFAULT_PROMPT)
+    remote.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    remote.add_argument("--concurrency", default=",".join(map(str, DEFAULT_LEVELS)), help="levels, e.g. 1,4")
+    remote.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="requests per concurrency level")
+    remote.add_argument("--ttft-slo-ms", type=float, default=DEFAULT_TTFT_SLO_S * 1e3)
+    remote.add_argument("--itl-slo-ms", type=float, default=DEFAULT_ITL_SLO_S * 1e3)
+    remote.add_argument(
+        "--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="deadline of each request, from sending to its end"
+    )
+    remote.add_argument("--time-limit-s", type=float, default=DEFAULT_TIME_LIMIT_S, help="limit for the whole sweep")
+    remote.add_argument(
+        "--tokenizer", default=None, help="'embedded' or a local folder: count each chunk's tokens locally"
+    )
+    remote.add_argument("--no-warmup", action="store_true", help="skip the uncounted first request")
+    remote.add_argument("--json", type=Path, default=None, help="write levels, percentiles and every request")
+    # loads_models=False: cli.main may skip importing transformers
+    remote.set_defaults(func=cmd_remote, precheck=precheck_remote, loads_models=False)
+
+
+def precheck_remote(args: argparse.Namespace) -> None:
+    """What can be refused before anything is sent: the output path (a sweep's minutes are not lost to a typo)."""
+    check_writable(args.json)
+
+
+def check_writable(path: Path | None) -> None:
+    if path is None:
+        return
+    if path.is_dir():
+        raise BadInput(f"--json {path} is a folder: give a file name, e.g. {path / 'sweep.json'}. Nothing was sent.")
+    if not path.parent.is_dir():
+        raise BadInput(f"Cannot write {path}: its folder {path.parent} does not exist. Nothing was sent.")
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):  # the one sure test of "may I write here", as root too
+            pass
+    except OSError as exc:
+        raise BadInput(f"Cannot write {path} ({exc.strerror}): choose another --json path. Nothing was sent.") from exc
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    return SweepConfig(
+        endpoint=make_endpoint(args.base_url, args.model, args.api),
+        prompt=args.prompt,
+        max_tokens=args.max_tokens,
+        concurrency_levels=parse_levels(args.concurrency),
+        requests_per_level=args.requests,
+        ttft_slo_s=args.ttft_slo_ms / 1e3,
+        itl_slo_s=args.itl_slo_ms / 1e3,
+        timeout_s=args.timeout_s,
+        time_limit_s=args.time_limit_s,
+        warmup=not args.no_warmup,
+    )
+
+
+def cmd_remote(args: argparse.Namespace) -> None:
+    config = config_from_args(args)
+    config.validate()  # before a tokenizer loads: bad input fails in a blink
+    api_key = api_key_from_env(args.api_key_env)
+    counter = None
+    if args.tokenizer:
+        quiet_libraries()  # only this option loads transformers in this command
+        counter = load_chunk_counter(args.tokenizer)
+    result = run_sweep(config, api_key=api_key, counter=counter, on_progress=stderr_progress)
+    print(format_sweep(result))
+    if args.json:
+        try:
+            args.json.write_text(result.to_json(), encoding="utf-8")
+        except OSError as exc:
+            raise RunFailed(
+                f"Cannot write {args.json} ({exc.strerror}): the table above is all that was kept."
+            ) from exc
+        print(f"wrote {args.json}")
+    if result.stopped:
+        kept = f"kept {len(result.levels)} level{'s' if len(result.levels) != 1 else ''}"
+        kept += f" in {args.json}" if args.json else " above"
+        raise (Interrupted if result.interrupted else RunFailed)(f"{result.stopped} ({kept})")
+
+
+def format_sweep(result: SweepResult, ttft_slo_s: float | None = None, itl_slo_s: float | None = None) -> str:
+    ttft_slo_s = result.ttft_slo_s if ttft_slo_s is None else ttft_slo_s
+    itl_slo_s = result.itl_slo_s if itl_slo_s is None else itl_slo_s
+    endpoint = result.endpoint
+    lines = [
+        f"endpoint {endpoint.base_url} · model {endpoint.model} · {endpoint.api} API · {result.requests_per_level} "
+        f"requests per level · up to {result.max_tokens} tokens each (all figures measured)",
+    ]
+    if result.warmup is not None:
+        lines.append(f"warm-up request, not counted: TTFT {ms_value(result.warmup.ttft_s)} ms")
+    lines.append(
+        f"{'conc':>4} {'ok':>7} {'TTFT p50/p90/p99 ms':>24} {'ITL p50/p90/p99 ms':>22} {'out tok/s':>9} "
+        f"{'req/s':>6} {'goodput':>9}"
+    )
+    for level in result.levels:
+        s = level.summary(ttft_slo_s, itl_slo_s)
+        ttft = "/".join(ms_value(v) for v in s.ttft_percentiles_s)
+        itl = "/".join(ms_value(v) for v in s.itl_percentiles_s)
+        rate = "n/a" if s.total_output_tokens_per_s is None else f"{s.total_output_tokens_per_s:.1f}"
+        lines.append(
+            f"{level.concurrency:>4} {s.succeeded:>3}/{s.requests:<3} {ttft:>24} {itl:>22} {rate:>9} "
+            f"{s.requests_per_s or 0:>6.2f} {s.goodput_requests:>4}/{s.requests:<4}"
+        )
+        lines += [f"     request {r.index} failed: {r.error}" for r in level.records if r.error]
+    lines.append(
+        f"goodput: requests with TTFT < {ttft_slo_s * 1e3:g} ms and their p99 ITL < {itl_slo_s * 1e3:g} ms; "
+        f"tokens counted by {result.token_sources}"
+    )
+    if result.tokens_note:
+        lines.append(f"warning: {result.tokens_note}")
+    if result.stopped:
+        lines.append(f"stopped early: {result.stopped}")
+    lines.append(ITL_RULE)
+    return "\n".join(lines)

@@ -1,0 +1,393 @@
+"""One streamed request on the wire: `httpx` owns the connection, its framing and its timeouts, `httpx-sse` the
+server-sent events; this module owns only the clock (each text chunk stamped as it arrives) and the reading of each
+OpenAI-compatible chunk, and turns every way a server can fail into one line that says what to do."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import socket
+import ssl
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource, connect_sse
+
+from explorer.core.errors import BadInput, ExplorerError, RunFailed, one_line
+from explorer.remote.deadlines import Call, CallEnded
+from explorer.remote.endpoint import Endpoint, parse_base_url
+
+CONNECT_TIMEOUT_S = 3.0  # a refused or unreachable host fails in seconds, whatever the request's timeout
+MAX_LINE_BYTES = 1 << 20  # one SSE line (one chunk's JSON) is a few hundred bytes: 1 MiB is a broken server
+MAX_BODY_BYTES = 64 << 20  # a whole answer of 4,096 tokens is a few MB of chunks
+ERROR_BODY_BYTES = 64 << 10  # what is read of an error answer, for its message
+ERROR_BODY_CHARS = 200
+MAX_RETRIES = 3  # 429 answers retried per request, each after the server's Retry-After, within the deadline
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    endpoint: Endpoint
+    prompt: str
+    max_tokens: int
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 60.0  # the request's deadline, from sending to the end of the stream
+    temperature: float = 0.0  # greedy: the same prompt asks for the same work at every level
+
+    def body(self) -> bytes:
+        payload: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},  # the final chunk then carries the token counts
+        }
+        if self.endpoint.api == "chat":
+            payload["messages"] = [{"role": "user", "content": self.prompt}]
+        else:
+            payload["prompt"] = self.prompt
+        return json.dumps(payload).encode()
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+
+@dataclass(frozen=True)
+class Stream:
+    """What came back from one streamed request, before any token counting."""
+
+    arrivals_s: tuple[float, ...]  # each chunk with output text, seconds since the request was sent
+    texts: tuple[str, ...]
+    chunk_usage: tuple[int | None, ...]  # completion_tokens carried by that chunk itself (vLLM's continuous usage)
+    completion_tokens: int | None  # the last usage seen
+    prompt_tokens: int | None
+    finish_reason: str | None
+
+
+def open_client(max_in_flight: int, timeout_s: float) -> httpx.Client:
+    """One client for a sweep's threads. No keep-alive: each request opens its own connection, so its TTFT counts
+    connecting as a new client's would. No proxy from the environment: the URL measured is the one connected to."""
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)),
+        limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=0),
+        trust_env=False,
+        follow_redirects=False,
+    )
+
+
+# --- one request ------------------------------------------------------------------------------------------------
+class ServerBusy(Exception):
+    """HTTP 429: the server shed this request; `stream_once` waits its Retry-After when the deadline allows."""
+
+    def __init__(self, retry_after_s: float | None, message: str) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.message = message
+
+
+def stream_once(request: StreamRequest, client: httpx.Client, call: Call) -> Stream:
+    """Send one streaming request and time every chunk, retrying a 429 within the deadline; raises BadInput (the
+    URL, model or key is wrong) or RunFailed (the server failed) with one line. TTFT counts from the first send."""
+    started = time.perf_counter()
+    for retries_left in range(MAX_RETRIES, -1, -1):
+        try:
+            return _attempt(request, client, call, started)
+        except ServerBusy as busy:
+            wait_s = busy.retry_after_s
+            if wait_s is None or wait_s >= call.left_s() or retries_left == 0:
+                raise RunFailed(_busy_message(request, busy, retries_left)) from None
+            if not call.sleep(wait_s):
+                raise RunFailed(_ended_message(request, call, answered=False)) from None
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _busy_message(request: StreamRequest, busy: ServerBusy, retries_left: int) -> str:
+    if busy.retry_after_s is None:
+        why = "gave no Retry-After"
+    elif retries_left == 0:
+        why = f"still refused it after {MAX_RETRIES} retries"
+    else:
+        why = f"asked to retry after {busy.retry_after_s:g} s, past this request's deadline"
+    return (
+        f"{request.endpoint.url} is overloaded (HTTP 429) and {why}: lower the concurrency or raise the timeout. "
+        f"It said: {busy.message}"
+    )
+
+
+def _attempt(request: StreamRequest, client: httpx.Client, call: Call, started: float) -> Stream:
+    answer = _Answer(request.endpoint.api)
+    try:
+        call.check()
+        with connect_sse(
+            client, "POST", request.endpoint.url, content=request.body(), headers=request.headers(),
+            extensions={"trace": call.trace},  # hands the socket to the watchdog, which can end a dripping server
+        ) as source:  # fmt: skip
+            _check_response(request, source.response, call)
+            answer.answered = True
+            _read_events(request, source.response, answer, call, started)
+    except CallEnded:
+        raise RunFailed(_ended_message(request, call, answer.answered)) from None
+    except httpx.HTTPError as exc:
+        if call.reason is not None:  # the watchdog shut the socket: say why, not what the socket said
+            raise RunFailed(_ended_message(request, call, answer.answered)) from exc
+        raise _transport_failure(request, exc, answer.answered) from exc
+    return answer.finished(request.endpoint.url)
+
+
+def _read_events(request: StreamRequest, response: httpx.Response, answer: _Answer, call: Call, started: float) -> None:
+    checked = httpx.Response(
+        response.status_code,
+        headers={"content-type": response.headers.get("content-type", "")},
+        content=_checked_body(request, response, call),
+    )
+    for event in EventSource(checked).iter_sse():
+        call.check()
+        at_s = time.perf_counter() - started
+        for payload in _payloads(event.data):
+            if payload == "[DONE]":
+                answer.done = True
+                return
+            answer.add(_parse(request, payload), at_s)
+    call.check()  # a stream cut by the watchdog ends like a closed one: say why it ended
+
+
+def _checked_body(request: StreamRequest, response: httpx.Response, call: Call) -> Iterator[bytes]:
+    """The body as httpx decodes it, each piece checked first: the deadline, the longest line, the whole size."""
+    line_bytes = total_bytes = 0
+    for piece in response.iter_bytes():
+        call.check()
+        total_bytes += len(piece)
+        cut = max(piece.rfind(b"\n"), piece.rfind(b"\r"))
+        line_bytes = len(piece) - cut - 1 if cut >= 0 else line_bytes + len(piece)
+        if line_bytes > MAX_LINE_BYTES or total_bytes > MAX_BODY_BYTES:
+            what = "a line of over 1 MiB" if line_bytes > MAX_LINE_BYTES else "over 64 MiB"
+            raise RunFailed(
+                f"{request.endpoint.url} streamed {what}: too large for a stream of token chunks. Is it an "
+                "OpenAI-compatible streaming API?"
+            )
+        yield piece
+
+
+# --- what one stream holds --------------------------------------------------------------------------------------
+@dataclass
+class _Answer:
+    """The chunks of one answer as they arrive."""
+
+    api: str
+    answered: bool = False  # a 200 with a stream came back: later failures are mid-answer
+    done: bool = False  # `data: [DONE]` arrived
+    arrivals_s: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    chunk_usage: list[int | None] = field(default_factory=list)
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+
+    def add(self, data: Mapping[str, Any], at_s: float) -> None:
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        completion_tokens = _count(usage.get("completion_tokens"))
+        self.completion_tokens = self.completion_tokens if completion_tokens is None else completion_tokens
+        prompt_tokens = _count(usage.get("prompt_tokens"))
+        self.prompt_tokens = self.prompt_tokens if prompt_tokens is None else prompt_tokens
+        text, reason = _chunk_content(data, self.api)
+        self.finish_reason = reason or self.finish_reason
+        if text:
+            self.arrivals_s.append(at_s)
+            self.texts.append(text)
+            self.chunk_usage.append(completion_tokens)
+
+    def finished(self, url: str) -> Stream:
+        """The stream, once it is known to be whole: a `[DONE]` or a finish reason before the server closed it."""
+        if not self.done and self.finish_reason is None:
+            raise RunFailed(
+                f"{url}: the stream ended before the answer finished (no finish_reason and no [DONE]): the server "
+                "closed it mid-answer."
+            )
+        if not self.texts:
+            reason = f" (finish reason: {self.finish_reason})" if self.finish_reason else ""
+            raise RunFailed(f"{url} streamed no output text{reason}: raise max tokens or check the prompt.")
+        return Stream(
+            tuple(self.arrivals_s), tuple(self.texts), tuple(self.chunk_usage), self.completion_tokens,
+            self.prompt_tokens, self.finish_reason,
+        )  # fmt: skip
+
+
+def _count(value: object) -> int | None:
+    """A token count from a server's usage; anything but a whole number >= 0 counts as not sent."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _chunk_content(data: Mapping[str, Any], api: str) -> tuple[str, str | None]:
+    """(output text, finish reason) of one parsed chunk; the chat API's reasoning text counts as output too."""
+    choices = data.get("choices") or []
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "", None
+    choice = choices[0]
+    if api == "chat":
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        text = f"{delta.get('reasoning_content') or ''}{delta.get('content') or ''}"
+    else:
+        text = str(choice.get("text") or "")
+    reason = choice.get("finish_reason")
+    return text, reason if isinstance(reason, str) else None
+
+
+def _payloads(data: str) -> list[str]:
+    """An event's data as one payload; line by line when a server left out the blank line between two events, whose
+    data lines then arrive as one event (each line a whole JSON object: vLLM's own client copes with it too)."""
+    text = data.strip()
+    if "\n" not in text:
+        return [text] if text else []
+    try:
+        json.loads(text)
+        return [text]
+    except json.JSONDecodeError:
+        return [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def _parse(request: StreamRequest, payload: str) -> dict[str, Any]:
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise BadInput(
+            f"{request.endpoint.url} streamed an event that is not JSON: is it an OpenAI-compatible API?"
+        ) from exc
+    if not isinstance(data, dict):
+        raise BadInput(f"{request.endpoint.url} streamed an event that is not a JSON object.")
+    if data.get("error"):
+        raise RunFailed(f"{request.endpoint.url} reported an error mid-stream: {error_message(payload.encode())}")
+    return data
+
+
+# --- failures, each one line ------------------------------------------------------------------------------------
+def _check_response(request: StreamRequest, response: httpx.Response, call: Call) -> None:
+    if response.status_code == 429:
+        raise ServerBusy(retry_after_s(response.headers.get("retry-after")), _error_body(response, call))
+    if response.status_code != 200:
+        raise status_error(request, response.status_code, response.reason_phrase, _error_body(response, call))
+    content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "text/event-stream":
+        raise BadInput(
+            f"{request.endpoint.url} answered with {content_type or 'no content type'}, not a stream of "
+            "server-sent events: the server does not stream this API (stream=true was sent)."
+        )
+
+
+def _error_body(response: httpx.Response, call: Call) -> str:
+    body = b""
+    for piece in response.iter_bytes():
+        call.check()
+        body += piece
+        if len(body) >= ERROR_BODY_BYTES:
+            break
+    return error_message(body[:ERROR_BODY_BYTES])
+
+
+def error_message(body: bytes) -> str:
+    """The server's own words from an error body: OpenAI's error.message, FastAPI's detail, or the text."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        for candidate in (
+            error.get("message") if isinstance(error, dict) else error,
+            data.get("detail"),
+            data.get("message"),
+        ):
+            if candidate:
+                text = candidate if isinstance(candidate, str) else json.dumps(candidate)
+                break
+    line = " ".join(text.split())
+    return line[:ERROR_BODY_CHARS] + ("…" if len(line) > ERROR_BODY_CHARS else "") or "(no message)"
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A Retry-After header: seconds, or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def status_error(request: StreamRequest, status: int, reason: str, message: str) -> ExplorerError:
+    """A refused request: BadInput when what was typed is wrong (URL, model, key), RunFailed when the server failed."""
+    endpoint = request.endpoint
+    if status in (401, 403):
+        return BadInput(f"{endpoint.url} refused the API key (HTTP {status}): {message}")
+    if "model" in message.lower() and status in (400, 404, 422):
+        return BadInput(f"The server does not serve model '{endpoint.model}' (HTTP {status}): {message}")
+    if status in (404, 405):
+        return BadInput(
+            f"{endpoint.url} is not an OpenAI-compatible {endpoint.api} API (HTTP {status} {reason}): the base URL "
+            "usually ends in /v1."
+        )
+    if 400 <= status < 500:
+        return BadInput(f"{endpoint.url} rejected the request (HTTP {status}): {message}")
+    return RunFailed(f"{endpoint.url} failed (HTTP {status} {reason}): {message}")
+
+
+def _transport_failure(request: StreamRequest, exc: httpx.HTTPError, answered: bool) -> ExplorerError:
+    url = parse_base_url(request.endpoint.base_url)
+    where = f"{url.host}:{url.port}"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return BadInput(
+            f"No connection to {where} within {CONNECT_TIMEOUT_S:g} s: the host is unreachable or drops packets."
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return BadInput(_connect_failure(exc, url.host, where))
+    if isinstance(exc, httpx.TimeoutException):
+        return RunFailed(_timeout_message(request, answered))
+    return RunFailed(f"{request.endpoint.url} closed the connection mid-answer ({one_line(exc)}).")
+
+
+def _connect_failure(exc: BaseException, host: str, where: str) -> str:
+    """What a failed connect means for the user, from the OSError under httpx's ConnectError."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ConnectionRefusedError):
+        return f"Nothing is listening at {where} (connection refused): start the server or fix the URL."
+    if isinstance(cause, socket.gaierror):
+        return f"Cannot resolve host '{host}': check the base URL."
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS with {where} failed ({one_line(cause)}): check http vs https in the base URL."
+    return f"Cannot connect to {where}: {one_line(cause or exc)}."
+
+
+def _timeout_message(request: StreamRequest, answered: bool) -> str:
+    url, timeout_s = request.endpoint.url, request.timeout_s
+    if not answered:
+        return (
+            f"No answer from {url} within {timeout_s:g} s: the server is stuck or overloaded; raise the timeout or "
+            "lower the concurrency."
+        )
+    return (
+        f"{url} did not finish its answer within {timeout_s:g} s (the request's timeout): raise the timeout, or "
+        "lower max tokens or the concurrency."
+    )
+
+
+def _ended_message(request: StreamRequest, call: Call, answered: bool) -> str:
+    if call.reason == "time limit":
+        return f"Stopped at the sweep's time limit of {call.limit_s:g} s."
+    if call.reason == "interrupted":
+        return "Stopped: the sweep was interrupted before this answer finished."
+    return _timeout_message(request, answered)

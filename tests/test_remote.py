@@ -28,7 +28,7 @@ import pytest
 
 from explorer import remote
 from explorer.charts import latency
-from explorer.cli import main
+from explorer.cli.main import main
 from explorer.core.errors import BadInput, RunFailed
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny import byte_tokenizer

@@ -2,6 +2,6 @@
 
 import sys
 
-from explorer.cli import main
+from explorer.cli.main import main
 
 sys.exit(main())

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,9 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explorer.cli import main, remote
+from explorer.checks.soak import RssSample, SoakConfig, SoakResult
+from explorer.cli import soak
+from explorer.cli.common import StderrProgress, shows_a_default
+from explorer.cli.main import COMMANDS, build_parser, main
 from explorer.core.errors import OOM_ADVICE
 from explorer.core.trace import Trace
+from explorer.core.units import MB
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,7 +130,7 @@ def test_prompt_beyond_the_context_exits_2(tiny_llama_dir: Path) -> None:
 def checked_without_torch(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI in a child that reports whether torch was ever imported: checks that come before any model."""
     code = (
-        "import sys; from explorer.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from explorer.cli.main import main; rc = main(sys.argv[1:]); "
         "print('torch imported' if 'torch' in sys.modules else 'torch not imported'); sys.exit(rc)"
     )
     return subprocess.run(
@@ -165,10 +172,11 @@ def test_out_of_memory_is_one_line_with_the_advice(
     def out_of_memory(_args: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(remote, "cmd_remote", out_of_memory)  # a command that loads no model: no torch needed
-    assert main(["remote", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]) == 1
+    monkeypatch.setattr(soak, "cmd_soak", out_of_memory)  # the command fails as it starts: no model is loaded
+    monkeypatch.setattr("explorer.cli.main.quiet_libraries", lambda: None)  # nor transformers imported
+    assert main(["soak"]) == 1
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == [f"error: Out of memory while running `explorer remote`: {OOM_ADVICE}."]
+    assert err.strip().splitlines() == [f"error: Out of memory while running `explorer soak`: {OOM_ADVICE}."]
 
 
 def test_attention_layers_of_a_local_model_are_checked_from_its_config(tiny_llama_dir: Path) -> None:
@@ -194,7 +202,8 @@ def test_repeats_keep_every_repeat_and_print_the_spread(tiny_llama_dir: Path, tm
 def test_piped_output_still_shows_progress_while_loading(tiny_llama_dir: Path) -> None:
     out = explorer("run", "--prompt", "hi", "--model", str(tiny_llama_dir), "--max-new-tokens", "2")
     assert out.returncode == 0, out.stderr
-    assert "[100%] Loaded" in out.stderr  # plain lines, though stderr is a pipe here
+    assert "[load] Loaded" in out.stderr  # plain lines, though stderr is a pipe here
+    assert out.stderr.splitlines()[0].startswith("[load] Loading")  # no percent: the load's steps have no known share
     assert "one sample on a shared machine" in out.stdout  # N = 1 says what it is
 
 
@@ -279,3 +288,95 @@ def test_perfetto_export_has_one_complete_event_per_pass(tiny_llama_dir: Path, t
     for event, p in zip(sorted(passes, key=lambda e: e["ts"]), trace.passes, strict=True):
         assert event["ts"] == pytest.approx(p.start_s * 1e6) and event["dur"] == pytest.approx(p.wall_s * 1e6)
         assert event["name"] == p.phase
+
+
+# --- what a newcomer meets: the command list, help with defaults, progress lines, the soak's summary ------------------
+def command_parser(name: str) -> argparse.ArgumentParser:
+    parser = build_parser(name)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[name]
+
+
+def test_bare_explorer_prints_usage_and_every_command_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("usage: explorer")
+    listed = re.findall(r"^ {4}(\w+) ", out.err, flags=re.M)  # the command list, not its wrapped lines
+    assert listed == list(COMMANDS)
+
+
+def test_the_description_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "python -m explorer {" + "|".join(COMMANDS) + "}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_option_has_help_and_shows_its_default(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if importlib.util.find_spec(COMMANDS[name][0]) is None:
+        pytest.skip(f"{COMMANDS[name][0]} is not in this checkout")
+    parser = command_parser(name)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps long help lines
+    for action in parser._actions:
+        assert action.help, f"{name} {action.option_strings} has no help"
+        if shows_a_default(action.default):
+            assert f"(default: {action.default})" in shown or "(default" in (action.help or ""), action.option_strings
+
+
+def test_remeasure_device_help_says_what_it_does_in_a_fresh_process(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "reused otherwise" not in shown
+    assert "once per process, before the first repeat" in shown and "always measures them" in shown
+
+
+def test_load_lines_carry_no_percent_and_the_work_percents_follow(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = StderrProgress(loading=True)
+    progress(0.85, "Loading m (float32) onto cpu…")
+    progress(1.0, "Loaded m: 1 M parameters in 0.1 s.")
+    progress(0.1, "run 1 of 10: RSS 500.0 MB")
+    assert capsys.readouterr().err.splitlines() == [
+        "[load] Loading m (float32) onto cpu…",
+        "[load] Loaded m: 1 M parameters in 0.1 s.",
+        "[ 10%] run 1 of 10: RSS 500.0 MB",
+    ]
+
+
+def test_a_repeated_progress_line_is_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = StderrProgress()
+    for fraction, done in ((0.1, 3), (0.1, 3), (0.1, 3), (0.2, 6)):  # the scheduling lab reports every 0.1 s
+        progress(fraction, f"Continuous batching: {done} of 30 tokens…")
+    assert capsys.readouterr().err.splitlines() == [
+        "[ 10%] Continuous batching: 3 of 30 tokens…",
+        "[ 20%] Continuous batching: 6 of 30 tokens…",
+    ]
+
+
+def test_a_labs_estimate_is_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = StderrProgress()
+    about = "the sweep is estimated at ~12.0 s (modelled)"
+    for i, fraction in enumerate((0.0, 0.15)):
+        progress(fraction, f"solo reference {i + 1}/2; {about}")
+    progress(0.3, f"batch 1; {about}")
+    assert capsys.readouterr().err.splitlines() == [
+        f"[  0%] solo reference 1/2; {about}",
+        "[ 15%] solo reference 2/2",
+        "[ 30%] batch 1",
+    ]
+
+
+def soak_result(runs: int, rss_mb: float = 500.0) -> SoakResult:
+    samples = tuple(RssSample(run, int((rss_mb + run) * MB), float(run), 8, False) for run in range(runs + 1))
+    config = SoakConfig(runs=runs)
+    return SoakResult("m", "cpu", "float32", config, "test", int(100 * MB), samples)
+
+
+def test_a_soak_with_one_checkpoint_reports_no_growth() -> None:
+    text = soak.format_soak(soak_result(10))
+    assert "growth from run 10 to run 10" not in text and "+0.0 MB" not in text
+    assert "growth: not measured, run 10 is the only checkpoint; --runs 11 or more" in text
+    assert "growth from run 10 to run 12: +2.0 MB (measured)" in soak.format_soak(soak_result(12))

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from explorer.charts import latency
-from explorer.cli import main
+from explorer.cli.main import main
 from explorer.core.errors import BadInput, RunFailed
 from explorer.hosting import settings
 from explorer.remote import deadlines, endpoint, records, sweep, tokens, wire

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.cli import main
+from explorer.cli.main import main
 from explorer.core.errors import RunFailed
 from explorer.remote import sweep
 from explorer.remote.endpoint import make_endpoint

@@ -318,7 +318,7 @@ def test_cli_schedule_writes_json(tiny_llama_dir: Path, tmp_path: Path) -> None:
     ],
 )
 def test_cli_bad_input_is_one_line(args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from explorer.cli import main
+    from explorer.cli.main import main
 
     assert main(["schedule", *args]) == 2  # refused before any model loads
     err = capsys.readouterr().err

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from explorer.checks import soak
-from explorer.cli import main
+from explorer.cli.main import main
 from explorer.core.errors import BadInput
 from explorer.core.units import MB
 

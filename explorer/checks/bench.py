@@ -22,7 +22,6 @@ from explorer.core.errors import BadInput
 from explorer.core.lab_progress import part_of, silent
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import prepare_device
-from explorer.core.report import format_device
 from explorer.core.roofline import pass_flops
 from explorer.core.timing import Stopwatch
 from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo
@@ -217,24 +216,4 @@ def run_bench(
         hf=tuple(sides["hf"]),
         explorer=tuple(sides["explorer"]),
         prefill_flops=pass_flops(lm.info, len(ids), len(ids)),
-    )
-
-
-def format_bench(result: BenchResult) -> str:
-    s = result.summary()
-    m, d, c = result.model, result.device, result.config
-    return "\n".join(
-        [
-            f"bench   {m.display_name}, {m.dtype} on {d.name} ({d.kind}); prompt {c.prompt_tokens} tokens, "
-            f"{c.new_tokens} new tokens, {c.repeats} repeats, A/B alternating, one process",
-            format_device(d),
-            "                       HF generate   explorer   explorer/HF   roofline limit   measured/limit (expl.)",
-            f"prefill (median)      {s['hf_prefill_s'] * 1e3:9.2f} ms {s['explorer_prefill_s'] * 1e3:8.2f} ms "
-            f"{s['prefill_ratio_explorer_over_hf']:10.3f}x {s['prefill_limit_s'] * 1e3:12.2f} ms "
-            f"{s['explorer_prefill_s'] / s['prefill_limit_s']:12.1f}x   (flops / peak)",
-            f"ITL (median)          {s['hf_itl_s'] * 1e3:9.2f} ms {s['explorer_itl_s'] * 1e3:8.2f} ms "
-            f"{s['itl_ratio_explorer_over_hf']:10.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
-            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / bandwidth)",
-            f"same greedy tokens on both sides: {'yes' if s['same_tokens'] else 'NO'}",
-        ]
     )

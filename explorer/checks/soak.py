@@ -10,7 +10,6 @@ earlier traces without them (the app's `RunResult` and history).
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import sys
@@ -18,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from explorer.core.errors import BadInput
@@ -175,63 +173,3 @@ def run_soak(
         rss_before_load_bytes=before_load,
         samples=tuple(samples),
     )
-
-
-def format_checkpoint(sample: RssSample) -> str:
-    return f"run {sample.run:>5}: RSS {megabytes(sample.rss_bytes):>10} after {sample.elapsed_s:7.1f} s"
-
-
-def format_soak(result: SoakResult) -> str:
-    """The summary after the live checkpoint lines: what ran, RSS around the load, and the growth."""
-    first, last = result.config.checkpoints[0], result.config.checkpoints[-1]
-    attention = (
-        f"attention captured every {result.config.attention_every} runs"
-        if result.config.attention_every
-        else "no attention capture"
-    )
-    return "\n".join(
-        [
-            f"soak: {result.config.runs} runs of {result.model} ({result.dtype} on {result.device}), up to "
-            f"{result.config.max_new_tokens} new tokens each, {attention}; RSS from {result.rss_source}",
-            f"RSS before loading {megabytes(result.rss_before_load_bytes)}, after loading "
-            f"{megabytes(result.rss_at(0))}",
-            f"growth from run {first} to run {last}: {megabytes(result.growth_bytes, signed=True)} (measured)",
-        ]
-    )
-
-
-def register(commands: argparse._SubParsersAction) -> None:
-    """`python -m explorer soak`: RSS over many in-process runs through the app's code path."""
-    from explorer.cli import add_model_args
-
-    soak = commands.add_parser("soak", help="many runs in one process, printing the RSS at runs 10, 50 and 100")
-    add_model_args(soak)
-    soak.add_argument("--runs", type=int, default=DEFAULT_RUNS)
-    soak.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
-    soak.add_argument(
-        "--attention-every", type=int, default=DEFAULT_ATTENTION_EVERY, help="capture attention every N runs (0: off)"
-    )
-    soak.add_argument("--prompt", default=None, help="one prompt for every run (default: cycle short prompts)")
-    soak.add_argument("--json", type=Path, default=None, help="write every run's RSS as JSON")
-    soak.set_defaults(func=cmd_soak)
-
-
-def cmd_soak(args: argparse.Namespace) -> None:
-    from explorer.cli import stderr_progress
-
-    config = SoakConfig(
-        runs=args.runs, max_new_tokens=args.max_new_tokens, attention_every=args.attention_every, prompt=args.prompt
-    )
-    config.validate()  # before the model loads
-    result = run_soak(
-        args.model,
-        args.device,
-        args.dtype,
-        config,
-        on_checkpoint=lambda sample: print(format_checkpoint(sample), flush=True),
-        on_progress=stderr_progress,
-    )
-    print(format_soak(result))
-    if args.json:
-        args.json.write_text(result.to_json(), encoding="utf-8")
-        print(f"wrote {args.json}")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from explorer.cli.common import add_command, add_json_arg, add_model_args, check_output_paths, load, write_json
 from explorer.core.errors import BadInput
 
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
@@ -15,18 +15,17 @@ TOP_OPS_SHOWN = 3
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    """Add the `profile` subcommand (listed in `explorer.cli.EXTRA_COMMANDS`)."""
-    from explorer.cli import add_model_args
-
-    parser = commands.add_parser("profile", help="replay one pass of a run under torch.profiler, grouped by what ran")
+    """Add the `profile` subcommand (listed in `explorer.cli.main.COMMANDS`)."""
+    summary = "replay one pass of a run under torch.profiler: its time grouped by what ran"
+    parser = add_command(commands, "profile", summary)
     add_model_args(parser)
-    parser.add_argument("--prompt", required=True)
-    parser.add_argument("--pass", dest="pass_index", type=int, default=1, help="0 = prefill, 1.. = decode (default 1)")
+    parser.add_argument("--prompt", required=True, help="the request whose pass is replayed")
+    parser.add_argument("--pass", dest="pass_index", type=int, default=1, help="0 = prefill, 1.. = decode")
     parser.add_argument(
         "--max-new-tokens", type=int, default=None, help="tokens the run makes (default: just enough to reach --pass)"
     )
     parser.add_argument("--no-chat-template", action="store_true", help="tokenize the raw prompt")
-    parser.add_argument("--json", type=Path, default=None, help="write the profile (every op, grouped) as JSON")
+    add_json_arg(parser, "the profile (every op, grouped)")
     parser.set_defaults(func=cmd_profile, precheck=precheck_profile)
 
 
@@ -37,8 +36,6 @@ def new_tokens_for(args: argparse.Namespace) -> int:
 
 def precheck_profile(args: argparse.Namespace) -> None:
     """What can be refused before torch is even imported: the pass, the prompt, the output folder."""
-    from explorer.cli import check_output_paths
-
     check_pass_reachable(args.pass_index, new_tokens_for(args))
     if not args.prompt or not args.prompt.strip():
         raise BadInput("The prompt is empty: type some text to run.")
@@ -89,7 +86,6 @@ def format_profile(profile: PassProfile) -> str:
 
 
 def cmd_profile(args: argparse.Namespace) -> None:
-    from explorer.cli import load
     from explorer.core.engine import Request, validate
     from explorer.core.measure import measure
     from explorer.core.profiler import profile_pass
@@ -102,6 +98,4 @@ def cmd_profile(args: argparse.Namespace) -> None:
     trace = measure(lm, request)  # the request as `run` runs it: checked, warmed up, with honest device figures
     profile = profile_pass(lm, trace, args.pass_index)
     print(format_profile(profile))
-    if args.json:
-        args.json.write_text(profile.to_json(), encoding="utf-8")
-        print(f"wrote {args.json}")
+    write_json(args.json, profile.to_json())

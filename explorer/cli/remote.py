@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from explorer.cli import quiet_libraries, stderr_progress
-from explorer.core.errors import BadInput, Interrupted, RunFailed
+from explorer.cli.common import StderrProgress, add_command, check_output_paths, quiet_libraries
+from explorer.core.errors import Interrupted, RunFailed
 from explorer.core.units import ms_value
 from explorer.hosting.settings import api_key_from_env
 from explorer.remote.endpoint import APIS, make_endpoint
@@ -31,19 +31,17 @@ from explorer.remote.tokens import load_chunk_counter
 
 def register(commands: argparse._SubParsersAction) -> None:
     """`python -m explorer remote`: the concurrency sweep against an OpenAI-compatible streaming endpoint."""
-    remote = commands.add_parser(
-        "remote", help="measure an OpenAI-compatible streaming endpoint (TTFT, ITL, tokens/s) over a concurrency sweep"
-    )
+    remote = add_command(commands, "remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server")
     remote.add_argument("--base-url", required=True, help="the server's OpenAI root, e.g. http://127.0.0.1:8000/v1")
     remote.add_argument("--model", required=True, help="the model name the server serves")
-    remote.add_argument("--api", choices=APIS, default="chat", help="chat (default) or completions")
+    remote.add_argument("--api", choices=APIS, default="chat", help="chat or completions")
     remote.add_argument("--api-key-env", default=None, help="name of the environment variable holding the API key")
-    remote.add_argument("--prompt", default=DEFAULT_PROMPT)
-    remote.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    remote.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt every request sends")
+    remote.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens each request may make")
     remote.add_argument("--concurrency", default=",".join(map(str, DEFAULT_LEVELS)), help="levels, e.g. 1,4")
     remote.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="requests per concurrency level")
-    remote.add_argument("--ttft-slo-ms", type=float, default=DEFAULT_TTFT_SLO_S * 1e3)
-    remote.add_argument("--itl-slo-ms", type=float, default=DEFAULT_ITL_SLO_S * 1e3)
+    remote.add_argument("--ttft-slo-ms", type=float, default=DEFAULT_TTFT_SLO_S * 1e3, help="TTFT SLO for goodput")
+    remote.add_argument("--itl-slo-ms", type=float, default=DEFAULT_ITL_SLO_S * 1e3, help="p99 ITL SLO for goodput")
     remote.add_argument(
         "--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="deadline of each request, from sending to its end"
     )
@@ -59,24 +57,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def precheck_remote(args: argparse.Namespace) -> None:
     """What can be refused before anything is sent: the output path (a sweep's minutes are not lost to a typo)."""
-    check_writable(args.json)
-
-
-def check_writable(path: Path | None) -> None:
-    if path is None:
-        return
-    if path.is_dir():
-        raise BadInput(f"--json {path} is a folder: give a file name, e.g. {path / 'sweep.json'}. Nothing was sent.")
-    if not path.parent.is_dir():
-        raise BadInput(f"Cannot write {path}: its folder {path.parent} does not exist. Nothing was sent.")
-    existed = path.exists()
-    try:
-        with open(path, "a", encoding="utf-8"):  # the one sure test of "may I write here", as root too
-            pass
-    except OSError as exc:
-        raise BadInput(f"Cannot write {path} ({exc.strerror}): choose another --json path. Nothing was sent.") from exc
-    if not existed:
-        path.unlink(missing_ok=True)
+    check_output_paths(args.json)
 
 
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
@@ -102,7 +83,7 @@ def cmd_remote(args: argparse.Namespace) -> None:
     if args.tokenizer:
         quiet_libraries()  # only this option loads transformers in this command
         counter = load_chunk_counter(args.tokenizer)
-    result = run_sweep(config, api_key=api_key, counter=counter, on_progress=stderr_progress)
+    result = run_sweep(config, api_key=api_key, counter=counter, on_progress=StderrProgress())
     print(format_sweep(result))
     if args.json:
         try:

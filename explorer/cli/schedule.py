@@ -12,9 +12,16 @@ at an end-of-sequence token and this command does not, unless --stop-at-eos: com
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from explorer.cli import add_model_args, check_output_paths, load
+from explorer.cli.common import (
+    StderrProgress,
+    add_command,
+    add_json_arg,
+    add_model_args,
+    check_output_paths,
+    load,
+    write_json,
+)
 from explorer.core.lab_progress import LabProgress
 from explorer.core.trace import percentile
 from explorer.core.units import human_bytes, ms, ms_value
@@ -34,50 +41,47 @@ MAX_ENTRIES_SHOWN = 8  # requests listed per step row; the rest are summed as "+
 
 def register(commands: argparse._SubParsersAction) -> None:
     defaults, engine = Workload(), EngineSettings()
-    p = commands.add_parser(
-        "schedule",
-        help="serve a workload with continuous batching and print every engine step",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "serve a workload with continuous batching and print every engine step"
+    p = add_command(commands, "schedule", summary, description=__doc__)
     add_model_args(p)
-    p.add_argument("--requests", type=int, default=None, help=f"number of requests (default {defaults.requests})")
+    requests_help = f"number of requests (default: one per --prompt, else {defaults.requests})"
+    p.add_argument("--requests", type=int, default=None, help=requests_help)
     p.add_argument(
         "--prompt-tokens",
         default=",".join(map(str, defaults.prompt_tokens)),
-        help="prompt length targets, comma-separated, cycled over the requests (default %(default)s)",
+        help="prompt length targets, comma-separated, cycled over the requests",
     )
     p.add_argument("--prompt", action="append", default=None, help="a prompt text; repeat for one per request")
     p.add_argument(
         "--new-tokens",
         default=",".join(map(str, defaults.new_tokens)),
-        help="max new tokens, comma-separated, cycled over the requests (default %(default)s)",
+        help="max new tokens, comma-separated, cycled over the requests",
     )
     p.add_argument(
         "--stagger-ms",
         type=float,
         default=defaults.stagger_ms,
-        help="request i arrives at i x this (default %(default)s; 0 = all at once)",
+        help="request i arrives at i x this many ms (0: all at once)",
     )
-    p.add_argument("--arrivals-ms", default=None, help="explicit arrival times, comma-separated, earliest first")
-    p.add_argument("--prefix", default="", help="a shared prefix (system prompt) in front of every prompt")
-    p.add_argument("--scheduler", choices=list(SCHEDULERS), default=engine.scheduler)
+    p.add_argument(
+        "--arrivals-ms", default=None, help="arrival times in ms, comma-separated, earliest first (default: staggered)"
+    )
+    p.add_argument("--prefix", default="", help="a shared prefix (system prompt) before every prompt (default: none)")
+    p.add_argument(
+        "--scheduler", choices=list(SCHEDULERS), default=engine.scheduler, help="fifo: decodes first; or prefill-first"
+    )
     p.add_argument(
         "--token-budget",
         type=int,
         default=engine.token_budget,
-        help="tokens one step may compute; longer prompts are prefilled in chunks (default %(default)s)",
+        help="tokens one step may compute; longer prompts are prefilled in chunks",
     )
-    p.add_argument(
-        "--block-size", type=int, default=engine.block_size, help="tokens per KV block (default %(default)s)"
-    )
-    p.add_argument(
-        "--num-blocks", type=int, default=engine.num_blocks, help="KV blocks in the cache (default %(default)s)"
-    )
+    p.add_argument("--block-size", type=int, default=engine.block_size, help="tokens per KV block")
+    p.add_argument("--num-blocks", type=int, default=engine.num_blocks, help="KV blocks in the cache")
     p.add_argument("--no-prefix-sharing", action="store_true", help="never reuse a cached prefix's blocks")
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at end-of-sequence (default: never)")
     p.add_argument("--compare", action="store_true", help="also serve it with static batching and one at a time")
-    p.add_argument("--json", type=Path, default=None, help="write the run as JSON")
+    add_json_arg(p, "the run")
     p.set_defaults(func=cmd_schedule, precheck=precheck)
 
 
@@ -113,19 +117,15 @@ def settings_from_args(args: argparse.Namespace) -> EngineSettings:
 
 
 def cmd_schedule(args: argparse.Namespace) -> None:
-    from explorer.cli import stderr_progress
-    from explorer.core.device import device_profile
-    from explorer.core.engine import warm_up
+    from explorer.core.measure import prepare_device
 
     lm = load(args)
-    warm_up(lm)
-    device = device_profile(lm.torch_device.type, lm.info.dtype)  # after the warm-up, like every run
+    progress = StderrProgress()
+    device = prepare_device(lm, progress=progress)  # the figures, then the one warm-up, like every run
     workload, settings = workload_from_args(args), settings_from_args(args)
-    run = run_schedule(lm, device, workload, settings, compare=args.compare, progress=LabProgress(stderr_progress))
+    run = run_schedule(lm, device, workload, settings, compare=args.compare, progress=LabProgress(progress))
     print(format_run(run))
-    if args.json:
-        args.json.write_text(run.to_json(), encoding="utf-8")
-        print(f"wrote {args.json}")
+    write_json(args.json, run.to_json())
 
 
 # --- plain-text report -----------------------------------------------------------------------------------------------

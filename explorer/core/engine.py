@@ -182,11 +182,6 @@ def check_request(lm: LoadedModel, request: Request, prompt_token_ids: Sequence[
     return CheckedRequest(request, tuple(ids), tokenized=prompt_token_ids is None)
 
 
-def checked_prompt_ids(lm: LoadedModel, request: Request, prompt_token_ids: Sequence[int] | None = None) -> list[int]:
-    """The prompt's ids of a request `check_request` accepts (the command line refuses a request before loading)."""
-    return list(check_request(lm, request, prompt_token_ids).prompt_ids)
-
-
 def warm_up(lm: LoadedModel, progress: Report | None = None) -> None:
     """A short prefill and a few decodes, once per entry point, as the last passes before the timed ones: the first
     forwards of a process pay for lazy kernel set-up, and the device microbenchmarks leave the caches full of their

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from explorer.core.batched import run_batched
-from explorer.core.engine import LiveRequest, OnPass, warm_up
+from explorer.core.engine import LiveRequest, OnPass
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import QUIET, LabProgress
 from explorer.core.loading import LoadedModel
@@ -288,79 +288,8 @@ def run_batch_sweep(
     )
 
 
-# --- the command line ------------------------------------------------------------------------------------------------
-def format_batch(result: BatchResult) -> str:
-    lines = [
-        f"prompts of {result.config.prompt_tokens} tokens ({'different' if result.config.distinct_prompts else 'one'}"
-        f" prompt{'s' if result.config.distinct_prompts else ' repeated'}), {result.config.new_tokens} new tokens",
-        "batch  prefill_ms  step_ms(median)  ITL_p50_ms  tok/s(decode)  KV_cache     modelled step: weights / KV / "
-        "compute (ms), bound",
-    ]
-    for run in result.runs:
-        s, c = run.summary(), run.median_step_cost
-        lines.append(
-            f"{run.batch_size:>5} {run.prefill_s * 1e3:>11.1f} {run.median_step_s * 1e3:>16.2f} "
-            f"{s['itl_p50_s'] * 1e3:>11.2f} {run.tokens_per_s:>14.1f}  {human_bytes(run.kv_cache_bytes):>10}   "
-            f"{c.t_weight_read_s * 1e3:.2f} / {c.t_kv_s * 1e3:.2f} / {c.t_compute_s * 1e3:.2f}, {c.bound}"
-        )
-    first, last = result.runs[0], result.runs[-1]
-    lines += [
-        f"measured: batch {last.batch_size} gives {last.tokens_per_s / first.tokens_per_s:.1f}x the tokens/s of "
-        f"batch {first.batch_size} at {last.median_step_s / first.median_step_s:.1f}x the step time",
-        f"modelled: decode becomes compute-bound here at batch {result.ridge_batch} (ridge "
-        f"{result.device.ridge_point_flops_per_byte:.1f} FLOP/B, {result.device.dtype})"
-        if result.ridge_batch
-        else f"modelled: decode stays memory-bound up to batch {MAX_BATCH} here",
-        "every request's tokens equal its solo tokens: " + ("yes" if result.every_request_matches_solo else "NO"),
-    ]
-    lines += [f"  {note}" for run in result.runs for note in run.mismatch_notes]
-    return "\n".join(lines)
-
-
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError as exc:
         raise BadInput(f"--batch-sizes takes comma-separated integers, not '{text}'.") from exc
-
-
-def register(commands: object) -> None:
-    from pathlib import Path
-
-    from explorer.cli import add_model_args, check_output_paths
-
-    parser = commands.add_parser("batch", help="decode B requests together against batch size")
-    add_model_args(parser)
-    parser.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)))
-    parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--repeat-one-prompt", action="store_true", help="one prompt repeated, not different ones")
-    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
-    parser.add_argument("--json", type=Path, default=None)
-
-    def precheck(args: object) -> None:
-        check_output_paths(args.json)
-        parse_batch_sizes(args.batch_sizes)
-
-    parser.set_defaults(func=cmd_batch, precheck=precheck)
-
-
-def cmd_batch(args: object) -> None:
-    from explorer.cli import load, stderr_progress
-    from explorer.core.device import device_profile
-
-    config = BatchConfig(
-        batch_sizes=parse_batch_sizes(args.batch_sizes),
-        prompt_tokens=args.prompt_tokens,
-        new_tokens=args.new_tokens,
-        distinct_prompts=not args.repeat_one_prompt,
-        budget_s=args.budget_s,
-    )
-    lm = load(args)
-    warm_up(lm)
-    device = device_profile(lm.torch_device.type, lm.info.dtype)
-    result = run_batch_sweep(lm, device, config, progress=LabProgress(stderr_progress))
-    print(format_batch(result))
-    if args.json:
-        args.json.write_text(result.to_json(), encoding="utf-8")
-        print(f"wrote {args.json}")

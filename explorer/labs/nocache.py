@@ -18,10 +18,8 @@ from explorer.core.engine import (
     OnPass,
     Request,
     check_request,
-    checked_prompt_ids,
     forward_without_cache,
     generate,
-    warm_up,
 )
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
@@ -245,67 +243,3 @@ def run_nocache(
         lambda f, text: naive_part(f, f"{text}; {about}"),
     )
     return NoCacheResult(trace.prompt_len, cached, uncached, trace, estimate)
-
-
-# --- the command line ------------------------------------------------------------------------------------------------
-def format_nocache(result: NoCacheResult) -> str:
-    lines = [
-        f"prompt {result.prompt_len} tokens, {len(result.cached)} new tokens each way (greedy, EOS ignored)",
-        f"same tokens both ways: {'yes' if result.same_tokens else 'NO'}",
-        "step  position  cached_ms  uncached_ms  uncached_tokens",
-    ]
-    for c, u in zip(result.cached, result.uncached):
-        lines.append(
-            f"{c.position - result.prompt_len:>4} {c.position:>8} {c.wall_s * 1e3:>10.2f} {u.wall_s * 1e3:>12.2f} "
-            f"{u.tokens_processed:>12}"
-        )
-    if result.compares_edges:
-        cached, uncached = result.growth_s(result.cached), result.growth_s(result.uncached)
-        lines.append(
-            f"measured: mean of the last {EDGE_STEPS} steps minus the first {EDGE_STEPS} decode steps: cached "
-            f"{cached * 1e3:+.2f} ms, uncached {uncached * 1e3:+.2f} ms"
-        )
-    lines += [
-        f"measured: {growth_verdict(result)}",
-        f"total: cached {sum(s.wall_s for s in result.cached):.2f} s, "
-        f"uncached {sum(s.wall_s for s in result.uncached):.2f} s (the naive loop was estimated at "
-        f"~{result.estimate_s:.1f} s, modelled)",
-    ]
-    for n in PROJECTED_TOKENS:
-        projected = result.projection_s(n)
-        lines.append(
-            f"modelled (linear fit of the measured steps): {n} new tokens take ~{projected['cached']:.1f} s cached, "
-            f"~{projected['uncached']:.1f} s uncached"
-        )
-    return "\n".join(lines)
-
-
-def register(commands: object) -> None:
-    from pathlib import Path
-
-    from explorer.cli import add_model_args, check_output_paths
-
-    parser = commands.add_parser("nocache", help="the cached loop against a naive loop with no KV cache")
-    add_model_args(parser)
-    parser.add_argument("--prompt", required=True)
-    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_NEW_TOKENS)
-    parser.add_argument("--no-chat-template", action="store_true")
-    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="refuse a longer naive run")
-    parser.add_argument("--json", type=Path, default=None)
-    parser.set_defaults(func=cmd_nocache, precheck=lambda args: check_output_paths(args.json))
-
-
-def cmd_nocache(args: object) -> None:
-    from explorer.cli import load, stderr_progress
-    from explorer.core.device import device_profile
-
-    lm = load(args)
-    request = Request(args.prompt, max_new_tokens=args.max_new_tokens, use_chat_template=not args.no_chat_template)
-    checked_prompt_ids(lm, request)
-    warm_up(lm)
-    device = device_profile(lm.torch_device.type, lm.info.dtype)
-    result = run_nocache(lm, device, request, budget_s=args.budget_s, progress=LabProgress(stderr_progress))
-    print(format_nocache(result))
-    if args.json:
-        args.json.write_text(result.to_json(), encoding="utf-8")
-        print(f"wrote {args.json}")

@@ -1,0 +1,62 @@
+"""`python -m explorer bench`: the instrumented loop against HF generate() in one process, and its printed table."""
+
+from __future__ import annotations
+
+import argparse
+
+from explorer.checks.bench import BenchConfig, BenchResult, run_bench
+from explorer.cli.common import (
+    StderrProgress,
+    add_command,
+    add_json_arg,
+    add_model_args,
+    check_output_paths,
+    load,
+    write_json,
+)
+from explorer.core.report import format_device
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    defaults = BenchConfig()
+    bench = add_command(commands, "bench", "the instrumented loop against HF generate(), A/B in one process")
+    add_model_args(bench)
+    bench.add_argument(
+        "--prompt-tokens", type=int, default=defaults.prompt_tokens, help="length of the fixed prompt, in tokens"
+    )
+    bench.add_argument(
+        "--new-tokens", type=int, default=defaults.new_tokens, help="tokens each side makes (end-of-text ignored)"
+    )
+    bench.add_argument(
+        "--repeats", type=int, default=defaults.repeats, help="A/B rounds, the order alternating each round"
+    )
+    add_json_arg(bench, "every repeat's timings and the summary")
+    bench.set_defaults(func=cmd_bench, precheck=lambda args: check_output_paths(args.json))
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    config = BenchConfig(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, repeats=args.repeats)
+    config.validate()
+    result = run_bench(load(args), config, on_progress=StderrProgress())
+    print(format_bench(result))
+    write_json(args.json, result.to_json())
+
+
+def format_bench(result: BenchResult) -> str:
+    s = result.summary()
+    m, d, c = result.model, result.device, result.config
+    return "\n".join(
+        [
+            f"bench   {m.display_name}, {m.dtype} on {d.name} ({d.kind}); prompt {c.prompt_tokens} tokens, "
+            f"{c.new_tokens} new tokens, {c.repeats} repeats, A/B alternating, one process",
+            format_device(d),
+            "                       HF generate   explorer   explorer/HF   roofline limit   measured/limit (expl.)",
+            f"prefill (median)      {s['hf_prefill_s'] * 1e3:9.2f} ms {s['explorer_prefill_s'] * 1e3:8.2f} ms "
+            f"{s['prefill_ratio_explorer_over_hf']:10.3f}x {s['prefill_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_prefill_s'] / s['prefill_limit_s']:12.1f}x   (flops / peak)",
+            f"ITL (median)          {s['hf_itl_s'] * 1e3:9.2f} ms {s['explorer_itl_s'] * 1e3:8.2f} ms "
+            f"{s['itl_ratio_explorer_over_hf']:10.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / bandwidth)",
+            f"same greedy tokens on both sides: {'yes' if s['same_tokens'] else 'NO'}",
+        ]
+    )

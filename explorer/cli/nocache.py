@@ -1,0 +1,86 @@
+"""`python -m explorer nocache`: the cached loop against a naive loop with no KV cache, and its printed table."""
+
+from __future__ import annotations
+
+import argparse
+
+from explorer.cli.common import (
+    StderrProgress,
+    add_command,
+    add_json_arg,
+    add_model_args,
+    check_output_paths,
+    load,
+    write_json,
+)
+from explorer.labs.nocache import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_NEW_TOKENS,
+    EDGE_STEPS,
+    PROJECTED_TOKENS,
+    NoCacheResult,
+    growth_verdict,
+    run_nocache,
+)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    summary = "the cached loop against a naive loop that re-runs the whole sequence each step"
+    parser = add_command(commands, "nocache", summary)
+    add_model_args(parser)
+    parser.add_argument("--prompt", required=True, help="the text both loops continue")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=DEFAULT_NEW_TOKENS, help="tokens each loop makes (end-of-text ignored)"
+    )
+    parser.add_argument("--no-chat-template", action="store_true", help="tokenize the raw prompt")
+    parser.add_argument(
+        "--budget-s", type=float, default=DEFAULT_BUDGET_S, help="refuse a naive loop modelled to take longer"
+    )
+    add_json_arg(parser, "both loops' steps, the growth and the projections")
+    parser.set_defaults(func=cmd_nocache, precheck=lambda args: check_output_paths(args.json))
+
+
+def cmd_nocache(args: argparse.Namespace) -> None:
+    from explorer.core.engine import Request
+    from explorer.core.lab_progress import LabProgress
+    from explorer.core.measure import prepare_device
+
+    lm = load(args)
+    request = Request(args.prompt, max_new_tokens=args.max_new_tokens, use_chat_template=not args.no_chat_template)
+    progress = StderrProgress()
+    device = prepare_device(lm, progress=progress)
+    result = run_nocache(lm, device, request, budget_s=args.budget_s, progress=LabProgress(progress))
+    print(format_nocache(result))
+    write_json(args.json, result.to_json())
+
+
+def format_nocache(result: NoCacheResult) -> str:
+    lines = [
+        f"prompt {result.prompt_len} tokens, {len(result.cached)} new tokens each way (greedy, EOS ignored)",
+        f"same tokens both ways: {'yes' if result.same_tokens else 'NO'}",
+        "step  position  cached_ms  uncached_ms  uncached_tokens",
+    ]
+    for c, u in zip(result.cached, result.uncached):
+        lines.append(
+            f"{c.position - result.prompt_len:>4} {c.position:>8} {c.wall_s * 1e3:>10.2f} {u.wall_s * 1e3:>12.2f} "
+            f"{u.tokens_processed:>12}"
+        )
+    if result.compares_edges:
+        cached, uncached = result.growth_s(result.cached), result.growth_s(result.uncached)
+        lines.append(
+            f"measured: mean of the last {EDGE_STEPS} steps minus the first {EDGE_STEPS} decode steps: cached "
+            f"{cached * 1e3:+.2f} ms, uncached {uncached * 1e3:+.2f} ms"
+        )
+    lines += [
+        f"measured: {growth_verdict(result)}",
+        f"total: cached {sum(s.wall_s for s in result.cached):.2f} s, "
+        f"uncached {sum(s.wall_s for s in result.uncached):.2f} s (the naive loop was estimated at "
+        f"~{result.estimate_s:.1f} s, modelled)",
+    ]
+    for n in PROJECTED_TOKENS:
+        projected = result.projection_s(n)
+        lines.append(
+            f"modelled (linear fit of the measured steps): {n} new tokens take ~{projected['cached']:.1f} s cached, "
+            f"~{projected['uncached']:.1f} s uncached"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""`python -m explorer run`: one instrumented request, its passes printed, and the files asked for written."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from explorer.cli.common import StderrProgress, add_command, add_model_args, check_output_paths, load, write_json
+from explorer.core.errors import BadInput
+from explorer.core.paths import layer_count_without_loading
+
+if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
+    from explorer.core.loading import LoadedModel
+    from explorer.core.trace import Trace
+
+# Device figures are kept per process (device.device_profile) and `measure` takes them once, before the first repeat;
+# a `run` is a new process, so it always measures them: the flag matters only where figures are reused (the app).
+REMEASURE_HELP = (
+    "take the device figures afresh; they are taken once per process, before the first repeat, so a `run` (a new "
+    "process) always measures them and this changes nothing here (the app reuses them across runs)"
+)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = add_command(commands, "run", "run one instrumented request and print its passes")
+    add_model_args(run)
+    run.add_argument("--prompt", required=True, help="the text to send (through the chat template unless told not to)")
+    run.add_argument("--max-new-tokens", type=int, default=32, help="stop after this many tokens, or at end-of-text")
+    run.add_argument("--no-chat-template", action="store_true", help="tokenize the raw prompt")
+    run.add_argument("--temperature", type=float, default=0.0, help="0 is greedy; above 0 samples")
+    run.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens only (default: all)")
+    run.add_argument("--seed", type=int, default=None, help="seed of a sampled run (default: a random one, recorded)")
+    run.add_argument("--repeats", type=int, default=1, help="run the same request N times: medians and spreads")
+    run.add_argument("--remeasure-device", action="store_true", help=REMEASURE_HELP)
+    run.add_argument("--attention", action="store_true", help="also capture attention maps (untimed replay)")
+    run.add_argument("--attention-layers", default=None, help="comma-separated layer indices (default: all)")
+    run.add_argument("--attention-npz", type=Path, default=None, help="capture attention and save it (.npz)")
+    run.add_argument("--json", type=Path, default=None, help="write the trace as JSON")
+    run.add_argument("--csv", type=Path, default=None, help="write one row per pass as CSV")
+    run.add_argument("--perfetto", type=Path, default=None, help="write a Chrome trace-event JSON (ui.perfetto.dev)")
+    run.set_defaults(func=cmd_run, precheck=precheck_run)
+
+
+def parse_layers(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise BadInput(f"--attention-layers takes comma-separated integers, not '{text}'.") from exc
+
+
+def check_layers(layers: list[int], layer_count: int) -> None:
+    bad = [layer for layer in layers if not 0 <= layer < layer_count]
+    if bad:
+        raise BadInput(f"--attention-layers {bad[0]} is out of range: the model has layers 0 to {layer_count - 1}.")
+
+
+def precheck_run(args: argparse.Namespace) -> None:
+    """What can be refused before torch is even imported: the request's numbers, layers, output folders."""
+    if not args.prompt or not args.prompt.strip():
+        raise BadInput("The prompt is empty: type some text to run.")
+    if args.max_new_tokens < 1:
+        raise BadInput(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}.")
+    if args.repeats < 1:
+        raise BadInput(f"--repeats must be at least 1, not {args.repeats}.")
+    layers = parse_layers(args.attention_layers)
+    known = layer_count_without_loading(args.model)
+    if layers is not None and known is not None:
+        check_layers(layers, known)
+    check_output_paths(args.json, args.csv, args.perfetto, args.attention_npz)
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from explorer.core.engine import Request, validate
+    from explorer.core.measure import measure
+    from explorer.core.report import format_trace
+    from explorer.core.trace import Sampling
+
+    request = Request(
+        prompt=args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        use_chat_template=not args.no_chat_template,
+        sampling=Sampling(temperature=args.temperature, top_k=args.top_k, seed=args.seed),
+        repeats=args.repeats,
+    )
+    validate(request)
+    layers = parse_layers(args.attention_layers)
+    lm = load(args)
+    if layers is not None:
+        check_layers(layers, lm.info.layers)  # a hub model's layers are known only now, still before the run
+    trace = measure(lm, request, remeasure=args.remeasure_device, progress=StderrProgress())
+    print(format_trace(trace))
+    write_json(args.json, trace.to_json())  # written before the capture, so a capture over its cap loses nothing
+    if args.csv:
+        args.csv.write_text(trace.passes_csv(), encoding="utf-8")
+        print(f"wrote {args.csv}")
+    if args.perfetto:
+        from explorer.core.perfetto import write_perfetto
+
+        write_perfetto(trace, args.perfetto)
+        print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
+    if args.attention or args.attention_npz:
+        capture(lm, trace, layers, args.attention_npz)
+
+
+def capture(lm: LoadedModel, trace: Trace, layers: list[int] | None, npz: Path | None) -> None:
+    """The attention maps of the finished run (an untimed replay), said in one line and saved if asked."""
+    from explorer.core.attention import capture_attention, save_attention
+    from explorer.core.units import mebibytes
+
+    maps = capture_attention(lm, trace, layers)
+    same = {True: "yes", False: "NO", None: "n/a (sampled run)"}[maps.same_tokens_as(trace)]
+    print(
+        f"attention: captured {len(maps.layers)} layers x {maps.heads} heads, prefill {trace.prompt_len}x"
+        f"{trace.prompt_len}, {len(trace.decodes)} decode rows, {mebibytes(maps.nbytes, 1)} (float16); "
+        f"replay chose the same tokens: {same}"
+    )
+    if npz:
+        save_attention(maps, npz)
+        print(f"wrote {npz}")

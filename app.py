@@ -28,10 +28,12 @@ pages = {
     ],
 }
 navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
-ui.presenter_toggle()
-inputs = ui.sidebar()
-if inputs is not None:
-    ui.execute_run(inputs)
-ui.remeasure_button()
-ui.sidebar_downloads()
-navigation.run()
+with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log
+    ui.presenter_toggle()
+    inputs = ui.sidebar()
+    if inputs is not None:
+        ui.execute_run(inputs)
+    ui.remeasure_button()
+    ui.sidebar_downloads()
+with ui.one_line_errors("page"):
+    navigation.run()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from explorer.core.errors import BadInput, one_line
@@ -94,7 +95,7 @@ class RequestRecord(ItlPercentiles):
     def ok(self) -> bool:
         return not self.error and self.ttft_s is not None
 
-    @property
+    @cached_property  # derived once: every percentile, the SLO check and the tables read it (frozen: never stale)
     def itl_s(self) -> tuple[float, ...]:
         return per_token_itls(self.chunk_arrivals_s, self.chunk_tokens)
 
@@ -186,7 +187,7 @@ class LevelResult:
     wall_s: float  # from the first send to the last answer of this level
     records: tuple[RequestRecord, ...]
 
-    @property
+    @cached_property  # derived once, as a request's ITLs are: a level is frozen
     def succeeded(self) -> tuple[RequestRecord, ...]:
         return tuple(r for r in self.records if r.ok)
 
@@ -194,11 +195,11 @@ class LevelResult:
     def failed(self) -> int:
         return len(self.records) - len(self.succeeded)
 
-    @property
+    @cached_property
     def ttfts_s(self) -> tuple[float, ...]:
         return tuple(r.ttft_s for r in self.succeeded if r.ttft_s is not None)
 
-    @property
+    @cached_property
     def itls_s(self) -> tuple[float, ...]:
         return tuple(gap for r in self.succeeded for gap in r.itl_s)
 
@@ -351,7 +352,7 @@ class SweepResult(JsonRecord):
     def from_json(cls, text: str) -> SweepResult:
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, 4,300-digit integers, 100,000 nested `[`
             raise BadInput(f"This file is not JSON ({one_line(exc)}): load a file written by --json.") from exc
         if not isinstance(data, dict):
             raise BadInput("This file is not a remote sweep: load a file written by `python -m explorer remote`.")

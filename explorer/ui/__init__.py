@@ -3,6 +3,7 @@
 blocks (`widgets`, `sections`). Pages call these and the pure builders in `explorer.charts`; nothing outside this
 package in `explorer` imports streamlit."""
 
+from explorer.ui.guard import one_line_errors
 from explorer.ui.queue import (
     DRAW_HOLD_S,
     DeviceTurn,
@@ -81,6 +82,7 @@ __all__ = [
     "metrics",
     "model_store",
     "note_script",
+    "one_line_errors",
     "page_with_run",
     "presenter_toggle",
     "presenting",

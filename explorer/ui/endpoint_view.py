@@ -3,15 +3,17 @@ request, and the same prompt through the local instrumented run."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
+import pandas as pd
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from explorer.charts import remote as charts
-from explorer.core.errors import ExplorerError
+from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting import settings
-from explorer.remote import sweep, tokens
+from explorer.remote import sweep, tokens, upload
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
 from explorer.ui.queue import count_run, hosting_policy
@@ -20,7 +22,9 @@ from explorer.ui.state import APP_MAX_NEW_TOKENS, DEFAULT_PROMPT, LAST_INPUTS, R
 from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, slo_inputs, table
 
 RESULT = "endpoint_result"  # the SweepResult shown: measured here or loaded from a file
-LOADED_FILE = "endpoint_loaded_file"  # the uploaded file already read, so a rerun does not read it again
+LOADED_FILE = "endpoint_loaded_file"  # (file id, its refusal or "") of the upload read: a rerun reads nothing again
+UPLOAD = "endpoint_upload"  # (sha256 of the bytes, the sweep or the refusal): the same content is read once
+TABLES = "endpoint_tables"  # (the sweep, its SLOs, the tables derived from both): derived once, not on every rerun
 PERCENTILES_CAPTION = (
     "TTFT and ITL tails as concurrency rises: more requests in flight queue behind each other's prefills (TTFT) and "
     "share each decode step (ITL). Red dashed lines are the SLOs."
@@ -54,7 +58,8 @@ def hosted_caption(policy: settings.EndpointPolicy) -> None:
     st.caption(
         f"Hosted mode: only these endpoints can be measured: {escape_markdown(allowed)}; a sweep is capped at "
         f"concurrency {settings.HOSTED_MAX_CONCURRENCY}, {settings.HOSTED_MAX_REQUESTS} requests per level and "
-        f"{settings.HOSTED_MAX_TOKENS} max tokens, and counts against this session's run limit."
+        f"{settings.HOSTED_MAX_TOKENS} max tokens; a sweep, and each new file loaded, counts against this session's "
+        "run limit."
     )
 
 
@@ -143,14 +148,66 @@ def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:
 
 
 def load_recorded(uploaded: UploadedFile) -> None:
-    """A recorded sweep, read once per upload."""
-    if st.session_state.get(LOADED_FILE) == uploaded.file_id:
+    """A recorded sweep, read once per upload: a rerun with the same file reads, checks and derives nothing again,
+    and a refusal (one line) stays on the page while its file does."""
+    seen = st.session_state.get(LOADED_FILE)
+    if seen is not None and seen[0] == uploaded.file_id:
+        if seen[1]:
+            show_error(seen[1])
         return
-    st.session_state[LOADED_FILE] = uploaded.file_id
+    refusal = ""
     try:
-        st.session_state[RESULT] = SweepResult.from_json(uploaded.getvalue().decode("utf-8", "replace"))
+        st.session_state[RESULT] = read_upload(uploaded.getvalue())
     except ExplorerError as exc:
-        show_error(str(exc))
+        refusal = str(exc)
+        show_error(refusal)
+    st.session_state[LOADED_FILE] = (uploaded.file_id, refusal)
+
+
+def read_upload(raw: bytes) -> SweepResult:
+    """The sweep in an uploaded file's bytes, or its one-line ExplorerError. The same content is read once per
+    session (keyed by its sha256); new content counts against the hosted rate limit like a run (reading a file is
+    the server's CPU), then is checked field by field before anything is built (`explorer.remote.upload`)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    cached = st.session_state.get(UPLOAD)
+    if cached is None or cached[0] != digest:
+        policy = hosting_policy()
+        count_run(policy)  # a refusal here is not remembered: the same file may be tried again in a minute
+        try:
+            outcome: SweepResult | str = upload.read_sweep(raw, upload.UploadLimits.for_server(policy.hosted))
+        except ExplorerError as exc:
+            outcome = str(exc)
+        cached = (digest, outcome)
+        st.session_state[UPLOAD] = cached
+    if isinstance(cached[1], str):
+        raise BadInput(cached[1])
+    return cached[1]
+
+
+@dataclass(frozen=True)
+class SweepTables:
+    """What the page derives from a sweep at a pair of SLOs: built once, reused by every rerun that keeps both."""
+
+    levels: pd.DataFrame
+    percentiles: pd.DataFrame
+    tradeoff: pd.DataFrame
+    requests: pd.DataFrame
+
+
+def sweep_tables(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> SweepTables:
+    """The session's tables for this sweep and these SLOs, derived only when either changed."""
+    slos = (ttft_slo_s, itl_slo_s)
+    cached = st.session_state.get(TABLES)
+    if cached is not None and cached[0] is result and cached[1] == slos:
+        return cached[2]
+    tables = SweepTables(
+        levels=charts.levels_frame(result, *slos),
+        percentiles=charts.percentiles_frame(result),
+        tradeoff=charts.tradeoff_frame(result, *slos),
+        requests=charts.requests_frame(result, *slos),
+    )
+    st.session_state[TABLES] = (result, slos, tables)
+    return tables
 
 
 def require_sweep() -> SweepResult:
@@ -172,7 +229,7 @@ def sweep_header(result: SweepResult) -> None:
     if result.stopped:  # a sweep keeps the levels that finished; this says why there are no more
         st.warning(f"The sweep stopped early: {escape_markdown(result.stopped)}")  # it may quote a server
     if result.tokens_note:
-        st.warning(result.tokens_note)  # numbers and fixed words only
+        st.warning(escape_markdown(result.tokens_note))  # it names the file's token sources: text, never markdown
 
 
 def against_slos(result: SweepResult) -> tuple[float, float]:
@@ -183,17 +240,17 @@ def against_slos(result: SweepResult) -> tuple[float, float]:
         "strictly under them; changing an SLO re-reads the stored requests: nothing is sent again."
     )
     ttft_slo_s, itl_slo_s = slo_inputs()
+    tables = sweep_tables(result, ttft_slo_s, itl_slo_s)
     table(
-        charts.levels_frame(result, ttft_slo_s, itl_slo_s),
+        tables.levels,
         "Per concurrency level: TTFT and per-token ITL percentiles over every request, total output tokens/s (all "
         "output tokens / the level's wall time) and goodput (requests meeting both SLOs).",
-        f"measured · tokens counted by {result.token_sources}",
+        f"measured · tokens counted by {escape_markdown(result.token_sources)}",  # the file's words: text
     )
     panels = [
-        (charts.percentiles_frame(result), charts.percentiles_chart, "endpoint-percentiles", PERCENTILES_CAPTION),
-        (charts.tradeoff_frame(result, ttft_slo_s, itl_slo_s), charts.tradeoff_chart, "endpoint-throughput-latency",
-         TRADEOFF_CAPTION),
-    ]  # fmt: skip
+        (tables.percentiles, charts.percentiles_chart, "endpoint-percentiles", PERCENTILES_CAPTION),
+        (tables.tradeoff, charts.tradeoff_chart, "endpoint-throughput-latency", TRADEOFF_CAPTION),
+    ]
     for frame, draw, name, caption in panels:
         source = "measured · percentiles interpolated linearly (numpy's default)"
         chart(draw(frame, ttft_slo_s, itl_slo_s), frame, name, caption, source)
@@ -203,7 +260,7 @@ def against_slos(result: SweepResult) -> tuple[float, float]:
 def every_request(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> None:
     with secondary("Every request"):  # collapsed in presenter mode: the levels above carry the idea
         table(
-            charts.requests_frame(result, ttft_slo_s, itl_slo_s),
+            sweep_tables(result, ttft_slo_s, itl_slo_s).requests,
             "tpot_ms is (E2E − TTFT) / (tokens − 1), AIPerf's per-request ITL and vLLM's TPOT; tokens_from says what "
             "counted the total / the tokens in each chunk (usage: the server's own count); tokens_disagree marks a "
             "request whose chunk counts do not sum to the server's total.",

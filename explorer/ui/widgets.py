@@ -151,13 +151,23 @@ def table(data: pd.DataFrame, caption: str, source: str) -> None:
         return
     rows = current_theme().table_rows
     shown = data if rows is None else data.head(rows)
-    st.table(shown, hide_index=True)
+    st.table(as_text(shown), hide_index=True)
     more = (
         f" · the first {len(shown)} of {len(data)} rows (presenter mode off shows all)"
         if len(shown) < len(data)
         else ""
     )
     st.caption(f"{caption} — *{source}*{more}")
+
+
+def as_text(data: pd.DataFrame) -> pd.DataFrame:
+    """A static table's text cells escaped: st.table renders Markdown in cells, and a cell can hold anyone's text (a
+    server's error line, an uploaded file's strings)."""
+    escaped = data.copy()
+    for column in escaped.columns:
+        if not pd.api.types.is_numeric_dtype(escaped[column]) and not pd.api.types.is_bool_dtype(escaped[column]):
+            escaped[column] = escaped[column].map(lambda v: escape_markdown(v) if isinstance(v, str) else v)
+    return escaped
 
 
 def page_with_run(title: str, caption: str) -> RunResult:

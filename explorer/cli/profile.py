@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 
 from explorer.cli.common import add_command, add_json_arg, add_model_args, check_output_paths, load, write_json
 from explorer.core.errors import BadInput
+from explorer.core.limits import number_text
+from explorer.core.paths import context_without_loading
+from explorer.core.request import MAX_NEW_TOKENS_LIMIT, Request, check_fits_context, validate
 
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
     from explorer.core.profiler import PassProfile
@@ -34,18 +37,27 @@ def new_tokens_for(args: argparse.Namespace) -> int:
     return max(1, args.pass_index + 1) if args.max_new_tokens is None else args.max_new_tokens
 
 
+def request_from_args(args: argparse.Namespace) -> Request:
+    """The request exactly as `cmd_profile` runs it."""
+    return Request(prompt=args.prompt, max_new_tokens=new_tokens_for(args), use_chat_template=not args.no_chat_template)
+
+
 def precheck_profile(args: argparse.Namespace) -> None:
-    """What can be refused before torch is even imported: the pass, the prompt, the output folder."""
+    """What can be refused before torch is even imported: the pass, the request (the pages' own check), the model's
+    context from its config.json, the output folder."""
     check_pass_reachable(args.pass_index, new_tokens_for(args))
-    if not args.prompt or not args.prompt.strip():
-        raise BadInput("The prompt is empty: type some text to run.")
+    validate(request_from_args(args))
+    check_fits_context(new_tokens_for(args), context_without_loading(args.model))
     check_output_paths(args.json)
 
 
 def check_pass_reachable(pass_index: int, max_new_tokens: int) -> None:
     """Before the model loads: a run of N new tokens has passes 0..N-1."""
-    if pass_index < 0:
-        raise BadInput(f"--pass must be 0 (the prefill) or a decode pass 1, 2, …, not {pass_index}.")
+    if not 0 <= pass_index < MAX_NEW_TOKENS_LIMIT:  # a run makes at most MAX_NEW_TOKENS_LIMIT tokens, one per pass
+        raise BadInput(
+            f"--pass must be 0 (the prefill) or a decode pass 1, 2, … up to {MAX_NEW_TOKENS_LIMIT - 1}, not "
+            f"{number_text(pass_index)}."
+        )
     if pass_index >= max_new_tokens:
         raise BadInput(
             f"--pass {pass_index} needs at least {pass_index + 1} new tokens (pass 0 is the prefill): raise "
@@ -86,16 +98,11 @@ def format_profile(profile: PassProfile) -> str:
 
 
 def cmd_profile(args: argparse.Namespace) -> None:
-    from explorer.core.engine import Request, validate
     from explorer.core.measure import measure
     from explorer.core.profiler import profile_pass
 
-    request = Request(
-        prompt=args.prompt, max_new_tokens=new_tokens_for(args), use_chat_template=not args.no_chat_template
-    )
-    validate(request)
     lm = load(args)
-    trace = measure(lm, request)  # the request as `run` runs it: checked, warmed up, with honest device figures
+    trace = measure(lm, request_from_args(args))  # as `run` runs it: checked, warmed up, honest device figures
     profile = profile_pass(lm, trace, args.pass_index)
     print(format_profile(profile))
     write_json(args.json, profile.to_json())

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from explorer.cli.common import StderrProgress, add_command, add_model_args, check_output_paths, load, write_json
 from explorer.core.errors import BadInput
-from explorer.core.paths import layer_count_without_loading
+from explorer.core.paths import context_without_loading, layer_count_without_loading
+from explorer.core.request import Request, check_fits_context, validate
+from explorer.core.trace import Sampling
 
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
     from explorer.core.loading import LoadedModel
@@ -57,14 +59,22 @@ def check_layers(layers: list[int], layer_count: int) -> None:
         raise BadInput(f"--attention-layers {bad[0]} is out of range: the model has layers 0 to {layer_count - 1}.")
 
 
+def request_from_args(args: argparse.Namespace) -> Request:
+    """The request exactly as `cmd_run` runs it, so the check before loading is the check of what runs."""
+    return Request(
+        prompt=args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        use_chat_template=not args.no_chat_template,
+        sampling=Sampling(temperature=args.temperature, top_k=args.top_k, seed=args.seed),
+        repeats=args.repeats,
+    )
+
+
 def precheck_run(args: argparse.Namespace) -> None:
-    """What can be refused before torch is even imported: the request's numbers, layers, output folders."""
-    if not args.prompt or not args.prompt.strip():
-        raise BadInput("The prompt is empty: type some text to run.")
-    if args.max_new_tokens < 1:
-        raise BadInput(f"--max-new-tokens must be at least 1, not {args.max_new_tokens}.")
-    if args.repeats < 1:
-        raise BadInput(f"--repeats must be at least 1, not {args.repeats}.")
+    """What can be refused before torch is even imported: the request (the pages' own check), what the model's
+    config.json allows (its context, its layers), the output paths."""
+    validate(request_from_args(args))
+    check_fits_context(args.max_new_tokens, context_without_loading(args.model))
     layers = parse_layers(args.attention_layers)
     known = layer_count_without_loading(args.model)
     if layers is not None and known is not None:
@@ -73,19 +83,10 @@ def precheck_run(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from explorer.core.engine import Request, validate
     from explorer.core.measure import measure
     from explorer.core.report import format_trace
-    from explorer.core.trace import Sampling
 
-    request = Request(
-        prompt=args.prompt,
-        max_new_tokens=args.max_new_tokens,
-        use_chat_template=not args.no_chat_template,
-        sampling=Sampling(temperature=args.temperature, top_k=args.top_k, seed=args.seed),
-        repeats=args.repeats,
-    )
-    validate(request)
+    request = request_from_args(args)  # checked by precheck_run; measure checks it again with the tokenizer
     layers = parse_layers(args.attention_layers)
     lm = load(args)
     if layers is not None:

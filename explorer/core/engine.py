@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import torch
@@ -21,25 +21,19 @@ import torch
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes
 from explorer.core.loading import LoadedModel
+
+# The request and its model-free checks live in the torch-free core.request (the CLI checks it before importing
+# torch); re-exported here, where the pages and labs have always imported them.
+from explorer.core.request import MAX_NEW_TOKENS_LIMIT as MAX_NEW_TOKENS_LIMIT
+from explorer.core.request import MAX_REPEATS as MAX_REPEATS
+from explorer.core.request import Request, validate
 from explorer.core.roofline import pass_cost
 from explorer.core.timing import synchronize, timed
 from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
 
-MAX_NEW_TOKENS_LIMIT = 4096
-MAX_REPEATS = 20
 TOP_K_SHOWN = 5
 WARMUP_PROMPT_TOKENS = 8
 WARMUP_DECODES = 2
-
-
-@dataclass(frozen=True)
-class Request:
-    prompt: str
-    max_new_tokens: int = 32
-    use_chat_template: bool = True
-    sampling: Sampling = field(default_factory=Sampling)
-    stop_at_eos: bool = True
-    repeats: int = 1  # run the same request this many times in a row, for the spread of every timing
 
 
 @dataclass(frozen=True)
@@ -146,19 +140,6 @@ def tokenize(lm: LoadedModel, prompt: str, use_chat_template: bool) -> list[int]
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         return [int(i) for i in ids[0].tolist()]
     return [int(i) for i in lm.tokenizer(prompt, add_special_tokens=True)["input_ids"]]
-
-
-def validate(request: Request, needs_prompt: bool = True) -> None:
-    if needs_prompt and (not request.prompt or not request.prompt.strip()):
-        raise BadInput("The prompt is empty: type some text to run.")
-    if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
-        raise BadInput(f"max new tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}, not {request.max_new_tokens}.")
-    if not 1 <= request.repeats <= MAX_REPEATS:
-        raise BadInput(f"repeats must be between 1 and {MAX_REPEATS}, not {request.repeats}.")
-    if request.sampling.temperature < 0:
-        raise BadInput("temperature must be >= 0 (0 means greedy).")
-    if request.sampling.top_k is not None and request.sampling.top_k < 1:
-        raise BadInput("top-k must be >= 1.")
 
 
 def check_context(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> None:

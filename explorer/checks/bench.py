@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from explorer.checks.bench_config import BenchConfig as BenchConfig  # re-exported: its old home
 from explorer.core.engine import CheckedRequest, Request, check_request, generate
-from explorer.core.errors import BadInput
 from explorer.core.lab_progress import part_of, silent
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import prepare_device
@@ -33,17 +33,6 @@ PROMPT_TEXT = (
     "this truth is so well fixed in the minds of the surrounding families, that he is considered the rightful "
     "property of some one or other of their daughters. "
 )
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    prompt_tokens: int = 128
-    new_tokens: int = 64
-    repeats: int = 5
-
-    def validate(self) -> None:
-        if self.prompt_tokens < 1 or self.new_tokens < 2 or self.repeats < 1:
-            raise BadInput("bench needs --prompt-tokens >= 1, --new-tokens >= 2 and --repeats >= 1.")
 
 
 @dataclass(frozen=True)
@@ -122,11 +111,7 @@ class BenchResult(JsonRecord):
 
 
 def fixed_prompt_ids(lm: LoadedModel, config: BenchConfig) -> list[int]:
-    if config.prompt_tokens + config.new_tokens > lm.info.max_context:
-        raise BadInput(
-            f"--prompt-tokens {config.prompt_tokens} + --new-tokens {config.new_tokens} exceed the model's context of "
-            f"{lm.info.max_context}."
-        )
+    """The fixed prompt, `config.prompt_tokens` long; the config was checked against the context (`run_bench`)."""
     one = lm.tokenizer(PROMPT_TEXT, add_special_tokens=False)["input_ids"]
     return (one * (config.prompt_tokens // len(one) + 1))[: config.prompt_tokens]
 
@@ -192,7 +177,7 @@ def run_bench(
 ) -> BenchResult:
     """Check once, take the device figures and warm up once (`prepare_device`), warm HF's path too, then the
     repeats, order alternating."""
-    config.validate()
+    config.validate(lm.info.max_context)
     ids = fixed_prompt_ids(lm, config)
     checked = check_request(lm, Request(prompt="", max_new_tokens=config.new_tokens, stop_at_eos=False), ids)
     report = on_progress or silent

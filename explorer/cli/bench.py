@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from explorer.checks.bench import BenchConfig, BenchResult, run_bench
+from explorer.checks.bench_config import BenchConfig
 from explorer.cli.common import (
     StderrProgress,
     add_command,
@@ -14,7 +15,11 @@ from explorer.cli.common import (
     load,
     write_json,
 )
+from explorer.core.paths import context_without_loading
 from explorer.core.report import format_device
+
+if TYPE_CHECKING:  # the benchmark imports torch: only once its settings have been checked
+    from explorer.checks.bench import BenchResult
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -31,13 +36,24 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--repeats", type=int, default=defaults.repeats, help="A/B rounds, the order alternating each round"
     )
     add_json_arg(bench, "every repeat's timings and the summary")
-    bench.set_defaults(func=cmd_bench, precheck=lambda args: check_output_paths(args.json))
+    bench.set_defaults(func=cmd_bench, precheck=precheck)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, repeats=args.repeats)
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """Before torch is imported: the benchmark's numbers (against the model's context from its config.json) and
+    the output path; run_bench checks the same config again against the loaded model."""
+    config_from_args(args).validate(context_without_loading(args.model))
+    check_output_paths(args.json)
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    config = BenchConfig(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, repeats=args.repeats)
-    config.validate()
-    result = run_bench(load(args), config, on_progress=StderrProgress())
+    from explorer.checks.bench import run_bench
+
+    result = run_bench(load(args), config_from_args(args), on_progress=StderrProgress())
     print(format_bench(result))
     write_json(args.json, result.to_json())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from explorer.cli.common import (
     StderrProgress,
@@ -13,16 +14,19 @@ from explorer.cli.common import (
     load,
     write_json,
 )
+from explorer.core.paths import context_without_loading
 from explorer.core.units import human_bytes
-from explorer.labs.batch import (
+from explorer.labs.batch_settings import (
     DEFAULT_BATCH_SIZES,
     DEFAULT_BUDGET_S,
     MAX_BATCH,
     BatchConfig,
-    BatchResult,
+    check_settings,
     parse_batch_sizes,
-    run_batch_sweep,
 )
+
+if TYPE_CHECKING:  # the lab imports torch: only once its settings have been checked
+    from explorer.labs.batch import BatchResult
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -47,26 +51,32 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_batch, precheck=precheck)
 
 
-def precheck(args: argparse.Namespace) -> None:
-    check_output_paths(args.json)
-    parse_batch_sizes(args.batch_sizes)
-
-
-def cmd_batch(args: argparse.Namespace) -> None:
-    from explorer.core.lab_progress import LabProgress
-    from explorer.core.measure import prepare_device
-
-    config = BatchConfig(
+def config_from_args(args: argparse.Namespace) -> BatchConfig:
+    return BatchConfig(
         batch_sizes=parse_batch_sizes(args.batch_sizes),
         prompt_tokens=args.prompt_tokens,
         new_tokens=args.new_tokens,
         distinct_prompts=not args.repeat_one_prompt,
         budget_s=args.budget_s,
     )
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """Before torch is imported: the sweep's numbers, against the model's context from its config.json (the lab
+    checks the same config again, with the loaded model's context, its KV cap and its time estimate)."""
+    check_settings(config_from_args(args), context_without_loading(args.model))
+    check_output_paths(args.json)
+
+
+def cmd_batch(args: argparse.Namespace) -> None:
+    from explorer.core.lab_progress import LabProgress
+    from explorer.core.measure import prepare_device
+    from explorer.labs.batch import run_batch_sweep
+
     lm = load(args)
     progress = StderrProgress()
     device = prepare_device(lm, progress=progress)
-    result = run_batch_sweep(lm, device, config, progress=LabProgress(progress))
+    result = run_batch_sweep(lm, device, config_from_args(args), progress=LabProgress(progress))
     print(format_batch(result))
     write_json(args.json, result.to_json())
 

@@ -22,6 +22,13 @@ from explorer.core.roofline import kv_cache_bytes, pass_cost
 from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, PassCost, PassRecord
 from explorer.core.units import human_bytes
 
+# The settings and their model-free checks live in the torch-free batch_settings (the CLI checks them before torch);
+# re-exported here, where the pages and tests have always imported them.
+from explorer.labs.batch_settings import DEFAULT_BATCH_SIZES as DEFAULT_BATCH_SIZES
+from explorer.labs.batch_settings import DEFAULT_BUDGET_S as DEFAULT_BUDGET_S
+from explorer.labs.batch_settings import MAX_BATCH, BatchConfig, check_settings
+from explorer.labs.batch_settings import parse_batch_sizes as parse_batch_sizes
+
 # Public-domain text (the opening of "A Tale of Two Cities"): different windows of it make different prompts of the
 # same token length.
 PROMPT_SOURCE = (
@@ -33,21 +40,7 @@ PROMPT_SOURCE = (
     "queen with a fair face, on the throne of France. In both countries it was clearer than crystal to the lords of "
     "the State preserves of loaves and fishes, that things in general were settled for ever."
 )
-DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-MAX_BATCH = 256
-DEFAULT_KV_CAP_BYTES = 2 * 10**9  # the batch's KV cache may not grow past this
-DEFAULT_BUDGET_S = 600.0
 ESTIMATE_SLACK = 3.0  # measured passes on a CPU run ~1.5-3x the roofline floor: the estimate errs long
-
-
-@dataclass(frozen=True)
-class BatchConfig:
-    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
-    prompt_tokens: int = 32
-    new_tokens: int = 16
-    distinct_prompts: bool = True  # different prompts of equal length, else one prompt repeated
-    kv_cap_bytes: int = DEFAULT_KV_CAP_BYTES
-    budget_s: float = DEFAULT_BUDGET_S
 
 
 @dataclass(frozen=True)
@@ -189,15 +182,7 @@ def plan_sweep(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> S
 
 def validate(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> SweepPlan:
     """Refuse what cannot or should not run, before anything runs; returns the plan with its estimate."""
-    if not config.batch_sizes or any(not 1 <= b <= MAX_BATCH for b in config.batch_sizes):
-        raise BadInput(f"Batch sizes must be between 1 and {MAX_BATCH}, not {list(config.batch_sizes)}.")
-    if config.prompt_tokens < 1 or config.new_tokens < 2:
-        raise BadInput("The batching lab needs at least 1 prompt token and 2 new tokens (for a decode step).")
-    if config.prompt_tokens + config.new_tokens > info.max_context:
-        raise BadInput(
-            f"{config.prompt_tokens} prompt + {config.new_tokens} new tokens exceed the context of "
-            f"{info.max_context} tokens."
-        )
+    check_settings(config, info.max_context)  # what `python -m explorer batch` checked before loading, and the context
     plan = plan_sweep(info, device, config)
     if plan.largest_kv_cache_bytes > config.kv_cap_bytes:
         raise BadInput(
@@ -286,10 +271,3 @@ def run_batch_sweep(
         runs=tuple(runs),
         ridge_batch=ridge_batch(lm, device, config.prompt_tokens + config.new_tokens // 2),
     )
-
-
-def parse_batch_sizes(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as exc:
-        raise BadInput(f"--batch-sizes takes comma-separated integers, not '{text}'.") from exc

@@ -13,12 +13,15 @@ from explorer.cli.common import (
     load,
     write_json,
 )
+from explorer.core.paths import context_without_loading
+from explorer.core.request import Request, validate
 from explorer.labs.nocache import (
     DEFAULT_BUDGET_S,
     DEFAULT_NEW_TOKENS,
     EDGE_STEPS,
     PROJECTED_TOKENS,
     NoCacheResult,
+    check_settings,
     growth_verdict,
     run_nocache,
 )
@@ -37,19 +40,29 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--budget-s", type=float, default=DEFAULT_BUDGET_S, help="refuse a naive loop modelled to take longer"
     )
     add_json_arg(parser, "both loops' steps, the growth and the projections")
-    parser.set_defaults(func=cmd_nocache, precheck=lambda args: check_output_paths(args.json))
+    parser.set_defaults(func=cmd_nocache, precheck=precheck)
+
+
+def request_from_args(args: argparse.Namespace) -> Request:
+    return Request(args.prompt, max_new_tokens=args.max_new_tokens, use_chat_template=not args.no_chat_template)
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """Before the model loads: the request (the pages' own check), the lab's settings against the model's context
+    from its config.json, the output path; the lab checks them again with the tokenized prompt."""
+    validate(request_from_args(args))
+    check_settings(args.max_new_tokens, args.budget_s, context_without_loading(args.model))
+    check_output_paths(args.json)
 
 
 def cmd_nocache(args: argparse.Namespace) -> None:
-    from explorer.core.engine import Request
     from explorer.core.lab_progress import LabProgress
     from explorer.core.measure import prepare_device
 
     lm = load(args)
-    request = Request(args.prompt, max_new_tokens=args.max_new_tokens, use_chat_template=not args.no_chat_template)
     progress = StderrProgress()
     device = prepare_device(lm, progress=progress)
-    result = run_nocache(lm, device, request, budget_s=args.budget_s, progress=LabProgress(progress))
+    result = run_nocache(lm, device, request_from_args(args), budget_s=args.budget_s, progress=LabProgress(progress))
     print(format_nocache(result))
     write_json(args.json, result.to_json())
 

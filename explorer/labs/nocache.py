@@ -23,7 +23,9 @@ from explorer.core.engine import (
 )
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
+from explorer.core.limits import check_budget
 from explorer.core.loading import LoadedModel
+from explorer.core.request import check_fits_context
 from explorer.core.roofline import pass_flops, roofline_time, weight_bytes_read
 from explorer.core.timing import timed
 from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, Trace
@@ -150,12 +152,20 @@ def estimate_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_toke
     return ESTIMATE_SLACK * total
 
 
-def validate(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens: int, budget_s: float) -> float:
-    """Refuse what cannot or should not run, before anything runs; returns the naive loop's estimate (modelled)."""
+def check_settings(new_tokens: int, budget_s: float, max_context: int | None = None) -> None:
+    """The checks that need no model (`python -m explorer nocache` runs them before loading; `validate` first): with
+    a NaN budget every `estimate > budget` is False, which would switch the guard off."""
     if new_tokens < MIN_NEW_TOKENS:
         raise BadInput(
             f"The no-cache lab needs at least {MIN_NEW_TOKENS} new tokens (two decode steps, to fit the projection)."
         )
+    check_fits_context(new_tokens, max_context)
+    check_budget(budget_s)
+
+
+def validate(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens: int, budget_s: float) -> float:
+    """Refuse what cannot or should not run, before anything runs; returns the naive loop's estimate (modelled)."""
+    check_settings(new_tokens, budget_s)
     if prompt_len + new_tokens > info.max_context:
         raise BadInput(
             f"The prompt is {prompt_len} tokens; with {new_tokens} new tokens it exceeds the context of "

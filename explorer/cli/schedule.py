@@ -23,10 +23,11 @@ from explorer.cli.common import (
     write_json,
 )
 from explorer.core.lab_progress import LabProgress
+from explorer.core.paths import context_without_loading
+from explorer.core.request import check_fits_context
 from explorer.core.trace import percentile
 from explorer.core.units import human_bytes, ms, ms_value
 from explorer.labs.schedule.records import ScheduleRun
-from explorer.labs.schedule.run import run_schedule
 from explorer.labs.schedule.workload import (
     SCHEDULERS,
     EngineSettings,
@@ -87,8 +88,18 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def precheck(args: argparse.Namespace) -> None:
     """Bad input is refused before torch is even imported."""
+    workload = workload_from_args(args)
+    validate(workload, settings_from_args(args))
+    check_fits_config(workload, context_without_loading(args.model))
     check_output_paths(args.json)
-    validate(workload_from_args(args), settings_from_args(args))
+
+
+def check_fits_config(workload: Workload, max_context: int | None) -> None:
+    """Each request at its longest against the model's context from its config.json (None: known once it loads,
+    when the lab checks the tokenized prompts): a prompt's target length, or one token for a typed prompt."""
+    for i in range(workload.requests):
+        prompt_tokens = None if workload.prompts else workload.prompt_tokens_of(i)
+        check_fits_context(workload.new_tokens_of(i), max_context, prompt_tokens=prompt_tokens)
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -118,6 +129,7 @@ def settings_from_args(args: argparse.Namespace) -> EngineSettings:
 
 def cmd_schedule(args: argparse.Namespace) -> None:
     from explorer.core.measure import prepare_device
+    from explorer.labs.schedule.run import run_schedule  # transformers' serving engine: only once input is checked
 
     lm = load(args)
     progress = StderrProgress()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from explorer.core.errors import BadInput
+from explorer.core.limits import is_finite
 
 if TYPE_CHECKING:
     from explorer.core.loading import LoadedModel
@@ -30,6 +31,7 @@ MAX_NEW_TOKENS = 256
 MIN_BLOCK_SIZE = 4  # transformers refuses a smaller page_size (continuous_batching/initialization.py BOUNDS)
 MAX_TOKEN_BUDGET = 8192
 MAX_NUM_BLOCKS = 4096
+MAX_ARRIVAL_MS = 60_000.0  # a run lasts seconds: requests arriving later would only keep the engine idle
 
 CORPUS = (
     "The printing press spread across Europe within a few decades of its invention.",
@@ -108,6 +110,8 @@ def validate(workload: Workload, settings: EngineSettings) -> None:
         raise BadInput(f"Prompt lengths must be between 1 and {MAX_PROMPT_TOKENS} tokens.")
     if not workload.new_tokens or any(not 1 <= t <= MAX_NEW_TOKENS for t in workload.new_tokens):
         raise BadInput(f"New tokens must be between 1 and {MAX_NEW_TOKENS} per request.")
+    if not all(is_finite(ms) for ms in (workload.stagger_ms, *workload.arrivals_ms)):
+        raise BadInput("Arrival times and the stagger are numbers of ms: NaN and infinity are not.")
     if workload.arrivals_ms:
         if len(workload.arrivals_ms) != n:
             raise BadInput(f"{len(workload.arrivals_ms)} arrival times for {n} requests: give one per request.")
@@ -117,6 +121,11 @@ def validate(workload: Workload, settings: EngineSettings) -> None:
             raise BadInput("Arrival times are out of order: list them from earliest to latest.")
     if workload.stagger_ms < 0:
         raise BadInput("The stagger between arrivals must be 0 ms or more.")
+    if workload.arrival_ms(n - 1) > MAX_ARRIVAL_MS:
+        raise BadInput(
+            f"The last request would arrive at {workload.arrival_ms(n - 1):g} ms, past the lab's {MAX_ARRIVAL_MS:g} "
+            "ms: lower the stagger or the arrival times."
+        )
     if settings.scheduler not in SCHEDULERS:
         raise BadInput(f"Unknown scheduler '{settings.scheduler}': use one of {', '.join(SCHEDULERS)}.")
     if settings.block_size < MIN_BLOCK_SIZE:

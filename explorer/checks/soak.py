@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from explorer.core.errors import BadInput
+from explorer.core.limits import check_range
+from explorer.core.request import MAX_NEW_TOKENS_LIMIT
 from explorer.core.trace import JsonRecord
 from explorer.core.units import megabytes
 
@@ -66,8 +68,9 @@ class SoakConfig:
     def validate(self) -> None:
         if not 1 <= self.runs <= MAX_RUNS:
             raise BadInput(f"--runs must be between 1 and {MAX_RUNS}, not {self.runs}.")
-        if self.attention_every < 0:
-            raise BadInput("--attention-every must be 0 (never) or a positive number of runs.")
+        check_range("--max-new-tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
+        if not 0 <= self.attention_every <= MAX_RUNS:
+            raise BadInput(f"--attention-every must be 0 (never) or a number of runs up to {MAX_RUNS}.")
         if self.prompt is not None and not self.prompt.strip():
             raise BadInput("The prompt is empty: leave --prompt out to cycle short prompts.")
 

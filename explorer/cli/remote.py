@@ -56,7 +56,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def precheck_remote(args: argparse.Namespace) -> None:
-    """What can be refused before anything is sent: the output path (a sweep's minutes are not lost to a typo)."""
+    """What can be refused before anything is sent or a tokenizer loads: every number of the sweep (finite, within
+    its bounds: the check run_sweep repeats) and the output path (a sweep's minutes are not lost to a typo)."""
+    config_from_args(args).validate()
     check_output_paths(args.json)
 
 
@@ -76,8 +78,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 
 
 def cmd_remote(args: argparse.Namespace) -> None:
-    config = config_from_args(args)
-    config.validate()  # before a tokenizer loads: bad input fails in a blink
+    config = config_from_args(args)  # checked by precheck_remote, before a tokenizer loads
     api_key = api_key_from_env(args.api_key_env)
     counter = None
     if args.tokenizer:

@@ -21,6 +21,8 @@ from explorer.cli.common import (
     check_output_paths,
     write_json,
 )
+from explorer.core.paths import context_without_loading
+from explorer.core.request import check_fits_context
 from explorer.core.units import megabytes
 
 
@@ -50,8 +52,11 @@ def config_from_args(args: argparse.Namespace) -> SoakConfig:
 
 
 def precheck(args: argparse.Namespace) -> None:
-    """Before the model loads: the soak's numbers and the output folder."""
-    config_from_args(args).validate()
+    """Before the model loads: the soak's numbers (against the model's context from its config.json), the output
+    folder."""
+    config = config_from_args(args)
+    config.validate()
+    check_fits_context(config.max_new_tokens, context_without_loading(args.model))
     check_output_paths(args.json)
 
 

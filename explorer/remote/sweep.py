@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import httpx
 
 from explorer.core.errors import BadInput, ExplorerError, RunFailed, one_line
+from explorer.core.limits import check_above_zero
 from explorer.hosting.settings import EndpointPolicy
 from explorer.remote import wire
 from explorer.remote.deadlines import Deadline, Watchdog
@@ -39,6 +40,9 @@ MAX_REQUESTS = 1000
 MAX_CONCURRENCY = 256
 MAX_LEVELS = 16
 MAX_TOKENS_LIMIT = 4096
+MAX_SLO_S = 3600.0
+MAX_TIMEOUT_S = 3600.0  # one request
+MAX_TIME_LIMIT_S = 24 * 3600.0  # the whole sweep
 
 INTERRUPTED = "Interrupted (Ctrl-C): the levels that finished are kept."
 
@@ -69,10 +73,10 @@ class SweepConfig:
             raise BadInput(f"Give between 1 and {MAX_LEVELS} concurrency levels.")
         if any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrency_levels):
             raise BadInput(f"Concurrency levels must be between 1 and {MAX_CONCURRENCY}.")
-        if self.ttft_slo_s <= 0 or self.itl_slo_s <= 0:
-            raise BadInput("SLOs must be positive.")
-        if not 0 < self.timeout_s <= 3600 or not 0 < self.time_limit_s <= 24 * 3600:
-            raise BadInput("The timeout must be within (0, 3600] s and the time limit within (0, 86400] s.")
+        check_above_zero("The TTFT SLO (s)", self.ttft_slo_s, MAX_SLO_S)  # NaN passed `<= 0`: refused here
+        check_above_zero("The ITL SLO (s)", self.itl_slo_s, MAX_SLO_S)
+        check_above_zero("The request timeout (s)", self.timeout_s, MAX_TIMEOUT_S)
+        check_above_zero("The sweep's time limit (s)", self.time_limit_s, MAX_TIME_LIMIT_S)
 
     @property
     def total_requests(self) -> int:

@@ -1,7 +1,9 @@
 """The remote client against servers that misbehave on purpose (tests/fake_servers.py, on 127.0.0.1): a server that
 drips its headers or body cannot hold a request past its deadline nor a sweep past its time limit; a stream cut short
-is a failure; a sweep keeps the levels that finished (also on Ctrl-C, which closes open streams at once); a 429 is the
-server's failure, a huge line is too large, negative usage is ignored; output paths are checked before any send."""
+is a failure, in both HTTP body framings and with or without blank lines between events; a sweep keeps the levels that
+finished, marked partial (also on Ctrl-C, which closes open streams at once); a 429 or 503 is the server's failure,
+retried once its Retry-After fits the limits; a huge line is too large, deeply nested JSON one line, negative usage
+ignored; output paths are checked before any send."""
 
 from __future__ import annotations
 
@@ -41,7 +43,12 @@ def drip(prefix: bytes, byte: bytes = b"x", count: int = 400) -> list[fake.Step]
 
 def one_line(capsys: pytest.CaptureFixture[str]) -> str:
     """The one error line on stderr, after progress lines only."""
-    lines = capsys.readouterr().err.strip().splitlines()
+    return error_line(capsys.readouterr().err)
+
+
+def error_line(err: str) -> str:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
     assert [line for line in lines if not line.startswith("[")] == lines[-1:], lines
     assert lines[-1].startswith("error: ")
     return lines[-1]
@@ -87,18 +94,85 @@ def test_a_stream_without_finish_reason_or_done_is_a_failure() -> None:
 
 
 # --- 3. a sweep keeps what finished -------------------------------------------------------------------------------
-def test_a_later_level_that_fails_keeps_the_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    def script(n: int) -> list[fake.Step]:  # the warm-up and level 1's two requests answer; level 2 gets 500s
-        return fake.answer("a", "b") if n < 3 else [fake.head("500 Internal Server Error", "text/plain"), b"boom"]
+def data_line(text: str) -> bytes:
+    """A chunk as one `data:` line with no blank line after it: a framing some servers use (their events merge)."""
+    return fake.chunk(text).removesuffix(b"\n")
+
+
+def http_chunked(*pieces: bytes, end: bool) -> list[fake.Step]:
+    """The other HTTP body framing: Transfer-Encoding chunked, each piece one HTTP chunk; `end`: the last, empty,
+    chunk that says the body is whole (left out, the server hung up mid-body)."""
+    head = fake.head(extra="Transfer-Encoding: chunked\r\n")
+    return [head, *(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces), *([b"0\r\n\r\n"] if end else [])]
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000  # 200 KB, under the 1 MiB line limit, past Python's recursion limit
+BAD_ANSWERS: dict[str, tuple[list[fake.Step], str]] = {  # what the server sends -> words of the one line said
+    "HTTP 500": ([fake.head("500 Internal Server Error", "text/plain"), b"boom"], "(HTTP 500 Internal Server Error)"),
+    "a 5 MB data line": ([fake.head(), b"data: " + b"x" * (5 << 20) + b"\n\n"], "a line of over 1 MiB"),
+    "deeply nested JSON": ([fake.head(), b'data: {"choices": ' + NESTED + b"}\n\n"], "nested too deeply"),
+    "choices as a dict": (
+        [fake.head(), fake.event({"choices": {"0": {"delta": {"content": "a"}}}}), fake.event("[DONE]")],
+        "streamed no output text",
+    ),
+    "cut: SSE events": ([fake.head(), fake.chunk("Hel"), fake.chunk("lo")], "stream ended before the answer finished"),
+    "cut: data lines, no blank lines": (
+        [fake.head(), data_line("Hel"), data_line("lo")],
+        "stream ended before the answer finished",
+    ),
+    "cut: HTTP chunked, body unfinished": (
+        http_chunked(fake.chunk("Hel"), fake.chunk("lo"), end=False),
+        "closed the connection mid-answer",
+    ),
+    "cut: HTTP chunked, body whole": (
+        http_chunked(fake.chunk("Hel"), fake.chunk("lo"), end=True),
+        "stream ended before the answer finished",
+    ),
+}
+TIMEOUT_S = 5.0  # each CLI sweep's request deadline: every test below ends within it plus SLACK_S
+
+
+def remote_cli(server: fake.FakeServer, path: Path, *args: str) -> tuple[int, float]:
+    """`python -m explorer remote` in-process against the fake server: (exit code, seconds it took)."""
+    argv = ["remote", "--base-url", server.base_url, "--model", "m", "--timeout-s", f"{TIMEOUT_S:g}", *args]
+    started = time.monotonic()
+    code = main([*argv, "--json", str(path)])
+    return code, time.monotonic() - started
+
+
+@pytest.mark.parametrize("bad", list(BAD_ANSWERS))
+def test_a_later_level_that_fails_keeps_the_first_marked_partial(
+    bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steps, words = BAD_ANSWERS[bad]
+
+    def script(n: int) -> list[fake.Step]:  # the warm-up and level 1's two requests answer; level 2 gets `bad`
+        return fake.answer("a", "b") if n < 3 else steps
 
     path = tmp_path / "sweep.json"
     with fake.scripted_server(script) as server:
-        argv = ["remote", "--base-url", server.base_url, "--model", "m", "--concurrency", "1,2", "--requests", "2"]
-        assert main([*argv, "--json", str(path)]) == 1
-    error = one_line(capsys)
-    assert "All 2 requests at concurrency 2 failed" in error and f"kept 1 level in {path}" in error
+        code, elapsed_s = remote_cli(server, path, "--concurrency", "1,2", "--requests", "2")
+    captured = capsys.readouterr()
+    out, error = captured.out, error_line(captured.err)
+    assert code == 1 and elapsed_s < TIMEOUT_S + SLACK_S
+    assert "All 2 requests at concurrency 2 failed" in error and words in error and f"kept 1 level in {path}" in error
     data = json.loads(path.read_text())
-    assert [level["concurrency"] for level in data["levels"]] == [1] and "concurrency 2 failed" in data["stopped"]
+    assert [level["concurrency"] for level in data["levels"]] == [1] and data["partial"] is True
+    assert words in data["stopped"]
+    assert "   1   2/2" in out and "partial: the sweep stopped early" in out  # the table says so too
+
+
+@pytest.mark.parametrize("bad", list(BAD_ANSWERS))
+def test_a_bad_first_answer_is_one_line_and_nothing_is_written(
+    bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steps, words = BAD_ANSWERS[bad]
+    path = tmp_path / "sweep.json"
+    with fake.scripted_server(lambda n: steps) as server:
+        code, elapsed_s = remote_cli(server, path)
+    assert code == 1 and elapsed_s < TIMEOUT_S + SLACK_S
+    assert words in one_line(capsys)
+    assert not path.exists()  # the warm-up failed: nothing was measured, so no file claims otherwise
 
 
 def test_the_time_limit_keeps_the_levels_that_finished(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,7 +182,7 @@ def test_the_time_limit_keeps_the_levels_that_finished(capsys: pytest.CaptureFix
     with fake.scripted_server(script) as server:
         result = sweep.run_sweep(config(server.base_url, concurrency_levels=(1, 2), warmup=True, time_limit_s=2.0))
     assert [level.concurrency for level in result.levels] == [1] and "time limit of 2 s" in result.stopped
-    assert not result.interrupted
+    assert not result.interrupted and result.partial and json.loads(result.to_json())["partial"] is True
 
 
 @pytest.mark.parametrize(("where", "words"), [("folder", "is a folder"), ("/proc/sweep.json", "Cannot write")])
@@ -177,21 +251,40 @@ def test_ctrl_c_in_the_calling_thread_ends_a_level_at_once() -> None:
 
 
 # --- 5. what a server says, read right ---------------------------------------------------------------------------
-def test_a_429_is_the_servers_failure_and_its_retry_after_is_honoured(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("status", ["429 Too Many Requests", "503 Service Unavailable"])
+def test_a_429_or_503_is_the_servers_failure_and_its_retry_after_is_honoured(
+    status: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     def busy(retry_after: str) -> list[fake.Step]:
         extra = f"Retry-After: {retry_after}\r\n" if retry_after else ""
-        return [fake.head("429 Too Many Requests", "application/json", extra), b'{"error": {"message": "busy"}}']
+        return [fake.head(status, "application/json", extra), b'{"error": {"message": "busy"}}']
 
     with fake.scripted_server(lambda n: busy("0.3") if n == 0 else fake.answer("a", "b")) as server:
         record = sweep.run_sweep(config(server.base_url)).levels[0].records[0]
     assert record.ok and record.ttft_s is not None and record.ttft_s >= 0.3  # TTFT counts from the first send
+    code = status.split()[0]
     for retry_after, words in (("100", "retry after 100 s, past this request's deadline"), ("", "no Retry-After")):
         with fake.scripted_server(lambda n, r=retry_after: busy(r)) as server:
             started = time.monotonic()
             assert main(["remote", "--base-url", server.base_url, "--model", "m", "--timeout-s", "5"]) == 1
             assert time.monotonic() - started < SLACK_S  # refused at once: no wait past the deadline
+            assert server.count() == 1  # refused once, not retried: the wait it asked for is past the deadline
         error = one_line(capsys)
-        assert "HTTP 429" in error and words in error and "busy" in error
+        assert f"(HTTP {code})" in error and words in error and "busy" in error
+
+
+def test_a_retry_after_past_the_sweeps_time_limit_is_refused_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """Retry-After is honoured within the time limit, never past it: a wait that would outlast the sweep's limit
+    (though not the request's own timeout) is not started."""
+    busy = [fake.head("503 Service Unavailable", "application/json", "Retry-After: 3\r\n"), b'{"detail": "loading"}']
+    with fake.scripted_server(lambda n: busy) as server:
+        started = time.monotonic()
+        argv = ["remote", "--base-url", server.base_url, "--model", "m", "--timeout-s", "30", "--time-limit-s", "1"]
+        assert main(argv) == 1
+        elapsed_s = time.monotonic() - started
+        assert server.count() == 1
+    error = one_line(capsys)
+    assert elapsed_s < SLACK_S and "(HTTP 503)" in error and "retry after 3 s" in error and "loading" in error
 
 
 def test_a_line_over_1_mib_is_too_large_not_json() -> None:

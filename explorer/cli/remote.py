@@ -131,6 +131,6 @@ def format_sweep(result: SweepResult, ttft_slo_s: float | None = None, itl_slo_s
     if result.tokens_note:
         lines.append(f"warning: {result.tokens_note}")
     if result.stopped:
-        lines.append(f"stopped early: {result.stopped}")
+        lines.append(f"partial: the sweep stopped early, the levels above are those that finished. {result.stopped}")
     lines.append(ITL_RULE)
     return "\n".join(lines)

@@ -282,6 +282,12 @@ class SweepResult(JsonRecord):
     interrupted: bool = False  # stopped by Ctrl-C (the CLI exits 130 after keeping what finished)
 
     @property
+    def partial(self) -> bool:
+        """The sweep stopped before its last level (a level failed, the time limit, Ctrl-C): what it holds is what
+        finished, not every level asked for. Written into the JSON for its readers; derived, so ignored on load."""
+        return bool(self.stopped)
+
+    @property
     def token_sources(self) -> str:
         """'usage (totals), chunks (per chunk)' over every successful request, for a caption."""
         records = [r for level in self.levels for r in level.succeeded]
@@ -321,6 +327,7 @@ class SweepResult(JsonRecord):
                 record_data["summary"] = asdict(record.summary)
         data["tokens_disagree_requests"] = len(self.disagreeing_records)
         data["tokens_note"] = self.tokens_note
+        data["partial"] = self.partial
         return data
 
     @classmethod

@@ -26,7 +26,8 @@ MAX_LINE_BYTES = 1 << 20  # one SSE line (one chunk's JSON) is a few hundred byt
 MAX_BODY_BYTES = 64 << 20  # a whole answer of 4,096 tokens is a few MB of chunks
 ERROR_BODY_BYTES = 64 << 10  # what is read of an error answer, for its message
 ERROR_BODY_CHARS = 200
-MAX_RETRIES = 3  # 429 answers retried per request, each after the server's Retry-After, within the deadline
+MAX_RETRIES = 3  # 429/503 answers retried per request, each after the server's Retry-After, within the deadline
+BUSY_STATUSES = {429: "overloaded", 503: "unavailable"}  # the server's refusal, not the user's bad input: retried
 
 
 @dataclass(frozen=True)
@@ -84,16 +85,17 @@ def open_client(max_in_flight: int, timeout_s: float) -> httpx.Client:
 
 # --- one request ------------------------------------------------------------------------------------------------
 class ServerBusy(Exception):
-    """HTTP 429: the server shed this request; `stream_once` waits its Retry-After when the deadline allows."""
+    """HTTP 429 or 503: the server shed this request; `stream_once` waits its Retry-After when the deadline allows."""
 
-    def __init__(self, retry_after_s: float | None, message: str) -> None:
+    def __init__(self, status: int, retry_after_s: float | None, message: str) -> None:
         super().__init__(message)
+        self.status = status
         self.retry_after_s = retry_after_s
         self.message = message
 
 
 def stream_once(request: StreamRequest, client: httpx.Client, call: Call) -> Stream:
-    """Send one streaming request and time every chunk, retrying a 429 within the deadline; raises BadInput (the
+    """Send one streaming request and time every chunk, retrying a 429/503 within the deadline; raises BadInput (the
     URL, model or key is wrong) or RunFailed (the server failed) with one line. TTFT counts from the first send."""
     started = time.perf_counter()
     for retries_left in range(MAX_RETRIES, -1, -1):
@@ -116,7 +118,8 @@ def _busy_message(request: StreamRequest, busy: ServerBusy, retries_left: int) -
     else:
         why = f"asked to retry after {busy.retry_after_s:g} s, past this request's deadline"
     return (
-        f"{request.endpoint.url} is overloaded (HTTP 429) and {why}: lower the concurrency or raise the timeout. "
+        f"{request.endpoint.url} is {BUSY_STATUSES[busy.status]} (HTTP {busy.status}) and {why}: lower the "
+        "concurrency or raise the timeout. "
         f"It said: {busy.message}"
     )
 
@@ -248,7 +251,7 @@ def _payloads(data: str) -> list[str]:
     try:
         json.loads(text)
         return [text]
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # each line then parsed, and refused, on its own
         return [line.strip() for line in text.split("\n") if line.strip()]
 
 
@@ -259,6 +262,11 @@ def _parse(request: StreamRequest, payload: str) -> dict[str, Any]:
         raise BadInput(
             f"{request.endpoint.url} streamed an event that is not JSON: is it an OpenAI-compatible API?"
         ) from exc
+    except RecursionError:  # JSON nested past Python's recursion limit: no token chunk is, a broken server's may be
+        raise RunFailed(
+            f"{request.endpoint.url} streamed an event nested too deeply to read (a token chunk is a few levels deep): "
+            "the server is broken."
+        ) from None
     if not isinstance(data, dict):
         raise BadInput(f"{request.endpoint.url} streamed an event that is not a JSON object.")
     if data.get("error"):
@@ -268,8 +276,9 @@ def _parse(request: StreamRequest, payload: str) -> dict[str, Any]:
 
 # --- failures, each one line ------------------------------------------------------------------------------------
 def _check_response(request: StreamRequest, response: httpx.Response, call: Call) -> None:
-    if response.status_code == 429:
-        raise ServerBusy(retry_after_s(response.headers.get("retry-after")), _error_body(response, call))
+    if response.status_code in BUSY_STATUSES:
+        retry_after = retry_after_s(response.headers.get("retry-after"))
+        raise ServerBusy(response.status_code, retry_after, _error_body(response, call))
     if response.status_code != 200:
         raise status_error(request, response.status_code, response.reason_phrase, _error_body(response, call))
     content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -295,7 +304,7 @@ def error_message(body: bytes) -> str:
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # not JSON, or nested past the limit: its text is the message
         data = None
     if isinstance(data, dict):
         error = data.get("error")

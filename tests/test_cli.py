@@ -97,10 +97,10 @@ def test_bench_runs_both_sides_on_a_local_model(tiny_llama_dir: Path, tmp_path: 
         (["run", "--prompt", "hi", "--device", "tpu"], "Unknown device"),
         (["run", "--prompt", "hi", "--model", "./no/such/folder"], "does not exist"),
         (["run", "--prompt", "hi", "--model", "nosuch-org/nosuch-model"], "hub is unreachable"),
-        (["run", "--prompt", "hi", "--max-new-tokens", "0"], "max-new-tokens"),
+        (["run", "--prompt", "hi", "--max-new-tokens", "0"], "max new tokens must be between 1 and 4096, not 0"),
         (["run", "--prompt", "hi", "--max-new-tokens", "many"], "invalid int value"),
         (["run"], "required: --prompt"),
-        (["bench", "--new-tokens", "1"], "--new-tokens >= 2"),
+        (["bench", "--new-tokens", "1"], "bench's new tokens must be between 2 and 4096, not 1"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
@@ -145,7 +145,7 @@ def checked_without_torch(*args: str) -> subprocess.CompletedProcess[str]:
         (["--json", "no/such/folder/t.json"], "folder no/such/folder does not exist"),
         (["--csv", "/nonexistent-dir/t.csv"], "does not exist"),
         (["--attention-npz", "missing/m.npz"], "does not exist"),
-        (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--repeats", "0"], "repeats must be between 1 and 20, not 0"),
     ],
 )
 def test_checkable_input_fails_before_torch_loads(args: list[str], message: str) -> None:
@@ -380,3 +380,157 @@ def test_a_soak_with_one_checkpoint_reports_no_growth() -> None:
     assert "growth from run 10 to run 10" not in text and "+0.0 MB" not in text
     assert "growth: not measured, run 10 is the only checkpoint; --runs 11 or more" in text
     assert "growth from run 10 to run 12: +2.0 MB (measured)" in soak.format_soak(soak_result(12))
+
+
+# --- every number checked before the model loads (issue 16) ----------------------------------------------------------
+NO_LOAD_S = 2.0  # in-process, torch already imported by the session: the check alone, no model load, no sleep
+BAD_NUMBERS = [  # (argv, words of the one line): each refused by the same check the command's run would make
+    (
+        ["run", "--prompt", "hi", "--temperature", "nan"],
+        "temperature (0 means greedy) must be between 0 and 5, not nan",
+    ),
+    (["run", "--prompt", "hi", "--temperature=-inf"], "must be between 0 and 5, not -inf"),
+    (["run", "--prompt", "hi", "--temperature", "6"], "must be between 0 and 5, not 6"),
+    (["run", "--prompt", "hi", "--top-k", "0"], "top-k must be between 1 and"),
+    (["run", "--prompt", "hi", "--seed", "-1"], "seed must be between 0 and"),
+    (["run", "--prompt", "hi", "--repeats", "21"], "repeats must be between 1 and 20, not 21"),
+    (["run", "--prompt", "hi", "--max-new-tokens", "5000"], "max new tokens must be between 1 and 4096, not 5000"),
+    (["run", "--prompt", "hi", "--json", "."], "Cannot write .: it is a folder"),
+    (["bench", "--repeats", "1000000"], "bench's repeats must be between 1 and 50, not 1000000"),
+    (["bench", "--prompt-tokens", "0"], "bench's prompt tokens must be between 1 and 4096, not 0"),
+    (["profile", "--prompt", "hi", "--pass", "999", "--max-new-tokens", "4"], "--pass 999 needs at least 1000 new"),
+    (["profile", "--prompt", "hi", "--pass", "99999"], "up to 4095, not 99999"),
+    (["nocache", "--prompt", "hi", "--budget-s", "nan"], "The time budget (s) must be above 0 and at most 86400"),
+    (["nocache", "--prompt", "hi", "--max-new-tokens", "99999"], "max new tokens must be between 1 and 4096"),
+    (["batch", "--batch-sizes", "0"], "Batch sizes must be between 1 and 256, not 0"),
+    (["batch", "--budget-s", "nan"], "The time budget (s) must be above 0 and at most 86400, not nan"),
+    (["batch", "--budget-s=-inf"], "The time budget (s) must be above 0 and at most 86400, not -inf"),
+    (["batch", "--new-tokens", "100000"], "The batching lab's new tokens must be between 2 and 4096"),
+    (["batch", "--batch-sizes", ",".join(["1"] * 17)], "Give between 1 and 16 batch sizes, not 17"),
+    (["schedule", "--stagger-ms", "nan"], "NaN and infinity are not"),
+    (["schedule", "--requests", "2", "--arrivals-ms", "0,inf"], "NaN and infinity are not"),
+    (["schedule", "--stagger-ms", "1e9"], "past the lab's 60000 ms"),
+    (["soak", "--max-new-tokens", "0"], "--max-new-tokens must be between 1 and 4096, not 0"),
+    (["soak", "--attention-every", "-1"], "--attention-every must be 0 (never)"),
+]
+
+
+@pytest.fixture
+def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any model load fails the test: every command loads through explorer.core.loading.load_model."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded before the input was refused")
+
+    monkeypatch.setattr("explorer.core.loading.load_model", refuse)
+
+
+@pytest.mark.parametrize(("argv", "words"), BAD_NUMBERS, ids=[" ".join(a)[:60] for a, _ in BAD_NUMBERS])
+@pytest.mark.usefixtures("no_model_load")
+def test_every_number_is_checked_before_the_model_loads(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.perf_counter()
+    assert main(argv) == 2
+    elapsed_s = time.perf_counter() - started
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.startswith("error: ") and words in captured.err
+    assert elapsed_s < NO_LOAD_S, f"refused after {elapsed_s:.2f} s"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--timeout-s", "nan", "The request timeout (s) must be above 0 and at most 3600, not nan"),
+        ("--time-limit-s", "-1", "The sweep's time limit (s) must be above 0"),
+        ("--requests", "0", "requests per level must be between 1 and 1000, not 0"),
+        ("--max-tokens", "100000000", "max tokens must be between 1 and 4096, not 100000000"),
+        ("--ttft-slo-ms", "nan", "The TTFT SLO (s) must be above 0 and at most 3600, not nan"),
+        ("--itl-slo-ms", "inf", "The ITL SLO (s) must be above 0 and at most 3600, not inf"),
+        ("--concurrency", "0", "Concurrency levels must be between 1 and 256"),
+    ],
+)
+def test_remote_numbers_are_checked_before_anything_is_sent(
+    option: str, value: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests import fake_servers as fake
+
+    with fake.scripted_server(lambda n: fake.answer("a")) as server:
+        started = time.perf_counter()
+        assert main(["remote", "--base-url", server.base_url, "--model", "m", option, value]) == 2
+        elapsed_s = time.perf_counter() - started
+        assert server.count() == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and elapsed_s < NO_LOAD_S
+
+
+MUST_SHOW = [  # issue 16's commands, as a user types them: (argv, seconds allowed, interpreter start included)
+    (["run", "--prompt", "hi", "--json", "."], 2.0),
+    (["bench", "--repeats", "1000000"], 2.0),
+    (["schedule", "--stagger-ms", "nan"], 3.0),
+    (["batch", "--budget-s", "nan"], 3.0),
+    (["batch", "--batch-sizes", "0"], 3.0),
+    (["profile", "--prompt", "hi", "--pass", "999", "--max-new-tokens", "4"], 3.0),
+]
+
+
+@pytest.mark.parametrize(("argv", "limit_s"), MUST_SHOW, ids=[" ".join(a) for a, _ in MUST_SHOW])
+def test_the_issues_commands_exit_2_in_a_blink_without_torch(argv: list[str], limit_s: float) -> None:
+    started = time.perf_counter()
+    out = explorer(*argv)  # `python -m explorer ...`, the child's whole life
+    elapsed_s = time.perf_counter() - started
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+    assert elapsed_s < limit_s, f"refused after {elapsed_s:.2f} s: {out.stderr.strip()}"
+    checked = checked_without_torch(*argv)  # the same refusal, in a child that says whether torch was imported
+    assert checked.returncode == 2 and checked.stdout.strip() == "torch not imported"
+    assert checked.stderr == out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["run", "--prompt", "hi", "--max-new-tokens", "300"], "300 new tokens leave no room for a prompt"),
+        (["bench", "--prompt-tokens", "250", "--new-tokens", "8"], "250 prompt + 8 new tokens exceed"),
+        (["batch", "--prompt-tokens", "250", "--new-tokens", "8"], "250 prompt + 8 new tokens exceed"),
+        (["schedule", "--prompt-tokens", "250", "--new-tokens", "16"], "250 prompt + 16 new tokens exceed"),
+        (["profile", "--prompt", "hi", "--pass", "300"], "301 new tokens leave no room for a prompt"),
+        (["soak", "--max-new-tokens", "256"], "256 new tokens leave no room for a prompt"),
+    ],
+)
+def test_the_context_is_read_from_config_json_before_torch(tiny_llama_dir: Path, argv: list[str], words: str) -> None:
+    out = checked_without_torch(*argv, "--model", str(tiny_llama_dir))
+    assert out.returncode == 2 and out.stdout.strip() == "torch not imported"
+    assert out.stderr.count("\n") == 1 and words in out.stderr and "the model's context of 256 tokens" in out.stderr
+
+
+def test_the_model_figures_come_from_config_json_or_the_known_embedded_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from explorer.core.paths import CACHE_ENV, context_without_loading, embedded_folder, layer_count_without_loading
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    assert (layer_count_without_loading("embedded"), context_without_loading("embedded")) == (30, 8192)  # unconverted
+    embedded_folder().mkdir(parents=True)
+    config = {"text_config": {"num_hidden_layers": 4, "max_position_embeddings": 100}}  # read as loading reads it
+    (embedded_folder() / "config.json").write_text(json.dumps(config))
+    assert (layer_count_without_loading("embedded"), context_without_loading("embedded")) == (4, 100)
+    no_context = tmp_path / "no-context"
+    no_context.mkdir()
+    (no_context / "config.json").write_text('{"n_layer": 2}')  # the config class's own default applies on loading
+    assert (layer_count_without_loading(str(no_context)), context_without_loading(str(no_context))) == (2, None)
+    assert context_without_loading("nosuch-org/nosuch-model") is None and context_without_loading("a\0b") is None
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), True, "3", None, 11, -1, 10**400])
+def test_a_number_out_of_range_or_not_finite_is_one_short_line(value: object) -> None:
+    from explorer.core.errors import BadInput
+    from explorer.core.limits import check_above_zero, check_range
+
+    for check in (lambda: check_range("x", value, 0, 10), lambda: check_above_zero("x", value, 10)):  # type: ignore[arg-type]
+        with pytest.raises(BadInput, match=r"^x must be (between 0 and 10|above 0 and at most 10), not ") as refused:
+            check()
+        assert len(str(refused.value)) < 100  # a 400-digit number is shown cut, with its length
+    check_range("x", 10, 0, 10)
+    check_above_zero("x", 0.5, 10)

@@ -243,3 +243,29 @@ def test_register_sets_what_main_reads() -> None:
     assert args.loads_models is False  # main skips importing transformers: no weights here
     assert weight_bytes(load_architecture(args.model), args.dtype) == LLAMA_8B_PARAMS * 2
     assert kv_bytes_per_token(load_architecture("embedded"), "bfloat16") == 23_040  # FIELD-NOTES, bf16
+
+
+# --- the chart frames -------------------------------------------------------------------------------------------
+def test_frames_hold_the_marked_points_and_the_assumption_apart() -> None:
+    from explorer.charts import scale as charts
+
+    result = what_if(scenario("llama-3.1-8b", batch=8, context=1))
+    context = charts.decode_context_frame(result, factor=3.0)
+    assert context["context"].min() == 1 and context["context"].max() == 131_072
+    assert result.kv_crossover_context in set(context["context"])
+    assert (context["scaled_floor_ms"] == context["floor_ms"] * 3.0).all()
+    assert context["source"].str.contains("assumption").all()
+    assert charts.decode_context_frame(result)["scaled_floor_ms"].isna().all()  # no run: the model's floor only
+    batch = charts.batch_frame(result, factor=3.0)
+    assert batch["batch"].max() == result.max_batch and result.ridge_batch in set(batch["batch"])
+    assert batch.loc[batch["batch"] == 1, "tokens_per_s"].item() == pytest.approx(
+        1 / decode_step(result.scenario, 1).floor_s
+    )
+    memory = charts.memory_frame(result)
+    assert memory["fits"].tolist() == (memory["batch"] <= result.max_batch).tolist()
+    for chart in (
+        charts.decode_context_chart(context, result, 3.0),
+        charts.batch_chart(batch, result, 3.0),
+        charts.memory_chart(memory, result),
+    ):
+        assert chart.to_dict()  # a valid Vega-Lite spec

@@ -117,7 +117,9 @@ def decode_context_chart(frame: pd.DataFrame, result: WhatIf, factor: float | No
     layers = [parts, _floor_lines(frame, "context", "floor_ms", "scaled_floor_ms", factor)]
     crossover = result.kv_crossover_context
     if crossover <= result.scenario.arch.max_context:
-        layers.append(_rule("context", crossover, f"KV overtakes weights: T = {crossover:,}", "#1b9e77"))
+        right_half = crossover**2 > result.scenario.arch.max_context  # past the middle of the log axis
+        label = f"KV overtakes weights: T = {crossover:,}"
+        layers.append(_rule("context", crossover, label, "#1b9e77", "right" if right_half else "left"))
     return alt.layer(*layers).resolve_scale(color="independent").properties(height=300)
 
 

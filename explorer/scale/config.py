@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from explorer.core.errors import BadInput
@@ -66,10 +68,10 @@ class ShippedConfig:
 
 
 @cache
-def shipped() -> dict[str, ShippedConfig]:
-    """The shipped configs by key, in the index's order (read once: the files are part of the code)."""
+def shipped() -> Mapping[str, ShippedConfig]:
+    """The shipped configs by key, in the index's order (read once, read-only: every session shares them)."""
     models = json.loads(INDEX_FILE.read_text(encoding="utf-8"))["models"]
-    return {key: ShippedConfig(key=key, **row) for key, row in models.items()}
+    return MappingProxyType({key: ShippedConfig(key=key, **row) for key, row in models.items()})
 
 
 def shipped_key(name: str) -> str | None:

@@ -25,6 +25,7 @@ pages = {
         st.Page("pages/batching.py", title="Batching"),
         st.Page("pages/scheduling.py", title="Scheduling"),
         st.Page("pages/endpoint.py", title="Endpoint"),
+        st.Page("pages/at_scale.py", title="At scale"),
     ],
 }
 navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten

@@ -417,3 +417,23 @@ def test_browser_cost_page_profiles_a_pass(session: Session) -> None:
     assert page.locator("[data-testid='stVegaLiteChart']").count() == before + 1
     assert page.locator("[data-testid='stAlertContentError']").count() == 0
     full_screenshot(page, session.shots / "cost-profile.png", **VIEWPORT)
+
+
+def test_browser_at_scale_shows_the_what_if_beside_this_machines_run(session: Session) -> None:
+    """The At scale page draws its three charts with no run (and says so), then this machine's gap after one."""
+    page = session.page
+    main = page.locator("[data-testid='stMain']")
+    _goto_page(session, "At scale")
+    drawn, charts = wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+    if "No run on this machine yet" in main.inner_text():  # run on its own: the model's floors only, then a run
+        assert (drawn, charts) == (3, 3)
+        _run_from_sidebar(session, None, MAX_NEW_TOKENS)
+        _goto_page(session, "At scale")
+        drawn, charts = wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+    full_screenshot(page, session.shots / "at-scale.png", **VIEWPORT)
+    text = main.inner_text()
+    assert (drawn, charts) == (3, 3), text[:500]
+    assert re.search(r"Decode ran at [\d.]+x its memory floor here", text), text[:1000]
+    assert "assumption" in text and "Tokens/s ceiling" in text and "Llama-3.1-8B" in text
+    assert page.locator("[data-testid='stAlertContentError']").count() == 0
+    assert page.locator("[data-testid='stException']").count() == 0

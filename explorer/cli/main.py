@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("explorer.cli.schedule", "serve a workload with continuous batching and print every engine step"),
     "remote": ("explorer.cli.remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server"),
     "soak": ("explorer.cli.soak", "RSS over many in-process runs"),
+    "whatif": ("explorer.cli.whatif", "what-if roofline of a model on a GPU: floors, ceilings, batch and memory"),
 }
 
 DESCRIPTION = f"""Measure the prefill and decode passes of a real LLM, from the command line.

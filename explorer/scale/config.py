@@ -1,0 +1,196 @@
+"""A decoder's architecture read from its config.json alone: the configs shipped in the repo (offline), a local
+folder, or a hub id (network); hosted servers offer only the shipped ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from explorer.core.errors import BadInput
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+INDEX_FILE = CONFIG_DIR / "index.json"
+DEFAULT_MODEL = "llama-3.1-8b"
+ALIASES = {"embedded": "smollm2-135m"}  # the explorer's own model, by the name the sidebar uses
+# Dense decoders with a gated (SwiGLU) MLP and RMSNorm: what `params.count_params` counts exactly.
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+QKV_BIAS_TYPES = ("qwen2",)  # Qwen2 always puts a bias on q, k and v (not on o); config.json does not say so
+QK_NORM_TYPES = ("qwen3",)  # Qwen3 normalises q and k per head: an RMSNorm of head_dim in every layer
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+# What transformers (5.23) builds when config.json leaves a key out; it differs by model type (tests check each).
+KV_HEADS_DEFAULT = {"mistral": 8, "qwen2": 32, "qwen3": 32}  # llama: as many as the query heads
+HEAD_DIM_DEFAULT = {"qwen3": 128}  # the others: hidden / heads
+MAX_CONTEXT_DEFAULT = {"llama": 2048, "mistral": 131_072, "qwen2": 32_768, "qwen3": 32_768}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The shapes that fix a dense decoder's parameter count, weight bytes and KV bytes, read from config.json."""
+
+    name: str  # what was asked for: a shipped name, a folder or a hub id
+    display_name: str
+    model_type: str  # config.json's model_type, e.g. "llama"
+    hidden_size: int
+    intermediate_size: int  # the MLP's inner width (gate and up project to it, down back)
+    layers: int
+    heads: int  # query heads
+    kv_heads: int  # key/value heads (< heads: grouped-query attention)
+    head_dim: int
+    vocab_size: int
+    tied_embeddings: bool  # the LM head reuses the input table
+    max_context: int  # max_position_embeddings
+    stored_dtype: str  # the dtype the published weights are stored in (torch_dtype)
+    qkv_bias: bool  # biases on the q, k and v projections
+    o_bias: bool  # a bias on the output projection
+    mlp_bias: bool
+    qk_norm: bool  # a per-head RMSNorm on q and k
+    source: str  # where the config came from: its public URL, a folder, or a hub id
+
+
+@dataclass(frozen=True)
+class ShippedConfig:
+    """One row of configs/index.json: a config.json kept in the repo and where it was published."""
+
+    key: str
+    file: str
+    display_name: str
+    hub_id: str
+    source: str  # the public URL of the config.json
+    published_params: int  # the total the hub shows for the weights; the tests check the count against it
+
+
+@cache
+def shipped() -> Mapping[str, ShippedConfig]:
+    """The shipped configs by key, in the index's order (read once, read-only: every session shares them)."""
+    models = json.loads(INDEX_FILE.read_text(encoding="utf-8"))["models"]
+    return MappingProxyType({key: ShippedConfig(key=key, **row) for key, row in models.items()})
+
+
+def shipped_key(name: str) -> str | None:
+    """The shipped config a name means (its key, an alias such as 'embedded', or its hub id), else None."""
+    wanted = name.strip().lower()
+    wanted = ALIASES.get(wanted, wanted)
+    if wanted in shipped():
+        return wanted
+    return next((row.key for row in shipped().values() if row.hub_id.lower() == wanted), None)
+
+
+def load_architecture(name: str, hosted: bool = False) -> Architecture:
+    """A shipped config by name; locally also a folder holding config.json (or the file itself) or a hub id.
+
+    Hosted, anything else is refused by name alone, so a visitor's text never reaches the filesystem or the network.
+    """
+    key = shipped_key(name)
+    if key is not None:
+        row = shipped()[key]
+        data = json.loads((CONFIG_DIR / row.file).read_text(encoding="utf-8"))
+        return parse_config(data, key, row.display_name, row.source)
+    if hosted:
+        raise BadInput(f"This server's what-if offers only the shipped models: {', '.join(shipped())}.")
+    name = name.strip()
+    path = Path(os.path.expanduser(name))
+    file = path / "config.json" if path.is_dir() else path
+    if file.name == "config.json" and file.is_file():
+        return parse_config(read_json(file, name), name, file.parent.name or name, str(file))
+    if looks_like_path(name) or path.exists() or not HUB_ID.match(name):
+        raise BadInput(
+            f"'{name}' is neither a shipped model ({', '.join(shipped())}) nor a folder holding a config.json, "
+            "nor a hub id."
+        )
+    return parse_config(fetch_hub_config(name), name, name, f"https://huggingface.co/{name}/blob/main/config.json")
+
+
+def looks_like_path(name: str) -> bool:
+    """Hub ids are `name` or `org/name`; anything else that names a place on disk is a folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def read_json(file: Path, name: str) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"The config.json of '{name}' could not be read as JSON ({type(exc).__name__}).") from exc
+    if not isinstance(data, dict):
+        raise BadInput(f"The config.json of '{name}' is not a JSON object.")
+    return data
+
+
+def fetch_hub_config(repo_id: str) -> dict[str, Any]:
+    """config.json alone from the hub cache, else from the hub; without network, one line that says what to do."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return read_json(Path(hf_hub_download(repo_id, "config.json", local_files_only=True)), repo_id)
+    except Exception:  # not cached (the library raises several kinds): ask the hub, if it can be reached
+        pass
+    from explorer.core.loading import hub_reachable  # torch loads only on this path, never for a shipped config
+
+    if not hub_reachable():
+        raise BadInput(
+            f"Model '{repo_id}' is not cached and the hub is unreachable: pick a shipped model, pass a folder with a "
+            "config.json, or connect to a network."
+        )
+    try:
+        return read_json(Path(hf_hub_download(repo_id, "config.json")), repo_id)
+    except Exception as exc:  # not found, gated, or the network failed half-way
+        raise BadInput(
+            f"Could not fetch config.json of '{repo_id}' from the hub ({type(exc).__name__}): check the id "
+            "(gated models need `hf auth login`)."
+        ) from exc
+
+
+def _whole(data: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
+    value = data.get(key)
+    value = default if value is None else value  # a key written as null means the default too
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadInput(f"The config.json of '{name}' has no positive whole '{key}': not a decoder config it can count.")
+    return value
+
+
+def parse_config(data: dict[str, Any], name: str, display_name: str, source: str) -> Architecture:
+    """The architecture of a dense decoder config; anything the counts would get wrong is refused in one line."""
+    if data.get("model_type") not in SUPPORTED_TYPES and isinstance(data.get("text_config"), dict):
+        data = data["text_config"]  # a multimodal wrapper: its language model is what decodes
+    model_type = str(data.get("model_type", ""))
+    if model_type not in SUPPORTED_TYPES:
+        raise BadInput(
+            f"'{name}' is a '{model_type or 'unknown'}' model: the what-if counts {', '.join(SUPPORTED_TYPES)} "
+            "decoders exactly, and no others."
+        )
+    if any(data.get(key) for key in MOE_KEYS):
+        raise BadInput(f"'{name}' is a mixture of experts: the what-if models dense decoders only.")
+    hidden = _whole(data, "hidden_size", name)
+    heads = _whole(data, "num_attention_heads", name)
+    kv_heads = _whole(data, "num_key_value_heads", name, KV_HEADS_DEFAULT.get(model_type, heads))
+    if heads % kv_heads:
+        raise BadInput(f"'{name}': {heads} query heads cannot share {kv_heads} KV heads evenly.")
+    head_dim = _whole(data, "head_dim", name, HEAD_DIM_DEFAULT.get(model_type, hidden // heads))
+    attention_bias = bool(data.get("attention_bias", False))
+    return Architecture(
+        name=name,
+        display_name=display_name,
+        model_type=model_type,
+        hidden_size=hidden,
+        intermediate_size=_whole(data, "intermediate_size", name),
+        layers=_whole(data, "num_hidden_layers", name),
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=_whole(data, "vocab_size", name),
+        tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+        max_context=_whole(data, "max_position_embeddings", name, MAX_CONTEXT_DEFAULT[model_type]),
+        stored_dtype=str(data.get("torch_dtype") or data.get("dtype") or "float32"),
+        qkv_bias=attention_bias or model_type in QKV_BIAS_TYPES,
+        o_bias=attention_bias,
+        mlp_bias=bool(data.get("mlp_bias", False)),
+        qk_norm=model_type in QK_NORM_TYPES,
+        source=source,
+    )

@@ -1,0 +1,131 @@
+"""The what-if's formulas written out with this scenario's numbers, for `whatif --explain` and the page: every figure
+can be checked by hand from config.json and the spec sheets."""
+
+from __future__ import annotations
+
+from explorer.scale.params import attention_biases_per_layer
+from explorer.scale.whatif import ALL_REDUCES_PER_LAYER, WhatIf
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms"
+
+
+def param_lines(result: WhatIf) -> list[str]:
+    s, c = result.scenario, result.counts
+    a = s.arch
+    bias = attention_biases_per_layer(a)
+    head = "0 (tied: the input table)" if a.tied_embeddings else f"vocab x hidden = {_n(c.lm_head)}"
+    return [
+        "params [modelled, exact from config.json]",
+        f"  embeddings = vocab x hidden = {a.vocab_size:,} x {a.hidden_size:,} = {_n(c.embeddings)}",
+        f"  attention = layers x (2 x hidden x heads x head_dim + 2 x hidden x kv_heads x head_dim"
+        f"{' + biases' if bias else ''}) = {a.layers} x (2 x {a.hidden_size} x {a.heads} x {a.head_dim} + 2 x "
+        f"{a.hidden_size} x {a.kv_heads} x {a.head_dim}{f' + {bias:,}' if bias else ''}) = {_n(c.attention)}",
+        f"  mlp = layers x 3 x hidden x intermediate = {a.layers} x 3 x {a.hidden_size} x {a.intermediate_size} = "
+        f"{_n(c.mlp)}" + (" (+ biases)" if a.mlp_bias else ""),
+        f"  norms = layers x 2 x hidden{' (+ q/k norms)' if a.qk_norm else ''} + hidden = {_n(c.norms)}",
+        f"  lm_head = {head}",
+        f"  params = {_n(c.total)}",
+        f"weight_bytes = params x {s.bytes_per_element} bytes ({s.dtype}) = {_n(result.weight_bytes)}",
+        f"kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x bytes = 2 x {a.layers} x {a.kv_heads} x "
+        f"{a.head_dim} x {s.bytes_per_element} = {_n(result.kv_bytes_per_token)}",
+    ]
+
+
+def shard_lines(result: WhatIf) -> list[str]:
+    s, part = result.scenario, result.shard
+    if s.gpus == 1:
+        return ["one GPU: it holds every weight and every request's KV cache"]
+    link = s.link
+    assert link is not None
+    return [
+        f"tensor parallel over N = {s.gpus} GPUs [modelled; link spec: {link.name} {link.bytes_per_s / 1e9:,.1f} GB/s "
+        "both ways, so half of it each way in a ring]",
+        f"  weights per GPU = (params - norms) / N + norms (kept whole) = {_n(part.weight_bytes)} bytes",
+        f"  KV heads per GPU = max(1, kv_heads / N) = {part.kv_heads}; KV per token per GPU = "
+        f"{_n(part.kv_bytes_per_token)} bytes",
+        f"  all-reduces per pass = {ALL_REDUCES_PER_LAYER} x layers, each of tokens x hidden x bytes; a ring sends "
+        "2 (N - 1) / N of it: time = bytes sent / one-way link bandwidth (latency not modelled: a floor)",
+        f"  decode step: {_n(result.decode.link_bytes)} bytes sent per GPU = {_ms(result.decode.t_link_s)}",
+    ]
+
+
+def decode_lines(result: WhatIf) -> list[str]:
+    s, d, part = result.scenario, result.decode, result.shard
+    a = s.arch
+    return [
+        f"decode step, batch B = {s.batch}, context T = {s.context:,}, per GPU [modelled, spec peak and bandwidth]",
+        f"  weights read = every weight once per step, whatever B = {_n(d.weight_bytes)} bytes -> "
+        f"{_ms(d.t_weight_s)} at {s.gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
+        f"  KV moved = B x (T read + 1 written) x {_n(part.kv_bytes_per_token)} = {_n(d.kv_bytes)} bytes -> "
+        f"{_ms(d.t_kv_s)}",
+        f"  FLOPs = B x (2 x {_n(result.counts.linear)} matmul weights + 4 x layers x heads x head_dim x T) / N = "
+        f"{s.batch} x (2 x {_n(result.counts.linear)} + 4 x {a.layers} x {a.heads} x {a.head_dim} x {s.context}) / "
+        f"{s.gpus} = {d.flops:.4g} -> {_ms(d.t_compute_s)} at {s.peak_flops / 1e12:,.1f} TFLOP/s",
+        f"  decode_step_s_floor = max(compute, weights + KV) + all-reduces = max({_ms(d.t_compute_s)}, "
+        f"{_ms(d.t_memory_s)}) + {_ms(d.t_link_s)} = {_ms(d.floor_s)} ({d.bound}-bound)",
+        f"  decode_tokens_per_s_ceiling = B / floor = {result.decode_tokens_per_s_ceiling:,.1f} tokens/s in all, "
+        f"{result.decode_tokens_per_s_ceiling_per_stream:,.1f} per stream",
+    ]
+
+
+def prefill_lines(result: WhatIf) -> list[str]:
+    s, p = result.scenario, result.prefill
+    return [
+        f"prefill, one prompt of P = {s.prompt_tokens:,} tokens, per GPU [modelled]",
+        "  FLOPs = (2 x (matmul weights - LM head) x P + 2 x LM head (last position only) + 4 x layers x heads x "
+        f"head_dim x P (P + 1) / 2 (causal pairs)) / N = {p.flops:.4g} -> {_ms(p.t_compute_s)}",
+        f"  bytes = weights once + P x KV per token written = {_n(p.weight_bytes + p.kv_bytes)} -> {_ms(p.t_memory_s)}",
+        f"  prefill_s_floor = max(compute, memory) + all-reduces = {_ms(p.floor_s)} ({p.bound}-bound)",
+    ]
+
+
+def batch_lines(result: WhatIf) -> list[str]:
+    s, part = result.scenario, result.shard
+    ridge = (
+        f"{result.ridge_batch:,}"
+        if result.ridge_batch is not None
+        else "none: at this context each request adds as many bytes as its FLOPs can hide"
+    )
+    crossover = result.kv_crossover_context
+    beyond = f" (beyond the model's {s.arch.max_context:,})" if crossover > s.arch.max_context else ""
+    return [
+        "ridge_batch = the smallest B with B x compute per request >= weights + B x KV per request (in time) = "
+        f"{ridge} [modelled]",
+        f"max_batch = floor((GPU memory - weights per GPU) / (T x KV per token per GPU)) = floor(({_n(s.memory_bytes)} "
+        f"- {_n(part.weight_bytes)}) / ({s.context:,} x {_n(part.kv_bytes_per_token)})) = {result.max_batch:,} "
+        f"[memory spec: {s.gpu.memory_gb} GB read as GiB; an engine keeps some for activations, so fewer in practice]",
+        f"KV reads overtake the weights at context T >= weights / (B x KV per token) - 1 = {crossover:,}{beyond}",
+    ]
+
+
+def caveat_lines(result: WhatIf) -> list[str]:
+    a, c = result.scenario.arch, result.counts
+    lines = [
+        "assumptions: weights and KV cache in the same dtype; no quantization, no speculative decoding; every pass "
+        "reaches the spec peak and bandwidth (real kernels reach less: see this machine's own gap on the page)",
+    ]
+    if not a.tied_embeddings:
+        share = c.embeddings / c.total
+        lines.append(
+            f"seed 4's rule reads every weight once per step; the untied input table ({share:.1%} of the weights) is "
+            "in fact only gathered row by row, so a stricter floor is that much lower"
+        )
+    return lines
+
+
+def formula_lines(result: WhatIf) -> list[str]:
+    """Every formula of the what-if, each with this scenario's numbers and its result."""
+    return [
+        *param_lines(result),
+        *shard_lines(result),
+        *prefill_lines(result),
+        *decode_lines(result),
+        *batch_lines(result),
+        *caveat_lines(result),
+    ]

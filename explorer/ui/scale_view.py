@@ -1,0 +1,213 @@
+"""The At-scale page's sections: the what-if's inputs (shipped configs only on a hosted server), its headline figures,
+this machine's last run as a measured gap to its own floor, the three charts, and the formulas."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer.charts import scale as charts
+from explorer.core.errors import BadInput
+from explorer.core.gpu_specs import GPU_SPECS
+from explorer.core.units import GB, human_bytes, ms, short_time
+from explorer.hosting.settings import is_hosted
+from explorer.scale.config import DEFAULT_MODEL, load_architecture, shipped
+from explorer.scale.explain import formula_lines
+from explorer.scale.local import LocalGap, local_gap
+from explorer.scale.params import DTYPE_BYTES
+from explorer.scale.whatif import Scenario, WhatIf, find_gpu, what_if
+from explorer.ui.state import RunResult
+from explorer.ui.widgets import chart, escape_markdown, metrics, secondary, show_error
+
+DEFAULT_GPU = "H100 SXM"
+TP_CHOICES = (1, 2, 4, 8)  # group sizes servers use; those that do not divide the model's heads are left out
+DEFAULT_CONTEXT = 1024
+DEFAULT_PROMPT_TOKENS = 512
+MAX_BATCH_INPUT = 100_000
+
+
+def _model_input() -> str:
+    """The model to ask about: a shipped config, or (not hosted) a folder or hub id typed in."""
+    rows = shipped()
+    keys = list(rows)
+    key = st.selectbox(
+        "Model",
+        keys,
+        index=keys.index(DEFAULT_MODEL),
+        format_func=lambda k: rows[k].display_name,
+        help="Configs shipped with the explorer (each one's public config.json): no weights, no network.",
+    )
+    if is_hosted():
+        st.caption("This shared server offers only the shipped configs.")
+        return key
+    typed = st.text_input(
+        "…or a folder holding a config.json, or a hub id",
+        placeholder="e.g. ~/models/my-llama or Qwen/Qwen3-8B (a hub id needs network)",
+    )
+    return typed.strip() or key
+
+
+def _gpu_inputs(heads: int) -> tuple[str, int, str]:
+    names = [spec.name for spec in GPU_SPECS]
+    gpu = st.selectbox("GPU", names, index=names.index(DEFAULT_GPU), help="Rows of the cited spec table.")
+    counts = [n for n in TP_CHOICES if heads % n == 0]
+    gpus = st.selectbox(
+        "GPUs (tensor parallel)",
+        counts,
+        key=f"scale-gpus-{counts}",
+        help=f"Tensor parallelism splits the {heads} query heads evenly, so only these group sizes.",
+    )
+    spec = find_gpu(gpu)
+    dtypes = [d for d in DTYPE_BYTES if spec.peak_flops(d) is not None]
+    dtype = st.selectbox("dtype", dtypes, index=dtypes.index("bfloat16" if "bfloat16" in dtypes else "float16"))
+    return gpu, int(gpus), dtype
+
+
+def what_if_inputs() -> WhatIf:
+    """The scenario from the page's widgets, and its what-if; a refusal is one line and the page stops there."""
+    left, middle, right = st.columns(3)
+    try:
+        with left:
+            arch = load_architecture(_model_input(), hosted=is_hosted())
+        with middle:
+            gpu, gpus, dtype = _gpu_inputs(arch.heads)
+        with right:
+            top = arch.max_context
+            batch = st.number_input("Batch B (requests decoded together)", 1, MAX_BATCH_INPUT, 1)
+            context = st.number_input(
+                "Context T (tokens each request holds)", 1, top, min(DEFAULT_CONTEXT, top), key=f"scale-context-{top}"
+            )
+            prompt = st.number_input(
+                "Prompt tokens (for the prefill)", 1, top, min(DEFAULT_PROMPT_TOKENS, top), key=f"scale-prompt-{top}"
+            )
+        scenario = Scenario(arch, find_gpu(gpu), dtype, gpus, int(batch), int(context), int(prompt))
+        return what_if(scenario)
+    except BadInput as exc:
+        show_error(str(exc))
+        st.stop()
+        raise  # st.stop() ends the script; this line only tells type checkers so
+
+
+def headline(result: WhatIf) -> None:
+    s = result.scenario
+    d = result.decode
+    ridge = f"{result.ridge_batch:,}" if result.ridge_batch is not None else "none"
+    metrics(
+        [
+            ("Parameters", f"{result.params / 1e9:.3g} B", f"modelled, exact from config.json: {result.params:,}"),
+            (
+                "Weights",
+                human_bytes(result.weight_bytes),
+                f"modelled: params x {s.bytes_per_element} bytes ({s.dtype})",
+            ),
+            ("KV per token", f"{result.kv_bytes_per_token:,} B", "modelled: 2 x layers x kv_heads x head_dim x bytes"),
+            ("Max batch", f"{result.max_batch:,}", f"modelled: weights + KV at context {s.context:,} in GPU memory"),
+        ]
+    )
+    metrics(
+        [
+            ("Decode step floor", ms(d.floor_s), f"modelled: {d.bound}-bound at batch {s.batch}"),
+            ("Tokens/s ceiling", f"{result.decode_tokens_per_s_ceiling:,.0f}", "modelled: all streams, B / floor"),
+            ("Per stream", f"{result.decode_tokens_per_s_ceiling_per_stream:,.0f}", "modelled: 1 / floor"),
+            ("Ridge batch", ridge, "modelled: the smallest B whose decode step is compute-bound"),
+            ("Prefill floor", short_time(result.prefill.floor_s), f"modelled: {s.prompt_tokens:,} tokens, TTFT floor"),
+        ]
+    )
+    link = f"; {s.link.name} {s.link.bytes_per_s / GB:,.1f} GB/s both ways between them" if s.link else ""
+    st.caption(
+        f"Spec, per GPU: {s.gpu.name}, {s.peak_flops / 1e12:,.1f} TFLOP/s dense {s.dtype}, "
+        f"{s.gpu.bandwidth_bytes_per_s / GB:,.0f} GB/s, {s.gpu.memory_gb} GB ({s.gpu.source}){link}. Model: "
+        f"{escape_markdown(s.arch.display_name)}, config from {escape_markdown(s.arch.source)}."
+    )
+    if not result.fits:
+        need = result.shard.weight_bytes + s.batch * s.context * result.shard.kv_bytes_per_token
+        st.warning(
+            f"Does not fit: the weights and {s.batch:,} requests' KV at context {s.context:,} need "
+            f"{human_bytes(need)} per GPU, more than its {s.memory_bytes / GB:.1f} GB. Add GPUs, or lower the batch "
+            "or the context; the floors below assume it fit."
+        )
+
+
+def this_machine(run: RunResult | None) -> LocalGap | None:
+    """This machine's last run as a measured factor over its own memory floor, or why there is none."""
+    st.subheader("Beside it: this machine's last run")
+    if run is None:
+        st.info(
+            "No run on this machine yet: press **Run** in the sidebar to measure how far its decode passes land from "
+            "their own floor. Until then the charts show the model's floors only."
+        )
+        return None
+    gap = local_gap(run.trace)
+    if gap is None:
+        st.info("The current run has no decode pass (it made one token): run with more new tokens to compare.")
+        return None
+    st.markdown(f"**{gap.sentence.capitalize()}.**")
+    st.caption(
+        f"Measured: the median of {gap.decode_passes} decode passes took {ms(gap.median_wall_s)}; modelled: their "
+        f"memory floor (weights and KV traffic over this device's bandwidth) is {ms(gap.median_memory_floor_s)} — "
+        f"{escape_markdown(gap.model)}, {gap.dtype}, on {escape_markdown(gap.device)}. The dashed lines below apply "
+        "the same factor to the GPU: an **assumption**, not a measurement (a GPU's kernels and overheads differ)."
+    )
+    return gap
+
+
+def decode_vs_context(result: WhatIf, gap: LocalGap | None) -> None:
+    s = result.scenario
+    factor = gap.factor if gap else None
+    frame = charts.decode_context_frame(result, factor)
+    crossover = result.kv_crossover_context
+    where = (
+        f"overtakes them at T = {crossover:,}"
+        if crossover <= s.arch.max_context
+        else f"would overtake them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
+    )
+    chart(
+        charts.decode_context_chart(frame, result, factor),
+        frame,
+        "scale-decode-vs-context",
+        f"A decode step at batch {s.batch:,}: the weights are read once whatever the context; the KV cache grows with "
+        f"it and {where}.",
+        "modelled from config.json and spec figures" + (" · dashed: assumption (this machine's gap)" if factor else ""),
+    )
+
+
+def tokens_vs_batch(result: WhatIf, gap: LocalGap | None) -> None:
+    s = result.scenario
+    factor = gap.factor if gap else None
+    frame = charts.batch_frame(result, factor)
+    knee = (
+        f"the step turns compute-bound at B = {result.ridge_batch:,} (the roofline's knee)"
+        if result.ridge_batch is not None
+        else f"at context {s.context:,} each request brings more KV bytes than its FLOPs can hide, so no batch "
+        "turns the step compute-bound: the curve flattens instead"
+    )
+    chart(
+        charts.batch_chart(frame, result, factor),
+        frame,
+        "scale-tokens-vs-batch",
+        f"One weight read serves every request of a step, so tokens/s grows with B until memory runs out at "
+        f"B = {result.max_batch:,}; {knee}.",
+        "modelled ceilings" + (" · dashed: assumption (this machine's gap)" if factor else ""),
+    )
+
+
+def memory(result: WhatIf) -> None:
+    frame = charts.memory_frame(result)
+    chart(
+        charts.memory_chart(frame, result),
+        frame,
+        "scale-memory",
+        f"One GPU's memory: the weights, then every request's KV cache at context {result.scenario.context:,}.",
+        "modelled bytes · GPU memory spec",
+    )
+
+
+def formulas(result: WhatIf) -> None:
+    s = result.scenario
+    with secondary("The formulas, with these numbers"):
+        st.code("\n".join(formula_lines(result)), language=None, wrap_lines=True)
+        if s.arch.name in shipped():
+            st.caption(
+                f"The same from the command line: `python -m explorer whatif --model {s.arch.name} --gpu "
+                f"'{s.gpu.name}' --gpus {s.gpus} --dtype {s.dtype} --batch {s.batch} --context {s.context} "
+                f"--prompt-tokens {s.prompt_tokens} --explain`"
+            )

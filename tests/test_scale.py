@@ -1,0 +1,271 @@
+"""The what-if roofline (explorer.scale): exact parameter counts against the published totals and against transformers'
+own modules, the must-show figures, hand-computed tensor-parallel and max-batch cases, the embedded model's weights
+and KV bytes against a real run, refusals in one line, the chart frames, and the `whatif` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from explorer.cli import whatif as whatif_cli
+from explorer.cli.common import OneLineParser
+from explorer.core.errors import BadInput, ExplorerError
+from explorer.core.gpu_specs import GPU_SPECS
+from explorer.core.loading import LoadedModel
+from explorer.core.units import GIB
+from explorer.scale.config import CONFIG_DIR, load_architecture, parse_config, shipped
+from explorer.scale.interconnect import INTERCONNECTS
+from explorer.scale.params import count_params, kv_bytes_per_token, weight_bytes
+from explorer.scale.whatif import Scenario, decode_step, find_gpu, max_batch, ridge_batch, what_if
+
+H100 = find_gpu("H100 SXM")
+LLAMA_8B_PARAMS = 8_030_261_248
+
+
+def scenario(model: str, **kwargs: object) -> Scenario:
+    return Scenario(load_architecture(model), kwargs.pop("gpu", H100), **kwargs)  # type: ignore[arg-type]
+
+
+# --- the must-show ----------------------------------------------------------------------------------------------
+def test_llama_31_8b_on_an_h100_gives_seed_4s_figure() -> None:
+    result = what_if(scenario("llama-3.1-8b", dtype="bfloat16", batch=1, context=1))
+    assert result.params == LLAMA_8B_PARAMS
+    assert result.kv_bytes_per_token == 131_072  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes
+    seed_4 = 3.35e12 / (2 * LLAMA_8B_PARAMS)  # ~209 tokens/s: 16 GB of weights at 3.35 TB/s
+    assert result.decode_tokens_per_s_ceiling == pytest.approx(seed_4, rel=0.02)
+    assert result.decode_tokens_per_s_ceiling_per_stream == result.decode_tokens_per_s_ceiling  # batch 1
+    assert result.decode.bound == "memory"
+
+
+# --- parameter counts -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("key", list(shipped()))
+def test_every_shipped_config_gives_its_published_parameter_count(key: str) -> None:
+    arch = load_architecture(key)
+    assert count_params(arch).total == shipped()[key].published_params
+    assert arch.source.startswith("https://huggingface.co/") and arch.source.endswith("/config.json")
+
+
+def test_llama_8b_by_part_by_hand() -> None:
+    counts = count_params(load_architecture("llama-3.1-8b"))
+    assert counts.embeddings == counts.lm_head == 128_256 * 4096  # untied
+    assert counts.attention == 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)  # 8 KV heads of 128: k, v are 4096 x 1024
+    assert counts.mlp == 32 * 3 * 4096 * 14_336
+    assert counts.norms == 32 * 2 * 4096 + 4096
+    assert counts.total == LLAMA_8B_PARAMS
+
+
+def meta_model_params(data: dict) -> int:
+    """What transformers itself builds from a config, on the meta device (no memory, no weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**data))
+    return sum(p.numel() for p in model.parameters())
+
+
+TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 100}
+EXTRA_CONFIGS = {  # what the shipped configs do not exercise: Qwen3's q/k norms, optional biases, left-out keys
+    "qwen3": {**TINY, "model_type": "qwen3", "num_key_value_heads": 2, "head_dim": 32},
+    "qwen3-defaults": {**TINY, "model_type": "qwen3", "num_attention_heads": 32},  # KV heads 32, head_dim 128
+    "qwen2-defaults": {**TINY, "model_type": "qwen2", "num_attention_heads": 32},  # KV heads 32
+    "llama-biases": {**TINY, "model_type": "llama", "attention_bias": True, "mlp_bias": True},
+    "mistral-tied": {**TINY, "model_type": "mistral", "tie_word_embeddings": True},  # KV heads 8
+}
+
+
+@pytest.mark.parametrize("key", [*shipped(), *EXTRA_CONFIGS])
+def test_counts_equal_the_modules_transformers_builds(key: str) -> None:
+    if key in EXTRA_CONFIGS:
+        data = EXTRA_CONFIGS[key]
+    else:
+        data = json.loads((CONFIG_DIR / shipped()[key].file).read_text())
+    assert count_params(parse_config(data, key, key, "test")).total == meta_model_params(data)
+
+
+# --- the embedded model against a real run --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smol_trace(real_lm: LoadedModel):
+    from explorer.core.engine import Request
+    from explorer.core.measure import measure
+
+    return measure(real_lm, Request("Hi", max_new_tokens=2, use_chat_template=False))
+
+
+def test_embedded_model_weights_and_kv_equal_a_real_run(real_lm: LoadedModel, smol_trace) -> None:
+    result = what_if(scenario("embedded", dtype="float32"))
+    loaded = list(real_lm.model.parameters())  # a tied table once
+    assert result.params == sum(p.numel() for p in loaded) == 134_515_008
+    assert result.weight_bytes == sum(p.numel() * p.element_size() for p in loaded) == real_lm.info.weight_bytes
+    for record in smol_trace.passes:  # measured: the real cache tensors after each pass, over the positions held
+        assert record.kv_cache_bytes == result.kv_bytes_per_token * record.cache_len_after
+    assert result.kv_bytes_per_token == 46_080  # FIELD-NOTES: 2 x 30 x 3 x 64 x 4
+
+
+def test_local_gap_is_median_wall_over_median_memory_floor(smol_trace) -> None:
+    from statistics import median
+
+    from explorer.scale.local import local_gap
+
+    gap = local_gap(smol_trace)
+    assert gap is not None and gap.decode_passes == 1
+    decode = smol_trace.passes[1]
+    assert gap.factor == pytest.approx(decode.wall_s / decode.cost.t_memory_s)
+    assert gap.median_wall_s == median([decode.wall_s])
+    assert gap.sentence.startswith("decode ran at ") and gap.sentence.endswith("x its memory floor here")
+
+
+# --- hand-computed cases ------------------------------------------------------------------------------------------
+def test_tensor_parallel_70b_on_four_h100s_by_hand() -> None:
+    s = scenario("llama-3.1-70b", dtype="bfloat16", gpus=4, batch=1, context=1)
+    result = what_if(s)
+    norms = 80 * 2 * 8192 + 8192
+    per_gpu_weights = ((70_553_706_496 - norms) // 4 + norms) * 2
+    assert result.shard.weight_bytes == per_gpu_weights == 35_278_831_616
+    assert result.shard.kv_heads == 2 and result.shard.kv_bytes_per_token == 2 * 80 * 2 * 128 * 2 == 81_920
+    sent = 2 * 80 * (1 * 8192 * 2) * 2 * 3 / 4  # 2 all-reduces a layer, a ring sends 2 (N - 1) / N of each
+    assert result.decode.link_bytes == sent == 3_932_160
+    link_s = sent / 450e9  # NVLink 900 GB/s both ways: 450 each way
+    memory_s = (per_gpu_weights + 2 * 81_920) / 3.35e12  # one position read, one written
+    assert result.decode.floor_s == pytest.approx(memory_s + link_s, rel=1e-12)
+    assert result.decode_tokens_per_s_ceiling == pytest.approx(1 / (memory_s + link_s), rel=1e-12)
+    assert what_if(scenario("llama-3.1-70b", gpus=1)).max_batch == 0  # 141 GB of weights in 80 GiB: no
+
+
+def test_tensor_parallel_beyond_the_nvlink_fabric_and_kv_replication() -> None:
+    pair = scenario("llama-3.1-8b", gpu=find_gpu("H100 PCIe"), gpus=2)
+    four = scenario("llama-3.1-8b", gpu=find_gpu("H100 PCIe"), gpus=4)
+    assert pair.link.name == "NVLink" and four.link.name == "PCIe Gen5 x16"  # a bridge joins two cards
+    sixteen = what_if(scenario("llama-3.1-70b", gpus=16))
+    assert sixteen.shard.kv_heads == 1  # 8 KV heads over 16 GPUs: each keeps one (replicated), not half of one
+
+
+def test_max_batch_by_hand() -> None:
+    s = scenario("llama-3.1-8b", dtype="bfloat16", context=8192)
+    free = 80 * GIB - 8_030_261_248 * 2  # 85,899,345,920 - 16,060,522,496
+    per_request = 8192 * 131_072  # 1 GiB of KV at 8K context
+    assert max_batch(s) == free // per_request == 65
+    assert what_if(s).fits and not what_if(scenario("llama-3.1-8b", context=8192, batch=66)).fits
+
+
+def test_ridge_batch_by_hand_and_on_the_step_itself() -> None:
+    s = scenario("llama-3.1-8b", dtype="bfloat16", context=1)
+    w = 16_060_522_496 / 3.35e12  # weights read once a step
+    c = (2 * (LLAMA_8B_PARAMS - 128_256 * 4096 - 65 * 4096) + 4 * 32 * 32 * 128) / 989.4e12  # per request
+    m = 2 * 131_072 / 3.35e12  # one position read, one written, per request
+    assert ridge_batch(s) == math.ceil(w / (c - m)) == 318
+    assert decode_step(s, 318).bound == "compute" and decode_step(s, 317).bound == "memory"
+    assert ridge_batch(scenario("llama-3.1-8b", context=4096)) is None  # KV per request outgrows its FLOPs
+
+
+# --- refusals ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"gpus": 8, "model": "qwen2.5-7b"}, "28 query heads"),
+        ({"gpu": find_gpu("T4"), "dtype": "bfloat16"}, "no bfloat16 figure"),
+        ({"context": 131_073}, "max_position_embeddings"),
+        ({"dtype": "int4"}, "Unknown dtype"),
+        ({"batch": 0}, "--batch"),
+    ],
+)
+def test_what_the_model_cannot_answer_is_refused_in_one_line(kwargs: dict, words: str) -> None:
+    with pytest.raises(BadInput, match=words):
+        what_if(scenario(kwargs.pop("model", "llama-3.1-8b"), **kwargs))
+
+
+def test_models_from_a_folder_a_hub_id_and_hosted_mode(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text((CONFIG_DIR / "qwen2.5-0.5b.json").read_text())
+    assert count_params(load_architecture(str(tmp_path))).total == 494_032_768
+    assert load_architecture("Qwen/Qwen2.5-0.5B").name == "qwen2.5-0.5b"  # a shipped hub id works offline
+    with pytest.raises(BadInput, match="only the shipped models"):
+        load_architecture(str(tmp_path), hosted=True)
+    with pytest.raises(BadInput, match="hub is unreachable"):  # HF_HUB_OFFLINE=1 in conftest
+        load_architecture("someone/not-cached-anywhere")
+    with pytest.raises(BadInput, match="neither a shipped model"):
+        load_architecture(str(tmp_path / "missing"))
+    with pytest.raises(BadInput, match="mixture of experts"):
+        parse_config({**EXTRA_CONFIGS["qwen3"], "num_experts": 8}, "moe", "moe", "test")
+    with pytest.raises(BadInput, match="'gpt2' model"):
+        parse_config({"model_type": "gpt2"}, "gpt2", "gpt2", "test")
+
+
+def test_every_gpu_of_the_spec_table_has_an_interconnect_row() -> None:
+    assert {spec.name for spec in GPU_SPECS} == set(INTERCONNECTS)
+    assert all(row.source for row in INTERCONNECTS.values())
+
+
+# --- the command -------------------------------------------------------------------------------------------------
+def whatif_main(argv: list[str]) -> int:
+    """`python -m explorer whatif ...` in process: the parser, the precheck, the command, one-line errors."""
+    parser = OneLineParser(prog="explorer")
+    whatif_cli.register(parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser))
+    try:
+        args = parser.parse_args(argv)
+        args.precheck(args)
+        args.func(args)
+    except ExplorerError as exc:
+        print(f"error: {exc}")
+        return exc.exit_code
+    return 0
+
+
+def test_the_command_prints_and_writes_the_must_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "w.json"
+    argv = ["whatif", "--model", "llama-3.1-8b", "--gpu", "H100 SXM", "--dtype", "bfloat16"]
+    assert whatif_main([*argv, "--batch", "1", "--context", "1", "--json", str(out), "--explain"]) == 0
+    written = json.loads(out.read_text())
+    assert written["params"] == LLAMA_8B_PARAMS and written["kv_bytes_per_token"] == 131_072
+    assert written["decode_tokens_per_s_ceiling"] == pytest.approx(3.35e12 / (2 * LLAMA_8B_PARAMS), rel=0.02)
+    assert {"prefill_s_floor", "decode_step_s_floor", "ridge_batch", "max_batch", "sources"} <= set(written)
+    assert written["sources"]["params"].startswith("modelled") and written["sources"]["gpu"].startswith("spec")
+    printed = capsys.readouterr().out
+    assert "8,030,261,248" in printed and "formulas:" in printed and "decode_step_s_floor = max(" in printed
+
+
+def test_the_command_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert whatif_main(["whatif", "--gpu", "B200"]) == 2
+    assert whatif_main(["whatif", "--model", "qwen2.5-7b", "--gpus", "3"]) == 2
+    assert whatif_main(["whatif", "--json", "/no/such/folder/w.json"]) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
+
+
+def test_register_sets_what_main_reads() -> None:
+    commands = argparse.ArgumentParser().add_subparsers(dest="command")
+    whatif_cli.register(commands)
+    args = commands.choices["whatif"].parse_args([])
+    assert args.func is whatif_cli.cmd_whatif and args.precheck is whatif_cli.precheck_whatif
+    assert args.loads_models is False  # main skips importing transformers: no weights here
+    assert weight_bytes(load_architecture(args.model), args.dtype) == LLAMA_8B_PARAMS * 2
+    assert kv_bytes_per_token(load_architecture("embedded"), "bfloat16") == 23_040  # FIELD-NOTES, bf16
+
+
+# --- the chart frames -------------------------------------------------------------------------------------------
+def test_frames_hold_the_marked_points_and_the_assumption_apart() -> None:
+    from explorer.charts import scale as charts
+
+    result = what_if(scenario("llama-3.1-8b", batch=8, context=1))
+    context = charts.decode_context_frame(result, factor=3.0)
+    assert context["context"].min() == 1 and context["context"].max() == 131_072
+    assert result.kv_crossover_context in set(context["context"])
+    assert (context["scaled_floor_ms"] == context["floor_ms"] * 3.0).all()
+    assert context["source"].str.contains("assumption").all()
+    assert charts.decode_context_frame(result)["scaled_floor_ms"].isna().all()  # no run: the model's floor only
+    batch = charts.batch_frame(result, factor=3.0)
+    assert batch["batch"].max() == result.max_batch and result.ridge_batch in set(batch["batch"])
+    assert batch.loc[batch["batch"] == 1, "tokens_per_s"].item() == pytest.approx(
+        1 / decode_step(result.scenario, 1).floor_s
+    )
+    memory = charts.memory_frame(result)
+    assert memory["fits"].tolist() == (memory["batch"] <= result.max_batch).tolist()
+    for chart in (
+        charts.decode_context_chart(context, result, 3.0),
+        charts.batch_chart(batch, result, 3.0),
+        charts.memory_chart(memory, result),
+    ):
+        assert chart.to_dict()  # a valid Vega-Lite spec

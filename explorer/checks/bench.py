@@ -92,8 +92,8 @@ class BenchResult(JsonRecord):
 
     @property
     def decode_limit_s(self) -> float:
-        """Roofline floor of a decode pass: every weight byte read once at the device's bandwidth."""
-        return self.model.weight_bytes / self.device.bandwidth_bytes_per_s
+        """Roofline floor of a decode pass: every weight byte read once at the device's read-only bandwidth."""
+        return self.model.weight_bytes / self.device.effective_read_bandwidth_bytes_per_s
 
     @property
     def prefill_limit_s(self) -> float:
@@ -234,7 +234,7 @@ def format_bench(result: BenchResult) -> str:
             f"{s['explorer_prefill_s'] / s['prefill_limit_s']:12.1f}x   (flops / peak)",
             f"ITL (median)          {s['hf_itl_s'] * 1e3:9.2f} ms {s['explorer_itl_s'] * 1e3:8.2f} ms "
             f"{s['itl_ratio_explorer_over_hf']:10.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
-            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / bandwidth)",
+            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / read bandwidth)",
             f"same greedy tokens on both sides: {'yes' if s['same_tokens'] else 'NO'}",
         ]
     )

@@ -26,8 +26,9 @@ SEGMENT_LABELS = [
 SEGMENT_RANGE = ["#3182bd", "#9ecae1", "#756bb1", "#bdbdbd"]  # blues, purple, grey: never the phase colours
 ROOF_POINTS_PER_DECADE = 8
 DEVICE_NOTE = {
-    "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul and a large copy achieved on "
-    "this machine with the same threads, so a pass can approach the roof but a real kernel rarely reaches it.",
+    "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul, a large copy and a large "
+    "read-only sum achieved on this machine with the same threads, so a pass can approach the roof but a real kernel "
+    "rarely reaches it.",
     "cuda": "On a GPU the peaks come from the datasheet or the driver; the microbenchmark rows show what is "
     "achievable in practice, usually somewhat below.",
 }

@@ -12,7 +12,7 @@ from explorer.charts import cost
 from explorer.core.engine import Request
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure, recost
-from explorer.core.roofline import attainable_flops, pass_cost, prefill_ridge_tokens
+from explorer.core.roofline import attainable_flops, pass_bandwidth_bytes_per_s, pass_cost, prefill_ridge_tokens
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.core.units import percent, to_ms
 
@@ -148,7 +148,11 @@ def test_utilisation_by_hand(trace: Trace, hand_device: DeviceProfile) -> None:
     assert list(frame["achieved_flops_per_s"]) == [4e9, 1e9]
     assert list(frame["compute_utilisation"]) == [0.004, 0.001]
     assert list(frame["achieved_bandwidth_bytes_per_s"]) == [1e9, 2e9]
-    assert list(frame["bandwidth_utilisation"]) == [0.01, 0.02]
+    assert list(frame["bandwidth_utilisation"]) == pytest.approx([0.01, 0.02])  # one figure for reads and writes
+    # Reads at 200 GB/s, writes at 100 GB/s: the prefill's 460 MB read and 40 MB written take 2.7 ms, 500 MB / 2.7 ms.
+    split = cost.utilisation_frame([prefill, decode], replace(hand_device, read_bandwidth_bytes_per_s=2e11))
+    assert split["device_bandwidth_bytes_per_s"][0] == pytest.approx(500e6 / 2.7e-3)
+    assert split["bandwidth_utilisation"][0] == pytest.approx(1e9 / (500e6 / 2.7e-3))  # 0.54 %
     assert list(frame["tokens_per_s"]) == [40.0, 4.0]
     assert percent(0.0246) == "2.46 %" and percent(0.5) == "50 %"
 
@@ -157,8 +161,9 @@ def test_utilisation_matches_the_trace(trace: Trace) -> None:
     frame = cost.utilisation_frame(trace.passes, trace.device)
     for row, p in zip(frame.to_dict("records"), trace.passes, strict=True):
         assert row["compute_utilisation"] == min(1.0, p.achieved_flops_per_s / trace.device.peak_flops)
-        bandwidth = p.achieved_bandwidth_bytes_per_s / trace.device.bandwidth_bytes_per_s
+        bandwidth = p.achieved_bandwidth_bytes_per_s / pass_bandwidth_bytes_per_s(p.cost, trace.device)
         assert row["bandwidth_utilisation"] == min(1.0, bandwidth)
+        assert row["bandwidth_utilisation"] == pytest.approx(min(1.0, p.cost.t_memory_s / p.wall_s))
         assert row["bytes_moved"] == p.cost.weight_bytes_read + p.cost.kv_bytes_read + p.cost.kv_bytes_written
 
 
@@ -170,20 +175,38 @@ def test_utilisation_never_shows_more_than_the_device(trace: Trace, hand_device:
     assert frame["at_the_roof"].all()
 
 
+READ_ROW = "read bandwidth (weights, KV cache reads)"
+
+
 def test_device_frame_shows_sources(hand_device: DeviceProfile) -> None:
     gpu = replace(hand_device, kind="cuda", peak_flops_source="spec", bandwidth_source="nvml", measured_flops=None)
     rows = dict(zip(cost.device_frame(gpu)["figure"], cost.device_frame(gpu).to_dict("records"), strict=True))
     assert rows["peak compute"]["value"] == "1.00 TFLOP/s" and rows["peak compute"]["source"] == "spec"
-    assert rows["memory bandwidth"]["source"] == "nvml"
+    assert rows["copy bandwidth (KV cache writes)"]["source"] == "nvml"
     assert rows["ridge point"]["value"] == "10.0 FLOP/byte"
     assert rows["achievable compute (matmul)"]["value"] == "n/a"
+    # A device without a read-only figure (a trace from before it) says its reads use the copy figure.
+    assert "taken before read-only bandwidth was measured" in rows[READ_ROW]["source"]
     measured = replace(
-        hand_device, matmul_n=2048, copy_bytes=512_000_000, flops_samples=(0.5e12, 1e12), bandwidth_samples=(5e10, 1e11)
+        hand_device,
+        matmul_n=2048,
+        copy_bytes=512_000_000,
+        flops_samples=(0.5e12, 1e12),
+        bandwidth_samples=(5e10, 1e11),
+        read_bandwidth_bytes_per_s=1.2e11,
+        read_bandwidth_source="measured",
+        measured_read_bandwidth_bytes_per_s=1.2e11,
+        read_bandwidth_samples=(1.1e11, 1.2e11),
+        read_bytes=512_000_000,
     )
     rows = dict(zip(cost.device_frame(measured)["figure"], cost.device_frame(measured).to_dict("records"), strict=True))
-    assert rows["memory bandwidth"]["value"] == "100.0 GB/s (read + write)"
+    assert rows["copy bandwidth (KV cache writes)"]["value"] == "100.0 GB/s (read + write)"
+    assert rows[READ_ROW] == {"figure": READ_ROW, "value": "120.0 GB/s (read only)", "source": "measured"}
+    assert rows["ridge point"]["value"] == "8.3 FLOP/byte"  # 1 TFLOP/s over the read figure
     copy = rows["achievable bandwidth (copy of 512.0 MB, read + write)"]
     assert "best of 2; spread 50.0 GB/s – 100.0 GB/s" in copy["source"]
+    read = rows["achievable bandwidth (sum over 512.0 MB, read only)"]
+    assert read["value"] == "120.0 GB/s" and "best of 2; spread 110.0 GB/s – 120.0 GB/s" in read["source"]
     assert "2048×2048 float32 matmul" in " ".join(rows)
 
 

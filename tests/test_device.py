@@ -249,6 +249,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
         nvml: FakeNvml | None = None,
         measured_flops: float | None = 700e12,
         measured_bandwidth: float = 3.0e12,
+        measured_read: float | None = 3.2e12,
     ) -> None:
         props = SimpleNamespace(total_memory=H100_MEMORY_BYTES, uuid="0a1b2c3d")
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -266,6 +267,14 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.setattr(device, "measure_matmul_flops", matmul)
         monkeypatch.setattr(device, "measure_copy_bandwidth", lambda where, size: [measured_bandwidth])
 
+        def read(where: str, size: int) -> list[float]:
+            assert where == "cuda:0" and size == device.GPU_COPY_BYTES
+            if measured_read is None:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return [measured_read * 0.98, measured_read]
+
+        monkeypatch.setattr(device, "measure_read_bandwidth", read)
+
     return install
 
 
@@ -278,6 +287,12 @@ def test_known_gpu_takes_peak_from_the_table_and_bandwidth_from_nvml(fake_gpu: A
     assert min(profile.flops_samples) == pytest.approx(630e12)
     assert profile.memory_bytes == H100_MEMORY_BYTES
     assert "H100 SXM" in profile.notes
+    # NVML's peak is the bus's, for reads as for copies; the read-only stream is kept as what is achievable.
+    assert profile.read_bandwidth_bytes_per_s == profile.bandwidth_bytes_per_s
+    assert profile.read_bandwidth_source == "nvml"
+    assert profile.measured_read_bandwidth_bytes_per_s == 3.2e12
+    assert profile.read_bandwidth_samples == (pytest.approx(3.136e12), 3.2e12)
+    assert profile.read_bytes == profile.copy_bytes == device.GPU_COPY_BYTES
 
 
 def test_without_nvml_a_known_gpu_takes_bandwidth_from_the_table(fake_gpu: Any) -> None:
@@ -291,6 +306,16 @@ def test_unknown_gpu_without_nvml_falls_back_to_measurements(fake_gpu: Any) -> N
     profile = cuda_profile("float16")
     assert (profile.peak_flops, profile.peak_flops_source) == (700e12, "measured")
     assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (3.0e12, "measured")
+    assert (profile.read_bandwidth_bytes_per_s, profile.read_bandwidth_source) == (3.2e12, "measured")
+    assert profile.ridge_point_flops_per_byte == pytest.approx(700e12 / 3.2e12)
+
+
+def test_a_failed_read_benchmark_leaves_reads_at_the_copy_figure(fake_gpu: Any) -> None:
+    fake_gpu(name="NVIDIA Future GPU", nvml=None, measured_read=None)
+    profile = cuda_profile("float16")
+    assert profile.read_bandwidth_bytes_per_s is None and profile.read_bandwidth_from_copy
+    assert profile.effective_read_bandwidth_bytes_per_s == 3.0e12
+    assert "read-only benchmark failed: CUDA error: an illegal memory access" in profile.notes
 
 
 def test_nvml_of_another_gpu_is_ignored(fake_gpu: Any) -> None:
@@ -340,6 +365,19 @@ def test_cpu_profile_is_measured_and_sensible() -> None:
     assert profile.peak_flops == max(profile.flops_samples)
     assert profile.bandwidth_bytes_per_s == max(profile.bandwidth_samples)
     assert profile.bandwidth_counts == "read + write" and profile.measured_at
+    # The read-only stream: same size, best of five, its own figure; a plausible one beside the copy's.
+    assert profile.read_bandwidth_source == "measured" and profile.read_bytes == profile.copy_bytes
+    assert len(profile.read_bandwidth_samples) == 5
+    assert profile.read_bandwidth_bytes_per_s == profile.measured_read_bandwidth_bytes_per_s
+    assert profile.read_bandwidth_bytes_per_s == max(profile.read_bandwidth_samples)
+    assert profile.ridge_point_flops_per_byte == profile.peak_flops / profile.read_bandwidth_bytes_per_s
+    assert 0.5 < profile.read_bandwidth_bytes_per_s / profile.bandwidth_bytes_per_s < 3.0
+
+
+def test_read_bandwidth_counts_each_byte_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(device, "repeat_timed", lambda where, fn, repeats: [0.5] * repeats)
+    assert device.measure_read_bandwidth("cpu", 4_000_000, repeats=2) == [8e6, 8e6]  # 4 MB read in 0.5 s
+    assert device.measure_copy_bandwidth("cpu", 4_000_000, repeats=2) == [16e6, 16e6]  # 4 MB read + 4 MB written
 
 
 def test_a_fresh_profile_is_measured_again_and_kept() -> None:

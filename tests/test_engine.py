@@ -133,9 +133,10 @@ def test_a_measured_run_is_checked_and_warmed_up_once_and_says_what_it_is_doing(
     trace = measure(tiny_lm, Request("abc", max_new_tokens=3, repeats=2), progress=lambda _f, text: said.append(text))
     assert calls == {"warm_up": 1, "validate": 1}
     assert trace.warmup_ran and trace.repeat_count == 2
-    assert said[:3] == [
+    assert said[:4] == [
         "Measuring the device: matmul peak…",
         "Measuring the device: copy bandwidth…",
+        "Measuring the device: read-only bandwidth…",
         "Warming up (first passes are slow)…",
     ]
 

@@ -10,7 +10,7 @@ import torch
 from explorer.core import measure as measure_module
 from explorer.core.engine import Request, decode_one_token, new_cache, prefill
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import keep_figures_honest, measure, recost
+from explorer.core.measure import higher_figures, keep_figures_honest, measure, raised_to_achieved, recost
 from explorer.core.roofline import kv_traffic_bytes
 from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile
 
@@ -37,7 +37,12 @@ def test_kv_traffic_counts_what_the_cache_tensors_hold_before_and_after_a_step(t
 
 def slow_device(device: DeviceProfile) -> DeviceProfile:
     """Figures as a busy moment would leave them: far below what the device can do."""
-    return replace(device, peak_flops=device.peak_flops / 1e4, bandwidth_bytes_per_s=device.bandwidth_bytes_per_s / 1e4)
+    return replace(
+        device,
+        peak_flops=device.peak_flops / 1e4,
+        bandwidth_bytes_per_s=device.bandwidth_bytes_per_s / 1e4,
+        read_bandwidth_bytes_per_s=device.effective_read_bandwidth_bytes_per_s / 1e4,
+    )
 
 
 def test_a_run_that_beats_the_figures_remeasures_and_never_exceeds_the_device(
@@ -71,3 +76,34 @@ def test_a_better_remeasurement_is_used_and_figures_that_held_are_left_alone(
     honest = keep_figures_honest(busy)
     assert honest.device.peak_flops == cpu_figures.peak_flops and honest.device.peak_flops_source == "measured"
     assert "measured again" in honest.device.busy_note and "raised" not in honest.device.busy_note
+
+
+HAND = DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured", read_bandwidth_bytes_per_s=1e11)
+
+
+def test_a_pass_that_beats_the_memory_floor_raises_the_read_figure_not_the_copy(tiny_lm: LoadedModel) -> None:
+    trace = measure(tiny_lm, Request("abc", max_new_tokens=2))
+    decode = trace.decodes[0]
+    # 0.9 GB read and 0.1 GB written: 10 ms at 100 GB/s read and copy; the pass took 5 ms.
+    cost = replace(decode.cost, flops=1, weight_bytes_read=800_000_000, kv_bytes_read=100_000_000)
+    cost = replace(cost, kv_bytes_written=100_000_000, t_weight_read_s=8e-3, t_kv_s=2e-3, t_compute_s=1e-12)
+    beaten = replace(decode, cost=cost, wall_s=5e-3)
+    raised = raised_to_achieved(HAND, [beaten])
+    # The writes keep 1 ms at the copy figure; the 0.9 GB of reads get the other 4 ms: 225 GB/s.
+    assert raised.read_bandwidth_bytes_per_s == pytest.approx(225e9) and raised.read_bandwidth_source == "achieved"
+    assert (raised.bandwidth_bytes_per_s, raised.bandwidth_source) == (1e11, "measured")
+    assert raised.peak_flops == 1e12
+    # The writes alone (1 ms) outlasting a 0.5 ms pass: the copy figure was too low too; both rise by 10 / 0.5.
+    writes = replace(beaten, wall_s=0.5e-3)
+    both = raised_to_achieved(HAND, [writes])
+    assert both.read_bandwidth_bytes_per_s == pytest.approx(2e12) and both.bandwidth_bytes_per_s == pytest.approx(2e12)
+
+
+def test_remeasured_figures_keep_the_higher_read_and_copy_figures_apart() -> None:
+    old = replace(HAND, bandwidth_bytes_per_s=9e10, read_bandwidth_bytes_per_s=1.2e11, read_bandwidth_samples=(1.2e11,))
+    new = replace(HAND, bandwidth_bytes_per_s=1e11, read_bandwidth_bytes_per_s=1.1e11, read_bandwidth_samples=(1.1e11,))
+    kept = higher_figures(old, new)
+    assert kept.bandwidth_bytes_per_s == 1e11  # the new copy was better
+    assert kept.read_bandwidth_bytes_per_s == 1.2e11 and kept.read_bandwidth_samples == (1.2e11,)  # the old read was
+    from_before = replace(old, read_bandwidth_bytes_per_s=None, read_bandwidth_source=None)  # a trace from before
+    assert higher_figures(from_before, new).read_bandwidth_bytes_per_s == 1.1e11

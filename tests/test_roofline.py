@@ -10,6 +10,8 @@ from explorer.core.loading import LoadedModel
 from explorer.core.roofline import (
     attainable_flops,
     kv_cache_bytes,
+    memory_time_s,
+    pass_bandwidth_bytes_per_s,
     pass_cost,
     pass_flops,
     prefill_ridge_tokens,
@@ -75,6 +77,41 @@ def test_roofline_by_hand(device: DeviceProfile) -> None:
     assert roofline_time(2e12, 1e9, device) == 2.0  # compute-bound
     assert roofline_time(1e9, 1e11, device) == 1.0  # memory-bound
     assert attainable_flops(1.0, device) == 1e11 and attainable_flops(100.0, device) == 1e12
+
+
+@pytest.fixture
+def split_device(device: DeviceProfile) -> DeviceProfile:
+    """Reads stream at twice the copy figure: 200 GB/s read only, 100 GB/s for a copy (read + write)."""
+    return replace(device, read_bandwidth_bytes_per_s=2e11, read_bandwidth_source="measured")
+
+
+def test_weights_and_kv_reads_use_the_read_bandwidth_and_kv_writes_the_copy(split_device: DeviceProfile) -> None:
+    model = smollm2_by_hand()
+    assert model.weight_bytes == 538_060_032
+    cost = pass_cost(model, split_device, tokens_in=1, cache_len_before=99)
+    assert cost.t_weight_read_s == pytest.approx(538_060_032 / 2e11)  # 2.690 ms, not the copy figure's 5.381 ms
+    # KV: 99 + 1 positions read by the update and 100 by attention, at 200 GB/s; 100 written at 100 GB/s
+    assert cost.t_kv_s == pytest.approx(9_216_000 / 2e11 + 4_608_000 / 1e11)  # 46.08 us + 46.08 us
+    assert cost.t_memory_s == pytest.approx(2.78246016e-3)
+    assert memory_time_s(2e11, 1e11, split_device) == 2.0
+    # The pass's own bandwidth lies between the two figures, nearer the reads that make up most of its bytes.
+    mixed = pass_bandwidth_bytes_per_s(cost, split_device)
+    assert mixed == pytest.approx((538_060_032 + 13_824_000) / 2.78246016e-3)
+    assert 1.98e11 < mixed < 2e11
+
+
+def test_the_roof_and_the_ridge_use_the_read_bandwidth(split_device: DeviceProfile) -> None:
+    assert split_device.ridge_point_flops_per_byte == 5.0  # 1 TFLOP/s / 200 GB/s
+    assert roofline_time(1e9, 2e11, split_device) == 1.0  # 200 GB read at 200 GB/s
+    assert roofline_time(1e9, 1e11, split_device, bytes_written=1e11) == 1.5  # 0.5 s of reads, 1 s of writes
+    assert attainable_flops(1.0, split_device) == 2e11
+
+
+def test_a_device_from_before_the_read_figure_reads_at_the_copy_figure(device: DeviceProfile) -> None:
+    assert device.read_bandwidth_from_copy and device.effective_read_bandwidth_bytes_per_s == 1e11
+    cost = pass_cost(smollm2_by_hand(), device, tokens_in=1, cache_len_before=99)
+    assert cost.t_weight_read_s == 538_060_032 / 1e11
+    assert cost.t_kv_s == pytest.approx(3 * 4_608_000 / 1e11)
 
 
 def smollm2_by_hand(max_context: int = 8192) -> ModelInfo:

@@ -27,6 +27,20 @@ def test_json_round_trip(trace: Trace) -> None:
     assert Trace.from_json(text) == trace
 
 
+def test_json_keeps_the_read_bandwidth_and_loads_traces_from_before_it(trace: Trace) -> None:
+    data = json.loads(trace.to_json())
+    device = data["device"]
+    assert device["read_bandwidth_bytes_per_s"] == trace.device.read_bandwidth_bytes_per_s > 0
+    assert device["read_bandwidth_source"] == "measured" and len(device["read_bandwidth_samples"]) == 5
+    assert Trace.from_json(trace.to_json()).device.read_bandwidth_samples == trace.device.read_bandwidth_samples
+    for key in ("read_bandwidth_bytes_per_s", "read_bandwidth_source", "measured_read_bandwidth_bytes_per_s"):
+        del device[key]
+    del device["read_bandwidth_samples"], device["read_bytes"]
+    old = Trace.from_dict(data).device  # a trace written before the read-only figure existed
+    assert old.read_bandwidth_from_copy and old.read_bandwidth_bytes_per_s is None
+    assert old.effective_read_bandwidth_bytes_per_s == old.bandwidth_bytes_per_s
+
+
 def test_json_refuses_other_schemas(trace: Trace) -> None:
     data = trace.to_dict()
     data["schema"] = 999

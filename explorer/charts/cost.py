@@ -9,7 +9,8 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
-from explorer.core.roofline import attainable_flops, prefill_ridge_tokens
+from explorer.core.profiles import READ_BANDWIDTH_COUNTS
+from explorer.core.roofline import attainable_flops, pass_bandwidth_bytes_per_s, prefill_ridge_tokens
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, to_ms
 
@@ -25,8 +26,9 @@ SEGMENT_LABELS = [
 SEGMENT_RANGE = ["#3182bd", "#9ecae1", "#756bb1", "#bdbdbd"]  # blues, purple, grey: never the phase colours
 ROOF_POINTS_PER_DECADE = 8
 DEVICE_NOTE = {
-    "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul and a large copy achieved on "
-    "this machine with the same threads, so a pass can approach the roof but a real kernel rarely reaches it.",
+    "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul, a large copy and a large "
+    "read-only sum achieved on this machine with the same threads, so a pass can approach the roof but a real kernel "
+    "rarely reaches it.",
     "cuda": "On a GPU the peaks come from the datasheet or the driver; the microbenchmark rows show what is "
     "achievable in practice, usually somewhat below.",
 }
@@ -232,7 +234,7 @@ def median_decode_index(trace: Trace) -> int | None:
 
 def utilisation_frame(passes: Sequence[PassRecord], device: DeviceProfile) -> pd.DataFrame:
     """Per pass: achieved FLOP/s against the peak, achieved bandwidth (bytes moved: read + written) against the
-    device bandwidth."""
+    device's bandwidth for that pass's mix (reads at the read-only figure, writes at the copy figure)."""
     return pd.DataFrame(
         {
             "pass": p.index,
@@ -245,7 +247,10 @@ def utilisation_frame(passes: Sequence[PassRecord], device: DeviceProfile) -> pd
             # A pass within 10 % under its floor is noise at the roof, not a device beaten: shown as 100 %, flagged.
             "compute_utilisation": min(1.0, p.achieved_flops_per_s / device.peak_flops),
             "achieved_bandwidth_bytes_per_s": p.achieved_bandwidth_bytes_per_s,
-            "bandwidth_utilisation": min(1.0, p.achieved_bandwidth_bytes_per_s / device.bandwidth_bytes_per_s),
+            "device_bandwidth_bytes_per_s": pass_bandwidth_bytes_per_s(p.cost, device),
+            "bandwidth_utilisation": min(
+                1.0, p.achieved_bandwidth_bytes_per_s / pass_bandwidth_bytes_per_s(p.cost, device)
+            ),
             "at_the_roof": p.wall_s <= p.cost.roofline_time_s,
             "tokens_per_s": p.tokens_in / p.wall_s if p.wall_s > 0 else 0.0,
         }
@@ -284,19 +289,21 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
 
     matmul = f"{device.matmul_n}×{device.matmul_n} {device.dtype} matmul" if device.matmul_n else "matmul"
     copy = f"copy of {human_bytes(device.copy_bytes)}" if device.copy_bytes else "copy"
+    read = f"sum over {human_bytes(device.read_bytes)}" if device.read_bytes else "sum"
     rows = [
         ("device", f"{device.name} ({device.kind})", "the run's device"),
         ("dtype", device.dtype, "every FLOP/s figure here is for this dtype"),
         ("peak compute", human_flops(device.peak_flops) + "/s", device.peak_flops_source),
+        read_bandwidth_row(device),
         (
-            "memory bandwidth",
+            "copy bandwidth (KV cache writes)",
             f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_counts})",
             device.bandwidth_source,
         ),
         (
             "ridge point",
             f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte",
-            f"{MODELLED}: peak compute / memory bandwidth",
+            f"{MODELLED}: peak compute / read bandwidth (a pass's bytes are mostly reads)",
         ),
         (
             f"achievable compute ({matmul})",
@@ -308,6 +315,11 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
             _rate_or_na(device.measured_bandwidth_bytes_per_s, human_bandwidth),
             f"{MEASURED}; {spread(device.bandwidth_samples, human_bandwidth)}",
         ),
+        (
+            f"achievable bandwidth ({read}, {READ_BANDWIDTH_COUNTS})",
+            _rate_or_na(device.measured_read_bandwidth_bytes_per_s, human_bandwidth),
+            f"{MEASURED}; {spread(device.read_bandwidth_samples, human_bandwidth)}",
+        ),
         ("measured at", device.measured_at or "n/a", measured_when(device)),
         ("memory", human_bytes(device.memory_bytes) if device.memory_bytes else "n/a", "reported by the system"),
     ]
@@ -316,6 +328,16 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
     if device.notes:
         rows.append(("notes", device.notes, ""))
     return pd.DataFrame(rows, columns=["figure", "value", "source"])
+
+
+def read_bandwidth_row(device: DeviceProfile) -> tuple[str, str, str]:
+    """The figure weight and KV reads are divided by; a trace from before it was measured says it uses the copy's."""
+    figure = "read bandwidth (weights, KV cache reads)"
+    if device.read_bandwidth_from_copy:
+        value = f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_counts})"
+        return figure, value, "the copy figure: this trace was taken before read-only bandwidth was measured"
+    value = f"{human_bandwidth(device.effective_read_bandwidth_bytes_per_s)} ({READ_BANDWIDTH_COUNTS})"
+    return figure, value, str(device.read_bandwidth_source)
 
 
 def measured_when(device: DeviceProfile) -> str:

@@ -80,8 +80,8 @@ class BenchResult(JsonRecord):
 
     @property
     def decode_limit_s(self) -> float:
-        """Roofline floor of a decode pass: every weight byte read once at the device's bandwidth."""
-        return self.model.weight_bytes / self.device.bandwidth_bytes_per_s
+        """Roofline floor of a decode pass: every weight byte read once at the device's read-only bandwidth."""
+        return self.model.weight_bytes / self.device.effective_read_bandwidth_bytes_per_s
 
     @property
     def prefill_limit_s(self) -> float:

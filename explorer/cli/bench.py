@@ -72,7 +72,7 @@ def format_bench(result: BenchResult) -> str:
             f"{s['explorer_prefill_s'] / s['prefill_limit_s']:12.1f}x   (flops / peak)",
             f"ITL (median)          {s['hf_itl_s'] * 1e3:9.2f} ms {s['explorer_itl_s'] * 1e3:8.2f} ms "
             f"{s['itl_ratio_explorer_over_hf']:10.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
-            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / bandwidth)",
+            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / read bandwidth)",
             f"same greedy tokens on both sides: {'yes' if s['same_tokens'] else 'NO'}",
         ]
     )

@@ -64,14 +64,18 @@ def remember_profile(profile: DeviceProfile) -> None:
 
 
 def benchmark_record(
-    flops_samples: list[float], bandwidth_samples: list[float], matmul_n: int, copy_bytes: int
+    flops_samples: list[float], bandwidth_samples: list[float], read_samples: list[float], matmul_n: int, size: int
 ) -> dict[str, Any]:
-    """The DeviceProfile fields that say what the microbenchmarks were and what every repeat gave."""
+    """The DeviceProfile fields that say what the microbenchmarks were and what every repeat gave (the copy and the
+    read-only stream cover the same `size` bytes)."""
     return {
         "flops_samples": tuple(flops_samples),
         "bandwidth_samples": tuple(bandwidth_samples),
+        "read_bandwidth_samples": tuple(read_samples),
+        "measured_read_bandwidth_bytes_per_s": max(read_samples) if read_samples else None,
         "matmul_n": matmul_n,
-        "copy_bytes": copy_bytes,
+        "copy_bytes": size,
+        "read_bytes": size,
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -81,14 +85,18 @@ def benchmark_record(
 
 MATMUL_TEXT = "Measuring the device: matmul peak…"
 COPY_TEXT = "Measuring the device: copy bandwidth…"
+READ_TEXT = "Measuring the device: read-only bandwidth…"
 
 
 def cpu_profile(dtype: str, progress: Report = silent) -> DeviceProfile:
-    """A CPU has no spec table: both peaks are the best that fixed-size microbenchmarks achieve here."""
+    """A CPU has no spec table: the peaks and both bandwidths are the best that fixed-size microbenchmarks achieve
+    here."""
     progress(0.0, MATMUL_TEXT)
     flops_samples = measure_matmul_flops("cpu", dtype, CPU_MATMUL_N)
-    progress(0.5, COPY_TEXT)
+    progress(0.4, COPY_TEXT)
     bandwidth_samples = measure_copy_bandwidth("cpu", CPU_COPY_BYTES)
+    progress(0.7, READ_TEXT)
+    read_samples = measure_read_bandwidth("cpu", CPU_COPY_BYTES)
     flops, bandwidth_bytes_per_s = max(flops_samples), max(bandwidth_samples)
     threads = torch.get_num_threads()
     return DeviceProfile(
@@ -103,7 +111,9 @@ def cpu_profile(dtype: str, progress: Report = silent) -> DeviceProfile:
         measured_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
         memory_bytes=cpu_memory_bytes(),
         notes=f"CPU: peak figures are the best of {REPEATS} microbenchmark runs ({threads} threads)",
-        **benchmark_record(flops_samples, bandwidth_samples, CPU_MATMUL_N, CPU_COPY_BYTES),
+        read_bandwidth_bytes_per_s=max(read_samples),
+        read_bandwidth_source="measured",
+        **benchmark_record(flops_samples, bandwidth_samples, read_samples, CPU_MATMUL_N, CPU_COPY_BYTES),
     )
 
 
@@ -138,6 +148,14 @@ def measure_copy_bandwidth(device: str, size_bytes: int, repeats: int = REPEATS)
     dst = torch.empty_like(src)
     # repeat_timed's untimed first call also pays dst's page faults, which are not bandwidth.
     return [2 * src.nbytes / s for s in repeat_timed(device, lambda: dst.copy_(src), repeats)]
+
+
+def measure_read_bandwidth(device: str, size_bytes: int, repeats: int = REPEATS) -> list[float]:
+    """Bandwidth of each of `repeats` read-only streams over `size_bytes`, counting each byte read once: a sum, whose
+    one-float result writes nothing worth counting. Weights and cached K/V are read like this by every pass."""
+    src = torch.ones(size_bytes // 4, dtype=torch.float32, device=device)
+    total = torch.empty((), dtype=torch.float32, device=device)
+    return [src.nbytes / s for s in repeat_timed(device, lambda: torch.sum(src, dim=0, out=total), repeats)]
 
 
 def measure_matmul_flops(device: str, dtype: str, n: int, repeats: int = REPEATS) -> list[float]:
@@ -225,7 +243,7 @@ def _measure_or_reason(measure: Callable[[], list[float]]) -> tuple[list[float],
 
 
 def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None) -> DeviceProfile:
-    """Peak FLOP/s from the spec table, bandwidth from NVML (else the table), plus a short measurement of both."""
+    """Peak FLOP/s from the spec table, bandwidth from NVML (else the table), plus a short measurement of each."""
     index = torch.cuda.current_device() if index is None else index
     name = torch.cuda.get_device_name(index)
     memory_bytes = torch.cuda.get_device_properties(index).total_memory
@@ -240,18 +258,13 @@ def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None
         notes.append("NVML unavailable")
 
     spec = match_gpu_spec(name, memory_bytes)
-    device = f"cuda:{index}"
-    progress(0.0, MATMUL_TEXT)
-    flops_samples, flops_failure = _measure_or_reason(lambda: measure_matmul_flops(device, dtype, GPU_MATMUL_N))
-    progress(0.5, COPY_TEXT)
-    bandwidth_samples, bandwidth_failure = _measure_or_reason(lambda: measure_copy_bandwidth(device, GPU_COPY_BYTES))
+    flops_samples, bandwidth_samples, read_samples = gpu_benchmarks(f"cuda:{index}", dtype, progress, notes)
     measured_flops = max(flops_samples) if flops_samples else None
     measured_bandwidth = max(bandwidth_samples) if bandwidth_samples else None
-    notes += [f"matmul benchmark failed: {flops_failure}"] if flops_failure else []
-    notes += [f"copy benchmark failed: {bandwidth_failure}"] if bandwidth_failure else []
-
     peak_flops, peak_flops_source = _pick_peak_flops(spec, dtype, measured_flops, notes)
     bandwidth_bytes_per_s, bandwidth_source = _pick_bandwidth(spec, nvml_bandwidth_bytes_per_s, measured_bandwidth)
+    # A datasheet's or NVML's peak is the bus's, the same for reads as for copies; only a measurement tells them apart.
+    read_bandwidth, read_source = _pick_bandwidth(spec, nvml_bandwidth_bytes_per_s, max(read_samples, default=None))
     if peak_flops is None or bandwidth_bytes_per_s is None:
         raise RunFailed(f"Could not size the GPU '{name}' for {dtype} ({'; '.join(notes)}): try --device cpu.")
     if spec is not None:
@@ -268,8 +281,26 @@ def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None
         measured_bandwidth_bytes_per_s=measured_bandwidth,
         memory_bytes=memory_bytes,
         notes="; ".join(notes),
-        **benchmark_record(flops_samples, bandwidth_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
+        read_bandwidth_bytes_per_s=read_bandwidth,  # None (reads at the copy figure) only if nothing sized them
+        read_bandwidth_source=read_source if read_bandwidth is not None else None,
+        **benchmark_record(flops_samples, bandwidth_samples, read_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
     )
+
+
+def gpu_benchmarks(
+    device: str, dtype: str, progress: Report, notes: list[str]
+) -> tuple[list[float], list[float], list[float]]:
+    """Samples of the matmul, the copy and the read-only stream on `device`; a failed one is empty, its reason in
+    `notes`."""
+    progress(0.0, MATMUL_TEXT)
+    flops_samples, flops_failure = _measure_or_reason(lambda: measure_matmul_flops(device, dtype, GPU_MATMUL_N))
+    progress(0.4, COPY_TEXT)
+    bandwidth_samples, bandwidth_failure = _measure_or_reason(lambda: measure_copy_bandwidth(device, GPU_COPY_BYTES))
+    progress(0.7, READ_TEXT)
+    read_samples, read_failure = _measure_or_reason(lambda: measure_read_bandwidth(device, GPU_COPY_BYTES))
+    for what, failure in (("matmul", flops_failure), ("copy", bandwidth_failure), ("read-only", read_failure)):
+        notes += [f"{what} benchmark failed: {failure}"] if failure else []
+    return flops_samples, bandwidth_samples, read_samples
 
 
 def tf32_matmuls_enabled() -> bool:
@@ -306,7 +337,7 @@ def _pick_peak_flops(
 def _pick_bandwidth(
     spec: GpuSpec | None, nvml_bytes_per_s: float | None, measured_bytes_per_s: float | None
 ) -> tuple[float | None, Source]:
-    """NVML's theoretical figure for this very board, else the table's, else what the copy achieved."""
+    """NVML's theoretical figure for this very board, else the table's, else what the microbenchmark achieved."""
     if nvml_bytes_per_s is not None:
         return nvml_bytes_per_s, "nvml"
     if spec is not None:

@@ -63,15 +63,37 @@ def beaten_passes(trace: Trace) -> list[PassRecord]:
 
 FLOPS_FIELDS = ("peak_flops", "peak_flops_source", "measured_flops", "flops_samples")
 BANDWIDTH_FIELDS = ("bandwidth_bytes_per_s", "bandwidth_source", "measured_bandwidth_bytes_per_s", "bandwidth_samples")
+READ_BANDWIDTH_FIELDS = (
+    "read_bandwidth_bytes_per_s",
+    "read_bandwidth_source",
+    "measured_read_bandwidth_bytes_per_s",
+    "read_bandwidth_samples",
+)
 
 
 def higher_figures(old: DeviceProfile, new: DeviceProfile) -> DeviceProfile:
-    """Each peak is the best ever seen in this process: a busy moment can only lower a measurement."""
+    """Each peak is the best ever seen in this process: a busy moment can only lower a measurement. The copy and the
+    read-only figures are kept apart: each comes from whichever measurement of it was higher."""
     flops_from = new if new.peak_flops >= old.peak_flops else old
     bandwidth_from = new if new.bandwidth_bytes_per_s >= old.bandwidth_bytes_per_s else old
+    # A trace from before the read-only figure (None) takes the new one.
+    read_from = new if (new.read_bandwidth_bytes_per_s or 0.0) >= (old.read_bandwidth_bytes_per_s or 0.0) else old
     kept = {name: getattr(flops_from, name) for name in FLOPS_FIELDS}
     kept |= {name: getattr(bandwidth_from, name) for name in BANDWIDTH_FIELDS}
+    kept |= {name: getattr(read_from, name) for name in READ_BANDWIDTH_FIELDS}
     return replace(new, **kept)
+
+
+def achieved_memory_figures(p: PassRecord, device: DeviceProfile) -> tuple[float, float]:
+    """(read, copy) bandwidths under which pass `p`'s modelled memory time is its measured time. A pass's bytes are
+    mostly reads, so the read figure is raised: the reads get the time the writes leave at the copy figure. Where the
+    writes alone would outlast the pass, the copy figure was too low as well, and both rise by the same factor."""
+    read_bytes = p.cost.weight_bytes_read + p.cost.kv_bytes_read
+    read_s = p.wall_s - p.cost.kv_bytes_written / device.bandwidth_bytes_per_s
+    if read_s > 0 and read_bytes > 0:  # beaten: read_bytes / read figure > read_s, so this raises the read figure
+        return read_bytes / read_s, device.bandwidth_bytes_per_s
+    factor = p.cost.t_memory_s / p.wall_s
+    return device.effective_read_bandwidth_bytes_per_s * factor, device.bandwidth_bytes_per_s * factor
 
 
 def raised_to_achieved(device: DeviceProfile, beaten: list[PassRecord]) -> DeviceProfile:
@@ -80,16 +102,18 @@ def raised_to_achieved(device: DeviceProfile, beaten: list[PassRecord]) -> Devic
         [device.peak_flops]
         + [p.achieved_flops_per_s for p in beaten if p.cost.t_compute_s > PLAUSIBLE_SLACK * p.wall_s]
     )
-    bandwidth = max(
-        [device.bandwidth_bytes_per_s]
-        + [p.achieved_bandwidth_bytes_per_s for p in beaten if p.cost.t_memory_s > PLAUSIBLE_SLACK * p.wall_s]
-    )
+    memory = [achieved_memory_figures(p, device) for p in beaten if p.cost.t_memory_s > PLAUSIBLE_SLACK * p.wall_s]
+    read = max([device.effective_read_bandwidth_bytes_per_s] + [r for r, _ in memory])
+    bandwidth = max([device.bandwidth_bytes_per_s] + [c for _, c in memory])
+    read_raised = read > device.effective_read_bandwidth_bytes_per_s
     return replace(
         device,
         peak_flops=flops,
         peak_flops_source="achieved" if flops > device.peak_flops else device.peak_flops_source,
         bandwidth_bytes_per_s=bandwidth,
         bandwidth_source="achieved" if bandwidth > device.bandwidth_bytes_per_s else device.bandwidth_source,
+        read_bandwidth_bytes_per_s=read if read_raised else device.read_bandwidth_bytes_per_s,
+        read_bandwidth_source="achieved" if read_raised else device.read_bandwidth_source,
     )
 
 

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Source = Literal["measured", "spec", "nvml", "modelled", "achieved"]  # achieved: by a pass of the run itself
-# Every bandwidth figure counts bytes read plus bytes written, as STREAM's copy does; the roofline divides the bytes a
-# pass reads and writes by it, so both sides of that division count the same way.
+# The copy figure counts bytes read plus bytes written, as STREAM's copy does; the read figure counts each byte a
+# read-only stream (a reduction) reads, once. The roofline divides the bytes a pass only reads (weights, KV reads) by
+# the read figure and the bytes it writes (the KV cache's update) by the copy figure, so each division counts alike.
 BANDWIDTH_COUNTS = "read + write"
+READ_BANDWIDTH_COUNTS = "read only"
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,28 @@ class DeviceProfile:
     bandwidth_counts: str = BANDWIDTH_COUNTS
     measured_at: str = ""  # ISO time the microbenchmarks ran
     busy_note: str = ""  # why the figures were re-taken or raised after a run beat them; empty when they held
+    # Read-only bandwidth: what weight and KV reads are divided by. None in traces taken before it was measured:
+    # reads then use the copy figure (`read_bandwidth_from_copy`), and the device table and the CLI say so.
+    read_bandwidth_bytes_per_s: float | None = None
+    read_bandwidth_source: Source | None = None
+    measured_read_bandwidth_bytes_per_s: float | None = None  # achievable: the best of the read-only stream's repeats
+    read_bandwidth_samples: tuple[float, ...] = ()  # B/s of every timed read-only repeat (bytes read once)
+    read_bytes: int | None = None  # the microbenchmark: a reduction reading this many bytes
+
+    @property
+    def read_bandwidth_from_copy(self) -> bool:
+        """A trace from before the read-only figure existed: its reads are divided by the copy figure."""
+        return self.read_bandwidth_bytes_per_s is None
+
+    @property
+    def effective_read_bandwidth_bytes_per_s(self) -> float:
+        """What the roofline divides bytes read by: the read-only figure, else (an older trace) the copy figure."""
+        if self.read_bandwidth_bytes_per_s is None:
+            return self.bandwidth_bytes_per_s
+        return self.read_bandwidth_bytes_per_s
 
     @property
     def ridge_point_flops_per_byte(self) -> float:
-        """Arithmetic intensity above which a pass is compute-bound on this device."""
-        return self.peak_flops / self.bandwidth_bytes_per_s
+        """Arithmetic intensity above which a pass is compute-bound on this device. Against the read figure: every
+        pass reads more bytes than it writes (the weights alone outweigh the KV cache's update)."""
+        return self.peak_flops / self.effective_read_bandwidth_bytes_per_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from explorer.core.profiles import READ_BANDWIDTH_COUNTS
 from explorer.core.roofline import prefill_ridge_tokens
 from explorer.core.trace import DeviceProfile, ModelInfo, PassRecord, Spread, Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops_per_s, ms
@@ -38,8 +39,8 @@ def format_device(d: DeviceProfile) -> str:
 
     lines = [
         f"device  {d.name} ({d.kind}, {d.dtype}): peak {human_flops_per_s(d.peak_flops)} [{d.peak_flops_source}], "
-        f"bandwidth {human_bandwidth(d.bandwidth_bytes_per_s)} [{d.bandwidth_source}, counts {d.bandwidth_counts}], "
-        f"ridge {d.ridge_point_flops_per_byte:.1f} FLOP/B",
+        f"{read_bandwidth_text(d)}, copy bandwidth {human_bandwidth(d.bandwidth_bytes_per_s)} "
+        f"[{d.bandwidth_source}, counts {d.bandwidth_counts}], ridge {d.ridge_point_flops_per_byte:.1f} FLOP/B",
     ]
     if d.measured_flops is not None and d.matmul_n:
         lines.append(
@@ -51,9 +52,23 @@ def format_device(d: DeviceProfile) -> str:
             f"        copy {human_bytes(d.copy_bytes)} (read + write): "
             f"{human_bandwidth(d.measured_bandwidth_bytes_per_s)}" + samples(d.bandwidth_samples, human_bandwidth)
         )
+    if d.measured_read_bandwidth_bytes_per_s is not None and d.read_bytes:
+        lines.append(
+            f"        read {human_bytes(d.read_bytes)} (read only, a sum): "
+            f"{human_bandwidth(d.measured_read_bandwidth_bytes_per_s)}"
+            + samples(d.read_bandwidth_samples, human_bandwidth)
+        )
     if d.busy_note:
         lines.append(f"        note: {d.busy_note}")
     return "\n".join(lines)
+
+
+def read_bandwidth_text(d: DeviceProfile) -> str:
+    """'read bandwidth 14.2 GB/s [measured, read only]', or what an older trace without the figure divides reads by."""
+    if d.read_bandwidth_from_copy:
+        return "read bandwidth not in this trace (taken before it was measured): reads use the copy figure"
+    figure = human_bandwidth(d.effective_read_bandwidth_bytes_per_s)
+    return f"read bandwidth {figure} [{d.read_bandwidth_source}, {READ_BANDWIDTH_COUNTS}]"
 
 
 def compute_bound_prompts(model: ModelInfo, device: DeviceProfile) -> str:
@@ -73,7 +88,8 @@ def format_trace(trace: Trace) -> str:
         f"warm-up ran: {'yes' if trace.warmup_ran else 'no'}; repeats: {trace.repeat_count} "
         f"(passes below: repeat {trace.shown_repeat + 1}, the median end-to-end)",
         "",
-        "measured: wall; modelled: weight, kv (read + write), compute (roofline); "
+        "measured: wall; modelled: weight, kv (read + write), compute (roofline: reads at the read bandwidth, writes "
+        "at the copy bandwidth); "
         "overhead = wall - max(compute, weight + kv)",
         "pass phase   tok_in  cache       wall_ms weight_ms  kv_ms  compute_ms overhd_ms    kv_cache  token",
     ]

@@ -52,6 +52,12 @@ def kv_traffic_bytes(model: ModelInfo, tokens_in: int, cache_len_before: int, ba
     return update_read + attention_read, written
 
 
+def memory_time_s(bytes_read: float, bytes_written: float, device: DeviceProfile) -> float:
+    """Time to move the bytes at the device's bandwidths: reads at the read-only figure (weights, KV reads are
+    streams a pass only reads), writes at the copy figure (the KV cache's update is a copy)."""
+    return bytes_read / device.effective_read_bandwidth_bytes_per_s + bytes_written / device.bandwidth_bytes_per_s
+
+
 def pass_cost(
     model: ModelInfo, device: DeviceProfile, tokens_in: int, cache_len_before: int, batch: int = 1
 ) -> PassCost:
@@ -60,16 +66,21 @@ def pass_cost(
     flops = batch * pass_flops(model, tokens_in, cache_len_after)
     weights = weight_bytes_read(model, tokens_in * batch)  # read once per pass, whatever the batch
     kv_read, kv_written = kv_traffic_bytes(model, tokens_in, cache_len_before, batch)
-    bandwidth = device.bandwidth_bytes_per_s
     return PassCost(
         flops=flops,
         weight_bytes_read=weights,
         kv_bytes_read=kv_read,
         kv_bytes_written=kv_written,
-        t_weight_read_s=weights / bandwidth,
-        t_kv_s=(kv_read + kv_written) / bandwidth,
+        t_weight_read_s=memory_time_s(weights, 0, device),
+        t_kv_s=memory_time_s(kv_read, kv_written, device),
         t_compute_s=flops / device.peak_flops,
     )
+
+
+def pass_bandwidth_bytes_per_s(cost: PassCost, device: DeviceProfile) -> float:
+    """The device's bandwidth for this pass's mix of reads and writes: its bytes over its modelled memory time."""
+    moved = cost.weight_bytes_read + cost.kv_bytes_read + cost.kv_bytes_written
+    return moved / memory_time_s(cost.weight_bytes_read + cost.kv_bytes_read, cost.kv_bytes_written, device)
 
 
 def prefill_ridge_tokens(model: ModelInfo, device: DeviceProfile) -> int | None:
@@ -90,11 +101,12 @@ def prefill_ridge_tokens(model: ModelInfo, device: DeviceProfile) -> int | None:
     return lengths[first] if first < len(lengths) else None
 
 
-def roofline_time(flops: float, bytes_moved: float, device: DeviceProfile) -> float:
+def roofline_time(flops: float, bytes_read: float, device: DeviceProfile, bytes_written: float = 0) -> float:
     """The roofline lower bound on a pass's time: the slower of the maths and the memory traffic."""
-    return max(flops / device.peak_flops, bytes_moved / device.bandwidth_bytes_per_s)
+    return max(flops / device.peak_flops, memory_time_s(bytes_read, bytes_written, device))
 
 
 def attainable_flops(arithmetic_intensity: float, device: DeviceProfile) -> float:
-    """The roofline itself: min(peak, intensity x bandwidth)."""
-    return min(device.peak_flops, arithmetic_intensity * device.bandwidth_bytes_per_s)
+    """The roofline itself: min(peak, intensity x bandwidth), with the read figure because a pass's bytes are mostly
+    reads (as for `DeviceProfile.ridge_point_flops_per_byte`)."""
+    return min(device.peak_flops, arithmetic_intensity * device.effective_read_bandwidth_bytes_per_s)

@@ -39,8 +39,8 @@ class PassCost:
     weight_bytes_read: int  # every weight once per pass
     kv_bytes_read: int  # attention's read of every cached K and V, plus the cache update's own read (see roofline)
     kv_bytes_written: int  # the cache update's write: the whole grown cache when the cache concatenates
-    t_weight_read_s: float  # weight_bytes_read / bandwidth
-    t_kv_s: float  # (kv_bytes_read + kv_bytes_written) / bandwidth
+    t_weight_read_s: float  # weight_bytes_read / read bandwidth
+    t_kv_s: float  # kv_bytes_read / read bandwidth + kv_bytes_written / copy bandwidth
     t_compute_s: float  # flops / peak FLOP/s
 
     @property
@@ -49,7 +49,8 @@ class PassCost:
 
     @property
     def bytes_moved(self) -> int:
-        """Weights read plus KV-cache traffic: what the memory side of the roofline divides by the bandwidth."""
+        """Weights read plus KV-cache traffic: what the memory side of the roofline divides by the bandwidths (reads by
+        the read-only figure, writes by the copy figure)."""
         return self.weight_bytes_read + self.kv_bytes_moved
 
     @property
@@ -317,7 +318,7 @@ class Trace(ItlPercentiles, JsonRecord):
             **{
                 **rest,
                 "model": ModelInfo(**data["model"]),
-                "device": DeviceProfile(**_tuples(data["device"], "flops_samples", "bandwidth_samples")),
+                "device": DeviceProfile(**_tuples(data["device"], *DEVICE_SAMPLES)),
                 "sampling": Sampling(**data["sampling"]),
                 "prompt_token_ids": tuple(data["prompt_token_ids"]),
                 "prompt_tokens_text": tuple(data["prompt_tokens_text"]),
@@ -331,6 +332,9 @@ class Trace(ItlPercentiles, JsonRecord):
 
     def passes_csv(self) -> str:
         return passes_to_csv(self.passes)
+
+
+DEVICE_SAMPLES = ("flops_samples", "bandwidth_samples", "read_bandwidth_samples")  # lists in JSON, tuples here
 
 
 def _tuples(data: dict[str, Any], *keys: str) -> dict[str, Any]:

@@ -188,7 +188,10 @@ def remeasure_device(device: str, dtype: str) -> None:
     try:
         count_run()
         kind, dtype = (run.trace.device.kind, run.trace.device.dtype) if run else (resolve_device(device).type, dtype)
-        with device_turn("device figures"), progress_bar("Measuring the device (best of 5 matmuls and copies)…") as bar:
+        with (
+            device_turn("device figures"),
+            progress_bar("Measuring the device (best of 5 matmuls, copies and reads)…") as bar,
+        ):
             fresh = device_profile(kind, dtype, fresh=True, progress=bar)
     except ExplorerError as exc:  # the rate limit, a refusal in line, or a device this server does not have
         show_error(str(exc))

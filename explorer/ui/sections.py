@@ -71,7 +71,10 @@ def utilisation_section(trace: Trace) -> None:
             st.markdown(f"**{row.label}**")  # built from the phase and the index: no user text
             peak = f"{human_flops(device.peak_flops)}/s, {device.peak_flops_source}"
             moved = f"modelled {human_bytes(row.bytes_moved)} moved (weights + KV read and write)"
-            device_bandwidth = f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_source})"
+            device_bandwidth = (
+                f"{human_bandwidth(row.device_bandwidth_bytes_per_s)} for this pass's reads (at the read bandwidth) "
+                "and writes (at the copy bandwidth)"
+            )
             metrics(
                 [
                     ("Compute utilisation", percent(row.compute_utilisation), f"achieved FLOP/s / peak ({peak})"),

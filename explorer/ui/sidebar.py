@@ -125,7 +125,7 @@ def device_inputs(policy: HostedPolicy) -> tuple[str, str]:
 def remeasure_button() -> None:
     if st.sidebar.button(
         "Re-measure device figures",
-        help="Runs the matmul and copy microbenchmarks again (they are reused otherwise, and re-taken by themselves "
+        help="Runs the matmul, copy and read-only microbenchmarks again (they are reused otherwise, and re-taken "
         "when a pass beats them), then divides the current run by the new figures.",
     ):
         # The device the next Run would use: the boxes as last submitted with Run (a form commits only then).

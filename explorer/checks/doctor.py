@@ -1,0 +1,220 @@
+"""`explorer doctor`: what a user runs first on a new machine. The machine's checks (`explorer.checks.machine`), then
+the embedded model loaded and a 4-token greedy run checked end to end: its tokens against transformers' `generate()`,
+its KV bytes against the formula, TTFT against the prefill, and on a GPU the CUDA events against the host clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from explorer.checks.machine import (
+    Check,
+    DeviceFigures,
+    Environment,
+    environment,
+    machine_checks,
+    measure_devices,
+    verdict,
+)
+from explorer.core.engine import Request, decode_one_token, new_cache, prefill
+from explorer.core.errors import ExplorerError, one_line
+from explorer.core.lab_progress import Report, part_of, silent
+from explorer.core.loading import LoadedModel
+from explorer.core.measure import measure
+from explorer.core.roofline import kv_cache_bytes
+from explorer.core.timing import synchronize, timed
+from explorer.core.trace import JsonRecord, Trace, ttft_of
+from explorer.core.units import human_bandwidth, human_bytes, human_flops_per_s, ms
+
+DOCTOR_PROMPT = "What is the capital of France?"
+DOCTOR_TOKENS = 4
+CLOCKS_TOLERANCE = 0.10  # CUDA events and the host clock around the same pass may differ by this share of it
+RUN_CHECKS = ("tokens = generate()", "KV bytes = formula", "TTFT >= prefill", "CUDA events = host clock")
+
+
+@dataclass(frozen=True)
+class DoctorReport(JsonRecord):
+    environment: Environment
+    devices: tuple[DeviceFigures, ...]
+    checks: tuple[Check, ...]
+    run_device: str | None  # where the 4-token run ran; None when the model did not load
+    created_at: str
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.checks if c.status == "FAIL")
+
+    @property
+    def ok(self) -> bool:
+        """Exit 0: nothing failed (a SKIP is a check that does not apply here)."""
+        return not self.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "failed": list(self.failed), **asdict(self)}
+
+
+# --- the 4-token run -------------------------------------------------------------------------------------------------
+def generate_tokens(lm: LoadedModel, prompt_ids: tuple[int, ...], new_tokens: int) -> tuple[int, ...]:
+    """transformers' own greedy loop on the same ids, EOS ignored as the doctor's run ignores it."""
+    ids = torch.tensor([list(prompt_ids)], device=lm.torch_device)
+    with torch.inference_mode():
+        out = lm.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return tuple(int(t) for t in out[0, ids.shape[1] :].tolist())
+
+
+def tokens_check(lm: LoadedModel, trace: Trace) -> Check:
+    ours = trace.generated_token_ids
+    theirs = generate_tokens(lm, trace.prompt_token_ids, DOCTOR_TOKENS)
+    ok = ours == theirs and len(ours) == DOCTOR_TOKENS
+    found = "equal" if ok else f"differ from generate()'s {list(theirs)}"
+    line = f"{len(ours)} greedy tokens {list(ours)} ({trace.generated_text!r}) {found}"
+    return verdict(ok, RUN_CHECKS[0], line + " (generate(do_sample=False), same ids)", ours, "token ids")
+
+
+def kv_check(trace: Trace) -> Check:
+    """Every pass of every repeat: the bytes the real cache tensors hold against 2 x layers x kv_heads x head_dim x
+    positions x bytes per element."""
+    m = trace.model
+    wrong = [
+        (p, kv_cache_bytes(m, p.cache_len_after))
+        for passes in trace.repeats
+        for p in passes
+        if p.kv_cache_bytes != kv_cache_bytes(m, p.cache_len_after) or sum(p.kv_layer_bytes) != p.kv_cache_bytes
+    ]
+    last = trace.passes[-1]
+    formula = (
+        f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} x {last.cache_len_after} positions x "
+        f"{m.bytes_per_element} B"
+    )
+    if wrong:
+        p, expected = wrong[0]
+        line = f"pass {p.index}: the cache holds {p.kv_cache_bytes:,} B, the formula says {expected:,} B"
+        return verdict(False, RUN_CHECKS[1], f"{line} ({len(wrong)} passes wrong)", p.kv_cache_bytes, "B")
+    line = f"{human_bytes(last.kv_cache_bytes)} after the last pass = {formula}, and so for every pass"
+    return verdict(True, RUN_CHECKS[1], line, last.kv_cache_bytes, "B")
+
+
+def ttft_check(trace: Trace) -> Check:
+    """TTFT runs from before tokenizing to the first token: it holds the prefill pass, so it can't be shorter."""
+    short = [passes for passes in trace.repeats if ttft_of(passes) < passes[0].wall_s]
+    ttft, wall = trace.ttft_s, trace.prefill.wall_s
+    line = f"TTFT {ms(ttft)} >= prefill {ms(wall)} (tokenizing and sampling add {ms(ttft - wall)})"
+    if short:
+        line = f"TTFT {ms(ttft_of(short[0]))} < its prefill {ms(short[0][0].wall_s)}: the clocks disagree"
+    return verdict(not short, RUN_CHECKS[2], line, ttft, "s")
+
+
+def both_clocks(device: torch.device, forward: Callable[..., object], *args: object) -> tuple[float, float]:
+    """(CUDA-event seconds, host-clock seconds) of one pass: the host clock around the engine's own `timed`."""
+    synchronize(device)
+    started = time.perf_counter()
+    _, event_s = timed(device, forward, *args)
+    return event_s, time.perf_counter() - started
+
+
+def clocks_check(lm: LoadedModel, trace: Trace) -> Check:
+    """The run's passes replayed in order, each timed by CUDA events (as the run times it) inside a host clock."""
+    name = RUN_CHECKS[3]
+    if lm.torch_device.type != "cuda":
+        return Check(name, "SKIP", "not applicable on a CPU: passes are timed by the host clock itself")
+    device, cache = lm.torch_device, new_cache(lm.model)
+    pairs = [both_clocks(device, prefill, lm.model, torch.tensor([list(trace.prompt_token_ids)], device=device), cache)]
+    for p in trace.decodes:
+        ids = torch.tensor([list(p.input_token_ids)], device=device)
+        pairs.append(both_clocks(device, decode_one_token, lm.model, ids, cache))
+    gaps = [abs(host - event) / host for event, host in pairs]
+    worst = max(range(len(gaps)), key=gaps.__getitem__)
+    event, host = pairs[worst]
+    line = (
+        f"{len(pairs)} passes replayed: events within {gaps[worst]:.1%} of the host clock at worst "
+        f"(pass {worst}: {ms(event)} by events, {ms(host)} by the host)"
+    )
+    return verdict(gaps[worst] <= CLOCKS_TOLERANCE, name, line, gaps[worst], "fraction")
+
+
+def run_checks(lm: LoadedModel) -> list[Check]:
+    """A 4-token greedy run as the app makes it (device figures, warm-up, run, figures kept honest), checked."""
+    try:
+        trace = measure(lm, Request(DOCTOR_PROMPT, max_new_tokens=DOCTOR_TOKENS, stop_at_eos=False))
+    except (ExplorerError, RuntimeError) as exc:
+        return [verdict(False, "4-token run", f"the run failed: {one_line(exc)}")]
+    return [tokens_check(lm, trace), kv_check(trace), ttft_check(trace), clocks_check(lm, trace)]
+
+
+def load_check(load: Callable[[], LoadedModel]) -> tuple[LoadedModel | None, Check]:
+    try:
+        lm = load()
+    except ExplorerError as exc:
+        return None, verdict(False, "model loads", str(exc))
+    except Exception as exc:  # a doctor reports what broke (a missing package, a bad wheel), it does not crash
+        return None, verdict(False, "model loads", one_line(exc))
+    line = f"{lm.info.display_name} on {lm.torch_device.type} in {lm.info.dtype}, {lm.load_s:.1f} s"
+    return lm, verdict(True, "model loads", line, lm.load_s, "s")
+
+
+def run_doctor(load: Callable[[], LoadedModel], progress: Report = silent) -> DoctorReport:
+    """Every check in order: versions, CUDA, NVML, each device's figures, then the model and its 4-token run."""
+    env = environment()
+    devices = measure_devices(part_of(progress, 0.0, 0.6))
+    checks = machine_checks(env, devices)
+    progress(0.6, "Loading the embedded model…")
+    lm, loaded = load_check(load)
+    checks.append(loaded)
+    if lm is not None:
+        progress(0.7, f"A {DOCTOR_TOKENS}-token run on {lm.torch_device.type}, checked end to end…")
+        checks += run_checks(lm)
+    return DoctorReport(
+        environment=env,
+        devices=devices,
+        checks=tuple(checks),
+        run_device=str(lm.torch_device) if lm is not None else None,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+# --- the text --------------------------------------------------------------------------------------------------------
+def device_line(figures: DeviceFigures) -> str:
+    flops = ", ".join(
+        f"{p.dtype} {human_flops_per_s(p.measured_flops)}" for p in figures.profiles if p.measured_flops is not None
+    )
+    line = f"  {figures.device:<7} {figures.name}"
+    line += f" [spec row: {figures.spec_row}]" if figures.spec_row else ""
+    if figures.profiles:
+        p = figures.profiles[0]
+        copy, read = p.measured_bandwidth_bytes_per_s, p.measured_read_bandwidth_bytes_per_s
+        line += f": matmul {flops}; copy {human_bandwidth(copy) if copy else 'n/a'} (read + write)"
+        line += f", read {human_bandwidth(read) if read else 'n/a'} (read only)"
+    return line
+
+
+def format_report(report: DoctorReport) -> str:
+    env, nvml = report.environment, report.environment.nvml
+    versions = ", ".join(f"{name} {version or 'NOT INSTALLED'}" for name, version in env.packages.items())
+    cuda = f"CUDA build {env.cuda_build}, {env.cuda_devices} device(s)" if env.cuda_build else "CPU build of torch"
+    lines = [
+        f"explorer doctor ({report.created_at})",
+        f"  Python {env.python} on {env.platform}; {versions}; {env.torch_threads} torch threads",
+        f"  {cuda}; NVML: " + (f"driver {nvml.driver}, CUDA driver {nvml.cuda_driver}" if nvml.available else "none"),
+        "devices (best of 5 each: n x n matmuls per dtype, copies and sums of the same bytes)",
+        *[device_line(figures) for figures in report.devices],
+        "checks",
+    ]
+    width = max(len(c.name) for c in report.checks)
+    lines += [f"  {c.status:<4}  {c.name:<{width}}  {c.line}" for c in report.checks]
+    skipped = sum(c.status == "SKIP" for c in report.checks)
+    summary = f"{len(report.checks)} checks: {len(report.checks) - skipped - len(report.failed)} PASS, "
+    summary += f"{len(report.failed)} FAIL, {skipped} SKIP (not applicable here)"
+    lines.append(summary + (": this machine runs the explorer end to end" if report.ok else ""))
+    return "\n".join(lines)

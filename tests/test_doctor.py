@@ -1,0 +1,212 @@
+"""`explorer doctor`: every check passes here (or is skipped as GPU-only), the JSON lists each check with its figure,
+a broken check makes the command exit 1 naming it; each verdict's rule checked on hand-made figures."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from explorer.checks import doctor, machine
+from explorer.checks.doctor import RUN_CHECKS, DoctorReport, run_doctor
+from explorer.checks.machine import (
+    DeviceFigures,
+    Environment,
+    NvmlStatus,
+    bandwidth_checks,
+    cuda_check,
+    matmul_check,
+    nvml_status,
+    spec_check,
+    versions_check,
+)
+from explorer.cli import doctor as doctor_cli
+from explorer.cli import main as cli
+from explorer.core import device as device_module
+from explorer.core.errors import BadInput
+from explorer.core.loading import LoadedModel
+from explorer.core.roofline import kv_cache_bytes
+from explorer.core.trace import DeviceProfile
+
+GPU_ONLY = {"cuda", "nvml", "CUDA events = host clock"}  # what a machine without a GPU skips
+
+
+@pytest.fixture(scope="module")
+def report(real_lm: LoadedModel) -> DoctorReport:
+    return run_doctor(lambda: real_lm)
+
+
+def test_every_check_passes_here_or_is_a_gpu_check_skipped(report: DoctorReport) -> None:
+    assert report.ok and report.failed == ()
+    statuses = {c.name: c.status for c in report.checks}
+    assert set(statuses.values()) <= {"PASS", "SKIP"}
+    if not torch.cuda.is_available():
+        assert {name for name, status in statuses.items() if status == "SKIP"} == GPU_ONLY
+        assert "not applicable on a CPU" in next(c.line for c in report.checks if c.name == RUN_CHECKS[3])
+    names = list(statuses)
+    assert names[:3] == ["versions", "cuda", "nvml"] and "model loads" in names and set(RUN_CHECKS) <= set(names)
+    assert machine.dtypes_for("cpu") == ("float32", "bfloat16")  # float16 is measured on CUDA only
+    for dtype in ("float32", "bfloat16"):  # the CPU's FLOP/s per dtype it runs, then its two bandwidths
+        assert f"cpu {dtype} matmul" in names
+    assert {"cpu copy bandwidth", "cpu read bandwidth"} <= set(names)
+
+
+def test_the_run_checks_carry_their_figures(report: DoctorReport, real_lm: LoadedModel) -> None:
+    checks = {c.name: c for c in report.checks}
+    tokens = checks["tokens = generate()"]
+    assert len(tokens.figure) == doctor.DOCTOR_TOKENS and "equal" in tokens.line  # type: ignore[arg-type]
+    kv = checks["KV bytes = formula"]
+    positions = int(kv.line.split(" x ")[4].split()[0])  # "... x 64 x 40 positions x 4 B"
+    assert kv.figure == kv_cache_bytes(real_lm.info, positions) == 46_080 * positions and kv.unit == "B"
+    assert "2 x 30 layers x 3 KV heads x 64" in kv.line
+    read = checks["cpu read bandwidth"]
+    assert (
+        read.figure == report.devices[0].profiles[0].measured_read_bandwidth_bytes_per_s and "x the copy" in read.line
+    )
+
+
+def test_the_cli_exits_0_and_writes_every_check_with_its_figure(
+    real_lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(doctor_cli, "load_embedded", lambda: real_lm)  # the session's model: loaded once
+    out = tmp_path / "d.json"
+    assert cli.main(["doctor", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["ok"] is True and data["failed"] == []
+    assert data["environment"]["packages"]["torch"] == torch.__version__
+    assert data["devices"][0]["profiles"][0]["read_bandwidth_bytes_per_s"] > 0
+    for check in data["checks"]:
+        assert set(check) == {"name", "status", "line", "figure", "unit"} and check["status"] in ("PASS", "SKIP")
+        assert f"{check['status']:<4}  {check['name']}" in printed
+        assert check["figure"] is not None or check["status"] == "SKIP" or check["name"] == "nvml"
+    assert "0 FAIL" in printed and f"wrote {out}" in printed
+
+
+def test_a_wrong_kv_formula_fails_its_check_and_the_exit_names_it(
+    real_lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(doctor_cli, "load_embedded", lambda: real_lm)
+    monkeypatch.setattr(doctor, "kv_cache_bytes", lambda model, cache_len, batch=1: 46_080 * cache_len + 1)
+    out = tmp_path / "broken.json"
+    assert cli.main(["doctor", "--json", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == "error: 1 doctor check failed: KV bytes = formula."
+    assert "FAIL  KV bytes = formula" in captured.out and "the formula says" in captured.out
+    data = json.loads(out.read_text(encoding="utf-8"))  # written before the exit: the failing figure is kept
+    assert data["ok"] is False and data["failed"] == ["KV bytes = formula"]
+
+
+def test_an_unwritable_json_path_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor_cli, "cmd_doctor", lambda args: pytest.fail("ran despite a bad --json path"))
+    assert cli.main(["doctor", "--json", "/no/such/folder/d.json"]) == BadInput.exit_code
+
+
+def test_a_model_that_fails_to_load_is_a_failed_check_not_a_crash() -> None:
+    def broken() -> LoadedModel:
+        raise ImportError("No module named 'gguf'")
+
+    lm, check = doctor.load_check(broken)
+    assert lm is None and (check.name, check.status) == ("model loads", "FAIL")
+    assert check.line == "ImportError: No module named 'gguf'"
+
+
+# --- each verdict's rule, on hand-made figures -----------------------------------------------------------------------
+def env(**changes: object) -> Environment:
+    base = Environment(
+        python="3.11.7",
+        platform="Linux x86_64 (linux)",
+        packages={"torch": "2.13.0+cpu", "transformers": "5.23.0", "streamlit": "1.67.0"},
+        pinned={"torch": "2.13.0", "transformers": "5.23.0", "streamlit": "1.67.0"},
+        torch_threads=2,
+        cuda_build=None,
+        cuda_devices=0,
+        nvml=NvmlStatus(False, "NVML Shared Library Not Found"),
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_versions_fail_only_when_a_package_is_missing() -> None:
+    assert versions_check(env()).status == "PASS" and "as requirements.txt pins them" in versions_check(env()).line
+    newer = versions_check(env(packages={"torch": "2.14.0+cu128", "transformers": "5.23.0", "streamlit": "1.67.0"}))
+    assert newer.status == "PASS" and "torch 2.14.0+cu128 (requirements.txt pins 2.13.0)" in newer.line
+    missing = versions_check(env(packages={"torch": "2.13.0", "transformers": "5.23.0", "streamlit": None}))
+    assert missing.status == "FAIL" and "streamlit not installed" in missing.line
+
+
+def test_a_gpu_torch_cannot_use_is_a_failure_and_no_gpu_a_skip() -> None:
+    assert cuda_check(env()).status == "SKIP"
+    stranded = cuda_check(env(nvml=NvmlStatus(True, driver="570.1", cuda_driver="12.8", gpus=1)))
+    assert stranded.status == "FAIL" and "install a CUDA build of torch" in stranded.line
+    assert cuda_check(env(cuda_build="12.8", cuda_devices=2)).status == "PASS"
+
+
+class FakeSystemNvml:
+    """pynvml's system queries on a driver 570 box with two GPUs."""
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"570.124.06"  # older bindings return bytes
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        return "12.570.124.06"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12080
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+
+def test_nvml_status_reads_the_driver_and_says_why_when_it_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(device_module, "pynvml", FakeSystemNvml())
+    assert nvml_status() == NvmlStatus(True, "", "570.124.06", "12.570.124.06", "12.8", 2)
+    monkeypatch.setattr(device_module, "pynvml", None)
+    assert nvml_status() == NvmlStatus(False, "nvidia-ml-py is not installed")
+
+
+def hand_profile(**changes: object) -> DeviceProfile:
+    base = DeviceProfile(
+        "NVIDIA H100 80GB HBM3", "cuda", "bfloat16", 989.4e12, "spec", 3.35e12, "nvml",
+        measured_flops=700e12, measured_bandwidth_bytes_per_s=3.0e12, flops_samples=(700e12,),
+        bandwidth_samples=(3.0e12,), matmul_n=8192, copy_bytes=1024**3, read_bandwidth_bytes_per_s=3.35e12,
+        read_bandwidth_source="nvml", measured_read_bandwidth_bytes_per_s=3.2e12, read_bandwidth_samples=(3.2e12,),
+        read_bytes=1024**3,
+    )  # fmt: skip
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_matmul_above_the_datasheet_fails_and_below_passes() -> None:
+    assert matmul_check("cuda:0", hand_profile()).status == "PASS"
+    over = matmul_check("cuda:0", hand_profile(measured_flops=1200e12))
+    assert over.status == "FAIL" and "spec row does not fit" in over.line
+    assert matmul_check("cuda:0", hand_profile(measured_flops=None)).status == "FAIL"
+
+
+def test_bandwidths_must_stream_and_stay_under_the_peak() -> None:
+    copy, read = bandwidth_checks("cuda:0", hand_profile())
+    assert (copy.status, read.status) == ("PASS", "PASS") and "1.07x the copy" in read.line and "95.5 %" in read.line
+    _, cached = bandwidth_checks("cuda:0", hand_profile(measured_read_bandwidth_bytes_per_s=12e12))
+    assert cached.status == "FAIL" and "not a memory stream" in cached.line
+    over, _ = bandwidth_checks("cuda:0", hand_profile(measured_bandwidth_bytes_per_s=4e12))
+    assert over.status == "FAIL" and "119 % of the nvml peak" in over.line
+
+
+def test_nvml_and_the_spec_row_must_agree() -> None:
+    figures = DeviceFigures("cuda:0", "NVIDIA H100 80GB HBM3", "H100 SXM", 3.35e12, (hand_profile(),))
+    assert spec_check(figures).status == "PASS" and "agrees" in spec_check(figures).line
+    wrong = replace(figures, profiles=(hand_profile(bandwidth_bytes_per_s=2.0e12),))
+    assert spec_check(wrong).status == "FAIL"
+    unknown = replace(figures, spec_row=None, spec_bandwidth_bytes_per_s=None)
+    assert spec_check(unknown).status == "SKIP"

@@ -60,3 +60,14 @@ def test_the_venv_the_readme_makes_is_ignored_and_not_watched() -> None:
 def test_the_readme_says_what_set_up_costs() -> None:
     assert "517 MB" in README and "2 GB" in README  # the model cache and the venv
     assert re.search(r"under \d+ minutes", README)  # how long the test command takes
+
+
+def test_the_layout_table_names_every_module_and_the_newcomers_route() -> None:
+    layout = README[README.index("## Layout") :]
+    modules = sorted(
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "explorer").rglob("*.py") if p.name != "__init__.py"
+    )
+    folders = sorted({p.parent.relative_to(ROOT).as_posix() + "/" for p in (ROOT / "explorer").rglob("__init__.py")})
+    missing = [path for path in modules + folders if f"`{path}`" not in layout and path != "explorer/"]
+    assert missing == []
+    assert "A newcomer's route" in layout

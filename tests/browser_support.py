@@ -10,6 +10,7 @@ accepted as a "running" signal where it does show up.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -34,14 +36,32 @@ CHROMIUM_ARGS = [
 ]
 HOST = "127.0.0.1"
 
-# Installs (once per document) a recorder of the script-run state, and marks where "now" is in its log.
+
+def browser_missing() -> str:
+    """Why no browser test can run here, or "" when Debian's chromium and the `playwright` package are both present."""
+    if importlib.util.find_spec("playwright") is None:
+        return "the `playwright` package is not importable; install requirements-dev.txt"
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is missing; install Debian's `chromium` (see the README)"
+    return ""
+
+
+# Installs (once per document) a recorder of the script-run state, and marks where "now" is in its log. Every state
+# the attribute held is kept, however briefly: a mutation's old value is the state it replaced, so a 'running' that
+# lasted less than one observer callback is still seen (reading the attribute in the callback saw only the last state
+# and lost it, and the wait for a start then sat out its whole timeout). The whole document is watched, so a re-mounted
+# root element is watched too.
 INSTALL_RECORDER_JS = """() => {
   const app = document.querySelector("[data-testid='stApp']");
   if (!app) return -1;
   if (!window.__stStates) {
     window.__stStates = [app.dataset.testScriptState];
-    new MutationObserver(() => window.__stStates.push(app.dataset.testScriptState))
-      .observe(app, {attributes: true, attributeFilter: ["data-test-script-state"]});
+    new MutationObserver(records => {
+      for (const r of records) window.__stStates.push(r.oldValue);
+      const now = document.querySelector("[data-testid='stApp']");
+      if (now) window.__stStates.push(now.dataset.testScriptState);
+    }).observe(document.body, {
+      attributes: true, attributeOldValue: true, subtree: true, attributeFilter: ["data-test-script-state"]});
     new MutationObserver(() => {
       if (document.querySelector("[data-testid='stStatusWidget']")) window.__stStates.push("statusWidget");
     }).observe(document.body, {childList: true, subtree: true});
@@ -102,6 +122,17 @@ def log_tail(log_path: Path, chars: int = 3000) -> str:
         return log_path.read_text(errors="replace")[-chars:]
     except OSError:
         return "(no server log)"
+
+
+@dataclass(frozen=True)
+class HostedApp:
+    """The app as deployed (deploy/run.sh, hosted mode), started once per session (tests/conftest.py)."""
+
+    url: str
+    log: Path
+    turn_log: Path  # one line per finished device turn (EXPLORER_TURN_LOG)
+    folder: Path  # for screenshots and downloads of the tests that use it
+    engine_port: int  # the only endpoint the Endpoint page may measure: where tests/test_remote.py starts its engine
 
 
 RUN_SCRIPT = REPO_ROOT / "deploy" / "run.sh"  # the deployment recipe's entry command: what the tests start
@@ -173,12 +204,22 @@ def wait_for_charts(page, timeout_s: float) -> tuple[int, int]:
     return sum(drawn), len(drawn)
 
 
+# Resolves after two animation frames: a layout change (a new viewport size) has been laid out and painted.
+TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+
+
+def settle(page, timeout_s: float = 5.0) -> None:
+    """Wait, by polling rather than a fixed sleep, until a resized page has painted and every chart on it is drawn."""
+    page.evaluate(TWO_FRAMES_JS)
+    wait_for_charts(page, timeout_s)
+
+
 def full_screenshot(page, path: Path, width: int, height: int, max_height: int = 12_000) -> None:
     """A screenshot of everything on the page: the viewport is stretched to the content, then restored."""
     content = min(max_height, int(page.evaluate(CONTENT_HEIGHT_JS)) + 40)
     if content > height:
         page.set_viewport_size({"width": width, "height": content})
-        page.wait_for_timeout(500)  # let charts and the layout settle at the new size
+        settle(page)
     try:
         page.screenshot(path=str(path), full_page=True)
     finally:

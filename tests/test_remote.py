@@ -31,18 +31,13 @@ from explorer.charts import latency
 from explorer.cli import main
 from explorer.core.errors import BadInput, RunFailed
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.browser_support import HostedApp
 from tests.tiny import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 SERVER_START_TIMEOUT_S = 300  # model load on a busy 2-core machine
 SWEEP_MAX_TOKENS = "8"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def record(
@@ -377,7 +372,7 @@ class Engine:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+def engine(tmp_path_factory: pytest.TempPathFactory, engine_port: int) -> Iterator[Engine]:
     """`transformers serve` on a free loopback port with the embedded model and continuous batching; always stopped.
 
     The paged KV cache is kept small (64 blocks of 32 tokens): its default on this CPU build reserved ~6 GB of RSS.
@@ -387,7 +382,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     from explorer.core.loading import ensure_embedded_converted
 
     folder = str(ensure_embedded_converted())
-    port = free_port()
+    port = engine_port  # the port the session's app server allows (tests/conftest.py)
     log = tmp_path_factory.mktemp("transformers-serve") / "server.log"
     cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", folder, "--continuous-batching"]
     cmd += ["--cb-block-size", "32", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "512"]
@@ -421,6 +416,7 @@ def recorded(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.server
 def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: Engine) -> None:
     data = json.loads(recorded.read_text())
     assert data["endpoint"] == {"base_url": engine.base_url, "model": engine.model, "api": "chat"}
@@ -447,6 +443,7 @@ def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: E
     assert overlaps(result.level(4))  # four in flight: the engine batched requests that overlap in time
 
 
+@pytest.mark.server
 def test_the_completions_api_and_a_local_tokenizer(engine: Engine) -> None:
     config = remote.SweepConfig(
         remote.make_endpoint(engine.base_url, engine.model, "completions"),
@@ -462,12 +459,14 @@ def test_the_completions_api_and_a_local_tokenizer(engine: Engine) -> None:
         assert abs(sum(r.chunk_tokens) - r.output_tokens) <= 1, (r.chunk_tokens, r.output_tokens, r.text)
 
 
+@pytest.mark.server
 def test_a_wrong_model_name_is_one_line(engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["remote", "--base-url", engine.base_url, "--model", "no-such/model"]) == 2
     message = one_line_error(capsys)
     assert "does not serve model 'no-such/model' (HTTP 400)" in message
 
 
+@pytest.mark.server
 def test_the_endpoint_page_renders_the_recorded_sweep(recorded: Path) -> None:
     at = endpoint_page()
     at.get("file_uploader")[0].set_value(("r.json", recorded.read_bytes(), "application/json")).run()
@@ -530,69 +529,60 @@ def test_the_page_says_in_one_line_what_is_wrong() -> None:
 BROWSER_RUN_TIMEOUT_S = 400  # warm-up + 2 levels x 2 requests on a busy 2-core machine
 
 
-def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: Path) -> None:
-    from tests.browser_support import (
-        CHROMIUM,
-        CHROMIUM_ARGS,
-        full_screenshot,
-        log_tail,
-        mark_run_state,
-        streamlit_server,
-        wait_for_charts,
-        wait_until_rerun_done,
-    )
-
-    if importlib.util.find_spec("playwright") is None or not CHROMIUM.exists():
-        pytest.skip("BROWSER TEST SKIPPED: needs the playwright package and /usr/bin/chromium (see the README)")
-    from playwright.sync_api import sync_playwright
+@pytest.mark.browser
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_endpoint_page_measures_live_in_a_browser(
+    engine: Engine, tmp_path: Path, hosted_app: HostedApp, chromium: object
+) -> None:
+    from tests.browser_support import full_screenshot, log_tail, mark_run_state, wait_for_charts, wait_until_rerun_done
 
     shots = Path(os.environ.get("EXPLORER_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    server_log = tmp_path / "streamlit.log"
+    url, server_log = hosted_app.url, hosted_app.log  # the session's app server, as deployed: hosted, an allow-list
+    assert engine.base_url == f"http://{HOST}:{hosted_app.engine_port}/v1"  # the one endpoint it allows
     viewport = {"width": 1400, "height": 1000}
-    allowed = {"EXPLORER_ALLOWED_ENDPOINTS": engine.base_url}  # the server runs as deployed: hosted, an allow-list
-    with streamlit_server(server_log, env=allowed) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+    context = chromium.new_context(viewport=viewport)  # its own Streamlit session, in the session's Chromium
+    try:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page_errors: list[str] = []
+        page.on("pageerror", lambda error: page_errors.append(str(error)))
+        page.goto(url)  # through app.py, as a visitor arrives: a first request straight to /endpoint skips it
+        # Until app.py's first run draws, the sidebar lists pages/ by file name: wait for its own sidebar.
+        page.locator("[data-testid='stSidebar']").get_by_role("button", name="Run", exact=True).wait_for()
+        page.locator("[data-testid='stSidebarNavLink']").get_by_text("Endpoint", exact=True).click()
+        main_area = page.locator("[data-testid='stMain']")
+        main_area.get_by_text("No sweep yet").wait_for()
+        for label, value in (
+            ("Base URL", engine.base_url),
+            ("Model", engine.model),
+            ("Max tokens", "4"),
+            ("Concurrency levels", "1,2"),
+            ("Requests per level", "2"),
+        ):
+            box = main_area.get_by_label(label, exact=True)
+            box.fill(value)
+            box.blur()
+        mark = mark_run_state(page)
+        main_area.get_by_role("button", name="Measure").click()
         try:
-            page = browser.new_page(viewport=viewport)
-            page.set_default_timeout(60_000)
-            page_errors: list[str] = []
-            page.on("pageerror", lambda error: page_errors.append(str(error)))
-            page.goto(url)  # through app.py, as a visitor arrives: a first request straight to /endpoint skips it
-            # Until app.py's first run draws, the sidebar lists pages/ by file name: wait for its own sidebar.
-            page.locator("[data-testid='stSidebar']").get_by_role("button", name="Run", exact=True).wait_for()
-            page.locator("[data-testid='stSidebarNavLink']").get_by_text("Endpoint", exact=True).click()
-            main_area = page.locator("[data-testid='stMain']")
-            main_area.get_by_text("No sweep yet").wait_for()
-            for label, value in (
-                ("Base URL", engine.base_url),
-                ("Model", engine.model),
-                ("Max tokens", "4"),
-                ("Concurrency levels", "1,2"),
-                ("Requests per level", "2"),
-            ):
-                box = main_area.get_by_label(label, exact=True)
-                box.fill(value)
-                box.blur()
-            mark = mark_run_state(page)
-            main_area.get_by_role("button", name="Measure").click()
-            try:
-                wait_until_rerun_done(page, mark, BROWSER_RUN_TIMEOUT_S)
-                # The sweep's script run can end before the browser has its charts: wait for the elements themselves.
-                page.locator("[data-testid='stVegaLiteChart']").nth(1).wait_for(timeout=BROWSER_RUN_TIMEOUT_S * 1000)
-                drawn, charts = wait_for_charts(page, 30)
-            finally:
-                full_screenshot(page, shots / "endpoint-live.png", **viewport)
-            errors = page.locator("[data-testid='stAlertContentError']").all_inner_texts()
-            assert not errors, f"{errors}; server log: {log_tail(server_log)}"
-            assert (drawn, charts) == (2, 2), f"{drawn} of {charts} charts drawn; see {shots / 'endpoint-live.png'}"
-            text = main_area.inner_text()
-            assert "ITL is per token" in text and engine.base_url in text
-            nav = [label.strip() for label in page.locator("[data-testid='stSidebarNavLink']").all_inner_texts()]
-            assert nav[-1] == "Endpoint" and "Inside one inference" in nav  # app.py's navigation, not pages/
-            assert page_errors == []
+            wait_until_rerun_done(page, mark, BROWSER_RUN_TIMEOUT_S)
+            # The sweep's script run can end before the browser has its charts: wait for the elements themselves.
+            page.locator("[data-testid='stVegaLiteChart']").nth(1).wait_for(timeout=BROWSER_RUN_TIMEOUT_S * 1000)
+            drawn, charts = wait_for_charts(page, 30)
         finally:
-            browser.close()
+            full_screenshot(page, shots / "endpoint-live.png", **viewport)
+        errors = page.locator("[data-testid='stAlertContentError']").all_inner_texts()
+        assert not errors, f"{errors}; server log: {log_tail(server_log)}"
+        assert (drawn, charts) == (2, 2), f"{drawn} of {charts} charts drawn; see {shots / 'endpoint-live.png'}"
+        text = main_area.inner_text()
+        assert "ITL is per token" in text and engine.base_url in text
+        nav = [label.strip() for label in page.locator("[data-testid='stSidebarNavLink']").all_inner_texts()]
+        assert nav[-1] == "Endpoint" and "Inside one inference" in nav  # app.py's navigation, not pages/
+        assert page_errors == []
+    finally:
+        context.close()
     print(f"[browser test] endpoint page screenshot: {shots / 'endpoint-live.png'}")
 
 

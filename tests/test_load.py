@@ -157,9 +157,10 @@ def _visitors(browser: object, url: str, count: int) -> list[Visitor]:
         page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
         v = Visitor(i, page, PROMPTS[i % len(PROMPTS)])
         page.on("pageerror", lambda error, v=v: v.errors.append(str(error)))
-        page.goto(url)
-        _sidebar(page).get_by_label("Prompt", exact=True).wait_for()
+        page.goto(url, wait_until="commit")  # the pages load side by side, as visitors' browsers would
         visitors.append(v)
+    for v in visitors:
+        _sidebar(v.page).get_by_label("Prompt", exact=True).wait_for()
     return visitors
 
 

@@ -417,6 +417,7 @@ def recorded(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.server
+@pytest.mark.slow  # the engine's start and the recorded sweep (~15 s) fall on the first of these tests
 def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: Engine) -> None:
     data = json.loads(recorded.read_text())
     assert data["endpoint"] == {"base_url": engine.base_url, "model": engine.model, "api": "chat"}
@@ -444,6 +445,7 @@ def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: E
 
 
 @pytest.mark.server
+@pytest.mark.slow
 def test_the_completions_api_and_a_local_tokenizer(engine: Engine) -> None:
     config = remote.SweepConfig(
         remote.make_endpoint(engine.base_url, engine.model, "completions"),
@@ -460,6 +462,7 @@ def test_the_completions_api_and_a_local_tokenizer(engine: Engine) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.slow
 def test_a_wrong_model_name_is_one_line(engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["remote", "--base-url", engine.base_url, "--model", "no-such/model"]) == 2
     message = one_line_error(capsys)
@@ -467,6 +470,7 @@ def test_a_wrong_model_name_is_one_line(engine: Engine, capsys: pytest.CaptureFi
 
 
 @pytest.mark.server
+@pytest.mark.slow
 def test_the_endpoint_page_renders_the_recorded_sweep(recorded: Path) -> None:
     at = endpoint_page()
     at.get("file_uploader")[0].set_value(("r.json", recorded.read_bytes(), "application/json")).run()

@@ -1,12 +1,13 @@
 """Real-browser smoke test: the app in headless Chromium, one run with a hostile prompt, every page visited.
 
-Starts `streamlit run app.py` on a free local port, types an HTML/markdown-injection prompt into the sidebar, runs
-it (8 new tokens), then opens each page from the sidebar navigation and checks: no exception, at least one drawn
-chart, the prompt shown as text (never as HTML: no `img[src='x']`, no alert dialog). A full-height screenshot of
-every page is kept for a human to look at: in `$EXPLORER_SCREENSHOTS` if set, else in pytest's temporary folder
-(the path is printed; run with `-s` to see it). Step mode is driven by its keys (right arrow: next token, Home: reset),
-each press timed until the new attention row is drawn; presenter mode's computed font sizes are checked on every
-page. Both figures go to `measurements.json` in the same folder.
+On the session's app server (deploy/run.sh on a free local port, started once in tests/conftest.py), types an
+HTML/markdown-injection prompt into the sidebar, runs it (8 new tokens), then opens each page from the sidebar
+navigation and checks: no exception, at least one drawn chart, the prompt shown as text (never as HTML: no
+`img[src='x']`, no alert dialog). A full-height screenshot of every page is kept for a human to look at: in
+`$EXPLORER_SCREENSHOTS` if set, else in pytest's temporary folder (the path is printed; run with `-s` to see it).
+Step mode is driven by its keys (right arrow: next token, Home: reset), each press timed until the new attention row
+is drawn; presenter mode's computed font sizes are checked on every page. Both figures go to `measurements.json` in
+the same folder.
 
 Needs Debian's chromium at /usr/bin/chromium and the `playwright` package (its own browser download is not used).
 """

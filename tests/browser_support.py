@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -130,49 +132,75 @@ class HostedApp:
 
     url: str
     log: Path
-    turn_log: Path  # one line per finished device turn (EXPLORER_TURN_LOG)
-    folder: Path  # for screenshots and downloads of the tests that use it
-    engine_port: int  # the only endpoint the Endpoint page may measure: where tests/test_remote.py starts its engine
+    turn_log: Path  # one line per finished device turn (EXPLORER_TURN_LOG), every test's turns
 
 
 RUN_SCRIPT = REPO_ROOT / "deploy" / "run.sh"  # the deployment recipe's entry command: what the tests start
 
 
+def _listens(proc: subprocess.Popen, port: int) -> bool:
+    """Whether `proc` (or a process it started) is what listens on `port`. Another server can answer on the same
+    port: another test run on this machine may bind it between free_port() and our server's own bind."""
+    try:
+        ours = {proc.pid, *(child.pid for child in psutil.Process(proc.pid).children(recursive=True))}
+    except psutil.NoSuchProcess:
+        return False
+    listeners = psutil.net_connections(kind="tcp")
+    return any(c.pid in ours for c in listeners if c.status == psutil.CONN_LISTEN and c.laddr.port == port)
+
+
+def _started(proc: subprocess.Popen, url: str, port: int, log_path: Path, timeout_s: float) -> bool:
+    """Poll until our server answers on `port` (True), or until it has exited because another server holds the port
+    (False); any other failure raises with the server's log."""
+    deadline = time.monotonic() + timeout_s
+    while not (_healthy(url) and _listens(proc, port)):
+        if proc.poll() is not None:
+            if _healthy(url):
+                return False
+            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log_tail(log_path)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"streamlit not healthy after {timeout_s:.0f} s:\n{log_tail(log_path)}")
+        time.sleep(0.25)
+    return True
+
+
 @contextlib.contextmanager
 def streamlit_server(
-    log_path: Path, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None
+    log_path: Path, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None, attempts: int = 3
 ) -> Iterator[str]:
     """The app as deployed (`deploy/run.sh`: hosted mode, headless) on a free local port; yields its URL; always
-    stopped. `env` adds or overrides settings (e.g. `EXPLORER_HOSTED=0`, a cap, `EXPLORER_TURN_LOG`)."""
-    port = free_port()
-    url = f"http://{HOST}:{port}"
-    cmd = ["bash", str(RUN_SCRIPT)]
-    env = {
-        **os.environ,
-        "EXPLORER_HOSTED": "1",  # as deployed, whatever the shell running the tests has set
-        "EXPLORER_HOST": HOST,
-        "EXPLORER_PORT": str(port),
-        "EXPLORER_PYTHON": sys.executable,  # the interpreter running the tests, with its packages
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_VERBOSITY": "error",
-        **(env or {}),
-    }
-    with open(log_path, "wb") as log:
-        # Own process group, so that everything it starts can be stopped together.
-        proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    stopped. `env` adds or overrides settings (e.g. `EXPLORER_HOSTED=0`, a cap, `EXPLORER_TURN_LOG`). A port that
+    another process took first is given up for another one."""
+    for _ in range(attempts):
+        port = free_port()
+        url = f"http://{HOST}:{port}"
+        settings = {
+            **os.environ,
+            "EXPLORER_HOSTED": "1",  # as deployed, whatever the shell running the tests has set
+            "EXPLORER_HOST": HOST,
+            "EXPLORER_PORT": str(port),
+            "EXPLORER_PYTHON": sys.executable,  # the interpreter running the tests, with its packages
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+            **(env or {}),
+        }
+        with open(log_path, "wb") as log:
+            # Own process group, so that everything it starts can be stopped together.
+            proc = subprocess.Popen(
+                ["bash", str(RUN_SCRIPT)],
+                cwd=REPO_ROOT,
+                env=settings,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
-            deadline = time.monotonic() + startup_timeout_s
-            while not _healthy(url):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log_tail(log_path)}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit not healthy after {startup_timeout_s:.0f} s:\n{log_tail(log_path)}")
-                time.sleep(0.25)
-            yield url
+            if _started(proc, url, port, log_path, startup_timeout_s):
+                yield url
+                return
         finally:
             _stop(proc)
+    raise RuntimeError(f"another server took the port each of {attempts} times:\n{log_tail(log_path)}")
 
 
 def mark_run_state(page) -> int:

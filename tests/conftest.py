@@ -1,5 +1,5 @@
 """Shared fixtures: tiny random models for the many fast invariants, the real embedded model loaded once, the device
-figures measured once, and one app server and one Chromium shared by every browser test of the session."""
+figures measured once, one app server for the browser and load tests, one Chromium for every browser test."""
 
 from __future__ import annotations
 
@@ -20,10 +20,8 @@ from explorer.core.trace import DeviceProfile  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
-    HOST,
     HostedApp,
     browser_missing,
-    free_port,
     streamlit_server,
 )
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
@@ -95,26 +93,15 @@ def real_lm() -> LoadedModel:
 
 # --- one app server and one browser for every browser test -----------------------------------------------------------
 @pytest.fixture(scope="session")
-def engine_port() -> int:
-    """The loopback port `transformers serve` will listen on, chosen before the app server starts, so that one app
-    server can carry the allow-list the hosted Endpoint page needs."""
-    return free_port()
-
-
-@pytest.fixture(scope="session")
-def hosted_app(tmp_path_factory: pytest.TempPathFactory, engine_port: int) -> Iterator[HostedApp]:
-    """One server for the browser smoke tests, the load test and the live Endpoint page: each starts its own browser
-    sessions, so their state is their own, and the model loads (and the device is measured) once, not three times."""
+def hosted_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostedApp]:
+    """One server for the browser smoke tests and the load test: each opens its own browser sessions, so their state
+    is their own, and the model loads (and the device is measured) in it once, not once per module."""
     folder = tmp_path_factory.mktemp("hosted-app")
     turn_log = folder / "turns.jsonl"
-    env = {
-        "EXPLORER_TURN_LOG": str(turn_log),
-        "EXPLORER_ALLOWED_ENDPOINTS": f"http://{HOST}:{engine_port}/v1",
-    }
     log = folder / "server.log"
     print(f"\n[browser tests] app server log: {log}")
-    with streamlit_server(log, env=env) as url:
-        yield HostedApp(url, log, turn_log, folder, engine_port)
+    with streamlit_server(log, env={"EXPLORER_TURN_LOG": str(turn_log)}) as url:
+        yield HostedApp(url, log, turn_log)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -56,7 +56,7 @@ CLICKS_WITHIN_S = 1.0
 PREFILL_FACTOR = 2.0
 # The solo references' prompts, as long as the sessions' own.
 SOLO_PROMPTS = [f"Solo {i}: name one {thing}." for i, thing in enumerate(["tree", "bird", "fish"])]
-QUEUE_TEXT = ("You are next", "in line")
+QUEUE_TEXT = ("You are next in line", "You are number")  # while waiting ("you were number n" is said after)
 HOLDING_TEXT = "Live: each token appears"  # the live stream's caption, drawn only once a run holds the device
 CONTENDED = "were drawing a page on this server"  # the app's note on a run timed while another page was drawn
 
@@ -129,18 +129,18 @@ def site(hosted_app: HostedApp, tmp_path: Path) -> tuple[str, Path, Path]:
 
 
 @pytest.fixture
-def browser(chromium: object) -> Iterator[object]:
-    """The session's Chromium; every visitor's context is closed when the test ends, so its Streamlit session goes."""
-    opened: list[object] = []
+def open_visitors(hosted_app: HostedApp, chromium: object) -> Iterator[Callable[[int], list[Visitor]]]:
+    """Opens visitors on the session's app server, each its own browser context (its own Streamlit session) in the
+    session's Chromium; their contexts are closed when the test ends, so their sessions go."""
+    opened: list[Visitor] = []
 
-    class Contexts:
-        def new_context(self, **kwargs: object) -> object:
-            opened.append(chromium.new_context(**kwargs))
-            return opened[-1]
+    def open_visitors(count: int) -> list[Visitor]:
+        opened.extend(_visitors(chromium, hosted_app.url, count))
+        return opened[-count:]
 
-    yield Contexts()
-    for context in opened:
-        context.close()
+    yield open_visitors
+    for v in opened:
+        v.page.context.close()
 
 
 def _visitors(browser: object, url: str, count: int) -> list[Visitor]:
@@ -165,10 +165,10 @@ def _visitors(browser: object, url: str, count: int) -> list[Visitor]:
 
 
 def test_four_sessions_at_once_take_clean_turns(
-    site: tuple[str, Path, Path], browser: object, hosted_app: HostedApp
+    site: tuple[str, Path, Path], open_visitors: Callable[[int], list[Visitor]], hosted_app: HostedApp
 ) -> None:
-    url, turn_log, folder = site
-    visitors = _visitors(browser, url, SESSIONS)
+    _, turn_log, folder = site
+    visitors = open_visitors(SESSIONS)
     try:
         # Solo references on a warm server (the first run loads the model): two now, one after the four runs. The
         # session's server is warm already where an earlier test ran on it.
@@ -250,9 +250,11 @@ def test_four_sessions_at_once_take_clean_turns(
     assert not slow, f"waiting runs' prefill over {PREFILL_FACTOR}x solo ({solo_text} ms): {slow}"
 
 
-def test_a_waiting_visitor_can_leave_the_queue(site: tuple[str, Path, Path], browser: object) -> None:
-    url, turn_log, folder = site
-    runner, leaver = _visitors(browser, url, 2)
+def test_a_waiting_visitor_can_leave_the_queue(
+    site: tuple[str, Path, Path], open_visitors: Callable[[int], list[Visitor]]
+) -> None:
+    _, turn_log, folder = site
+    runner, leaver = open_visitors(2)
     _run_alone(leaver, "Before: name one bird.", COLD_RUN_TIMEOUT_S)
     before = _trace(leaver, folder)
     _fill_inputs(runner, "Hold the device: count from one to twenty.", "48")

@@ -31,13 +31,18 @@ from explorer.charts import latency
 from explorer.cli import main
 from explorer.core.errors import BadInput, RunFailed
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
-from tests.browser_support import HostedApp
 from tests.tiny import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 SERVER_START_TIMEOUT_S = 300  # model load on a busy 2-core machine
 SWEEP_MAX_TOKENS = "8"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
 
 
 def record(
@@ -372,7 +377,7 @@ class Engine:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory, engine_port: int) -> Iterator[Engine]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """`transformers serve` on a free loopback port with the embedded model and continuous batching; always stopped.
 
     The paged KV cache is kept small (64 blocks of 32 tokens): its default on this CPU build reserved ~6 GB of RSS.
@@ -382,7 +387,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory, engine_port: int) -> Iterat
     from explorer.core.loading import ensure_embedded_converted
 
     folder = str(ensure_embedded_converted())
-    port = engine_port  # the port the session's app server allows (tests/conftest.py)
+    port = free_port()
     log = tmp_path_factory.mktemp("transformers-serve") / "server.log"
     cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", folder, "--continuous-batching"]
     cmd += ["--cb-block-size", "32", "--cb-num-blocks", "64", "--cb-max-batch-tokens", "512"]
@@ -536,57 +541,63 @@ BROWSER_RUN_TIMEOUT_S = 400  # warm-up + 2 levels x 2 requests on a busy 2-core 
 @pytest.mark.browser
 @pytest.mark.server
 @pytest.mark.slow
-def test_the_endpoint_page_measures_live_in_a_browser(
-    engine: Engine, tmp_path: Path, hosted_app: HostedApp, chromium: object
-) -> None:
-    from tests.browser_support import full_screenshot, log_tail, mark_run_state, wait_for_charts, wait_until_rerun_done
+def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: Path, chromium: object) -> None:
+    from tests.browser_support import (
+        full_screenshot,
+        log_tail,
+        mark_run_state,
+        streamlit_server,
+        wait_for_charts,
+        wait_until_rerun_done,
+    )
 
     shots = Path(os.environ.get("EXPLORER_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    url, server_log = hosted_app.url, hosted_app.log  # the session's app server, as deployed: hosted, an allow-list
-    assert engine.base_url == f"http://{HOST}:{hosted_app.engine_port}/v1"  # the one endpoint it allows
+    server_log = tmp_path / "streamlit.log"
     viewport = {"width": 1400, "height": 1000}
-    context = chromium.new_context(viewport=viewport)  # its own Streamlit session, in the session's Chromium
-    try:
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        page_errors: list[str] = []
-        page.on("pageerror", lambda error: page_errors.append(str(error)))
-        page.goto(url)  # through app.py, as a visitor arrives: a first request straight to /endpoint skips it
-        # Until app.py's first run draws, the sidebar lists pages/ by file name: wait for its own sidebar.
-        page.locator("[data-testid='stSidebar']").get_by_role("button", name="Run", exact=True).wait_for()
-        page.locator("[data-testid='stSidebarNavLink']").get_by_text("Endpoint", exact=True).click()
-        main_area = page.locator("[data-testid='stMain']")
-        main_area.get_by_text("No sweep yet").wait_for()
-        for label, value in (
-            ("Base URL", engine.base_url),
-            ("Model", engine.model),
-            ("Max tokens", "4"),
-            ("Concurrency levels", "1,2"),
-            ("Requests per level", "2"),
-        ):
-            box = main_area.get_by_label(label, exact=True)
-            box.fill(value)
-            box.blur()
-        mark = mark_run_state(page)
-        main_area.get_by_role("button", name="Measure").click()
+    allowed = {"EXPLORER_ALLOWED_ENDPOINTS": engine.base_url}  # the server runs as deployed: hosted, an allow-list
+    with streamlit_server(server_log, env=allowed) as url:
+        context = chromium.new_context(viewport=viewport)  # the session's Chromium (tests/conftest.py)
         try:
-            wait_until_rerun_done(page, mark, BROWSER_RUN_TIMEOUT_S)
-            # The sweep's script run can end before the browser has its charts: wait for the elements themselves.
-            page.locator("[data-testid='stVegaLiteChart']").nth(1).wait_for(timeout=BROWSER_RUN_TIMEOUT_S * 1000)
-            drawn, charts = wait_for_charts(page, 30)
+            page = context.new_page()
+            page.set_default_timeout(60_000)
+            page_errors: list[str] = []
+            page.on("pageerror", lambda error: page_errors.append(str(error)))
+            page.goto(url)  # through app.py, as a visitor arrives: a first request straight to /endpoint skips it
+            # Until app.py's first run draws, the sidebar lists pages/ by file name: wait for its own sidebar.
+            page.locator("[data-testid='stSidebar']").get_by_role("button", name="Run", exact=True).wait_for()
+            page.locator("[data-testid='stSidebarNavLink']").get_by_text("Endpoint", exact=True).click()
+            main_area = page.locator("[data-testid='stMain']")
+            main_area.get_by_text("No sweep yet").wait_for()
+            for label, value in (
+                ("Base URL", engine.base_url),
+                ("Model", engine.model),
+                ("Max tokens", "4"),
+                ("Concurrency levels", "1,2"),
+                ("Requests per level", "2"),
+            ):
+                box = main_area.get_by_label(label, exact=True)
+                box.fill(value)
+                box.blur()
+            mark = mark_run_state(page)
+            main_area.get_by_role("button", name="Measure").click()
+            try:
+                wait_until_rerun_done(page, mark, BROWSER_RUN_TIMEOUT_S)
+                # The sweep's script run can end before the browser has its charts: wait for the elements themselves.
+                page.locator("[data-testid='stVegaLiteChart']").nth(1).wait_for(timeout=BROWSER_RUN_TIMEOUT_S * 1000)
+                drawn, charts = wait_for_charts(page, 30)
+            finally:
+                full_screenshot(page, shots / "endpoint-live.png", **viewport)
+            errors = page.locator("[data-testid='stAlertContentError']").all_inner_texts()
+            assert not errors, f"{errors}; server log: {log_tail(server_log)}"
+            assert (drawn, charts) == (2, 2), f"{drawn} of {charts} charts drawn; see {shots / 'endpoint-live.png'}"
+            text = main_area.inner_text()
+            assert "ITL is per token" in text and engine.base_url in text
+            nav = [label.strip() for label in page.locator("[data-testid='stSidebarNavLink']").all_inner_texts()]
+            assert nav[-1] == "Endpoint" and "Inside one inference" in nav  # app.py's navigation, not pages/
+            assert page_errors == []
         finally:
-            full_screenshot(page, shots / "endpoint-live.png", **viewport)
-        errors = page.locator("[data-testid='stAlertContentError']").all_inner_texts()
-        assert not errors, f"{errors}; server log: {log_tail(server_log)}"
-        assert (drawn, charts) == (2, 2), f"{drawn} of {charts} charts drawn; see {shots / 'endpoint-live.png'}"
-        text = main_area.inner_text()
-        assert "ITL is per token" in text and engine.base_url in text
-        nav = [label.strip() for label in page.locator("[data-testid='stSidebarNavLink']").all_inner_texts()]
-        assert nav[-1] == "Endpoint" and "Inside one inference" in nav  # app.py's navigation, not pages/
-        assert page_errors == []
-    finally:
-        context.close()
+            context.close()
     print(f"[browser test] endpoint page screenshot: {shots / 'endpoint-live.png'}")
 
 

@@ -138,7 +138,7 @@ class HostedApp:
 RUN_SCRIPT = REPO_ROOT / "deploy" / "run.sh"  # the deployment recipe's entry command: what the tests start
 
 
-def _listens(proc: subprocess.Popen, port: int) -> bool:
+def listens_on(proc: subprocess.Popen, port: int) -> bool:
     """Whether `proc` (or a process it started) is what listens on `port`. Another server can answer on the same
     port: another test run on this machine may bind it between free_port() and our server's own bind."""
     try:
@@ -153,7 +153,7 @@ def _started(proc: subprocess.Popen, url: str, port: int, log_path: Path, timeou
     """Poll until our server answers on `port` (True), or until it has exited because another server holds the port
     (False); any other failure raises with the server's log."""
     deadline = time.monotonic() + timeout_s
-    while not (_healthy(url) and _listens(proc, port)):
+    while not (_healthy(url) and listens_on(proc, port)):
         if proc.poll() is not None:
             if _healthy(url):
                 return False

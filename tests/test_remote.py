@@ -31,6 +31,7 @@ from explorer.charts import latency
 from explorer.cli import main
 from explorer.core.errors import BadInput, RunFailed
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.browser_support import listens_on
 from tests.tiny import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -398,7 +399,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     root = f"http://{HOST}:{port}"
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while not _healthy(root):
+        while not (_healthy(root) and listens_on(proc, port)):  # not another run's server on the same port
             if proc.poll() is not None:
                 pytest.fail(f"transformers serve exited with {proc.returncode}: {log.read_text()[-2000:]}")
             if time.monotonic() > deadline:

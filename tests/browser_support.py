@@ -10,6 +10,7 @@ accepted as a "running" signal where it does show up.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -19,7 +20,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -34,14 +38,32 @@ CHROMIUM_ARGS = [
 ]
 HOST = "127.0.0.1"
 
-# Installs (once per document) a recorder of the script-run state, and marks where "now" is in its log.
+
+def browser_missing() -> str:
+    """Why no browser test can run here, or "" when Debian's chromium and the `playwright` package are both present."""
+    if importlib.util.find_spec("playwright") is None:
+        return "the `playwright` package is not importable; install requirements-dev.txt"
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is missing; install Debian's `chromium` (see the README)"
+    return ""
+
+
+# Installs (once per document) a recorder of the script-run state, and marks where "now" is in its log. Every state
+# the attribute held is kept, however briefly: a mutation's old value is the state it replaced, so a 'running' that
+# lasted less than one observer callback is still seen (reading the attribute in the callback saw only the last state
+# and lost it, and the wait for a start then sat out its whole timeout). The whole document is watched, so a re-mounted
+# root element is watched too.
 INSTALL_RECORDER_JS = """() => {
   const app = document.querySelector("[data-testid='stApp']");
   if (!app) return -1;
   if (!window.__stStates) {
     window.__stStates = [app.dataset.testScriptState];
-    new MutationObserver(() => window.__stStates.push(app.dataset.testScriptState))
-      .observe(app, {attributes: true, attributeFilter: ["data-test-script-state"]});
+    new MutationObserver(records => {
+      for (const r of records) window.__stStates.push(r.oldValue);
+      const now = document.querySelector("[data-testid='stApp']");
+      if (now) window.__stStates.push(now.dataset.testScriptState);
+    }).observe(document.body, {
+      attributes: true, attributeOldValue: true, subtree: true, attributeFilter: ["data-test-script-state"]});
     new MutationObserver(() => {
       if (document.querySelector("[data-testid='stStatusWidget']")) window.__stStates.push("statusWidget");
     }).observe(document.body, {childList: true, subtree: true});
@@ -104,44 +126,81 @@ def log_tail(log_path: Path, chars: int = 3000) -> str:
         return "(no server log)"
 
 
+@dataclass(frozen=True)
+class HostedApp:
+    """The app as deployed (deploy/run.sh, hosted mode), started once per session (tests/conftest.py)."""
+
+    url: str
+    log: Path
+    turn_log: Path  # one line per finished device turn (EXPLORER_TURN_LOG), every test's turns
+
+
 RUN_SCRIPT = REPO_ROOT / "deploy" / "run.sh"  # the deployment recipe's entry command: what the tests start
+
+
+def listens_on(proc: subprocess.Popen, port: int) -> bool:
+    """Whether `proc` (or a process it started) is what listens on `port`. Another server can answer on the same
+    port: another test run on this machine may bind it between free_port() and our server's own bind."""
+    try:
+        ours = {proc.pid, *(child.pid for child in psutil.Process(proc.pid).children(recursive=True))}
+    except psutil.NoSuchProcess:
+        return False
+    listeners = psutil.net_connections(kind="tcp")
+    return any(c.pid in ours for c in listeners if c.status == psutil.CONN_LISTEN and c.laddr.port == port)
+
+
+def _started(proc: subprocess.Popen, url: str, port: int, log_path: Path, timeout_s: float) -> bool:
+    """Poll until our server answers on `port` (True), or until it has exited because another server holds the port
+    (False); any other failure raises with the server's log."""
+    deadline = time.monotonic() + timeout_s
+    while not (_healthy(url) and listens_on(proc, port)):
+        if proc.poll() is not None:
+            if _healthy(url):
+                return False
+            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log_tail(log_path)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"streamlit not healthy after {timeout_s:.0f} s:\n{log_tail(log_path)}")
+        time.sleep(0.25)
+    return True
 
 
 @contextlib.contextmanager
 def streamlit_server(
-    log_path: Path, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None
+    log_path: Path, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None, attempts: int = 3
 ) -> Iterator[str]:
     """The app as deployed (`deploy/run.sh`: hosted mode, headless) on a free local port; yields its URL; always
-    stopped. `env` adds or overrides settings (e.g. `EXPLORER_HOSTED=0`, a cap, `EXPLORER_TURN_LOG`)."""
-    port = free_port()
-    url = f"http://{HOST}:{port}"
-    cmd = ["bash", str(RUN_SCRIPT)]
-    env = {
-        **os.environ,
-        "EXPLORER_HOSTED": "1",  # as deployed, whatever the shell running the tests has set
-        "EXPLORER_HOST": HOST,
-        "EXPLORER_PORT": str(port),
-        "EXPLORER_PYTHON": sys.executable,  # the interpreter running the tests, with its packages
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_VERBOSITY": "error",
-        **(env or {}),
-    }
-    with open(log_path, "wb") as log:
-        # Own process group, so that everything it starts can be stopped together.
-        proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    stopped. `env` adds or overrides settings (e.g. `EXPLORER_HOSTED=0`, a cap, `EXPLORER_TURN_LOG`). A port that
+    another process took first is given up for another one."""
+    for _ in range(attempts):
+        port = free_port()
+        url = f"http://{HOST}:{port}"
+        settings = {
+            **os.environ,
+            "EXPLORER_HOSTED": "1",  # as deployed, whatever the shell running the tests has set
+            "EXPLORER_HOST": HOST,
+            "EXPLORER_PORT": str(port),
+            "EXPLORER_PYTHON": sys.executable,  # the interpreter running the tests, with its packages
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+            **(env or {}),
+        }
+        with open(log_path, "wb") as log:
+            # Own process group, so that everything it starts can be stopped together.
+            proc = subprocess.Popen(
+                ["bash", str(RUN_SCRIPT)],
+                cwd=REPO_ROOT,
+                env=settings,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
-            deadline = time.monotonic() + startup_timeout_s
-            while not _healthy(url):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log_tail(log_path)}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit not healthy after {startup_timeout_s:.0f} s:\n{log_tail(log_path)}")
-                time.sleep(0.25)
-            yield url
+            if _started(proc, url, port, log_path, startup_timeout_s):
+                yield url
+                return
         finally:
             _stop(proc)
+    raise RuntimeError(f"another server took the port each of {attempts} times:\n{log_tail(log_path)}")
 
 
 def mark_run_state(page) -> int:
@@ -173,12 +232,22 @@ def wait_for_charts(page, timeout_s: float) -> tuple[int, int]:
     return sum(drawn), len(drawn)
 
 
+# Resolves after two animation frames: a layout change (a new viewport size) has been laid out and painted.
+TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+
+
+def settle(page, timeout_s: float = 5.0) -> None:
+    """Wait, by polling rather than a fixed sleep, until a resized page has painted and every chart on it is drawn."""
+    page.evaluate(TWO_FRAMES_JS)
+    wait_for_charts(page, timeout_s)
+
+
 def full_screenshot(page, path: Path, width: int, height: int, max_height: int = 12_000) -> None:
     """A screenshot of everything on the page: the viewport is stretched to the content, then restored."""
     content = min(max_height, int(page.evaluate(CONTENT_HEIGHT_JS)) + 40)
     if content > height:
         page.set_viewport_size({"width": width, "height": content})
-        page.wait_for_timeout(500)  # let charts and the layout settle at the new size
+        settle(page)
     try:
         page.screenshot(path=str(path), full_page=True)
     finally:

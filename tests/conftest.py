@@ -1,8 +1,10 @@
-"""Shared fixtures: tiny random models for the many fast invariants, the real embedded model loaded once."""
+"""Shared fixtures: tiny random models for the many fast invariants, the real embedded model loaded once, the device
+figures measured once, one app server for the browser and load tests, one Chromium for every browser test."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,10 +13,20 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from explorer.core import device as device_module  # noqa: E402
 from explorer.core.device import device_profile  # noqa: E402
 from explorer.core.loading import LoadedModel, load_model  # noqa: E402
 from explorer.core.trace import DeviceProfile  # noqa: E402
+from tests.browser_support import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    HostedApp,
+    browser_missing,
+    streamlit_server,
+)
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
+
+MEASURE_CPU: Callable[[str], DeviceProfile] = device_module.cpu_profile  # the real microbenchmarks
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +49,36 @@ def tiny_gpt2(tiny_gpt2_dir: Path) -> LoadedModel:
     return load_model(str(tiny_gpt2_dir), device="cpu", dtype="float32")
 
 
+# --- device figures --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def cpu_measured_once_per_session() -> Iterator[None]:
+    """The CPU microbenchmarks (best of 5 matmuls of 2048^2 and 5 copies of 512 MB, ~3 s on 2 cores) run once per
+    dtype per session: every later measurement, a "fresh" one included, returns those figures. A run, a re-measure
+    button or a busy run's re-measurement behaves as in the app; only the seconds of benchmarking are gone. Tests
+    about the measurement itself are marked `device_figures` and measure for real."""
+    measured: dict[str, DeviceProfile] = {}
+
+    def measured_once(dtype: str) -> DeviceProfile:
+        if dtype not in measured:
+            measured[dtype] = MEASURE_CPU(dtype)
+        return measured[dtype]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(device_module, "cpu_profile", measured_once)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def device_figures_per_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts from the session's figures: one test's raised or busy figures (the process keeps the best it
+    has seen) never leak into the next. A `device_figures` test gets the real microbenchmarks."""
+    if request.node.get_closest_marker("device_figures"):
+        monkeypatch.setattr(device_module, "cpu_profile", MEASURE_CPU)
+        device_module.forget_profiles()
+    yield
+    device_module.forget_profiles()
+
+
 @pytest.fixture(scope="session")
 def cpu_figures() -> DeviceProfile:
     """The CPU's device figures, measured once for the session (the engine takes them as an argument)."""
@@ -47,3 +89,33 @@ def cpu_figures() -> DeviceProfile:
 def real_lm() -> LoadedModel:
     """SmolLM2-135M-Instruct from the embedded GGUF (converted once into the user cache, then reloaded)."""
     return load_model("embedded", device="cpu", dtype="float32")
+
+
+# --- one app server and one browser for every browser test -----------------------------------------------------------
+@pytest.fixture(scope="session")
+def hosted_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostedApp]:
+    """One server for the browser smoke tests and the load test: each opens its own browser sessions, so their state
+    is their own, and the model loads (and the device is measured) in it once, not once per module."""
+    folder = tmp_path_factory.mktemp("hosted-app")
+    turn_log = folder / "turns.jsonl"
+    log = folder / "server.log"
+    print(f"\n[browser tests] app server log: {log}")
+    with streamlit_server(log, env={"EXPLORER_TURN_LOG": str(turn_log)}) as url:
+        yield HostedApp(url, log, turn_log)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[object]:
+    """One headless Debian Chromium for the session (Playwright's own browser download does not work here); each test
+    module opens its own contexts in it. Skips, loudly, where the browser or playwright is missing."""
+    missing = browser_missing()
+    if missing:
+        pytest.skip(f"BROWSER TEST SKIPPED, the app was NOT checked in a browser: {missing}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,12 +1,13 @@
 """Real-browser smoke test: the app in headless Chromium, one run with a hostile prompt, every page visited.
 
-Starts `streamlit run app.py` on a free local port, types an HTML/markdown-injection prompt into the sidebar, runs
-it (8 new tokens), then opens each page from the sidebar navigation and checks: no exception, at least one drawn
-chart, the prompt shown as text (never as HTML: no `img[src='x']`, no alert dialog). A full-height screenshot of
-every page is kept for a human to look at: in `$EXPLORER_SCREENSHOTS` if set, else in pytest's temporary folder
-(the path is printed; run with `-s` to see it). Step mode is driven by its keys (right arrow: next token, Home: reset),
-each press timed until the new attention row is drawn; presenter mode's computed font sizes are checked on every
-page. Both figures go to `measurements.json` in the same folder.
+On the session's app server (deploy/run.sh on a free local port, started once in tests/conftest.py), types an
+HTML/markdown-injection prompt into the sidebar, runs it (8 new tokens), then opens each page from the sidebar
+navigation and checks: no exception, at least one drawn chart, the prompt shown as text (never as HTML: no
+`img[src='x']`, no alert dialog). A full-height screenshot of every page is kept for a human to look at: in
+`$EXPLORER_SCREENSHOTS` if set, else in pytest's temporary folder (the path is printed; run with `-s` to see it).
+Step mode is driven by its keys (right arrow: next token, Home: reset), each press timed until the new attention row
+is drawn; presenter mode's computed font sizes are checked on every page. Both figures go to `measurements.json` in
+the same folder.
 
 Needs Debian's chromium at /usr/bin/chromium and the `playwright` package (its own browser download is not used).
 """
@@ -26,28 +27,23 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     HOST,
     IDLE_JS,
+    HostedApp,
+    browser_missing,
     full_screenshot,
     log_tail,
     mark_run_state,
-    streamlit_server,
     wait_for_charts,
     wait_until_rerun_done,
 )
 
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError as exc:  # pragma: no cover - only where the dev requirements are not installed
-    _MISSING = f"the `playwright` package is not importable ({exc}); install requirements-dev.txt"
-else:
-    _MISSING = "" if CHROMIUM.exists() else f"{CHROMIUM} is missing; install Debian's `chromium` (see the README)"
+_MISSING = browser_missing()
 if _MISSING:
     _REASON = f"BROWSER TEST SKIPPED, the app was NOT checked in a browser: {_MISSING}"
     warnings.warn(_REASON, stacklevel=1)
     pytest.skip(_REASON, allow_module_level=True)
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 HOSTILE_PROMPT = "<img src=x onerror=alert(1)> **bold** <script>alert(2)</script>"
 HOSTILE_FRAGMENT = "<img src=x onerror=alert(1)>"
@@ -109,36 +105,34 @@ def _injected_images(page) -> int:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+def session(tmp_path_factory: pytest.TempPathFactory, hosted_app: HostedApp, chromium) -> Iterator[Session]:
+    """One tab on the session's app server (its own Streamlit session), in the session's Chromium."""
     shots = _screenshot_dir(tmp_path_factory)
-    server_log = tmp_path_factory.mktemp("streamlit-server") / "server.log"
-    print(f"\n[browser test] screenshots: {shots}\n[browser test] server log: {server_log}")
-    with streamlit_server(server_log) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            context = browser.new_context(viewport=VIEWPORT)
-            page = context.new_page()
-            page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
-            s = Session(page=page, url=url, shots=shots, server_log=server_log)
+    print(f"\n[browser test] screenshots: {shots}\n[browser test] server log: {hosted_app.log}")
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
+        s = Session(page=page, url=hosted_app.url, shots=shots, server_log=hosted_app.log)
 
-            def only_local(route) -> None:  # never let the page reach past this machine (e.g. metrics configs)
-                if urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:")):
-                    route.continue_()
-                else:
-                    s.blocked.append(route.request.url)
-                    route.abort()
+        def only_local(route) -> None:  # never let the page reach past this machine (e.g. metrics configs)
+            if urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:")):
+                route.continue_()
+            else:
+                s.blocked.append(route.request.url)
+                route.abort()
 
-            def on_dialog(dialog) -> None:
-                s.dialogs.append(f"{dialog.type}: {dialog.message}")
-                dialog.dismiss()
+        def on_dialog(dialog) -> None:
+            s.dialogs.append(f"{dialog.type}: {dialog.message}")
+            dialog.dismiss()
 
-            context.route("**/*", only_local)
-            page.on("dialog", on_dialog)
-            page.on("pageerror", lambda error: s.page_errors.append(str(error)))
-            page.goto(url)
-            yield s
-        finally:
-            browser.close()
+        context.route("**/*", only_local)
+        page.on("dialog", on_dialog)
+        page.on("pageerror", lambda error: s.page_errors.append(str(error)))
+        page.goto(hosted_app.url)
+        yield s
+    finally:
+        context.close()
 
 
 def _run_from_sidebar(s: Session, prompt_text: str | None, max_new_tokens: str | None) -> float:

@@ -23,12 +23,20 @@ from explorer.cli.main import COMMANDS, build_parser, main
 from explorer.core.errors import OOM_ADVICE
 from explorer.core.trace import Trace
 from explorer.core.units import MB
+from tests.cli_support import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def explorer(*args: str, timeout_s: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+def explorer(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """`python -m explorer ARGS`, run in this process (tests/cli_support.py): no torch import or device measurement
+    per call. The tests that are about a fresh process start one below."""
+    return run_cli(*args, env=env)
+
+
+def explorer_process(*args: str, timeout_s: int = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m explorer ARGS` in a child process, its output through real pipes."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
         [sys.executable, "-m", "explorer", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
     )
@@ -200,7 +208,7 @@ def test_repeats_keep_every_repeat_and_print_the_spread(tiny_llama_dir: Path, tm
 
 
 def test_piped_output_still_shows_progress_while_loading(tiny_llama_dir: Path) -> None:
-    out = explorer("run", "--prompt", "hi", "--model", str(tiny_llama_dir), "--max-new-tokens", "2")
+    out = explorer_process("run", "--prompt", "hi", "--model", str(tiny_llama_dir), "--max-new-tokens", "2")
     assert out.returncode == 0, out.stderr
     assert "[load] Loaded" in out.stderr  # plain lines, though stderr is a pipe here
     assert out.stderr.splitlines()[0].startswith("[load] Loading")  # no percent: the load's steps have no known share

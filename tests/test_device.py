@@ -348,6 +348,7 @@ def test_unknown_gpu_whose_benchmark_fails_is_a_run_failure(fake_gpu: Any) -> No
 # --- the public entry point on this machine --------------------------------------------------------------------------
 
 
+@pytest.mark.device_figures
 def test_cpu_profile_is_measured_and_sensible() -> None:
     profile = device_profile("cpu", "float32")
     assert profile.kind == "cpu" and profile.dtype == "float32" and profile.name
@@ -380,6 +381,7 @@ def test_read_bandwidth_counts_each_byte_read_once(monkeypatch: pytest.MonkeyPat
     assert device.measure_copy_bandwidth("cpu", 4_000_000, repeats=2) == [16e6, 16e6]  # 4 MB read + 4 MB written
 
 
+@pytest.mark.device_figures
 def test_a_fresh_profile_is_measured_again_and_kept() -> None:
     first = device_profile("cpu", "float32")
     again = device_profile("cpu", "float32", fresh=True)
@@ -387,6 +389,7 @@ def test_a_fresh_profile_is_measured_again_and_kept() -> None:
     assert device_profile("cpu", "float32") is again
 
 
+@pytest.mark.device_figures
 def test_bfloat16_runs_get_a_bfloat16_peak() -> None:
     profile = device_profile("cpu", "bfloat16")
     assert profile.dtype == "bfloat16" and profile.peak_flops == max(profile.flops_samples)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,28 +25,23 @@ import pytest
 from explorer.core.trace import Trace
 from explorer.hosting.queue import read_turn_log
 from tests.browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     HOST,
     IDLE_JS,
     STARTED_SINCE_JS,
+    HostedApp,
+    browser_missing,
     full_screenshot,
     log_tail,
     mark_run_state,
-    streamlit_server,
     wait_until_rerun_done,
 )
 
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError as exc:  # pragma: no cover - only where the dev requirements are not installed
-    _MISSING = f"the `playwright` package is not importable ({exc}); install requirements-dev.txt"
-else:
-    _MISSING = "" if CHROMIUM.exists() else f"{CHROMIUM} is missing; install Debian's `chromium` (see the README)"
+_MISSING = browser_missing()
 if _MISSING:
     _REASON = f"LOAD TEST SKIPPED, concurrent sessions were NOT checked: {_MISSING}"
     warnings.warn(_REASON, stacklevel=1)
     pytest.skip(_REASON, allow_module_level=True)
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 SESSIONS = 4
 NEW_TOKENS = "4"
@@ -61,7 +56,8 @@ CLICKS_WITHIN_S = 1.0
 PREFILL_FACTOR = 2.0
 # The solo references' prompts, as long as the sessions' own.
 SOLO_PROMPTS = [f"Solo {i}: name one {thing}." for i, thing in enumerate(["tree", "bird", "fish"])]
-QUEUE_TEXT = ("You are next", "in line")
+QUEUE_TEXT = ("You are next in line", "You are number")  # while waiting ("you were number n" is said after)
+HOLDING_TEXT = "Live: each token appears"  # the live stream's caption, drawn only once a run holds the device
 CONTENDED = "were drawing a page on this server"  # the app's note on a run timed while another page was drawn
 
 
@@ -125,22 +121,26 @@ def _solo_prefill_ms(v: Visitor, prompt: str, folder: Path) -> float:
     return _prefill_ms(_trace(v, folder))
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
-    folder = tmp_path_factory.mktemp("load")
-    turn_log = folder / "turns.jsonl"
-    with streamlit_server(folder / "server.log", env={"EXPLORER_TURN_LOG": str(turn_log)}) as url:
-        yield url, turn_log, folder
+@pytest.fixture
+def site(hosted_app: HostedApp, tmp_path: Path) -> tuple[str, Path, Path]:
+    """The session's app server (its turn log counts every turn, other tests' too: each test reads only its own)
+    and a folder for this test's downloads and screenshots."""
+    return hosted_app.url, hosted_app.turn_log, tmp_path
 
 
-@pytest.fixture(scope="module")
-def browser(site: tuple[str, Path, Path]) -> Iterator[object]:
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
+@pytest.fixture
+def open_visitors(hosted_app: HostedApp, chromium: object) -> Iterator[Callable[[int], list[Visitor]]]:
+    """Opens visitors on the session's app server, each its own browser context (its own Streamlit session) in the
+    session's Chromium; their contexts are closed when the test ends, so their sessions go."""
+    opened: list[Visitor] = []
+
+    def open_visitors(count: int) -> list[Visitor]:
+        opened.extend(_visitors(chromium, hosted_app.url, count))
+        return opened[-count:]
+
+    yield open_visitors
+    for v in opened:
+        v.page.context.close()
 
 
 def _visitors(browser: object, url: str, count: int) -> list[Visitor]:
@@ -157,18 +157,23 @@ def _visitors(browser: object, url: str, count: int) -> list[Visitor]:
         page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
         v = Visitor(i, page, PROMPTS[i % len(PROMPTS)])
         page.on("pageerror", lambda error, v=v: v.errors.append(str(error)))
-        page.goto(url)
-        _sidebar(page).get_by_label("Prompt", exact=True).wait_for()
+        page.goto(url, wait_until="commit")  # the pages load side by side, as visitors' browsers would
         visitors.append(v)
+    for v in visitors:
+        _sidebar(v.page).get_by_label("Prompt", exact=True).wait_for()
     return visitors
 
 
-def test_four_sessions_at_once_take_clean_turns(site: tuple[str, Path, Path], browser: object) -> None:
-    url, turn_log, folder = site
-    visitors = _visitors(browser, url, SESSIONS)
+def test_four_sessions_at_once_take_clean_turns(
+    site: tuple[str, Path, Path], open_visitors: Callable[[int], list[Visitor]], hosted_app: HostedApp
+) -> None:
+    _, turn_log, folder = site
+    visitors = open_visitors(SESSIONS)
     try:
-        # Solo references on a warm server (the first run loads the model): two now, one after the four runs.
-        _run_alone(visitors[0], "Warm up: say hi.", COLD_RUN_TIMEOUT_S)
+        # Solo references on a warm server (the first run loads the model): two now, one after the four runs. The
+        # session's server is warm already where an earlier test ran on it.
+        if not [t for t in read_turn_log(turn_log) if t.what == "run"]:
+            _run_alone(visitors[0], "Warm up: say hi.", COLD_RUN_TIMEOUT_S)
         solo_prefills_ms = [_solo_prefill_ms(visitors[0], prompt, folder) for prompt in SOLO_PROMPTS[:2]]
         solo_turns = len(read_turn_log(turn_log))
 
@@ -194,7 +199,7 @@ def test_four_sessions_at_once_take_clean_turns(site: tuple[str, Path, Path], br
         for i, v in enumerate(visitors):
             if not done[i]:
                 full_screenshot(v.page, folder / f"session-{i}-not-done.png", **VIEWPORT)
-        assert all(done), f"not finished: {[i for i, d in enumerate(done) if not d]}; {log_tail(folder / 'server.log')}"
+        assert all(done), f"not finished: {[i for i, d in enumerate(done) if not d]}; {log_tail(hosted_app.log)}"
 
         traces = [_trace(v, folder) for v in visitors]
         texts = [_main_text(v) for v in visitors]
@@ -245,9 +250,11 @@ def test_four_sessions_at_once_take_clean_turns(site: tuple[str, Path, Path], br
     assert not slow, f"waiting runs' prefill over {PREFILL_FACTOR}x solo ({solo_text} ms): {slow}"
 
 
-def test_a_waiting_visitor_can_leave_the_queue(site: tuple[str, Path, Path], browser: object) -> None:
-    url, turn_log, folder = site
-    runner, leaver = _visitors(browser, url, 2)
+def test_a_waiting_visitor_can_leave_the_queue(
+    site: tuple[str, Path, Path], open_visitors: Callable[[int], list[Visitor]]
+) -> None:
+    _, turn_log, folder = site
+    runner, leaver = open_visitors(2)
     _run_alone(leaver, "Before: name one bird.", COLD_RUN_TIMEOUT_S)
     before = _trace(leaver, folder)
     _fill_inputs(runner, "Hold the device: count from one to twenty.", "48")
@@ -255,7 +262,7 @@ def test_a_waiting_visitor_can_leave_the_queue(site: tuple[str, Path, Path], bro
     mark = mark_run_state(runner.page)
     _sidebar(runner.page).get_by_role("button", name="Run", exact=True).click()
     runner.page.wait_for_function(STARTED_SINCE_JS, arg=mark, timeout=PAGE_TIMEOUT_S * 1000)
-    time.sleep(1.0)  # the runner's script has taken the device
+    runner.page.get_by_text(HOLDING_TEXT).wait_for(timeout=PAGE_TIMEOUT_S * 1000)  # its run has taken the device
     _sidebar(leaver.page).get_by_role("button", name="Run", exact=True).click()
     leave = leaver.page.get_by_role("button", name="Leave the queue")
     leave.wait_for(timeout=PAGE_TIMEOUT_S * 1000)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,8 +28,7 @@ from explorer.core.profiler import (
     profile_pass,
 )
 from explorer.core.trace import DeviceProfile, Trace
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli_support import run_cli
 
 
 def greedy_trace(lm: LoadedModel, device: DeviceProfile, new_tokens: int) -> Trace:
@@ -248,20 +244,16 @@ def test_json_and_text_hold_every_op_and_both_walls(tiny_lm: LoadedModel, llama_
     assert all(name in text for name in (*OP_GROUPS, CPU_REMAINDER, "without the profiler"))
 
 
-def explorer(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-
-
-def test_the_profile_command_writes_json(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    out = explorer(
+def test_the_profile_command_writes_json(
+    tiny_llama_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    out = run_cli(
         "profile", "--model", str(tiny_llama_dir), "--prompt", "The cat sat on the", "--pass", "3", "--json",
         str(tmp_path / "p.json"),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "profiler_start" not in out.stderr and "USDT" not in out.stderr  # kineto's banners stay quiet
+    stderr = out.stderr + capfd.readouterr().err  # kineto writes to the file descriptor itself, past sys.stderr
+    assert "profiler_start" not in stderr and "USDT" not in stderr  # kineto's banners stay quiet
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["pass_index"] == 3 and data["phase"] == "decode"
     assert next(g for g in data["groups"] if g["name"] == KV_UPDATE)["self_s"] > 0
@@ -269,7 +261,7 @@ def test_the_profile_command_writes_json(tiny_llama_dir: Path, tmp_path: Path) -
 
 
 def test_the_profile_command_refuses_an_unreachable_pass_before_loading(tmp_path: Path) -> None:
-    out = explorer(
+    out = run_cli(
         "profile", "--model", str(tmp_path / "missing"), "--prompt", "x", "--pass", "4", "--max-new-tokens", "2"
     )
     assert out.returncode == 2

@@ -33,6 +33,7 @@ from explorer.hosting import settings
 from explorer.remote import deadlines, endpoint, records, sweep, tokens, wire
 from tests import fake_servers as fake
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.browser_support import listens_on
 from tests.tiny import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -419,7 +420,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     root = f"http://{HOST}:{port}"
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while not _healthy(root):
+        while not (_healthy(root) and listens_on(proc, port)):  # not another run's server on the same port
             if proc.poll() is not None:
                 pytest.fail(f"transformers serve exited with {proc.returncode}: {log.read_text()[-2000:]}")
             if time.monotonic() > deadline:
@@ -442,6 +443,8 @@ def recorded(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.server
+@pytest.mark.slow  # the engine's start and the recorded sweep (~15 s) fall on the first of these tests
 def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: Engine) -> None:
     data = json.loads(recorded.read_text())
     assert data["endpoint"] == {"base_url": engine.base_url, "model": engine.model, "api": "chat"}
@@ -468,6 +471,8 @@ def test_a_real_engine_measured_at_concurrency_1_and_4(recorded: Path, engine: E
     assert overlaps(result.level(4))  # four in flight: the engine batched requests that overlap in time
 
 
+@pytest.mark.server
+@pytest.mark.slow
 def test_the_completions_api_and_a_local_tokenizer(engine: Engine) -> None:
     config = sweep.SweepConfig(
         endpoint.make_endpoint(engine.base_url, engine.model, "completions"),
@@ -483,12 +488,16 @@ def test_the_completions_api_and_a_local_tokenizer(engine: Engine) -> None:
         assert abs(sum(r.chunk_tokens) - r.output_tokens) <= 1, (r.chunk_tokens, r.output_tokens, r.text)
 
 
+@pytest.mark.server
+@pytest.mark.slow
 def test_a_wrong_model_name_is_one_line(engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["remote", "--base-url", engine.base_url, "--model", "no-such/model"]) == 2
     message = one_line_error(capsys)
     assert "does not serve model 'no-such/model' (HTTP 400)" in message
 
 
+@pytest.mark.server
+@pytest.mark.slow
 def test_the_endpoint_page_renders_the_recorded_sweep(recorded: Path) -> None:
     at = endpoint_page()
     at.get("file_uploader")[0].set_value(("r.json", recorded.read_bytes(), "application/json")).run()
@@ -550,10 +559,11 @@ def test_the_page_says_in_one_line_what_is_wrong() -> None:
 BROWSER_RUN_TIMEOUT_S = 400  # warm-up + 2 levels x 2 requests on a busy 2-core machine
 
 
-def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: Path) -> None:
+@pytest.mark.browser
+@pytest.mark.server
+@pytest.mark.slow
+def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: Path, chromium: object) -> None:
     from tests.browser_support import (
-        CHROMIUM,
-        CHROMIUM_ARGS,
         full_screenshot,
         log_tail,
         mark_run_state,
@@ -562,19 +572,15 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
         wait_until_rerun_done,
     )
 
-    if importlib.util.find_spec("playwright") is None or not CHROMIUM.exists():
-        pytest.skip("BROWSER TEST SKIPPED: needs the playwright package and /usr/bin/chromium (see the README)")
-    from playwright.sync_api import sync_playwright
-
     shots = Path(os.environ.get("EXPLORER_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     server_log = tmp_path / "streamlit.log"
     viewport = {"width": 1400, "height": 1000}
     allowed = {"EXPLORER_ALLOWED_ENDPOINTS": engine.base_url}  # the server runs as deployed: hosted, an allow-list
-    with streamlit_server(server_log, env=allowed) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+    with streamlit_server(server_log, env=allowed) as url:
+        context = chromium.new_context(viewport=viewport)  # the session's Chromium (tests/conftest.py)
         try:
-            page = browser.new_page(viewport=viewport)
+            page = context.new_page()
             page.set_default_timeout(60_000)
             page_errors: list[str] = []
             page.on("pageerror", lambda error: page_errors.append(str(error)))
@@ -612,7 +618,7 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
             assert nav[-1] == "Endpoint" and "Inside one inference" in nav  # app.py's navigation, not pages/
             assert page_errors == []
         finally:
-            browser.close()
+            context.close()
     print(f"[browser test] endpoint page screenshot: {shots / 'endpoint-live.png'}")
 
 

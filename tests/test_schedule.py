@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from explorer.labs.schedule.workload import (
     validate,
 )
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
+from tests.cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_KEY = "explorer_schedule_run"  # pages/scheduling.py keeps its run here
@@ -275,15 +273,8 @@ def test_a_token_that_differs_is_named_with_its_reason(tiny_lm: LoadedModel, cpu
 
 
 # --- the command line ------------------------------------------------------------------------------------------------
-def explorer(*args: str, timeout_s: int = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
-    )
-
-
 def test_cli_schedule_writes_json(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    out = explorer(
+    out = run_cli(
         "schedule",
         "--model",
         str(tiny_llama_dir),
@@ -326,6 +317,7 @@ def test_cli_bad_input_is_one_line(args: tuple[str, ...], message: str, capsys: 
 
 
 # --- the embedded model ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_default_workload_on_the_embedded_model(real_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
     """The issue's correctness claim: each request's greedy tokens equal the explorer's solo run (same dtype)."""
     run = run_schedule(real_lm, cpu_figures, Workload(), EngineSettings())

@@ -20,6 +20,7 @@ from explorer.core.trace import DeviceProfile
 from explorer.labs.schedule import baselines
 from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun
 from explorer.labs.schedule.run import run_schedule
+from explorer.labs.schedule.sharing import REUSED, SAME_STEP, SHORTER_THAN_BLOCK, explain_sharing
 from explorer.labs.schedule.workload import (
     EngineSettings,
     PlannedRequest,
@@ -241,6 +242,45 @@ def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(
     assert all(c.matches for c in run.checks) and all(c.matches for c in off.checks)
     hits = [h for s in run.steps for h in s.prefix_hits]
     assert [(h.request, h.tokens, h.blocks) for h in hits] == [("r1", 40, 10), ("r2", 40, 10)]
+    explanation = explain_sharing(run)
+    assert explanation.kind == REUSED and explanation.sentence.startswith("20 blocks = 80 tokens reused, in whole")
+    assert json.loads(run.to_json())["prefix_sharing"]["kind"] == REUSED
+
+
+def sharing_workload(prefix: str, stagger_ms: float) -> Workload:
+    return Workload(requests=3, prompt_tokens=(20,), new_tokens=(2,), stagger_ms=stagger_ms, prefix=prefix)
+
+
+@pytest.mark.parametrize(
+    ("workload", "settings", "kind", "words"),
+    [
+        # "Hi." and its newline: 4 shared tokens, under one 8-token block, however far apart the arrivals
+        (
+            sharing_workload("Hi.", 300),
+            replace(TINY_SETTINGS, block_size=8),
+            SHORTER_THAN_BLOCK,
+            "fewer than one 8-token block",
+        ),
+        # 18 shared tokens, but all three prompts fit one 256-token step: nothing was hashed before they were scheduled
+        (
+            sharing_workload("SYSTEM: be brief.", 0),
+            replace(TINY_SETTINGS, token_budget=256),
+            SAME_STEP,
+            "hashes a block only after",
+        ),
+    ],
+)
+def test_the_engine_run_names_why_no_prefill_was_saved(
+    tiny_lm: LoadedModel,
+    cpu_figures: DeviceProfile,
+    workload: Workload,
+    settings: EngineSettings,
+    kind: str,
+    words: str,
+) -> None:
+    run = run_schedule(tiny_lm, cpu_figures, workload, settings)
+    explanation = explain_sharing(run)
+    assert run.prefix_tokens_reused == 0 and explanation.kind == kind and words in explanation.sentence
 
 
 def test_the_device_is_passed_on_only_between_measured_spans(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:

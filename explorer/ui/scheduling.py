@@ -16,6 +16,7 @@ from explorer.core.units import MB, human_bytes
 from explorer.hosting.settings import LabSize
 from explorer.labs.schedule.records import ScheduleRun
 from explorer.labs.schedule.run import run_schedule
+from explorer.labs.schedule.sharing import explain_sharing
 from explorer.labs.schedule.workload import (
     MAX_REQUESTS,
     SCHEDULERS,
@@ -260,8 +261,8 @@ def prefix_section(run: ScheduleRun) -> None:
         charts.prefix_chart(rows, "prefill_tokens", "prompt tokens computed"),
         rows,
         "schedule-prefix-tokens",
-        f"{saved} prompt tokens not computed with sharing on; identical tokens with and without: {same}. Reuse is "
-        "in whole blocks, of blocks complete before the request is scheduled.",
+        f"{saved} prompt tokens not computed with sharing on; identical tokens with and without: {same}. Why: "
+        f"{explain_sharing(run).sentence}",
         "measured: two runs of the same workload",
     )
     chart(

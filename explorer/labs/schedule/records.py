@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from explorer.core.trace import ItlPercentiles, JsonRecord
+from explorer.labs.schedule.sharing import explain_sharing
 from explorer.labs.schedule.workload import EngineSettings, PlannedRequest, Workload
 
 
@@ -324,4 +325,5 @@ class ScheduleRun(JsonRecord):
             "checks": [asdict(c) for c in self.checks],
             "comparison": [m.to_dict() for m in self.modes] if self.baselines else [],
             "prefix_off": self.prefix_off.to_dict() if self.prefix_off else None,
+            "prefix_sharing": explain_sharing(self).to_dict(),  # derived: why sharing saved what it saved
         }

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from explorer.core.trace import ItlPercentiles, JsonRecord
+from explorer.labs.schedule.paging import paging_peaks, paging_sentence
 from explorer.labs.schedule.sharing import explain_sharing
 from explorer.labs.schedule.workload import EngineSettings, PlannedRequest, Workload
 
@@ -259,6 +260,7 @@ class ScheduleRun(JsonRecord):
     baselines: tuple[ServedMode, ...] = ()  # static batching and one at a time, when compared
     prefix_off: ScheduleRun | None = None  # the same workload with prefix sharing off, when a prefix is set
     load_avg_1m: float | None = None  # the OS's 1-minute load average as the engine's run finished
+    max_context: int | None = None  # the model's context: a contiguous server's reservation per request, unknown output
     transformers_version: str = ""
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
@@ -304,6 +306,7 @@ class ScheduleRun(JsonRecord):
             "device": self.device,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "engine_num_blocks": self.engine_num_blocks,
+            "max_context": self.max_context,
             "load_avg_1m": self.load_avg_1m,
             "transformers_version": self.transformers_version,
             "created_at": self.created_at,
@@ -326,4 +329,5 @@ class ScheduleRun(JsonRecord):
             "comparison": [m.to_dict() for m in self.modes] if self.baselines else [],
             "prefix_off": self.prefix_off.to_dict() if self.prefix_off else None,
             "prefix_sharing": explain_sharing(self).to_dict(),  # derived: why sharing saved what it saved
+            "paging": {"peaks": asdict(paging_peaks(self)), "sentence": paging_sentence(self)},  # derived, modelled
         }

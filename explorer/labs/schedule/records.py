@@ -11,8 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from explorer.core.trace import ItlPercentiles, JsonRecord
-from explorer.labs.schedule.paging import paging_peaks, paging_sentence
-from explorer.labs.schedule.sharing import explain_sharing
 from explorer.labs.schedule.workload import EngineSettings, PlannedRequest, Workload
 
 
@@ -328,6 +326,4 @@ class ScheduleRun(JsonRecord):
             "checks": [asdict(c) for c in self.checks],
             "comparison": [m.to_dict() for m in self.modes] if self.baselines else [],
             "prefix_off": self.prefix_off.to_dict() if self.prefix_off else None,
-            "prefix_sharing": explain_sharing(self).to_dict(),  # derived: why sharing saved what it saved
-            "paging": {"peaks": asdict(paging_peaks(self)), "sentence": paging_sentence(self)},  # derived, modelled
         }

@@ -54,23 +54,6 @@ class SharingExplanation:
     sentence: str
     requests: tuple[RequestSharing, ...] = ()
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "kind": self.kind,
-            "sentence": self.sentence,
-            "requests": [
-                {
-                    "request": r.request,
-                    "shared_tokens": r.shared_tokens,
-                    "shareable_blocks": r.shareable_blocks,
-                    "reused_blocks": r.reused_blocks,
-                    "first_step": r.first_step,
-                    "cause": r.cause,
-                }
-                for r in self.requests
-            ],
-        }
-
 
 def first_step(run: ScheduleRun, request: str) -> int | None:
     return next((s.index for s in run.steps if any(e.request == request for e in s.entries)), None)

@@ -18,6 +18,7 @@ from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.labs.schedule import baselines
+from explorer.labs.schedule.paging import paging_sentence
 from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun
 from explorer.labs.schedule.run import run_schedule
 from explorer.labs.schedule.sharing import REUSED, SAME_STEP, SHORTER_THAN_BLOCK, explain_sharing
@@ -424,6 +425,8 @@ def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> 
     assert len(per_request) == 9 and per_request["itl_p50_ms"].notna().all()
     captions = " ".join(c.value for c in at.caption)
     assert "measured" in captions and "modelled" in captions
+    assert paging_sentence(run) in captions and "Primary, what PagedAttention's saving is measured" in captions
+    assert explain_sharing(run).sentence in captions  # the cause computed from this run, beside the prefix chart
     modes_table = next(d.value for d in at.dataframe if "tokens_per_s" in d.value.columns)
     assert list(modes_table["mode"]) == [CONTINUOUS, STATIC, SEQUENTIAL]
     for element in at.markdown:  # the prefix is shown only as data, never interpreted

@@ -41,10 +41,6 @@ class RequestSharing:
     first_step: int | None  # the step that first scheduled it (where it was matched, or not)
     cause: str = ""  # why fewer blocks than shareable were reused: SAME_STEP, EVICTED or NOT_FOUND
 
-    @property
-    def missed_blocks(self) -> int:
-        return self.shareable_blocks - self.reused_blocks
-
 
 @dataclass(frozen=True)
 class SharingExplanation:

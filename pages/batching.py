@@ -7,8 +7,9 @@ from explorer.ui import labs
 result = ui.lab_page(
     "Batching",
     "A decode step reads every weight to make one token per sequence. With B sequences in one step the weights are "
-    "read once for all of them: the step barely slows while tokens/s grows, until the step crosses the ridge and "
-    "becomes compute-bound. Each request's ITL is the step time, so it gets worse as B grows.",
+    "read once for all of them. By the roofline model the step barely slows while tokens/s grows, until the step "
+    "crosses the ridge and becomes compute-bound; each request's ITL is the step time, so it rises with B. The sweep "
+    "below measures what this machine does.",
     labs.batch_inputs,
     labs.BATCH_RESULT,
     "Press **Run the sweep**: memory and a modelled time estimate are checked before anything runs.",

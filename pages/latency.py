@@ -27,8 +27,8 @@ else:
         charts.itl_chart(itl, itl_slo_s),
         itl,
         "itl-per-token",
-        f"{over} of {len(itl)} gaps at or over the ITL SLO (red): each is one decode pass re-reading every weight "
-        "for one token, so they stay roughly flat as the cache grows.",
+        f"{over} of {len(itl)} gaps at or over the ITL SLO (red): each is one decode pass, which re-reads every "
+        f"weight and the KV cache. {charts.decode_bytes_sentence(trace)}",
         "measured: the time between consecutive sampled tokens",
     )
     everything = charts.itl_distribution_frame(trace)
@@ -70,8 +70,8 @@ with ui.secondary("Against earlier runs in this session"):
             charts.runs_itl_chart(runs_itl, labels, itl_slo_s),
             runs_itl,
             "itl-by-run",
-            "The darkest, thickest line is this run: decode gaps barely depend on the prompt, since every decode "
-            "reads the same weights.",
+            "The darkest, thickest line is this run. Every decode reads the same weights; the prompt adds KV cache to "
+            f"each one. {charts.decode_bytes_sentence(trace)}",
             "measured, per run",
         )
         runs_ttft = charts.runs_ttft_frame(runs, ttft_slo_s)
@@ -79,6 +79,7 @@ with ui.secondary("Against earlier runs in this session"):
             charts.runs_ttft_chart(runs_ttft, ttft_slo_s),
             runs_ttft,
             "ttft-by-run",
-            "TTFT grows with the prompt (the prefill computes every prompt token); hover a bar for its prompt length.",
+            "By the model TTFT grows with the prompt (the prefill computes every prompt token); the bars are measured, "
+            "on a shared machine: hover one for its prompt length.",
             "measured, per run",
         )

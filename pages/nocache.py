@@ -21,24 +21,27 @@ ui.metrics(
         ("Same tokens both ways", "yes" if result.same_tokens else "NO", "measured: greedy token ids compared"),
         ("Cached loop", f"{sum(s.wall_s for s in result.cached):.2f} s", "measured: all passes"),
         ("Naive loop", f"{sum(s.wall_s for s in result.uncached):.2f} s", "measured: all steps"),
-        ("Naive loop, estimated", f"{result.estimate_s:.1f} s", "modelled before the run, checked against the budget"),
+        ("Naive loop, estimated", f"{result.estimate_s:.1f} s", "modelled before the run at the device's figures"),
         ("Prompt tokens", str(result.prompt_len), "the naive loop's first step processes these"),
     ]
 )
 st.markdown(charts.growth_sentence(result))  # numbers and fixed words only
+st.caption(charts.estimate_sentence(result))
 frame = charts.nocache_frame(result)
 ui.chart(
     charts.step_time_chart(frame),
     frame,
     "nocache-step-time",
-    "Per step: flat-ish with the cache (one token through the layers), rising without (the whole sequence).",
+    "Per step: with the cache one token goes through the layers, without it the whole sequence so far; whether this "
+    "run's times show the difference is measured in the sentence above.",
     "measured wall time per step",
 )
 ui.chart(
     charts.cumulative_time_chart(frame),
     frame,
     "nocache-cumulative-time",
-    "Total time so far: linear with the cache, bending upwards (quadratic) without.",
+    "Total time so far. By the model, linear with the cache and bending upwards (quadratic) without; a short or noisy "
+    "run need not show it.",
     "measured, summed",
 )
 ui.chart(
@@ -58,8 +61,8 @@ ui.chart(
 )
 ui.table(
     charts.projection_frame(result),
-    "At this rate: a straight-line fit of each loop's measured step times against the position, summed.",
-    "modelled from measured steps",
+    charts.projection_caption(result),
+    "modelled, scaled by this run's measured rate",
 )
 with ui.secondary("Every step, both loops"):
     ui.table(

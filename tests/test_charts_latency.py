@@ -167,3 +167,24 @@ def test_charts_serialise_with_the_slo_rules(trace: Trace) -> None:
     assert "ITL SLO 50 ms" in specs["itl"] and "ITL SLO 50 ms" in specs["runs_itl"]
     assert "TTFT SLO 1000 ms" in specs["runs_ttft"]
     assert '"slo_ms": 50.0' in specs["histogram"] and '"metric": "ITL p99"' in specs["histogram"]
+
+
+def test_what_a_decode_gap_waits_on_is_computed_at_this_context_and_the_maximum() -> None:
+    """SmolLM2 by hand: at 100 tokens DynamicCache moves 3 x 100 x 46,080 B = 13.82 MB of KV against 538.06 MB of
+    weights (2.5 %); at 8,192 tokens 3 x 8,192 x 46,080 B = 1.13 GB (68 %). Not 'roughly flat': it depends."""
+    from types import SimpleNamespace
+
+    from explorer.core.roofline import pass_cost
+    from explorer.core.trace import DeviceProfile
+    from tests.test_roofline import smollm2_by_hand
+
+    model, device = smollm2_by_hand(), DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured")
+    last = SimpleNamespace(cache_len_after=100, cost=pass_cost(model, device, 1, cache_len_before=99))
+    run = SimpleNamespace(model=model, device=device, decodes=[last])
+    assert latency.decode_bytes_sentence(run) == (  # type: ignore[arg-type]
+        "Modelled, this run's last decode pass (at 100 tokens) moved 13.82 MB of KV against 538.1 MB of weights "
+        "(2.5% KV); at the model's maximum of 8,192 tokens, 1.13 GB of KV against 538.1 MB of weights (68% KV)."
+    )
+    assert latency.decode_bytes_sentence(SimpleNamespace(model=model, device=device, decodes=[])).startswith(  # type: ignore[arg-type]
+        "Modelled, a decode pass of this model at the model's maximum of 8,192 tokens would move 1.13 GB of KV"
+    )

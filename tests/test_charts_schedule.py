@@ -9,6 +9,7 @@ import pytest
 
 from explorer.charts import schedule as charts
 from explorer.core.units import MB
+from explorer.labs.schedule.paging import PagingPeaks, paging_peaks, paging_sentence
 from explorer.labs.schedule.records import (
     CONTINUOUS,
     SEQUENTIAL,
@@ -132,12 +133,32 @@ def test_blocks_frame_marks_shared_blocks(run: ScheduleRun) -> None:
     assert frame["shared"].sum() == 2  # block 0 in steps 1 and 2
 
 
-def test_memory_frame_paged_against_contiguous(run: ScheduleRun) -> None:
-    frame = charts.memory_frame(run)
-    paged = frame[frame["layout"] == charts.LAYOUT_DOMAIN[0]]["mb"].tolist()
-    contiguous = frame[frame["layout"] == charts.LAYOUT_DOMAIN[1]]["mb"].tolist()
+def test_memory_frame_paged_against_both_contiguous_reservations(run: ScheduleRun) -> None:
+    frame = charts.memory_frame(replace(run, max_context=64))
+    paged, max_length, exact = (frame[frame["layout"] == layout]["mb"].tolist() for layout in charts.LAYOUT_DOMAIN)
     assert paged == pytest.approx([n * 4 * 100 / MB for n in (2, 3, 5, 3, 3)])  # blocks x 4 tokens x 100 B (SI MB)
-    assert contiguous == pytest.approx([n * 100 / MB for n in (9, 22, 22, 13, 13)])  # (6 + 3) and (10 + 3) tokens
+    assert max_length == pytest.approx([n * 64 * 100 / MB for n in (1, 2, 2, 1, 1)])  # 64 tokens per admitted request
+    assert exact == pytest.approx([n * 100 / MB for n in (9, 22, 22, 13, 13)])  # (6 + 3) and (10 + 3) tokens
+    assert len(charts.memory_frame(run)) == 10  # no context recorded: no max-length line, never a made-up one
+
+
+def test_paging_is_compared_with_the_max_length_first_and_exact_lengths_second(run: ScheduleRun) -> None:
+    """Peaks by hand: paged 5 blocks x 400 B = 2,000 B; max length 2 x 64 x 100 = 12,800 B; exact 22 x 100 = 2,200 B."""
+    sentence = paging_sentence(replace(run, max_context=64))
+    assert sentence.startswith("Peak KV memory, paged: 2.00 kB. Primary, what PagedAttention's saving is measured")
+    assert "paging saves 10.80 kB (84%) against a contiguous reservation of the model's maximum length (64" in sentence
+    assert "Second: paging saves 200 B (9%) against reserving exactly each request's prompt + max new" in sentence
+    assert "Primary" not in paging_sentence(run)  # no context recorded: only the line it can compute
+
+
+def test_a_paging_loss_is_called_a_cost(run: ScheduleRun) -> None:
+    """r0 alone with 1 new token: 7 tokens reserved exactly (700 B) against 2 whole 4-token blocks (800 B)."""
+    short = replace(run.requests[0], max_new_tokens=1)
+    one_step = replace(run, steps=run.steps[:1], requests=(short,), max_context=64)
+    sentence = paging_sentence(one_step)
+    assert "Second: paging costs 100 B more than reserving exactly" in sentence and "saves 100 B" not in sentence
+    assert "paging holds whole 4-token blocks, each request's last one partly filled" in sentence
+    assert paging_peaks(one_step) == PagingPeaks(800, 6400, 700, 64)
 
 
 def test_modes_frames(run: ScheduleRun) -> None:

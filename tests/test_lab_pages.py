@@ -58,6 +58,10 @@ def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
     sentence = " ".join(m.value for m in at.markdown)
     assert "first 8 decode steps" in sentence and "over 2x the cached growth and over 1 ms" in sentence
     assert any("bytes_moved" in d.value.columns for d in at.dataframe)  # the per-step table, modelled bytes
+    result = at.session_state[labs.NOCACHE_RESULT]
+    shown = captions(at)
+    assert f"took {result.cached_scale:.2f}x their floor with the cache" in shown and "straight-line fit" not in shown
+    assert result.estimate_note in shown
     kept = at.session_state[labs.NOCACHE_RESULT]
     at.switch_page("pages/batching.py").run().switch_page("pages/nocache.py").run()
     assert at.session_state[labs.NOCACHE_RESULT] is kept  # a view change never re-runs it

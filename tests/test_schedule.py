@@ -15,8 +15,10 @@ from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.labs.schedule import baselines
+from explorer.labs.schedule.paging import paging_sentence
 from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, RequestRecord, ScheduleRun
 from explorer.labs.schedule.run import run_schedule
+from explorer.labs.schedule.sharing import REUSED, SAME_STEP, SHORTER_THAN_BLOCK, explain_sharing
 from explorer.labs.schedule.workload import (
     EngineSettings,
     PlannedRequest,
@@ -239,6 +241,45 @@ def test_prefix_sharing_skips_the_prefix_prefill_and_keeps_the_tokens(
     assert all(c.matches for c in run.checks) and all(c.matches for c in off.checks)
     hits = [h for s in run.steps for h in s.prefix_hits]
     assert [(h.request, h.tokens, h.blocks) for h in hits] == [("r1", 40, 10), ("r2", 40, 10)]
+    explanation = explain_sharing(run)
+    assert explanation.kind == REUSED and explanation.sentence.startswith("20 blocks = 80 tokens reused, in whole")
+    assert json.loads(run.to_json())["max_context"] == tiny_lm.info.max_context  # what the max-length line reserves
+
+
+def sharing_workload(prefix: str, stagger_ms: float) -> Workload:
+    return Workload(requests=3, prompt_tokens=(20,), new_tokens=(2,), stagger_ms=stagger_ms, prefix=prefix)
+
+
+@pytest.mark.parametrize(
+    ("workload", "settings", "kind", "words"),
+    [
+        # "Hi." and its newline: 4 shared tokens, under one 8-token block, however far apart the arrivals
+        (
+            sharing_workload("Hi.", 300),
+            replace(TINY_SETTINGS, block_size=8),
+            SHORTER_THAN_BLOCK,
+            "fewer than one 8-token block",
+        ),
+        # 18 shared tokens, but all three prompts fit one 256-token step: nothing was hashed before they were scheduled
+        (
+            sharing_workload("SYSTEM: be brief.", 0),
+            replace(TINY_SETTINGS, token_budget=256),
+            SAME_STEP,
+            "hashes a block only after",
+        ),
+    ],
+)
+def test_the_engine_run_names_why_no_prefill_was_saved(
+    tiny_lm: LoadedModel,
+    cpu_figures: DeviceProfile,
+    workload: Workload,
+    settings: EngineSettings,
+    kind: str,
+    words: str,
+) -> None:
+    run = run_schedule(tiny_lm, cpu_figures, workload, settings)
+    explanation = explain_sharing(run)
+    assert run.prefix_tokens_reused == 0 and explanation.kind == kind and words in explanation.sentence
 
 
 def test_the_device_is_passed_on_only_between_measured_spans(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
@@ -376,6 +417,8 @@ def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> 
     assert len(per_request) == 9 and per_request["itl_p50_ms"].notna().all()
     captions = " ".join(c.value for c in at.caption)
     assert "measured" in captions and "modelled" in captions
+    assert paging_sentence(run) in captions and "Primary, what PagedAttention's saving is measured" in captions
+    assert explain_sharing(run).sentence in captions  # the cause computed from this run, beside the prefix chart
     modes_table = next(d.value for d in at.dataframe if "tokens_per_s" in d.value.columns)
     assert list(modes_table["mode"]) == [CONTINUOUS, STATIC, SEQUENTIAL]
     for element in at.markdown:  # the prefix is shown only as data, never interpreted

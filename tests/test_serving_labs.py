@@ -5,6 +5,8 @@ individually timed passes, with the request's clock paused."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -13,7 +15,7 @@ import pytest
 
 from explorer.charts.serving import growth_sentence, nocache_frame
 from explorer.core.batched import PaddedBatch, run_batched
-from explorer.core.engine import Request
+from explorer.core.engine import Request, warm_up
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
@@ -30,7 +32,8 @@ from explorer.labs.batch import (
     run_batch_sweep,
 )
 from explorer.labs.batch import validate as validate_batch
-from explorer.labs.nocache import NoCacheResult, Step, run_nocache
+from explorer.labs.nocache import NoCacheResult, Step, estimate_s, loop_floors_s, run_nocache
+from tests.test_roofline import smollm2_by_hand
 
 
 def test_the_naive_loop_makes_the_same_tokens_and_processes_the_whole_sequence(
@@ -47,8 +50,10 @@ def test_the_naive_loop_makes_the_same_tokens_and_processes_the_whole_sequence(
     assert len(data["cached"]["step_s"]) == len(data["uncached"]["step_s"]) == 10
     assert data["kv_cache_bytes"] == [tiny_lm.info.kv_bytes_per_token * s.position for s in result.cached]
     projected = data["projection_s_modelled"]
-    assert set(projected) == {"500", "2000"}  # modelled from the measured steps: positive, no ordering asserted
-    assert all(v > 0 for by_loop in projected.values() for v in by_loop.values())
+    assert set(projected) == {"500", "2000"}
+    assert all(0 < by_loop["cached"] <= by_loop["uncached"] for by_loop in projected.values())
+    assert data["projection_method"].startswith("modelled: each step's FLOPs and bytes up to N new tokens")
+    assert "past this model's context of 256 tokens" in data["projection_method"]  # the tiny model's 256
 
 
 def test_the_naive_loop_refuses_what_it_cannot_do(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
@@ -119,13 +124,88 @@ def test_the_naive_loop_needs_two_decode_steps(tiny_lm: LoadedModel, cpu_figures
         run_nocache(tiny_lm, cpu_figures, Request("hello", max_new_tokens=2, use_chat_template=False))
 
 
+HAND_DEVICE = DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured")
+
+
 def steps_with(times_ms: list[float], prompt_len: int = 4) -> tuple[Step, ...]:
     return tuple(Step(prompt_len + k, 1, t / 1e3, 1, 1, 7) for k, t in enumerate(times_ms))
 
 
-def hand_result(cached_ms: list[float], uncached_ms: list[float]) -> NoCacheResult:
-    no_passes = SimpleNamespace(passes=())  # the frames and sentences read no trace
-    return NoCacheResult(4, steps_with(cached_ms), steps_with(uncached_ms), no_passes, estimate_s=1.5)  # type: ignore[arg-type]
+def hand_result(cached_ms: list[float], uncached_ms: list[float], estimate_s: float = 1.5) -> NoCacheResult:
+    """SmolLM2's shapes on a device of 1 TFLOP/s and 100 GB/s; the frames and sentences read no pass of the trace."""
+    trace = SimpleNamespace(passes=(), model=smollm2_by_hand(), device=HAND_DEVICE)
+    return NoCacheResult(4, steps_with(cached_ms), steps_with(uncached_ms), trace, estimate_s)  # type: ignore[arg-type]
+
+
+def floors_ms(steps: int, cached: bool) -> list[float]:
+    return [f * 1e3 for f in loop_floors_s(smollm2_by_hand(), HAND_DEVICE, 4, steps, cached)]
+
+
+def test_the_projection_scales_each_steps_floor_by_the_rate_the_run_achieved() -> None:
+    """Steps measured at 1.5x (cached) and 2x (naive) their floor: the projection is those floors to N times 1.5 and
+    2, so at N = the measured steps it gives back the measured totals."""
+    cached, naive = [1.5 * f for f in floors_ms(10, True)], [2 * f for f in floors_ms(10, False)]
+    result = hand_result(cached, naive)
+    assert (result.cached_scale, result.uncached_scale) == (pytest.approx(1.5), pytest.approx(2.0))
+    at_ten = result.project(10)
+    assert at_ten.cached_s == pytest.approx(sum(cached) / 1e3) and at_ten.uncached_s == pytest.approx(sum(naive) / 1e3)
+    at_500 = result.project(500)
+    assert at_500.uncached_s == pytest.approx(2 * sum(floors_ms(500, False)) / 1e3)
+    assert at_500.cached_s == pytest.approx(1.5 * sum(floors_ms(500, True)) / 1e3) and at_500.clamped_steps == 0
+    assert "took 1.50x their floor with the cache and 2.00x without" in result.projection_method
+
+
+def test_a_cached_step_is_never_projected_slower_than_the_naive_one() -> None:
+    """A run whose cached steps were all overhead (30x their floor) beside a naive loop at 1x: early cached steps
+    would be projected slower than the naive steps at the same length; they are held at the naive step's time."""
+    result = hand_result([30 * f for f in floors_ms(10, True)], floors_ms(10, False))
+    for n in (10, 500, 2000):
+        projected = result.project(n)
+        assert projected.cached_s <= projected.uncached_s and projected.clamped_steps > 0
+    assert "is held at the naive step's time" in result.projection_method
+    assert json.loads(result.to_json())["projection_clamped_steps"]["500"] == result.project(500).clamped_steps
+
+
+@pytest.mark.parametrize(
+    ("took_s", "words"),
+    [
+        (42.0, "the naive loop took 42.0 s against an estimate of 4.1 s (10.2x): its passes ran below the device's"),
+        (2.0, "took 2.0 s against an estimate of 4.1 s: faster than the device figures predict: the figures may"),
+    ],
+)
+def test_the_result_says_how_the_naive_loop_compared_with_its_estimate(took_s: float, words: str) -> None:
+    result = hand_result([10.0] * 4, [took_s * 1e3 / 4] * 4, estimate_s=4.1)
+    assert words in result.estimate_note and json.loads(result.to_json())["estimate_note"] == result.estimate_note
+
+
+def test_the_estimate_is_the_naive_loops_floor_at_the_device_figures() -> None:
+    assert estimate_s(smollm2_by_hand(), HAND_DEVICE, 4, 10) == pytest.approx(sum(floors_ms(10, False)) / 1e3)
+
+
+def spin_for(seconds: float) -> subprocess.Popen[bytes]:
+    """A CPU-bound process beside the test: the machine is busy while the lab runs, bounded if the test dies."""
+    code = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_the_naive_loop_is_projected_to_outgrow_the_cached_one_on_a_busy_machine(
+    real_lm: LoadedModel, cpu_figures: DeviceProfile
+) -> None:
+    """The issue's command, with a spinning process beside it: the naive projection exceeds the cached one at 500
+    and 2,000 new tokens, and its lead at 2,000 is at least twice its lead at 500 (the naive loop's total grows with
+    the square of the length, the cached one's about linearly)."""
+    warm_up(real_lm)
+    spinner = spin_for(300)
+    try:
+        request = Request("The history of the printing press", max_new_tokens=24, use_chat_template=False)
+        result = run_nocache(real_lm, cpu_figures, request)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    at_500, at_2000 = result.project(500), result.project(2000)
+    assert at_500.uncached_s > at_500.cached_s and at_2000.uncached_s > at_2000.cached_s
+    assert at_2000.uncached_s / at_2000.cached_s >= 2 * at_500.uncached_s / at_500.cached_s
+    assert f"its 24 measured steps took {result.cached_scale:.2f}x their floor" in result.projection_method
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import display_token
-from explorer.core.trace import Trace, percentile
-from explorer.core.units import to_ms
+from explorer.core.roofline import pass_cost
+from explorer.core.trace import PassCost, Trace, percentile
+from explorer.core.units import human_bytes, to_ms
 
 DEFAULT_TTFT_SLO_S = 1.0
 DEFAULT_ITL_SLO_S = 0.050
@@ -30,6 +31,32 @@ class LabelledTrace:
 
     label: str
     trace: Trace
+
+
+# --- what a decode gap waits on --------------------------------------------------------------------------------------
+def kv_share(cost: PassCost) -> float:
+    """The KV cache's part of a pass's modelled bytes (the rest is the weights)."""
+    return cost.kv_bytes_moved / cost.bytes_moved
+
+
+def decode_bytes_sentence(trace: Trace) -> str:
+    """What a decode pass moves at this run's context and at the model's maximum, by the app's own KV model: how much
+    a gap can grow with the context is a number here, not a trend asserted for every model and length."""
+    model = trace.model
+    longest = pass_cost(model, trace.device, 1, cache_len_before=model.max_context - 1)
+    at_max = f"at the model's maximum of {model.max_context:,} tokens"
+    moved = (
+        f"{human_bytes(longest.kv_bytes_moved)} of KV against {human_bytes(longest.weight_bytes_read)} of weights "
+        f"({kv_share(longest):.0%} KV)"
+    )
+    if not trace.decodes:
+        return f"Modelled, a decode pass of this model {at_max} would move {moved}."
+    last = trace.decodes[-1]
+    return (
+        f"Modelled, this run's last decode pass (at {last.cache_len_after:,} tokens) moved "
+        f"{human_bytes(last.cost.kv_bytes_moved)} of KV against {human_bytes(last.cost.weight_bytes_read)} of weights "
+        f"({kv_share(last.cost):.1%} KV); {at_max}, {moved}."
+    )
 
 
 # --- one run ---------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pandas as pd
 from explorer.charts.common import PHASE_COLOR, PHASE_RANGE
 from explorer.core.trace import percentile
 from explorer.core.units import MB, to_ms
+from explorer.labs.schedule.paging import memory_steps
 from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, ScheduleRun, ServedMode
 
 # Requests get colours that are neither the prefill orange nor the decode green, cycled past ten requests.
@@ -23,8 +24,12 @@ STATE_DOMAIN = ["queued", "prefilling", "decoding", "done"]
 STATE_RANGE = ["#bdbdbd", PHASE_RANGE[0], PHASE_RANGE[1], "#e5e5e5"]
 MODE_DOMAIN = [CONTINUOUS, STATIC, SEQUENTIAL]
 MODE_RANGE = ["#6a51a3", "#e7298a", "#737373"]
-LAYOUT_DOMAIN = ["paged (blocks held)", "contiguous (max length reserved)"]
-LAYOUT_RANGE = ["#6a51a3", "#bdbdbd"]
+LAYOUT_DOMAIN = [
+    "paged (blocks held)",
+    "contiguous, model's max length reserved (primary)",
+    "contiguous, prompt + max new tokens reserved (second)",
+]
+LAYOUT_RANGE = ["#6a51a3", "#636363", "#bdbdbd"]
 SHARING_DOMAIN, SHARING_RANGE = ["off", "on"], ["#bdbdbd", "#6a51a3"]
 
 
@@ -225,25 +230,26 @@ def blocks_chart(frame: pd.DataFrame, request_ids: Sequence[str], num_blocks: in
 
 
 def memory_frame(run: ScheduleRun) -> pd.DataFrame:
-    """Per step, modelled from the run's block tables: KV bytes of the blocks held (paged) against reserving each
-    admitted request's prompt + max new tokens contiguously from its admission to its end."""
-    lengths = {r.id: r.prompt_len + r.max_new_tokens for r in run.requests}
+    """Per step, modelled from the run's block tables (`labs.schedule.paging`): KV bytes of the blocks held (paged)
+    against each admitted request reserving the model's maximum length contiguously (what PagedAttention's saving is
+    measured against), and against it reserving exactly its prompt + max new tokens, from admission to its end."""
     rows = []
-    for s in run.steps:
-        paged = s.blocks_held * run.block_bytes
-        contiguous = sum(lengths.get(h.request, 0) for h in s.holdings) * run.kv_bytes_per_token
-        rows.append({"step": s.index, "layout": LAYOUT_DOMAIN[0], "mb": paged / MB})
-        rows.append({"step": s.index, "layout": LAYOUT_DOMAIN[1], "mb": contiguous / MB})
+    for m in memory_steps(run):
+        for layout, held in zip(LAYOUT_DOMAIN, (m.paged_bytes, m.max_length_bytes, m.exact_bytes)):
+            if held is not None:  # a run from before the model's context was recorded has no max-length line
+                rows.append({"step": m.step, "layout": layout, "mb": held / MB})
     return pd.DataFrame(rows, columns=["step", "layout", "mb"])
 
 
 def memory_chart(frame: pd.DataFrame) -> alt.Chart:
+    """A log scale: the max-length reservation is often hundreds of times the others, which must stay readable."""
     return (
         alt.Chart(frame)
+        .transform_filter("datum.mb > 0")
         .mark_line(point=True, interpolate="step-after")
         .encode(
             x=alt.X("step:Q", title="engine step", axis=alt.Axis(tickMinStep=1)),
-            y=alt.Y("mb:Q", title="KV cache (MB, modelled)"),
+            y=alt.Y("mb:Q", title="KV cache (MB, modelled, log scale)", scale=alt.Scale(type="log")),
             color=legend_color("layout", LAYOUT_DOMAIN, LAYOUT_RANGE, None),
             tooltip=["step:Q", "layout:N", alt.Tooltip("mb:Q", format=".2f")],
         )

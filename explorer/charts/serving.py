@@ -93,12 +93,34 @@ def cache_memory_chart(frame: pd.DataFrame) -> alt.Chart:
 
 
 def projection_frame(result: NoCacheResult) -> pd.DataFrame:
+    """Each loop's projected total at 500 and 2,000 new tokens, with the achieved scale it was multiplied by."""
     rows = []
     for n in PROJECTED_TOKENS:
-        projected = result.projection_s(n)
-        for loop, key in zip(LOOP_DOMAIN, ("cached", "uncached")):
-            rows.append({"new_tokens": n, "loop": loop, "projected_s": projected[key], "source": MODELLED})
+        projected = result.project(n)
+        for loop, total_s, scale in zip(
+            LOOP_DOMAIN,
+            (projected.cached_s, projected.uncached_s),
+            (result.cached_scale, result.uncached_scale),
+        ):
+            rows.append(
+                {"new_tokens": n, "loop": loop, "projected_s": total_s, "x_floor_this_run": scale, "source": MODELLED}
+            )
     return pd.DataFrame(rows)
+
+
+def projection_caption(result: NoCacheResult) -> str:
+    """How the projections were made, with this run's numbers, and the naive loop's lead at each length."""
+    leads = ", ".join(
+        f"{p.uncached_s / p.cached_s:.0f}x at {p.new_tokens:,}" for p in map(result.project, PROJECTED_TOKENS)
+    )
+    method = result.projection_method
+    return f"{method[0].upper()}{method[1:]}. The naive loop's projected total over the cached one's: {leads}."
+
+
+def estimate_sentence(result: NoCacheResult) -> str:
+    """The naive loop against the estimate it was admitted on."""
+    note = result.estimate_note
+    return f"Before the run, the naive loop was modelled at this device's figures (a floor): {note}."
 
 
 def growth_sentence(result: NoCacheResult) -> str:

@@ -28,6 +28,7 @@ from explorer.core.request import check_fits_context
 from explorer.core.trace import percentile
 from explorer.core.units import human_bytes, ms, ms_value
 from explorer.labs.schedule.records import ScheduleRun
+from explorer.labs.schedule.sharing import explain_sharing
 from explorer.labs.schedule.workload import (
     SCHEDULERS,
     EngineSettings,
@@ -234,11 +235,7 @@ def prefix_lines(run: ScheduleRun) -> list[str]:
         + ", ".join(f"{a.id} {ms(a.ttft_s)}/{ms(b.ttft_s)}" for a, b in zip(run.requests, off.requests)),
         f"  tokens identical with and without sharing: {'yes' if same else 'NO'}",
     ]
-    if saved == 0 and len(run.requests) > 1:
-        lines.append(
-            "  no prefill was saved: transformers hashes a block only after the forward that fills it, so requests "
-            "prefilled in the same step cannot share; stagger the arrivals or lower the token budget."
-        )
+    lines.append(f"  {explain_sharing(run).sentence}")  # the cause computed from this run's steps
     return lines
 
 

@@ -9,6 +9,7 @@ two passes the lab lets anyone waiting go first (`between_units`), the cached lo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -26,15 +27,14 @@ from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report,
 from explorer.core.limits import check_budget
 from explorer.core.loading import LoadedModel
 from explorer.core.request import check_fits_context
-from explorer.core.roofline import pass_flops, roofline_time, weight_bytes_read
+from explorer.core.roofline import pass_cost, pass_flops, roofline_time, weight_bytes_read
 from explorer.core.timing import timed
 from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, Trace
 
 DEFAULT_NEW_TOKENS = 64
-MIN_NEW_TOKENS = 3  # two decode steps at least: the projection fits a line through the decode steps
+MIN_NEW_TOKENS = 3  # the prefill and two decode steps at least: each loop's decode steps are measured
 DEFAULT_BUDGET_S = 600.0
 PROJECTED_TOKENS = (500, 2000)
-ESTIMATE_SLACK = 3.0  # measured passes on a CPU run ~1.5-3x the roofline floor: the estimate errs long
 EDGE_STEPS = 8  # the growth compares the mean of the first and of the last this many decode steps
 CLEARLY_MORE_FACTOR = 2.0  # "clearly more": the naive loop's growth over twice the cached loop's ...
 CLEARLY_MORE_MIN_S = 1e-3  # ... and over 1 ms, well above the jitter of one step on a shared CPU
@@ -54,12 +54,22 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Projection:
+    """Both loops' totals for `new_tokens`, modelled step by step and scaled by the rates a run achieved."""
+
+    new_tokens: int
+    cached_s: float
+    uncached_s: float
+    clamped_steps: int  # cached steps whose scaled model exceeded the naive step's, held at the naive step's time
+
+
+@dataclass(frozen=True)
 class NoCacheResult(JsonRecord):
     prompt_len: int
     cached: tuple[Step, ...]
     uncached: tuple[Step, ...]
     cached_trace: Trace  # the cached loop as the engine recorded it: its passes hold the measured cache bytes
-    estimate_s: float  # modelled before the run: the naive loop's expected time, checked against the budget
+    estimate_s: float  # modelled before the run: the naive loop's floor at the device's figures, against the budget
 
     @property
     def same_tokens(self) -> bool:
@@ -85,18 +95,77 @@ class NoCacheResult(JsonRecord):
         cached, uncached = self.growth_s(self.cached), self.growth_s(self.uncached)
         return self.compares_edges and uncached > max(CLEARLY_MORE_MIN_S, CLEARLY_MORE_FACTOR * max(cached, 0.0))
 
+    def _scale(self, steps: tuple[Step, ...], cached: bool) -> float:
+        floors = loop_floors_s(self.cached_trace.model, self.cached_trace.device, self.prompt_len, len(steps), cached)
+        return sum(s.wall_s for s in steps) / sum(floors)
+
+    @cached_property
+    def cached_scale(self) -> float:
+        """The rate the cached loop achieved: its measured time over its modelled floor, summed over its steps (at
+        the device figures every projection uses, so one number carries this run's speed to any length)."""
+        return self._scale(self.cached, cached=True)
+
+    @cached_property
+    def uncached_scale(self) -> float:
+        """The same for the naive loop."""
+        return self._scale(self.uncached, cached=False)
+
+    def project(self, new_tokens: int) -> Projection:
+        """Modelled: each step's floor from its FLOPs and bytes up to `new_tokens`, times the loop's achieved scale.
+
+        A cached step computes one token of what the naive step at the same length computes for all of them, so a
+        cached step is never projected slower than the naive one: where this run's scales would make it so (a short
+        run whose decode steps are all overhead), it is held at the naive step's time and counted."""
+        model, device = self.cached_trace.model, self.cached_trace.device
+        cached = [self.cached_scale * f for f in loop_floors_s(model, device, self.prompt_len, new_tokens, True)]
+        uncached = [self.uncached_scale * f for f in loop_floors_s(model, device, self.prompt_len, new_tokens, False)]
+        clamped = sum(c > u for c, u in zip(cached, uncached))
+        return Projection(new_tokens, sum(min(c, u) for c, u in zip(cached, uncached)), sum(uncached), clamped)
+
     def projection_s(self, new_tokens: int) -> dict[str, float]:
-        """Modelled: each loop's total time for `new_tokens`, from a straight-line fit of its measured step times
-        against the position (flat with the cache, growing without)."""
-        out = {}
-        for name, steps in (("cached", self.cached), ("uncached", self.uncached)):
-            decode = steps[1:]
-            slope, intercept = np.polyfit([s.position for s in decode], [s.wall_s for s in decode], 1)
-            if slope < 0:  # a step cannot get cheaper as the sequence grows: a falling fit is noise, use the median
-                slope, intercept = 0.0, float(np.median([s.wall_s for s in decode]))
-            positions = np.arange(self.prompt_len + 1, self.prompt_len + new_tokens)
-            out[name] = float(steps[0].wall_s + np.sum(np.maximum(0.0, intercept + slope * positions)))
-        return out
+        """Each loop's projected total for `new_tokens` (modelled, see `project`)."""
+        projected = self.project(new_tokens)
+        return {"cached": projected.cached_s, "uncached": projected.uncached_s}
+
+    @property
+    def projection_method(self) -> str:
+        """How the projections were made, with this run's scales: for the caption and the JSON."""
+        steps = len(self.cached)
+        text = (
+            "modelled: each step's FLOPs and bytes up to N new tokens, its floor at this device's figures, scaled by "
+            f"this run's achieved rate (its {steps} measured steps took {self.cached_scale:.2f}x their floor with the "
+            f"cache and {self.uncached_scale:.2f}x without)"
+        )
+        clamped = [p for p in map(self.project, PROJECTED_TOKENS) if p.clamped_steps]
+        if clamped:
+            text += (
+                f"; at {clamped[0].clamped_steps} of {clamped[0].new_tokens} steps the cached step would have been "
+                "projected slower than the naive one and is held at the naive step's time"
+            )
+        past = [n for n in PROJECTED_TOKENS if self.prompt_len + n > self.cached_trace.model.max_context]
+        if past:
+            text += f"; {past[0]} new tokens and more run past this model's context of "
+            text += f"{self.cached_trace.model.max_context} tokens: arithmetic only"
+        return text
+
+    @property
+    def naive_measured_s(self) -> float:
+        return sum(s.wall_s for s in self.uncached)
+
+    @property
+    def estimate_note(self) -> str:
+        """The naive loop against its estimate before the run (a floor at the device's figures), in words."""
+        took, estimate = self.naive_measured_s, self.estimate_s
+        said = f"the naive loop took {took:.1f} s against an estimate of {estimate:.1f} s"
+        if took < estimate:
+            return (
+                f"{said}: faster than the device figures predict: the figures may have been taken while the device "
+                "was busy"
+            )
+        return (
+            f"{said} ({took / estimate:.1f}x): its passes ran below the device's measured rates, which the estimate "
+            "assumes: overheads the roofline leaves out, or a machine busier than when its figures were taken"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         def side(steps: tuple[Step, ...]) -> dict[str, object]:
@@ -119,7 +188,11 @@ class NoCacheResult(JsonRecord):
             "kv_cache_bytes": [p.kv_cache_bytes for p in self.cached_trace.passes],  # measured
             "growth_last8_minus_first8_s": growth if self.compares_edges else None,
             "uncached_grows_clearly_more": self.grows_clearly_more,
+            "estimate_note": self.estimate_note,
             "projection_s_modelled": {str(n): self.projection_s(n) for n in PROJECTED_TOKENS},
+            "projection_scale": {"cached": self.cached_scale, "uncached": self.uncached_scale},  # measured / floor
+            "projection_clamped_steps": {str(n): self.project(n).clamped_steps for n in PROJECTED_TOKENS},
+            "projection_method": self.projection_method,
         }
 
 
@@ -143,13 +216,29 @@ def growth_verdict(result: NoCacheResult) -> str:
     )
 
 
+def cached_floor_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, step: int) -> float:
+    """The cached loop's step `step` at the roofline: the prompt's prefill, then one token onto the cache."""
+    if step == 0:
+        return pass_cost(info, device, prompt_len, cache_len_before=0).roofline_time_s
+    return pass_cost(info, device, 1, cache_len_before=prompt_len + step - 1).roofline_time_s
+
+
+def naive_floor_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, step: int) -> float:
+    """The naive loop's step `step` at the roofline: the whole sequence so far, weights read once, nothing kept."""
+    length = prompt_len + step
+    return roofline_time(pass_flops(info, length, length), weight_bytes_read(info, length), device)
+
+
+def loop_floors_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, steps: int, cached: bool) -> list[float]:
+    """One loop's modelled floor for its first `steps` steps (the FLOPs and bytes the lab records per step)."""
+    floor = cached_floor_s if cached else naive_floor_s
+    return [floor(info, device, prompt_len, k) for k in range(steps)]
+
+
 def estimate_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens: int) -> float:
-    """A modelled estimate of the naive loop (the slow one), to show before a long run and refuse one past budget."""
-    total = 0.0
-    for k in range(new_tokens):
-        length = prompt_len + k
-        total += roofline_time(pass_flops(info, length, length), weight_bytes_read(info, length), device)
-    return ESTIMATE_SLACK * total
+    """The naive loop (the slow one) modelled at the device's measured figures, to show before a long run and refuse
+    one past budget: a floor, with no slack guessed on top; the result says by how much a run exceeded it."""
+    return sum(loop_floors_s(info, device, prompt_len, new_tokens, cached=False))
 
 
 def check_settings(new_tokens: int, budget_s: float, max_context: int | None = None) -> None:
@@ -157,7 +246,7 @@ def check_settings(new_tokens: int, budget_s: float, max_context: int | None = N
     a NaN budget every `estimate > budget` is False, which would switch the guard off."""
     if new_tokens < MIN_NEW_TOKENS:
         raise BadInput(
-            f"The no-cache lab needs at least {MIN_NEW_TOKENS} new tokens (two decode steps, to fit the projection)."
+            f"The no-cache lab needs at least {MIN_NEW_TOKENS} new tokens (the prefill and two decode steps each way)."
         )
     check_fits_context(new_tokens, max_context)
     check_budget(budget_s)
@@ -174,7 +263,8 @@ def validate(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens
     estimate = estimate_s(info, device, prompt_len, new_tokens)
     if estimate > budget_s:
         raise BadInput(
-            f"The naive loop would take about {estimate:.0f} s (modelled), over the {budget_s:.0f} s budget: "
+            f"The naive loop would take at least {estimate:.0f} s (modelled at this device's figures), over the "
+            f"{budget_s:.0f} s budget: "
             "ask for fewer new tokens."
         )
     return estimate
@@ -228,7 +318,7 @@ def run_nocache(
     )
     checked = check_request(lm, request)
     estimate = validate(lm.info, device, len(checked.prompt_ids), request.max_new_tokens, budget_s)
-    about = f"the naive loop is estimated at ~{estimate:.1f} s (modelled) of the {budget_s:.0f} s budget"
+    about = f"the naive loop is modelled at ~{estimate:.1f} s at this device's figures, of the {budget_s:.0f} s budget"
     progress(0.05, f"cached loop: one prefill, then one-token decodes; {about}")
     # The engine's own loop; the device passes on between passes, the request's clock paused.
     trace = generate(lm, checked, device, OnPass(hand_over=progress.between_units), warmed_up=True)

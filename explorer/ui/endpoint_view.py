@@ -30,8 +30,9 @@ PERCENTILES_CAPTION = (
     "share each decode step (ITL). Red dashed lines are the SLOs."
 )
 TRADEOFF_CAPTION = (
-    "The throughput-latency trade-off: each point a concurrency level, labelled with its goodput. Batching more "
-    "requests raises total tokens/s until the p99 latency crosses an SLO."
+    "The throughput-latency trade-off: each point a concurrency level, labelled with its goodput. In general more "
+    "requests in flight raise total tokens/s until the server saturates, each request waiting longer; an SLO does not "
+    "cap that throughput, it caps goodput, the requests that meet it, which the labels count."
 )
 
 

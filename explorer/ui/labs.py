@@ -55,8 +55,9 @@ def nocache_estimate_line(prompt: str, new_tokens: int, budget_s: float) -> str:
         return escape_markdown(f"As set, this would be refused: {exc}")
     return (
         f"Estimated before running ({_modelled_for(info, device)}, ≈{prompt_tokens} prompt tokens at ≈"
-        f"{CHARS_PER_TOKEN} characters a token): the naive loop takes ≈{estimate_s:.1f} s of the {budget_s:.0f} s "
-        "budget. The exact check runs on the tokenized prompt before anything starts."
+        f"{CHARS_PER_TOKEN} characters a token): the naive loop is modelled at ≈{estimate_s:.1f} s of the "
+        f"{budget_s:.0f} s budget at this device's figures, a floor that overheads and a busier machine add to. The "
+        "exact check runs on the tokenized prompt before anything starts."
     )
 
 

@@ -12,10 +12,12 @@ from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
-from explorer.core.units import MB, human_bytes
+from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize
+from explorer.labs.schedule.paging import paging_sentence
 from explorer.labs.schedule.records import ScheduleRun
 from explorer.labs.schedule.run import run_schedule
+from explorer.labs.schedule.sharing import explain_sharing
 from explorer.labs.schedule.workload import (
     MAX_REQUESTS,
     SCHEDULERS,
@@ -205,14 +207,11 @@ def blocks_section(run: ScheduleRun) -> None:
         "measured: the engine's block tables",
     )
     memory = charts.memory_frame(run)
-    peak_mb = memory.groupby("layout")["mb"].max()
-    paged, contiguous = (human_bytes(peak_mb[layout] * MB) for layout in charts.LAYOUT_DOMAIN)
     chart(
         charts.memory_chart(memory),
         memory,
         "schedule-memory",
-        f"Peak {paged} paged against {contiguous} if each admitted request reserved its prompt + max new tokens "
-        "contiguously: paging allocates a block only when a token needs it and frees it when the request ends.",
+        paging_sentence(run),
         "modelled from the measured block tables and the KV bytes per token",
     )
 
@@ -260,8 +259,8 @@ def prefix_section(run: ScheduleRun) -> None:
         charts.prefix_chart(rows, "prefill_tokens", "prompt tokens computed"),
         rows,
         "schedule-prefix-tokens",
-        f"{saved} prompt tokens not computed with sharing on; identical tokens with and without: {same}. Reuse is "
-        "in whole blocks, of blocks complete before the request is scheduled.",
+        f"{saved} prompt tokens not computed with sharing on; identical tokens with and without: {same}. Why: "
+        f"{explain_sharing(run).sentence}",
         "measured: two runs of the same workload",
     )
     chart(

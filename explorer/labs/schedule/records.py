@@ -258,6 +258,7 @@ class ScheduleRun(JsonRecord):
     baselines: tuple[ServedMode, ...] = ()  # static batching and one at a time, when compared
     prefix_off: ScheduleRun | None = None  # the same workload with prefix sharing off, when a prefix is set
     load_avg_1m: float | None = None  # the OS's 1-minute load average as the engine's run finished
+    max_context: int | None = None  # the model's context: a contiguous server's reservation per request, unknown output
     transformers_version: str = ""
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
@@ -303,6 +304,7 @@ class ScheduleRun(JsonRecord):
             "device": self.device,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "engine_num_blocks": self.engine_num_blocks,
+            "max_context": self.max_context,
             "load_avg_1m": self.load_avg_1m,
             "transformers_version": self.transformers_version,
             "created_at": self.created_at,

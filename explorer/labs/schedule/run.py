@@ -89,6 +89,7 @@ def schedule_run(
         requests=served.requests,
         checks=baselines.check_against_solo(served.requests, solo, lm.tokenizer),
         load_avg_1m=served.load_avg_1m,
+        max_context=lm.info.max_context,
         transformers_version=transformers.__version__,
     )
 

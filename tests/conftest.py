@@ -68,15 +68,21 @@ def cpu_measured_once_per_session() -> Iterator[None]:
         yield
 
 
+def forget_profiles() -> None:
+    """Drop the figures this process keeps (`device._profiles`), so the next ask measures (or takes the session's)."""
+    with device_module._profiles_lock:
+        device_module._profiles.clear()
+
+
 @pytest.fixture(autouse=True)
 def device_figures_per_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts from the session's figures: one test's raised or busy figures (the process keeps the best it
     has seen) never leak into the next. A `device_figures` test gets the real microbenchmarks."""
     if request.node.get_closest_marker("device_figures"):
         monkeypatch.setattr(device_module, "cpu_profile", MEASURE_CPU)
-        device_module.forget_profiles()
+        forget_profiles()
     yield
-    device_module.forget_profiles()
+    forget_profiles()
 
 
 @pytest.fixture(scope="session")

@@ -247,7 +247,7 @@ def test_the_serving_lab_commands_write_their_json(tiny_llama_dir: Path, tmp_pat
     assert out.returncode == 0, out.stderr
     data = json.loads((tmp_path / "n.json").read_text())
     assert data["cached"]["token_ids"] == data["uncached"]["token_ids"] and len(data["uncached"]["step_s"]) == 10
-    assert "same tokens both ways: yes" in out.stdout and "modelled (linear fit" in out.stdout
+    assert "same tokens both ways: yes" in out.stdout and "projection: modelled" in out.stdout
     out = explorer(
         "batch",
         "--model",

@@ -62,7 +62,10 @@ def test_a_run_that_beats_the_figures_remeasures_and_never_exceeds_the_device(
     for passes in honest.repeats:
         for p in passes:
             assert p.cost.roofline_time_s <= PLAUSIBLE_SLACK * p.wall_s * (1 + 1e-9)
-    assert "device was busy" in honest.device.busy_note and "raised" in honest.device.busy_note
+    assert (
+        "may have been taken while the device was busy" in honest.device.busy_note
+        and "raised" in honest.device.busy_note
+    )
     assert "achieved" in (honest.device.peak_flops_source, honest.device.bandwidth_source)
 
 

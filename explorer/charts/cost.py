@@ -344,7 +344,9 @@ def measured_when(device: DeviceProfile) -> str:
     """When and why the microbenchmarks last ran: the figures are reused across runs, so "before this run" may be
     false."""
     if device.busy_note:
-        return "re-measured after this run: a pass beat the modelled floor, so the earlier figures were taken busy"
+        return (
+            "re-measured after this run: a pass ran faster than the figures predicted (they may have been taken busy)"
+        )
     return (
         "the latest microbenchmarks in this server process: the first run's after its warm-up, or a re-measure; "
         "reused by later runs while no pass beats them"

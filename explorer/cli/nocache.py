@@ -87,13 +87,13 @@ def format_nocache(result: NoCacheResult) -> str:
     lines += [
         f"measured: {growth_verdict(result)}",
         f"total: cached {sum(s.wall_s for s in result.cached):.2f} s, "
-        f"uncached {sum(s.wall_s for s in result.uncached):.2f} s (the naive loop was estimated at "
-        f"~{result.estimate_s:.1f} s, modelled)",
+        f"uncached {sum(s.wall_s for s in result.uncached):.2f} s; {result.estimate_note}",
+        f"projection: {result.projection_method}",
     ]
     for n in PROJECTED_TOKENS:
         projected = result.projection_s(n)
         lines.append(
-            f"modelled (linear fit of the measured steps): {n} new tokens take ~{projected['cached']:.1f} s cached, "
-            f"~{projected['uncached']:.1f} s uncached"
+            f"modelled: {n} new tokens take ~{projected['cached']:.1f} s cached, ~{projected['uncached']:.1f} s "
+            f"uncached ({projected['uncached'] / projected['cached']:.1f}x)"
         )
     return "\n".join(lines)

@@ -1,11 +1,11 @@
 """A measured request as the CLI and the app run it, with device figures that hold under noise.
 
-The order matters: check the request (refused before anything is paid for), take the device figures, warm up (the
-last passes before the timed ones: `prepare_device`, once per entry point, which the labs, the benchmark and step mode
-use too), run, then check the figures against the run. A pass that beats the roofline floor by more than 10 % proves
-the figures were taken while the device was busy: they are re-measured (peaks are maxima, so the higher of old and new
-is kept) and the trace is re-costed; if a pass still beats them, the figure is raised to what that pass achieved, and
-the trace says so. No page can then show a utilisation above 100 %.
+The order matters: check the request (refused before anything is paid for), take the device figures, warm up (the last
+passes before the timed ones: `prepare_device`, once per entry point, which the labs, the benchmark and step mode use
+too), run, then check the figures against the run. A pass that beats the roofline floor by more than 10 % ran faster
+than the device figures predict (the figures may have been taken while the device was busy): they are re-measured (peaks
+are maxima, so the higher of old and new is kept) and the trace is re-costed; if a pass still beats them, the figure is
+raised to what that pass achieved, and the trace says so. No page can then show a utilisation above 100 %.
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ def keep_figures_honest(trace: Trace) -> Trace:
     fastest = min(beaten, key=lambda p: p.wall_s / p.cost.roofline_time_s)
     note = (
         f"Pass {fastest.index} ran in {fastest.wall_s * 1e3:.2f} ms, under the modelled floor of "
-        f"{fastest.cost.roofline_time_s * 1e3:.2f} ms: the device was busy when its figures were taken, so they "
-        "were measured again"
+        f"{fastest.cost.roofline_time_s * 1e3:.2f} ms, faster than the device figures predict: the figures may "
+        "have been taken while the device was busy, so they were measured again"
     )
     device = higher_figures(trace.device, device_profile(kind, dtype, fresh=True))
     trace = recost(trace, device)

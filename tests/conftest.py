@@ -15,6 +15,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from explorer.core import device as device_module  # noqa: E402
 from explorer.core.device import device_profile  # noqa: E402
+from explorer.core.lab_progress import Report, silent  # noqa: E402
 from explorer.core.loading import LoadedModel, load_model  # noqa: E402
 from explorer.core.trace import DeviceProfile  # noqa: E402
 from tests.browser_support import (  # noqa: E402
@@ -26,7 +27,7 @@ from tests.browser_support import (  # noqa: E402
 )
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
 
-MEASURE_CPU: Callable[[str], DeviceProfile] = device_module.cpu_profile  # the real microbenchmarks
+MEASURE_CPU: Callable[..., DeviceProfile] = device_module.cpu_profile  # the real microbenchmarks
 
 
 @pytest.fixture(scope="session")
@@ -58,9 +59,9 @@ def cpu_measured_once_per_session() -> Iterator[None]:
     about the measurement itself are marked `device_figures` and measure for real."""
     measured: dict[str, DeviceProfile] = {}
 
-    def measured_once(dtype: str) -> DeviceProfile:
+    def measured_once(dtype: str, progress: Report = silent) -> DeviceProfile:
         if dtype not in measured:
-            measured[dtype] = MEASURE_CPU(dtype)
+            measured[dtype] = MEASURE_CPU(dtype, progress)
         return measured[dtype]
 
     with pytest.MonkeyPatch.context() as patch:

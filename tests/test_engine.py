@@ -110,6 +110,7 @@ def test_on_pass_streams_every_pass_in_order(tiny_lm: LoadedModel) -> None:
     assert seen == [p.index for p in trace.passes] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.device_figures  # the microbenchmarks must really run, to report their progress
 def test_a_measured_run_is_checked_and_warmed_up_once_and_says_what_it_is_doing(
     tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,6 +30,17 @@ from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
 MEASURE_CPU: Callable[..., DeviceProfile] = device_module.cpu_profile  # the real microbenchmarks
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`-n 2 -m "not browser and not server"`), the workers share the cores: two workers with two
+    torch threads each on a 2-core machine made real-model passes several times slower (threads waiting on each
+    other), one thread each did not."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

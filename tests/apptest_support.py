@@ -11,7 +11,7 @@ import pytest
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
-from explorer import ui
+from explorer.ui import state as ui_state
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_TIMEOUT_S = 180  # a first run loads the model and measures the device, on a busy 2-core machine
@@ -41,11 +41,11 @@ def new_app(timeout_s: float = APP_TIMEOUT_S) -> AppTest:
     return at
 
 
-def open_page(page: str, result: ui.RunResult | None = None, timeout_s: float = 60) -> AppTest:
+def open_page(page: str, result: ui_state.RunResult | None = None, timeout_s: float = 60) -> AppTest:
     """The app with `result` as the session's finished run (as the sidebar would leave it), switched to `page`."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout_s)
     if result is not None:
-        at.session_state[ui.RUN] = result
+        at.session_state[ui_state.RUN] = result
     at.run()
     at.switch_page(page).run()
     assert not at.exception, at.exception

@@ -13,6 +13,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
+from explorer.ui import queue as ui_queue
+from explorer.ui import runner as ui_runner
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +35,7 @@ class ForwardCounter:
 
     def __init__(self) -> None:
         self.calls = 0
-        lm = ui.model_store().get("embedded", "auto", "float32")
+        lm = ui_runner.model_store().get("embedded", "auto", "float32")
         self.handle = lm.model.register_forward_hook(self.count)
 
     def count(self, *_: object) -> None:
@@ -69,13 +72,13 @@ def ran() -> AppTest:
 def test_app_starts_without_a_run() -> None:
     at = new_app()
     assert any("No run yet" in i.value for i in at.info)
-    assert at.sidebar.text_area[0].value == ui.DEFAULT_PROMPT
+    assert at.sidebar.text_area[0].value == ui_state.DEFAULT_PROMPT
 
 
 def test_a_run_from_the_sidebar_produces_a_trace(ran: AppTest) -> None:
-    result = ran.session_state[ui.RUN]
+    result = ran.session_state[ui_state.RUN]
     trace = result.trace
-    assert trace.prompt_text == ui.DEFAULT_PROMPT and 1 <= trace.new_tokens <= 8
+    assert trace.prompt_text == ui_state.DEFAULT_PROMPT and 1 <= trace.new_tokens <= 8
     assert trace.passes[0].phase == "prefill" and result.attention is not None
     assert [m.label for m in ran.metric][:3] == ["Prompt tokens", "New tokens", "TTFT"]
     assert any(trace.passes[0].token_text.strip() in t.value for t in ran.text)  # the live stream's final state
@@ -88,7 +91,7 @@ def test_every_page_renders_its_charts_and_captions(ran: AppTest, page: str) -> 
 
 def test_a_one_token_run_renders_every_page() -> None:
     at = run_from_sidebar(new_app(), max_new_tokens=1)
-    assert at.session_state[ui.RUN].trace.new_tokens == 1
+    assert at.session_state[ui_state.RUN].trace.new_tokens == 1
     for page in [p for p in PAGES if p != "pages/latency.py"]:
         assert_page_renders(at, page)
     at.switch_page("pages/latency.py").run()  # one token has a TTFT but no inter-token latency to chart
@@ -107,16 +110,16 @@ def test_downloads_follow_the_run_that_just_finished() -> None:
         "Download timeline (Perfetto JSON)",
     ]  # drawn in the very script run that ran
     run_from_sidebar(at, prompt="second prompt", max_new_tokens=2)
-    assert at.session_state[ui.RUN].trace.prompt_text == "second prompt"
-    assert [r.trace.prompt_text for r in at.session_state[ui.HISTORY]] == ["first prompt"]
-    assert at.session_state[ui.HISTORY][0].attention is None  # earlier runs drop their maps
+    assert at.session_state[ui_state.RUN].trace.prompt_text == "second prompt"
+    assert [r.trace.prompt_text for r in at.session_state[ui_state.HISTORY]] == ["first prompt"]
+    assert at.session_state[ui_state.HISTORY][0].attention is None  # earlier runs drop their maps
 
 
 def test_changing_views_never_calls_the_model(ran: AppTest) -> None:
     counter = ForwardCounter()
     try:
         ran.switch_page("pages/run.py").run()
-        ran.slider[0].set_value(ran.session_state[ui.RUN].trace.new_tokens - 1).run()
+        ran.slider[0].set_value(ran.session_state[ui_state.RUN].trace.new_tokens - 1).run()
         ran.switch_page("pages/attention.py").run()
         for box in ran.selectbox:
             if len(box.options) > 1:
@@ -137,26 +140,26 @@ def test_empty_prompt_shows_an_error_and_starts_no_run() -> None:
     try:
         run_from_sidebar(at, prompt="   ")
         assert any("prompt is empty" in e.value for e in at.error)
-        assert ui.RUN not in at.session_state
+        assert ui_state.RUN not in at.session_state
         assert counter.calls == 0
     finally:
         counter.close()
 
 
 def test_a_bad_model_is_one_line_and_keeps_the_last_run(ran: AppTest) -> None:
-    before = ran.session_state[ui.RUN]
+    before = ran.session_state[ui_state.RUN]
     ran.sidebar.text_input[0].input("./no/such/model")
     ran.sidebar.button[0].click().run()
     errors = [e.value for e in ran.error]
     assert len(errors) == 1 and "does not exist" in errors[0] and "\n" not in errors[0]
     assert "\\." in errors[0]  # the typed name is escaped: markdown in it is shown, not interpreted
-    assert ran.session_state[ui.RUN] is before  # nothing lost
+    assert ran.session_state[ui_state.RUN] is before  # nothing lost
     ran.sidebar.text_input[0].input("embedded").run()
 
 
 def test_hostile_prompt_is_shown_as_text_on_every_page() -> None:
     at = run_from_sidebar(new_app(), prompt=HOSTILE, max_new_tokens=4)
-    assert at.session_state[ui.RUN].trace.prompt_text == HOSTILE
+    assert at.session_state[ui_state.RUN].trace.prompt_text == HOSTILE
     for page in PAGES:
         at.switch_page(page).run()
         assert not at.exception
@@ -193,7 +196,7 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
 
 def test_a_second_session_waits_for_the_device() -> None:
     at = new_app()
-    lock = ui.device_lock()
+    lock = ui_queue.device_lock()
     lock.acquire()
     releaser = threading.Timer(1.0, lock.release)  # the "other session" finishes after a second
     releaser.start()
@@ -202,7 +205,7 @@ def test_a_second_session_waits_for_the_device() -> None:
     finally:
         releaser.join()
     assert any("Waited" in c.value and "another session" in c.value for c in at.caption)
-    assert at.session_state[ui.RUN].trace.new_tokens <= 2
+    assert at.session_state[ui_state.RUN].trace.new_tokens <= 2
 
 
 def test_every_chart_offers_png_and_svg(ran: AppTest) -> None:
@@ -239,7 +242,7 @@ def test_compare_two_runs() -> None:
     at.switch_page("pages/compare.py").run()
     assert not at.exception and not at.error
     assert len(at.get("vega_lite_chart")) == 1 and len(at.dataframe) == 1
-    assert set(at.dataframe[0].value.columns) >= {"figure", *[s.label for s in [at.session_state[ui.RUN]]]}
+    assert set(at.dataframe[0].value.columns) >= {"figure", *[s.label for s in [at.session_state[ui_state.RUN]]]}
 
 
 def test_the_cost_page_profiles_a_pass_on_request(ran: AppTest) -> None:
@@ -261,7 +264,7 @@ def test_the_cost_page_states_bounds_from_intensity_for_a_short_raw_prompt() -> 
     at = new_app()
     next(t for t in at.sidebar.toggle if t.label == "Use the chat template").set_value(False)
     run_from_sidebar(at, prompt="The old lighthouse keeper counted every passing ship", max_new_tokens=3)
-    trace = at.session_state[ui.RUN].trace
+    trace = at.session_state[ui_state.RUN].trace
     assert not trace.chat_template_used and trace.prompt_len <= 12  # a short raw prompt, about 9 tokens
     at.switch_page("pages/cost.py").run()
     text = " ".join(m.value for m in at.markdown)
@@ -279,7 +282,7 @@ def test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them(tiny_ll
     at.sidebar.number_input[1].set_value(3)  # Repeats
     run_from_sidebar(at, prompt="hello there", max_new_tokens=6)
     assert not at.error, [e.value for e in at.error]
-    trace = at.session_state[ui.RUN].trace
+    trace = at.session_state[ui_state.RUN].trace
     assert trace.repeat_count == 3
     at.switch_page("pages/latency.py").run()
     assert not at.exception and not at.error
@@ -310,6 +313,6 @@ def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pyt
     at.sidebar.selectbox(key="sidebar-dtype").set_value("bfloat16")
     run_from_sidebar(at, prompt="   ")  # commits the form; an empty prompt runs nothing
     next(b for b in at.sidebar.button if b.label == "Re-measure device figures").click().run()
-    assert not at.exception and ui.RUN not in at.session_state
+    assert not at.exception and ui_state.RUN not in at.session_state
     assert seen == [(resolve_device("auto").type, "bfloat16")]
     assert [e.value for e in at.error] == ["stop here"]

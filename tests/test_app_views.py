@@ -10,7 +10,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from explorer import ui
+from explorer.ui import state as ui_state
 from explorer.ui.widgets import PRESENTER_KEY
 from tests.apptest_support import navigation_like_a_server, new_app, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny import save_tiny_llama
@@ -54,7 +54,7 @@ def test_attention_page_shows_all_32_heads_and_speaks_of_gqa_only_when_heads_sha
 ) -> None:
     folder = save_many_heads_llama(tmp_path / f"llama-32-heads-{kv_heads}-kv", kv_heads)
     at = run_model(new_app(), str(folder), "Thirty-two heads, one page.")
-    result = at.session_state[ui.RUN]
+    result = at.session_state[ui_state.RUN]
     assert (result.trace.model.heads, result.trace.model.kv_heads) == (HEADS, kv_heads)
     assert result.attention is not None and result.attention.heads == HEADS
     at.switch_page("pages/attention.py").run()
@@ -133,7 +133,7 @@ def test_the_latency_page_computes_what_a_decode_gap_waits_on_instead_of_asserti
     at = tiny_app.switch_page("pages/latency.py").run()
     assert not at.exception and not at.error
     text = page_text(at)
-    sentence = decode_bytes_sentence(at.session_state[ui.RUN].trace)
+    sentence = decode_bytes_sentence(at.session_state[ui_state.RUN].trace)
     assert text.count(sentence) == 2  # under the ITL chart and under the runs compared
     assert "roughly flat" not in text and "barely depend" not in text
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import ui
 from explorer.charts import by_hand as charts
 from explorer.core.attention import AttentionMaps, capture_attention
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.teach import by_hand
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/by_hand.py"
@@ -223,7 +223,7 @@ def test_page_reports_the_mask_switched_off_and_resets() -> None:
 
 def test_page_links_the_toy_to_the_run(run: tuple[Trace, AttentionMaps]) -> None:
     trace, maps = run
-    at = open_page(PAGE, ui.RunResult(trace, maps, "", "run 1: by hand"))
+    at = open_page(PAGE, ui_state.RunResult(trace, maps, "", "run 1: by hand"))
     shapes = next(d.value for d in at.dataframe if "your run" in d.value.columns).set_index("quantity")
     T, H = trace.prompt_len, trace.model.heads
     assert shapes.loc["prefill scores", "your run"] == f"[1, {H}, {T}, {T}]"
@@ -237,6 +237,6 @@ def test_page_links_the_toy_to_the_run(run: tuple[Trace, AttentionMaps]) -> None
 
 def test_page_without_attention_maps_says_why(run: tuple[Trace, AttentionMaps]) -> None:
     note = "Attention capture was off for this run."
-    at = open_page(PAGE, ui.RunResult(run[0], None, note, "run 1"))
+    at = open_page(PAGE, ui_state.RunResult(run[0], None, note, "run 1"))
     assert any(i.value == note for i in at.info)
     assert len(at.get("vega_lite_chart")) == 1

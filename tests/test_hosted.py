@@ -26,6 +26,8 @@ from explorer.hosting.settings import (
     HostedPolicy,
     LabSize,
 )
+from explorer.ui import queue as ui_queue
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -401,7 +403,7 @@ def test_hosted_app_refuses_names_and_long_prompts_then_runs() -> None:
             errors = shown_errors(at)
             assert len(errors) == 1 and "\n" not in errors[0], errors
             assert "only runs these models: embedded" in errors[0]
-            assert ui.RUN not in at.session_state
+            assert ui_state.RUN not in at.session_state
         assert calls.loads == 0 and calls.tokenized == []
         at.sidebar.text_input[0].input("embedded")
         press_run(at, prompt=LONG_PROMPT)
@@ -410,7 +412,7 @@ def test_hosted_app_refuses_names_and_long_prompts_then_runs() -> None:
         assert calls.loads == 0 and calls.tokenized == []  # refused before a single token was made
         press_run(at, prompt="Name a colour.", max_new_tokens=2)  # a normal run right after
         assert not at.error, shown_errors(at)
-        trace = at.session_state[ui.RUN].trace
+        trace = at.session_state[ui_state.RUN].trace
         assert trace.prompt_text == "Name a colour." and 1 <= trace.new_tokens <= 2
         assert calls.loads == 1 and max(calls.tokenized) == len("Name a colour.")
 
@@ -422,7 +424,7 @@ def test_hosted_prompt_token_cap_is_checked_before_the_run(monkeypatch: pytest.M
     at = press_run(new_app(), prompt="one two three four five six seven eight nine ten " * 3)
     errors = shown_errors(at)
     assert len(errors) == 1 and "tokens (chat template included); this server takes at most 20" in errors[0]
-    assert ui.RUN not in at.session_state
+    assert ui_state.RUN not in at.session_state
 
 
 def test_local_app_says_a_too_long_prompt_is_refused() -> None:
@@ -435,17 +437,17 @@ def test_local_app_says_a_too_long_prompt_is_refused() -> None:
 def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXPLORER_RUNS_PER_MINUTE", "1")
     at = press_run(new_app(), prompt="Hi.", max_new_tokens=1)
-    assert not at.error and at.session_state[ui.RUN].trace.new_tokens == 1
+    assert not at.error and at.session_state[ui_state.RUN].trace.new_tokens == 1
     press_run(at, prompt="Hi again.", max_new_tokens=1)
     errors = shown_errors(at)
     assert len(errors) == 1 and "1 runs per minute per visitor" in errors[0] and "try again in" in errors[0]
-    assert at.session_state[ui.RUN].trace.prompt_text == "Hi."
+    assert at.session_state[ui_state.RUN].trace.prompt_text == "Hi."
 
 
 @contextlib.contextmanager
 def device_held_elsewhere() -> Iterator[DeviceQueue]:
     """Another session holds the device for the whole block."""
-    queue = ui.device_queue()
+    queue = ui_queue.device_queue()
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     try:
@@ -461,13 +463,13 @@ def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -
         press_run(at, prompt="Hi.", max_new_tokens=1)
     errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
-    assert ui.RUN not in at.session_state
+    assert ui_state.RUN not in at.session_state
     assert queue.turns[-1].ended == "released" and queue.turns[-2].ended == "cancelled"
 
 
 def test_a_lab_passes_the_device_to_a_waiting_session_between_units() -> None:
     queue = DeviceQueue()
-    turn = ui.DeviceTurn(queue, queue.enter("lab"))
+    turn = ui_queue.DeviceTurn(queue, queue.enter("lab"))
     order: list[str] = []
 
     def visitor() -> None:
@@ -508,7 +510,7 @@ def test_hosted_visitors_cannot_switch_device_or_dtype(monkeypatch: pytest.Monke
     at = new_app()
     device, dtype = at.sidebar.selectbox(key="sidebar-device"), at.sidebar.selectbox(key="sidebar-dtype")
     assert device.disabled and dtype.disabled  # fixed: another dtype would evict everyone's model
-    assert (device.options, dtype.options) == ([ui.RunInputs().device], [ui.RunInputs().dtype])
+    assert (device.options, dtype.options) == ([ui_state.RunInputs().device], [ui_state.RunInputs().dtype])
     monkeypatch.setenv("EXPLORER_ALLOW_DEVICE_CHOICE", "1")  # the operator allows a choice
     at.run()
     assert not at.sidebar.selectbox(key="sidebar-dtype").disabled

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import ui
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.ui import labs
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 
@@ -20,7 +20,7 @@ from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F40
 def lab_app(tiny_llama_dir: Path) -> AppTest:
     """The app with the tiny model as the sidebar's last choice (the labs run on it) and no run yet."""
     at = new_app()
-    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(model=str(tiny_llama_dir), device="cpu")
     return at
 
 
@@ -29,7 +29,7 @@ def with_a_run(lab_app: AppTest, tiny_lm: LoadedModel, cpu_figures: DeviceProfil
     """As if the sidebar had run the tiny model once: its figures are what the estimates are modelled from."""
     request = Request("hi", max_new_tokens=2, use_chat_template=False)
     trace = generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)
-    lab_app.session_state[ui.RUN] = ui.RunResult(trace, None, "", "run 1: hi")
+    lab_app.session_state[ui_state.RUN] = ui_state.RunResult(trace, None, "", "run 1: hi")
     return lab_app
 
 

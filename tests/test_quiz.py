@@ -7,13 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from explorer import ui
 from explorer.core.attention import AttentionMaps, capture_attention
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import human_bytes, ms
 from explorer.teach import quiz
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/check_yourself.py"
@@ -226,7 +226,7 @@ def test_page_without_a_run_grades_and_explains() -> None:
 
 def test_page_shows_evidence_from_the_run(run: tuple[Trace, AttentionMaps]) -> None:
     trace, maps = run
-    at = open_page(PAGE, ui.RunResult(trace, maps, "", "run 1: check"))
+    at = open_page(PAGE, ui_state.RunResult(trace, maps, "", "run 1: check"))
     for i, q in enumerate(quiz.QUESTIONS):
         at.radio[i].set_value(q.correct).run()
     assert not at.exception and not at.error

@@ -31,6 +31,7 @@ from explorer.cli.main import main
 from explorer.core.errors import BadInput, RunFailed
 from explorer.hosting import settings
 from explorer.remote import deadlines, endpoint, records, sweep, tokens, wire
+from explorer.ui import state as ui_state
 from tests import fake_servers as fake
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.browser_support import listens_on
@@ -528,13 +529,12 @@ def synthetic_sweep_json() -> bytes:
 
 
 def test_the_page_renders_a_json_and_rereads_it_against_new_slos(tiny_lm) -> None:
-    from explorer import ui
     from explorer.core.engine import Request
     from explorer.core.measure import measure
 
     at = endpoint_page()
     local = measure(tiny_lm, Request(prompt="hi", max_new_tokens=3))
-    at.session_state[ui.RUN] = ui.RunResult(local, None, "", "run 1: hi")  # as if the sidebar had run it
+    at.session_state[ui_state.RUN] = ui_state.RunResult(local, None, "", "run 1: hi")  # as if the sidebar had run it
     at.get("file_uploader")[0].set_value(("sweep.json", synthetic_sweep_json(), "application/json")).run()
     assert_renders(at)
     beside = at.dataframe[-1].value
@@ -656,18 +656,17 @@ def test_chunk_counts_that_miss_the_servers_total_are_flagged_on_the_page() -> N
 
 
 def test_a_different_local_prompt_is_said_and_the_same_one_runs_locally(tiny_lm) -> None:
-    from explorer import ui
     from explorer.core.engine import Request
     from explorer.core.measure import measure
 
     at = endpoint_page()
     other = measure(tiny_lm, Request(prompt="hi", max_new_tokens=3))
-    at.session_state[ui.RUN] = ui.RunResult(other, None, "", "run 1: hi")
+    at.session_state[ui_state.RUN] = ui_state.RunResult(other, None, "", "run 1: hi")
     at.get("file_uploader")[0].set_value(("sweep.json", synthetic_sweep_json(), "application/json")).run()
     assert any("different prompt" in w.value for w in at.warning)
     next(b for b in at.button if b.label == "Run this prompt locally").click().run(timeout=600)
     assert not at.exception and not at.error, [e.value for e in at.error]
-    local = at.session_state[ui.RUN].trace
+    local = at.session_state[ui_state.RUN].trace
     assert (local.prompt_text, local.chat_template_used) == ("Hello", True)  # the sweep's prompt, chat API
     assert not any("different prompt" in w.value for w in at.warning)
     assert at.dataframe[-1].value["ttft_p50_ms"].iloc[0] == pytest.approx(local.ttft_s * 1e3)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import ui
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.scale.config import CONFIG_DIR, shipped
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/at_scale.py"
@@ -66,7 +66,7 @@ def test_this_machines_run_adds_its_factor_and_the_assumption_lines(
     tiny_lm: LoadedModel, cpu_figures: DeviceProfile
 ) -> None:
     trace = generate(tiny_lm, check_request(tiny_lm, Request("hi", 3, use_chat_template=False)), cpu_figures)
-    at = open_page(PAGE, ui.RunResult(trace, None, "", "run 1: hi"))
+    at = open_page(PAGE, ui_state.RunResult(trace, None, "", "run 1: hi"))
     assert_drawn(at)
     text = page_text(at)
     assert "Decode ran at " in text and "x its memory floor here" in text and "assumption" in text

@@ -9,13 +9,13 @@ from unittest import mock
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import ui
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.labs.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
+from explorer.ui import state as ui_state
 from explorer.ui import stepper
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.test_hosted import device_held_elsewhere
@@ -44,7 +44,9 @@ def prefill_on_the_step_page(
     """The step page after Prefill, on `model_dir` with the sidebar's `sampling`, no chat template (as the CLI's
     --no-chat-template)."""
     at: AppTest = new_app()
-    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(model_dir), device="cpu", sampling=sampling or Sampling())
+    at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(
+        model=str(model_dir), device="cpu", sampling=sampling or Sampling()
+    )
     at.switch_page("pages/step.py").run()
     at.text_input[0].input(prompt)
     at.number_input[0].set_value(max_new_tokens)
@@ -71,8 +73,8 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
     assert len(at.get("vega_lite_chart")) == 5
     assert at.button(key="step-next").proto.shortcut == "right" and at.button(key="step-reset").proto.shortcut == "home"
     at.button(key="step-end").click().run()  # finishes: the stepped request becomes the current run
-    assert at.session_state[ui.RUN].trace.generated_token_ids == expected
-    assert at.session_state[ui.RUN].attention is not None
+    assert at.session_state[ui_state.RUN].trace.generated_token_ids == expected
+    assert at.session_state[ui_state.RUN].attention is not None
     assert stepped.freed  # done: both caches freed at once, the trace and maps kept
     at.button(key="step-reset").click().run()
     assert stepper.STEPPED not in at.session_state  # the session holds no cache tensors any more
@@ -82,7 +84,7 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
 @pytest.mark.parametrize("prompt", [""])
 def test_an_empty_prompt_is_one_line_and_nothing_steps(tiny_llama_dir: Path, prompt: str) -> None:
     at: AppTest = new_app()
-    at.session_state[ui.LAST_INPUTS] = ui.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(model=str(tiny_llama_dir), device="cpu")
     at.switch_page("pages/step.py").run()
     at.text_input[0].input(prompt)
     at.button[0].click().run()
@@ -102,7 +104,7 @@ def test_a_stepped_request_follows_the_sidebars_sampling(tiny_llama_dir: Path, t
     at = prefill_on_the_step_page(tiny_llama_dir, "hello", sampling)
     at.button(key="step-end").click().run()
     assert not at.error, [e.value for e in at.error]
-    trace = at.session_state[ui.RUN].trace
+    trace = at.session_state[ui_state.RUN].trace
     assert trace.sampling == sampling
     request = Request("hello", max_new_tokens=16, use_chat_template=False, sampling=sampling)
     assert trace.generated_token_ids == measure(tiny_lm, request).generated_token_ids  # seeded: the same tokens

@@ -3,99 +3,43 @@
 blocks (`widgets`, `sections`). Pages call these and the pure builders in `explorer.charts`; nothing outside this
 package in `explorer` imports streamlit."""
 
+from explorer.ui import sections
 from explorer.ui.guard import one_line_errors
-from explorer.ui.queue import (
-    DRAW_HOLD_S,
-    DeviceTurn,
-    QueueLock,
-    count_run,
-    device_lock,
-    device_queue,
-    device_turn,
-    hosting_policy,
-    live_steps,
-    note_script,
-    script_activity,
-)
-from explorer.ui.runner import ALLOWED_MODELS_ENV, check_model_allowed, execute_run, get_model, model_store, run_lab
+from explorer.ui.runner import execute_run
 from explorer.ui.sidebar import remeasure_button, sidebar, sidebar_downloads
-from explorer.ui.state import (
-    DEFAULT_PROMPT,
-    HELD_TICKET,
-    HISTORY,
-    LAST_INPUTS,
-    LEFT_QUEUE,
-    RUN,
-    RUN_STARTS,
-    RunInputs,
-    RunResult,
-    current_run,
-    history,
-)
+from explorer.ui.state import current_run, history
 from explorer.ui.widgets import (
     chart,
     current_slos_s,
-    escape_markdown,
     lab_page,
     metrics,
     page_with_run,
     presenter_toggle,
-    presenting,
     require_run,
     run_metrics,
     secondary,
-    show_error,
-    slo_inputs,
     table,
-    window_slider,
 )
 
+# What pages and app.py use, and nothing else: tests and the other modules of this package import from the module
+# that owns a name (`explorer.ui.state`, `explorer.ui.queue`, ...).
 __all__ = [
-    "ALLOWED_MODELS_ENV",
-    "DEFAULT_PROMPT",
-    "DRAW_HOLD_S",
-    "HELD_TICKET",
-    "HISTORY",
-    "LAST_INPUTS",
-    "LEFT_QUEUE",
-    "RUN",
-    "RUN_STARTS",
-    "DeviceTurn",
-    "QueueLock",
-    "RunInputs",
-    "RunResult",
     "chart",
-    "check_model_allowed",
-    "count_run",
     "current_run",
     "current_slos_s",
-    "device_lock",
-    "device_queue",
-    "device_turn",
-    "escape_markdown",
     "execute_run",
-    "get_model",
     "history",
-    "hosting_policy",
     "lab_page",
-    "live_steps",
     "metrics",
-    "model_store",
-    "note_script",
     "one_line_errors",
     "page_with_run",
     "presenter_toggle",
-    "presenting",
     "remeasure_button",
     "require_run",
-    "run_lab",
     "run_metrics",
-    "script_activity",
     "secondary",
-    "show_error",
+    "sections",
     "sidebar",
     "sidebar_downloads",
-    "slo_inputs",
     "table",
-    "window_slider",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from explorer import ui
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 from tests.gpu import requires_cuda
 from tests.test_app import PAGES, assert_page_renders, run_from_sidebar
@@ -15,7 +15,7 @@ def test_the_app_runs_on_cuda_and_every_page_renders() -> None:
     at.sidebar.selectbox(key="sidebar-device").set_value("cuda")
     run_from_sidebar(at, max_new_tokens=8)
     assert not at.error, [e.value for e in at.error]
-    trace = at.session_state[ui.RUN].trace
+    trace = at.session_state[ui_state.RUN].trace
     assert trace.device.kind == "cuda" and trace.model.device == "cuda"
     assert trace.device.read_bandwidth_bytes_per_s is not None
     for page in PAGES:

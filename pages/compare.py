@@ -5,31 +5,34 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import compare as charts
 
-current = ui.page_with_run(
+current, layout = ui.chart_first_page(
     "Compare two runs",
-    "Pick any two runs of this session (e.g. float32 against bfloat16, a short prompt against a long one): the same "
-    "figures side by side, and each one's prefill and median decode split the same way.",
+    "Any two runs of this session side by side, each one's prefill and median decode split the same way.",
+    "E.g. float32 against bfloat16, a short prompt against a long one: the same figures side by side.",
 )
 runs = {r.label: r.trace for r in ui.history()} | {current.label: current.trace}
 if len(runs) < 2:
     st.info("Only one run so far: change a setting in the sidebar and run again, then compare.")
     st.stop()
 labels = list(runs)
-left, right = st.columns(2)
+picked = layout.controls()  # the two runs, and their figures: above the chart on a laptop, below it when presenting
+left, right = picked.columns(2)
 first = left.selectbox("First run", labels, index=len(labels) - 2)
 second = right.selectbox("Second run", labels, index=len(labels) - 1)
 chosen = [(first, runs[first]), (second, runs[second])]
-ui.table(
-    charts.figures_frame(chosen),
-    "Seconds and tokens/s are medians over each run's repeats.",
-    "measured · bytes measured from the cache tensors",
-)
+with picked:
+    ui.table(
+        charts.figures_frame(chosen),
+        "Seconds and tokens/s are medians over each run's repeats.",
+        "measured · bytes measured from the cache tensors",
+    )
 split = charts.split_frame(chosen)
-ui.chart(
+layout.chart(
     charts.split_chart(split),
     split,
     "compare-split",
     "Same colours as the Cost page: weight read, KV traffic, compute beyond memory (modelled), overhead (measured "
     "minus modelled).",
     "modelled parts from each run's own device figures · overhead from measured time",
+    "Prefill and median decode, split the same way",
 )

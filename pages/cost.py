@@ -6,20 +6,19 @@ from explorer import ui
 from explorer.charts import cost as charts
 from explorer.ui.sections import profile_section, utilisation_section
 
-result = ui.page_with_run(
+result, layout = ui.chart_first_page(
     "Where the time goes",
-    "The roofline model predicts a pass from three costs: reading every weight, reading the KV cache, and the maths. "
+    "The roofline model predicts a pass from reading every weight, reading the KV cache, and the maths.",
     "A prefill does maths for every prompt token per read of the weights; a decode for one token. Where each pass "
     "lands is computed below from its own FLOPs and bytes.",
 )
 trace = result.trace
 device = trace.device
-ui.run_metrics(trace)
+layout.run_metrics(trace)
 
-st.subheader("Predicted against measured, pass by pass")
 first_pass, last_pass = 0, trace.new_tokens - 1
 if trace.new_tokens > 1:
-    first_pass, last_pass = st.slider(
+    first_pass, last_pass = layout.controls().slider(
         "Passes shown",
         0,
         trace.new_tokens - 1,
@@ -27,7 +26,7 @@ if trace.new_tokens > 1:
         help="0 is the prefill; narrow the range to look at a few decode passes closely.",
     )
 split = charts.time_split_frame(trace, first_pass, last_pass)
-ui.chart(
+layout.chart(
     charts.time_split_chart(split),
     split,
     "time-split",
@@ -40,6 +39,7 @@ ui.chart(
     ),
     "weight, KV and compute times modelled (roofline; maths overlaps memory, so only compute beyond the reads "
     "shows) · wall measured · overhead = measured − modelled",
+    "Predicted against measured, pass by pass",
 )
 if device.busy_note:
     st.info(device.busy_note)  # built from numbers only

@@ -4,36 +4,45 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import kv as charts
+from explorer.core.units import human_bytes
 
-result = ui.page_with_run(
+result, layout = ui.chart_first_page(
     "The KV cache",
-    "Every cached position keeps its K and V in every layer, so the cache grows by the same number of bytes per "
-    "token: prefill writes the whole prompt at once, each decode pass appends one position.",
+    "Every cached position keeps its K and V in every layer: the same bytes per token, in every pass.",
+    "Prefill writes the whole prompt at once, each decode pass appends one position.",
 )
 trace = result.trace
 model = trace.model
 cache_len = trace.passes[-1].cache_len_after
-
-st.subheader("The formula, with this model's numbers")
-st.code(charts.formula_text(model, cache_len), language=None, wrap_lines=True)
-ui.table(
-    charts.formula_frame(model, cache_len),
-    "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
-    "modelled (from the model's config and the run's cache length)",
+layout.metrics(
+    [
+        ("Bytes per token", f"{model.kv_bytes_per_token:,} B", "modelled: the formula below, from the config"),
+        ("Cache after the run", human_bytes(trace.passes[-1].kv_cache_bytes), "measured: the real cache tensors"),
+        ("Cached positions", f"{cache_len:,}", "measured: the prompt's tokens plus one per decode pass"),
+    ],
+    "Bytes per token modelled (the formula, from the model's config) · the cache measured (its real tensors)",
 )
-st.markdown(charts.gqa_text(model, cache_len))
 
-st.subheader("Measured, pass by pass")
+with layout.explanation("The formula, with this model's numbers"):
+    st.code(charts.formula_text(model, cache_len), language=None, wrap_lines=True)
+    ui.table(
+        charts.formula_frame(model, cache_len),
+        "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
+        "modelled (from the model's config and the run's cache length)",
+    )
+    st.markdown(charts.gqa_text(model, cache_len))
+
 growth = charts.growth_frame(trace)
-ui.chart(
+layout.chart(
     charts.growth_chart(growth),
     growth,
     "kv-growth",
     "The points (bytes of the real cache tensors after each pass) sit on the line (the formula): one big step "
     f"for the prefill, then {model.kv_bytes_per_token:,} B more per decode pass.",
     "measured (points) vs modelled (line)",
+    "Measured, pass by pass",
 )
-st.caption(charts.growth_check_text(growth))
+layout.main.caption(charts.growth_check_text(growth))
 
 with ui.secondary("Layer by layer"):
     pass_index = st.selectbox(

@@ -6,30 +6,33 @@ from explorer import ui
 from explorer.charts import latency as charts
 from explorer.ui import sections
 
-result = ui.page_with_run(
+result, layout = ui.chart_first_page(
     "Latency: TTFT and ITL",
-    "TTFT is what you notice when you press Enter: mostly the prefill. ITL is the speed of the streaming text: one "
-    "decode pass per token. A service promises both as SLOs, e.g. p99 ITL < 50 ms.",
+    "TTFT is the wait for the first token, mostly the prefill; ITL the gap to each next one, one decode pass.",
+    "TTFT is what you notice when you press Enter; ITL is the speed of the streaming text. A service promises both "
+    "as SLOs, e.g. p99 ITL < 50 ms.",
 )
 trace = result.trace
-ui.run_metrics(trace)
+layout.run_metrics(trace)
 
-st.subheader("Against your SLOs")
-ttft_slo_s, itl_slo_s = sections.slo_section(trace)
+with layout.explanation("Against your SLOs"):
+    ttft_slo_s, itl_slo_s = sections.slo_section(trace)
 
-st.subheader("Inter-token latency, token by token")
 itl = charts.itl_frame(trace, itl_slo_s)
 if itl.empty:
-    st.info("This run made one token, so there is no inter-token latency: raise Max new tokens and run again.")
+    with layout.main:
+        st.subheader("Inter-token latency, token by token")
+        st.info("This run made one token, so there is no inter-token latency: raise Max new tokens and run again.")
 else:
     over = int(itl["over_slo"].sum())
-    ui.chart(
+    layout.chart(
         charts.itl_chart(itl, itl_slo_s),
         itl,
         "itl-per-token",
         f"{over} of {len(itl)} gaps at or over the ITL SLO (red): each is one decode pass, which re-reads every "
         f"weight and the KV cache. {charts.decode_bytes_sentence(trace)}",
         "measured: the time between consecutive sampled tokens",
+        "Inter-token latency, token by token",
     )
     everything = charts.itl_distribution_frame(trace)
     pooled = charts.pooled_percentiles_frame(trace)

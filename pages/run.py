@@ -7,29 +7,33 @@ from explorer.charts import run as charts
 from explorer.charts.common import display_token
 from explorer.core.units import human_bytes, ms
 
-st.title("Inside one inference")
-st.caption("One prefill pass reads the whole prompt at once and builds the KV cache; then one decode pass per token.")
-result = ui.require_run()
+result, layout = ui.chart_first_page(
+    "Inside one inference",
+    "One prefill pass reads the whole prompt at once; then one decode pass per token.",
+    "The prefill also builds the KV cache that every decode pass reads.",
+)
 trace = result.trace
-ui.run_metrics(trace)
+layout.run_metrics(trace)
 
-st.subheader("Tokens")
-st.markdown("**Prompt**, as typed:")
-st.code(trace.prompt_text, language=None, wrap_lines=True)
-template = "with the chat template" if trace.chat_template_used else "raw, no chat template"
-st.markdown(f"…and as the model sees it ({template}): **{trace.prompt_len} tokens**, all computed by the prefill:")
-st.code(" │ ".join(display_token(t) for t in trace.prompt_tokens_text), language=None, wrap_lines=True)
-st.markdown("**Generated** (one per pass, with the gap since the previous token):")
-ui.table(charts.generated_frame(trace), "The first token arrives after TTFT; each later one after one ITL.", "measured")
+with layout.explanation("Tokens"):
+    st.markdown("**Prompt**, as typed:")
+    st.code(trace.prompt_text, language=None, wrap_lines=True)
+    template = "with the chat template" if trace.chat_template_used else "raw, no chat template"
+    st.markdown(f"…and as the model sees it ({template}): **{trace.prompt_len} tokens**, all computed by the prefill:")
+    st.code(" │ ".join(display_token(t) for t in trace.prompt_tokens_text), language=None, wrap_lines=True)
+    st.markdown("**Generated** (one per pass, with the gap since the previous token):")
+    ui.table(
+        charts.generated_frame(trace), "The first token arrives after TTFT; each later one after one ITL.", "measured"
+    )
 
-st.subheader("Timeline of passes")
 frame = charts.timeline_frame(trace)
-ui.chart(
+layout.chart(
     charts.timeline_chart(frame),
     frame,
     "timeline",
     "One long prefill bar, then a train of short decode bars: each decode re-reads every weight for one token.",
     "measured",
+    "Timeline of passes",
 )
 
 st.subheader("Step through one pass")

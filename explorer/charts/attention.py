@@ -102,11 +102,14 @@ def _heatmap_height_px(rows: int) -> int:
     return int(min(900, max(220, 16 * rows)))
 
 
-def prefill_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Rows are queries, columns keys, both labelled with their tokens; the grey upper triangle is the causal mask."""
+def prefill_chart(frame: pd.DataFrame, height_px: int | None = None) -> alt.LayerChart:
+    """Rows are queries, columns keys, both labelled with their tokens; the grey upper triangle is the causal mask.
+    `height_px` fixes the height (presenter mode's first screen) instead of one that grows with the rows."""
     order = frame.drop_duplicates("query_pos").sort_values("query_pos")["query"].tolist()
-    # Every token label fits up to 64 rows; beyond that Vega-Lite drops overlapping ones (tooltips still name each).
-    axis = {"labelLimit": 90, "labelOverlap": False if len(order) <= 64 else "greedy"}
+    # Every token label fits up to 64 rows at the growing height; beyond that, or at a fixed height too low for 16 px
+    # a row, Vega-Lite drops overlapping ones (tooltips still name each).
+    thin = len(order) > 64 or (height_px is not None and 16 * len(order) > height_px)
+    axis = {"labelLimit": 90, "labelOverlap": "greedy" if thin else False}
     base = alt.Chart(frame).encode(
         x=alt.X("key:N", sort=order, title="key position (what is attended to)", axis=alt.Axis(labelAngle=-90, **axis)),
         y=alt.Y("query:N", sort=order, title="query position (who attends)", axis=alt.Axis(**axis)),
@@ -122,9 +125,8 @@ def prefill_chart(frame: pd.DataFrame) -> alt.LayerChart:
         .mark_rect()
         .encode(color=alt.Color("cell:N", scale=alt.Scale(domain=[MASKED], range=[MASKED_COLOR]), title=None))
     )
-    return (
-        alt.layer(attended, masked).resolve_scale(color="independent").properties(height=_heatmap_height_px(len(order)))
-    )
+    height_px = height_px or _heatmap_height_px(len(order))
+    return alt.layer(attended, masked).resolve_scale(color="independent").properties(height=height_px)
 
 
 # --- max-pooled views ----------------------------------------------------------------------------------------------

@@ -18,10 +18,12 @@ class Theme:
     title_px: int  # axis and legend titles, chart titles
     mark_text_px: int  # text drawn inside charts (token labels, values)
     table_rows: int | None  # rows a table shows before it scrolls; None: all
+    main_chart_px: int | None = None  # a "One request" page's main chart (axes and legend included); None: its own
 
 
 NORMAL = Theme("normal", label_px=11, title_px=12, mark_text_px=11, table_rows=None)
-PRESENTER = Theme("presenter", label_px=18, title_px=20, mark_text_px=18, table_rows=8)
+# 1280 × 720 with the sidebar open: a compact header, the key figures and a main chart of this height fit the screen.
+PRESENTER = Theme("presenter", label_px=18, title_px=20, mark_text_px=18, table_rows=8, main_chart_px=320)
 
 
 def apply(chart: alt.TopLevelMixin, theme: Theme) -> alt.TopLevelMixin:

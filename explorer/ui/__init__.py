@@ -10,6 +10,7 @@ from explorer.ui.sidebar import remeasure_button, sidebar, sidebar_downloads
 from explorer.ui.state import current_run, history
 from explorer.ui.widgets import (
     chart,
+    chart_first_page,
     current_slos_s,
     lab_page,
     metrics,
@@ -25,6 +26,7 @@ from explorer.ui.widgets import (
 # that owns a name (`explorer.ui.state`, `explorer.ui.queue`, ...).
 __all__ = [
     "chart",
+    "chart_first_page",
     "current_run",
     "current_slos_s",
     "execute_run",

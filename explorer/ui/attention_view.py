@@ -8,13 +8,13 @@ import streamlit as st
 from explorer.charts import attention as charts
 from explorer.core.attention import AttentionMaps
 from explorer.core.trace import ModelInfo, Trace
-from explorer.ui.widgets import chart, secondary, window_slider
+from explorer.ui.widgets import ChartFirst, chart, secondary, window_slider
 
 
-def layer_and_head(maps: AttentionMaps, model: ModelInfo) -> tuple[int, int]:
+def layer_and_head(maps: AttentionMaps, model: ModelInfo, layout: ChartFirst) -> tuple[int, int]:
     """The layer and query head to show; under grouped-query attention each head names the KV head it reads."""
     group = max(1, model.heads // max(1, model.kv_heads))
-    left, right = st.columns(2)
+    left, right = layout.controls().columns(2)
     layer = left.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key=f"attention-layer-{len(maps.layers)}")
     head = right.selectbox(
         "Head",
@@ -25,45 +25,56 @@ def layer_and_head(maps: AttentionMaps, model: ModelInfo) -> tuple[int, int]:
     return layer, head
 
 
-def replay_note(maps: AttentionMaps, trace: Trace) -> None:
-    same = maps.same_tokens_as(trace)
-    if same is not None:
-        st.caption(
-            "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
-            f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
-        )
+def why_no_mask(maps: AttentionMaps, trace: Trace, layout: ChartFirst) -> None:
+    """Why decode needs no mask, and where the maps come from: above the heatmap on a laptop, below it (collapsed)
+    when presenting."""
+    with layout.explanation("Why decode needs no mask", heading=False):
+        st.markdown(charts.NO_MASK_IN_DECODE)
+        same = maps.same_tokens_as(trace)
+        if same is not None:
+            st.caption(
+                "These maps come from an untimed replay of the run's own tokens with eager attention; at every pass "
+                f"it picked {'the same tokens as' if same else 'DIFFERENT tokens from'} the timed run — *measured*"
+            )
 
 
-def prefill_section(maps: AttentionMaps, layer: int, head: int, kv_heads: int) -> None:
-    st.subheader("Prefill: every prompt token at once, under a causal mask")
+def prefill_section(maps: AttentionMaps, layer: int, head: int, kv_heads: int, layout: ChartFirst) -> None:
+    """The page's main chart: the prefill map of one head under its causal mask, a window of a long prompt."""
     T = maps.prompt_len
-    # A T x T map of a long prompt is too many rectangles for a browser: a diagonal window at full resolution.
-    start = window_slider(
-        "Window start (position)",
-        T,
-        charts.WINDOW_POSITIONS,
-        "attention-window",
-        "The window is the block of query rows and key columns around the diagonal, where the mask edge is.",
-    )
-    start, stop = charts.window_bounds(T, start)
-    if stop - start < T:
-        st.markdown(
-            f"Showing query and key positions **{start}–{stop - 1} of {T}** at full resolution "
-            "(the whole-prompt view below pools all of them)."
+    with layout.controls():
+        # A T x T map of a long prompt is too many rectangles for a browser: a diagonal window at full resolution.
+        start = window_slider(
+            "Window start (position)",
+            T,
+            charts.WINDOW_POSITIONS,
+            "attention-window",
+            "The window is the block of query rows and key columns around the diagonal, where the mask edge is.",
         )
-    else:
-        st.markdown(f"Showing all **{T}** prompt positions.")
+        start, stop = charts.window_bounds(T, start)
+        if stop - start < T:
+            st.markdown(
+                f"Showing query and key positions **{start}–{stop - 1} of {T}** at full resolution "
+                "(the whole-prompt view below pools all of them)."
+            )
+        elif not layout.presenting:
+            st.markdown(f"Showing all **{T}** prompt positions.")
     frame = charts.prefill_frame(maps, layer, head, start, stop)
-    chart(
-        charts.prefill_chart(frame),
+    title = (
+        f"Prefill, layer {layer} head {head}: {T} tokens at once, under a causal mask"
+        if layout.presenting
+        else "Prefill: every prompt token at once, under a causal mask"
+    )
+    layout.chart(
+        charts.prefill_chart(frame, layout.main_chart_px),
         frame,
         f"prefill-layer{layer}-head{head}-{start}",
         "Each row is one query's softmax and sums to 1; the grey upper triangle is the causal mask: "
         "a token may not look at later tokens, so those probabilities are exactly 0.",
         "measured (captured attention probabilities, float16)",
+        title,
     )
     facts = charts.mask_facts(maps, layer)
-    st.caption(
+    layout.main.caption(
         f"Layer {layer}, all {maps.heads} heads: {facts.masked_cells:,} masked cells, the largest probability among "
         f"them is {facts.max_masked_prob:g}; every row sums to 1 within {facts.max_row_sum_error:.1e} (float16 "
         "rounding) — *measured*"

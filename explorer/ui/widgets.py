@@ -70,24 +70,43 @@ SPREAD_METRICS: list[tuple[str, str, Callable[[float | None], str], str]] = [
 ]
 
 
-def run_metrics(trace: Trace) -> None:
+KEY_FIGURES = ("Prompt tokens", "New tokens", "TTFT", "ITL p50")  # the one row a presenter's first screen holds
+
+
+def run_metrics(trace: Trace, below: st.delta_generator.DeltaGenerator | None = None) -> None:
     """The request's headline numbers, all measured: medians over repeats with their min–max under each, or one
-    sample said as such. Each figure is taken per repeat, then its median (`Trace.spreads`), as the CLI prints it."""
-    top, bottom = st.columns(4), st.columns(4)
-    top[0].metric("Prompt tokens", trace.prompt_len)
-    top[1].metric("New tokens", trace.new_tokens, help=f"stopped by {trace.stop_reason}")
-    spreads = trace.spreads
-    for column, (label, figure, fmt, meaning) in zip([*top[2:], *bottom], SPREAD_METRICS):
-        spread_metric(column, label, getattr(spreads, figure), fmt, meaning)
+    sample said as such. Each figure is taken per repeat, then its median (`Trace.spreads`), as the CLI prints it.
+    On a laptop two rows of four; when presenting, the first four in one row and the rest (with the note on samples)
+    in `below`, a slot under the page's main chart (`ChartFirst.below`)."""
+    figures: list[tuple[str, Spread | None | int, Callable[[Any], str] | None, str]] = [
+        ("Prompt tokens", trace.prompt_len, None, ""),
+        ("New tokens", trace.new_tokens, None, f"stopped by {trace.stop_reason}"),
+        *[(label, getattr(trace.spreads, field), fmt, meaning) for label, field, fmt, meaning in SPREAD_METRICS],
+    ]
+    compact = presenting() and below is not None
+    if compact:  # the figures of the two phases first: prefill's TTFT and decode's ITL
+        rows = [[f for f in figures if f[0] in KEY_FIGURES], [f for f in figures if f[0] not in KEY_FIGURES]]
+    else:
+        rows = [figures[:4], figures[4:]]
+    for place, row in zip([st, below if compact else st], rows):
+        for column, (label, value, fmt, meaning) in zip(place.columns(4), row):
+            if fmt is None:
+                column.metric(label, value, help=meaning or None)
+            else:
+                spread_metric(column, label, value, fmt, meaning)
     samples = (
         f"medians of {trace.repeat_count} repeats, each with its min–max"
         if trace.repeat_count > 1
         else "one sample on a shared machine: raise Repeats for a median and its spread"
     )
-    st.text(  # text, not markdown: the model name is whatever the user typed
-        f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name} · all figures measured, {samples}"
-        + ("" if trace.warmup_ran else " · no warm-up: the first pass includes one-off start-up costs")
-    )
+    where = f"{trace.model.display_name} · {trace.model.dtype} on {trace.device.name}"
+    start_up = "" if trace.warmup_ran else " · no warm-up: the first pass includes one-off start-up costs"
+    # text, not markdown: the model name is whatever the user typed
+    if compact:
+        st.text(f"All measured · {trace.model.dtype} on {trace.device.name}")
+        below.text(f"{trace.model.display_name} · {samples}{start_up}")
+    else:
+        st.text(f"{where} · all figures measured, {samples}{start_up}")
 
 
 def spread_metric(
@@ -254,7 +273,8 @@ PRESENTER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
 [data-testid="stMetricValue"] { font-size: 2.8rem; }
 [data-testid="stMetricLabel"] p { font-size: 1.3rem; }
-[data-testid="stMain"] h1 { font-size: 3rem; }
+[data-testid="stMain"] h1 { font-size: 2.6rem; padding: 0 0 0.25rem 0; }
+[data-testid="stMainBlockContainer"] { padding-top: 2.5rem; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
 [data-testid="stMain"] [data-testid="stCode"] pre,
 [data-testid="stMain"] [data-testid="stCode"] code,
@@ -286,3 +306,84 @@ def current_theme() -> theme.Theme:
 def secondary(title: str) -> st.delta_generator.DeltaGenerator:
     """A section that matters less than the page's one idea: open on a laptop, collapsed in presenter mode."""
     return st.expander(title, expanded=not presenting())
+
+
+# --- charts first ----------------------------------------------------------------------------------------------------
+# A row of key figures and its note, at presenter sizes: what a page without one gives its main chart instead.
+FIGURES_ROW_PX = 150
+MAIN_CHART_KEY = "main-chart"  # the main chart's container (class `st-key-main-chart`: what the browser test measures)
+
+
+class ChartFirst:
+    """A "One request" page's order, so that in presenter mode the first 1280 × 720 screen holds the page's title, one
+    line of caption, its key figures and its main chart: everything else comes after the chart. What a page explains
+    or lets you pick before its main chart stays there on a laptop; when presenting it moves below the chart, the
+    explanations collapsed. Slots are made in screen order when the page starts; a page then fills them in any order."""
+
+    def __init__(self) -> None:
+        self.presenting = presenting()
+        self.figures = st.container()
+        before = None if self.presenting else st.container()
+        self.main = st.container(key=MAIN_CHART_KEY)
+        self.below = st.container() if self.presenting else None  # a slot under the main chart, when presenting
+        # Where explanations and pickers go: above the main chart on a laptop, below it when presenting.
+        self._aside = self.below if self.presenting else before
+        self._has_figures = False
+
+    def run_metrics(self, trace: Trace) -> None:
+        with self.figures:
+            run_metrics(trace, self.below)
+        self._has_figures = True
+
+    def metrics(self, items: list[tuple[str, str, str]], note: str) -> None:
+        """A row of (label, value, help) key figures above the main chart, and a line saying where they come from."""
+        with self.figures:
+            metrics(items)
+            st.caption(note)
+        self._has_figures = True
+
+    @property
+    def main_chart_px(self) -> int | None:
+        """The main chart's height when presenting (None on a laptop: the chart's own)."""
+        if not self.presenting or theme.PRESENTER.main_chart_px is None:
+            return None
+        return theme.PRESENTER.main_chart_px + (0 if self._has_figures else FIGURES_ROW_PX)
+
+    def explanation(self, title: str, heading: bool = True) -> st.delta_generator.DeltaGenerator:
+        """A section that explains before the main chart: in place on a laptop (under `title` if `heading`); below
+        the chart in a collapsed expander titled `title` when presenting."""
+        if self.presenting:
+            return self._aside.expander(title, expanded=False)
+        section = self._aside.container()
+        if heading:
+            section.subheader(title)
+        return section
+
+    def controls(self) -> st.delta_generator.DeltaGenerator:
+        """Pickers the main chart reads (a range, a layer): above it on a laptop, right below it when presenting."""
+        return self._aside.container()
+
+    def chart(
+        self, chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str, title: str
+    ) -> None:
+        """The main chart under its heading. When presenting, the heading leads the caption below the chart instead
+        (a line less above it), and the chart takes the theme's main-chart height: taller on a page with no figures
+        above it; a chart of facets keeps its own, which is per facet."""
+        with self.main:
+            if not self.presenting:
+                st.subheader(title)
+                chart(chart_obj, data, name, caption, source)
+                return
+            if getattr(getattr(chart_obj, "encoding", None), "row", alt.Undefined) is alt.Undefined:
+                chart_obj = chart_obj.properties(height=self.main_chart_px)
+            chart(chart_obj, data, name, f"**{title}.** {caption}", source)
+
+
+def chart_first_page(title: str, caption: str, more: str = "") -> tuple[RunResult, ChartFirst]:
+    """A "One request" page's title and caption, its run (the page stops here without one) and its slots. On a laptop
+    the caption says all of it; when presenting it is the one line `caption`, and `more` goes below the main chart."""
+    result = page_with_run(title, f"{caption} {more}" if more and not presenting() else caption)
+    layout = ChartFirst()
+    if more and layout.below is not None:
+        layout.below.caption(more)
+    return result, layout

@@ -1,12 +1,13 @@
 """Charts first in presenter mode: at 1280 × 720 with the sidebar open, each "One request" page's main chart lies
-inside the first screen, above the fold, with the page's key figures above it.
+inside the first screen, with the page's key figures above it.
 
-On the session's app server (tests/conftest.py), a tab at 1280 × 720 gets a run (`open_runs`: two short live runs,
-so that Compare two runs has two to compare), turns presenter mode on, then opens each "One request" page from the
-sidebar, waits for its charts, scrolls to the top and takes the bounding box of the main chart, the chart the page
-draws in its `main-chart` container (`ui.ChartFirst`). Every box must lie inside the viewport. The boxes are printed
-as a table and kept in `presenter-boxes.json` beside a screenshot of each first screen (in `$EXPLORER_SCREENSHOTS`
-if set, else in pytest's temporary folder).
+On the session's app server (tests/conftest.py), a tab at 1280 × 720 opens the bundled recording by its link
+(`/?recording=short-chat`; a short live run in a checkout without it), turns presenter mode on, then opens each
+"One request" page from the sidebar (Compare two runs after a short live run beside the first), waits for its charts,
+scrolls to the top and takes the bounding box of the main chart: the chart a page draws in its `main-chart` container
+(`ui.widgets.ChartFirst`). Every box must lie inside the viewport. The boxes are printed as a table and kept in
+`presenter-boxes.json` beside a screenshot of each first screen (in `$EXPLORER_SCREENSHOTS` if set, else in pytest's
+temporary folder).
 
 Needs Debian's chromium at /usr/bin/chromium and the `playwright` package (its own browser download is not used).
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser_support import (
+    REPO_ROOT,
     HostedApp,
     browser_missing,
     log_tail,
@@ -41,7 +43,8 @@ MAIN_CHART = ".st-key-main-chart [data-testid='stVegaLiteChart']"  # the chart a
 RUN_TIMEOUT_S = 180  # a cold server loads the model (and converts the GGUF once) before the first run
 PAGE_TIMEOUT_S = 60
 CHART_DRAW_TIMEOUT_S = 20
-# Two short live runs with different prompts: every page has a run, and Compare two runs has two.
+RECORDING = "short-chat"  # bundled in recordings/, opened by `/?recording=NAME`
+# Short live runs: the first stands in for the recording in a checkout without one; the second goes beside it.
 LIVE_RUNS = (("Explain in one sentence why the sky is blue.", "6"), ("Why is the sea salty?", "4"))
 
 # The main chart's box, and the main area's, with every scrolling element (Streamlit scrolls inside stMain) at the top.
@@ -53,7 +56,8 @@ BOX_JS = """(selector) => {
     return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
   const chart = document.querySelector(selector);
   return {chart: chart ? box(chart) : null,
-          main: box(document.querySelector("[data-testid='stMainBlockContainer']"))};
+          main: box(document.querySelector("[data-testid='stMainBlockContainer']")),
+          sidebar: box(document.querySelector("[data-testid='stSidebar']"))};
 }"""
 
 
@@ -97,11 +101,20 @@ def _live_run(page, prompt_text: str, max_new_tokens: str, server_log: Path) -> 
         raise AssertionError(f"the run did not finish; server log:\n{log_tail(server_log)}") from None
 
 
-def open_runs(page, hosted_app: HostedApp) -> None:
-    """Give the tab's session its runs: today two short live runs from the sidebar (the one place to change when a
-    bundled recording, `/?recording=NAME`, can stand in for the first)."""
-    for prompt_text, max_new_tokens in LIVE_RUNS:
-        _live_run(page, prompt_text, max_new_tokens, hosted_app.log)
+def first_run(page, hosted_app: HostedApp) -> str:
+    """What the "One request" pages show: the bundled recording opened by its link, as a talk's slide would open it,
+    or a short live run in a checkout that ships none. Says which."""
+    if not (REPO_ROOT / "recordings" / f"{RECORDING}.pdx").exists():
+        _live_run(page, *LIVE_RUNS[0], hosted_app.log)
+        return "a live run"
+    page.goto(f"{hosted_app.url}/?recording={RECORDING}")
+    page.locator(MAIN_CHART).first.wait_for(timeout=PAGE_TIMEOUT_S * 1000)  # the first page draws the recording
+    return f"the recording {RECORDING}"
+
+
+def second_run(page, hosted_app: HostedApp) -> None:
+    """A short live run beside the first, for Compare two runs."""
+    _live_run(page, *LIVE_RUNS[1], hosted_app.log)
 
 
 def _goto(page, label: str) -> None:
@@ -126,10 +139,12 @@ def test_browser_presenter_main_chart_in_first_screen(
 ) -> None:
     page = tab
     shots = _shots(tmp_path_factory)
-    open_runs(page, hosted_app)
+    shown = first_run(page, hosted_app)
     _rerun(page, page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode").click)
     rows = []
     for label in ONE_REQUEST_PAGES:
+        if label == "Compare two runs":
+            second_run(page, hosted_app)
         _goto(page, label)
         page.locator(MAIN_CHART).first.wait_for(timeout=PAGE_TIMEOUT_S * 1000)
         wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
@@ -142,9 +157,12 @@ def test_browser_presenter_main_chart_in_first_screen(
             and 0 <= chart["left"]
             and chart["right"] <= VIEWPORT["width"]
         )
+        assert boxes["sidebar"]["right"] > 200, boxes["sidebar"]  # measured with the sidebar open, as a talk has it
         rows.append({"page": label, "chart": chart, "main": boxes["main"], "inside": inside})
-    (shots / "presenter-boxes.json").write_text(json.dumps({"viewport": VIEWPORT, "pages": rows}, indent=2))
-    print(f"\n[presenter test] main chart boxes at {VIEWPORT['width']} × {VIEWPORT['height']} (px), shots: {shots}")
+    (shots / "presenter-boxes.json").write_text(
+        json.dumps({"viewport": VIEWPORT, "shown": shown, "pages": rows}, indent=2)
+    )
+    print(f"\n[presenter test] {shown}: main chart boxes at {VIEWPORT['width']} × {VIEWPORT['height']} px; {shots}")
     print(_table(rows))
     outside = [r["page"] for r in rows if not r["inside"]]
     assert not outside, f"main chart not inside the first screen on: {outside}\n{_table(rows)}"

@@ -267,7 +267,9 @@ def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> No
 PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: read, never written
 # Larger type for text, metrics, code, plain text and static tables, from one fixed stylesheet (no user text, no
 # script); charts take their sizes from the presenter chart theme instead. A data grid (st.dataframe) draws on a
-# canvas that no stylesheet reaches: pages show tables through `table`, a static table when presenting.
+# canvas that no stylesheet reaches: pages show tables through `table`, a static table when presenting. The header
+# (less space above and under the title) and notes (a recording's banner) are compact, so that a "One request" page's
+# main chart fits the first 1280 × 720 screen (`ChartFirst`).
 PRESENTER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
@@ -275,6 +277,8 @@ PRESENTER_CSS = """<style>
 [data-testid="stMetricLabel"] p { font-size: 1.3rem; }
 [data-testid="stMain"] h1 { font-size: 2.6rem; padding: 0 0 0.25rem 0; }
 [data-testid="stMainBlockContainer"] { padding-top: 2.5rem; }
+[data-testid="stMain"] [data-testid="stAlert"] p { font-size: 1.15rem; }
+[data-testid="stMain"] [data-testid="stAlertContainer"] { padding: 0.5rem 1rem; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
 [data-testid="stMain"] [data-testid="stCode"] pre,
 [data-testid="stMain"] [data-testid="stCode"] code,

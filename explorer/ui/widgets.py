@@ -76,8 +76,8 @@ KEY_FIGURES = ("Prompt tokens", "New tokens", "TTFT", "ITL p50")  # the one row 
 def run_metrics(trace: Trace, below: st.delta_generator.DeltaGenerator | None = None) -> None:
     """The request's headline numbers, all measured: medians over repeats with their min–max under each, or one
     sample said as such. Each figure is taken per repeat, then its median (`Trace.spreads`), as the CLI prints it.
-    On a laptop two rows of four; when presenting, the first four in one row and the rest (with the note on samples)
-    in `below`, a slot under the page's main chart (`ChartFirst.below`)."""
+    On a laptop two rows of four; when presenting, the `KEY_FIGURES` in one row and the rest (with the model and the
+    note on samples) in `below`, a slot under the page's main chart (`ChartFirst.below`)."""
     figures: list[tuple[str, Spread | None | int, Callable[[Any], str] | None, str]] = [
         ("Prompt tokens", trace.prompt_len, None, ""),
         ("New tokens", trace.new_tokens, None, f"stopped by {trace.stop_reason}"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.charts import attention as charts
-from explorer.core.attention import AttentionMaps
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import ModelInfo, Trace
 from explorer.ui.widgets import ChartFirst, chart, secondary, window_slider
 

@@ -59,12 +59,10 @@ def require_run() -> RunResult:
 
 
 def recorded_banner(meta: RecordingMeta) -> None:
-    """Above every page that shows a recording: what it is, that it is recorded, where and when."""
-    st.warning(
-        escape_markdown(meta.banner)
-        + " · every figure was measured then. Press **Run** in the sidebar for a live run.",
-        icon=":material/videocam:",
-    )
+    """Above every page that shows a recording: what it is, that it is recorded, where and when (when presenting, only
+    that: two lines at most, so a page's main chart stays in the first screen)."""
+    more = "" if presenting() else " · every figure was measured then. Press **Run** in the sidebar for a live run."
+    st.warning(escape_markdown(meta.banner) + more, icon=":material/videocam:")
 
 
 def short_rate(per_s: float | None) -> str:
@@ -327,6 +325,7 @@ def secondary(title: str) -> st.delta_generator.DeltaGenerator:
 # --- charts first ----------------------------------------------------------------------------------------------------
 # A row of key figures and its note, at presenter sizes: what a page without one gives its main chart instead.
 FIGURES_ROW_PX = 150
+SPREAD_LINE_PX = 40  # the min–max line under each figure of a run with repeats
 MAIN_CHART_KEY = "main-chart"  # the main chart's container (class `st-key-main-chart`: what the browser test measures)
 
 
@@ -345,11 +344,14 @@ class ChartFirst:
         # Where explanations and pickers go: above the main chart on a laptop, below it when presenting.
         self._aside = self.below if self.presenting else before
         self._has_figures = False
+        self._taken_px = 0  # above the chart beyond the usual: the min–max lines of repeated figures
 
     def run_metrics(self, trace: Trace) -> None:
         with self.figures:
             run_metrics(trace, self.below)
         self._has_figures = True
+        if trace.repeat_count > 1:  # each figure has its min–max line under it: a shorter chart
+            self._taken_px += SPREAD_LINE_PX
 
     def metrics(self, items: list[tuple[str, str, str]], note: str) -> None:
         """A row of (label, value, help) key figures above the main chart, and a line saying where they come from."""
@@ -363,7 +365,7 @@ class ChartFirst:
         """The main chart's height when presenting (None on a laptop: the chart's own)."""
         if not self.presenting or theme.PRESENTER.main_chart_px is None:
             return None
-        return theme.PRESENTER.main_chart_px + (0 if self._has_figures else FIGURES_ROW_PX)
+        return theme.PRESENTER.main_chart_px + (0 if self._has_figures else FIGURES_ROW_PX) - self._taken_px
 
     def explanation(self, title: str, heading: bool = True) -> st.delta_generator.DeltaGenerator:
         """A section that explains before the main chart: in place on a laptop (under `title` if `heading`); below

@@ -108,6 +108,7 @@ def test_downloads_follow_the_run_that_just_finished() -> None:
         "Download trace (JSON)",
         "Download passes (CSV)",
         "Download timeline (Perfetto JSON)",
+        "Download recording (.pdx)",
     ]  # drawn in the very script run that ran
     run_from_sidebar(at, prompt="second prompt", max_new_tokens=2)
     assert at.session_state[ui_state.RUN].trace.prompt_text == "second prompt"

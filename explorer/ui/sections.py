@@ -105,8 +105,7 @@ def profile_section(result: RunResult) -> None:
     st.caption(
         "The roofline model cannot say what the grey overhead is; the profiler can. It replays one pass of this run "
         "and adds up each op's own time by the module it ran in. What no op accounts for is Python and framework "
-        "dispatch "
-        "(on a GPU: the GPU idling between kernel launches)."
+        "dispatch (on a GPU: the GPU idling between kernel launches)."
     )
     profile_index = st.selectbox(
         "Pass to profile",

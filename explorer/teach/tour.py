@@ -93,10 +93,9 @@ def tokens_slide(run: Run) -> Slide:
     frame = charts.tokens_frame(trace, rows, NARROW_TOKENS_PER_ROW if run.narrow else charts.TOKENS_PER_ROW)
     T, N = trace.prompt_len, trace.new_tokens
     sentences = [
-        f"This prompt is **{T} tokens** ({_template(trace)}): ONE prefill pass computes them all at once and "
-        "samples the first new token.",
-        f"Then one decode pass per token: {N - 1} more for the other {N - 1} of {N} new tokens (counted from "
-        "this run).",
+        f"This prompt is **{T} tokens** ({_template(trace)}; counted from this run): ONE prefill pass computes "
+        "them all at once and samples the first new token.",
+        f"Then one decode pass per token: {N - 1} more for the other {N - 1} of {N} new tokens.",
     ]
     shown = "" if len(frame) > T else f" (the first {len(frame) - 2} shown)"
     return _slide(

@@ -122,7 +122,7 @@ def test_a_long_prompt_keeps_its_start_a_count_and_the_sampled_token(run: tuple[
     trace, _ = run
     frame = charts.tokens_frame(trace, max_rows=2, per_row=6)
     assert len(frame) == 12 and frame["row"].max() == 1
-    assert frame.iloc[10]["token"] == f"… {trace.prompt_len - 10} more"
+    assert frame.iloc[10]["token"] == f"… +{trace.prompt_len - 10}"
     assert frame.iloc[-1]["role"] == "sampled by this pass"
     assert len(charts.tokens_frame(trace, max_rows=100)) == trace.prompt_len + 1  # all of it fits
 

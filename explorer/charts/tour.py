@@ -50,7 +50,7 @@ def tokens_frame(trace: Trace, max_rows: int, per_row: int = TOKENS_PER_ROW) -> 
     room = max(3, max_rows * per_row)
     if len(cells) + 1 > room:
         kept = room - 2
-        cells = [*cells[:kept], (f"{kept}–{trace.prompt_len - 1}", f"… {trace.prompt_len - kept} more", ROLE_DOMAIN[1])]
+        cells = [*cells[:kept], (f"{kept}–{trace.prompt_len - 1}", f"… +{trace.prompt_len - kept}", ROLE_DOMAIN[1])]
     cells.append(sampled)
     return pd.DataFrame(
         {
@@ -149,10 +149,10 @@ def phase_time_frame(trace: Trace) -> pd.DataFrame:
     """The prefill and the median decode pass: measured time (median over repeats for the prefill) and the roofline
     bound (modelled), one row each."""
     rows = []
-    chosen = [(f"prefill ({trace.prompt_len} tokens), ms", trace.prefill, trace.pass_wall_spread(0).median)]
+    chosen = [(f"prefill, {trace.prompt_len} tokens (ms)", trace.prefill, trace.pass_wall_spread(0).median)]
     index = median_decode_index(trace)
     if index is not None:
-        chosen.append(("decode (median pass, 1 token), ms", trace.passes[index], trace.passes[index].wall_s))
+        chosen.append(("decode, median pass (ms)", trace.passes[index], trace.passes[index].wall_s))
     for label, p, wall_s in chosen:
         for kind, value_s in ((MEASURED, wall_s), (f"roofline ({MODELLED})", p.cost.roofline_time_s)):
             rows.append({"phase": label, "kind": kind, "ms": to_ms(value_s), "bound": p.cost.bound, "pass": p.index})
@@ -164,7 +164,7 @@ def phase_time_chart(frame: pd.DataFrame, height_px: int, width_px: int) -> alt.
     kinds = frame["kind"].drop_duplicates().tolist()
     base = alt.Chart().encode(
         y=alt.Y("kind:N", sort=kinds, title=None, axis=alt.Axis(labelLimit=240)),
-        x=alt.X("ms:Q", title=None),  # the panel's header says ms: one title fewer per panel
+        x=alt.X("ms:Q", title=None, axis=alt.Axis(tickCount=3)),  # the header says ms: a narrow panel, few ticks
     )
     bars = base.mark_bar().encode(
         color=alt.Color("kind:N", sort=kinds, scale=alt.Scale(range=["#222222", SEGMENT_RANGE[0]]), legend=None),
@@ -180,7 +180,7 @@ def phase_time_chart(frame: pd.DataFrame, height_px: int, width_px: int) -> alt.
                 "phase:N",
                 sort=panels,
                 title=None,
-                header=alt.Header(labelAngle=0, labelAlign="left", labelOrient="top"),
+                header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start", labelOrient="top"),
             )
         )
         .resolve_scale(x="independent")

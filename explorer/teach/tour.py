@@ -247,7 +247,7 @@ def time_slide(run: Run) -> Slide:
         4,
         sentences,
         charts.phase_time_chart(
-            frame, max(60, (run.height_px - 160) // 2), NARROW_PANEL_WIDTH_PX if run.narrow else PANEL_WIDTH_PX
+            frame, max(60, (run.height_px - 200) // 2), NARROW_PANEL_WIDTH_PX if run.narrow else PANEL_WIDTH_PX
         ),
         frame,
         "Each phase on its own scale: black is the measured time, blue the roofline's lower bound.",

@@ -1,7 +1,8 @@
 """The Tour in a real browser, as a presenter gives it: a 1280 × 720 window, presenter mode on, the sidebar open, one
 short run in the session; the slides gone through with the → key and back with ← only, and on every slide the main
-chart's box measured: it must lie inside the window. The boxes are printed and kept in `tour-boxes.json` beside a
-screenshot of each slide (in `$EXPLORER_SCREENSHOTS` if set, else pytest's temporary folder).
+chart's box and its sentences' box measured: both must lie inside the window. The boxes are printed and kept in
+`tour-boxes.json` beside a screenshot of each slide (in `$EXPLORER_SCREENSHOTS` if set, else pytest's temporary
+folder).
 
 Needs Debian's chromium and the `playwright` package; uses the session's app server and browser (tests/conftest.py).
 """
@@ -47,6 +48,17 @@ MAIN_CHART_BOX_JS = """() => {
   const drawn = chart.querySelector("canvas, svg.marks");
   const d = drawn ? drawn.getBoundingClientRect() : {width: 0, height: 0};
   return {left: r.left, top: r.top, right: r.right, bottom: r.bottom, drawn: d.width > 0 && d.height > 0};
+}"""
+
+# The slide's sentences (its key figures): beside the chart in presenter mode, in the column without the chart.
+SENTENCES_BOX_JS = """() => {
+  const columns = [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stColumn']")];
+  const text = columns.find(c => !c.querySelector("[data-testid='stVegaLiteChart']")
+    && c.querySelector("[data-testid='stMarkdownContainer'] p"));
+  if (!text) return null;
+  const boxes = [...text.querySelectorAll("[data-testid='stMarkdownContainer'] p")].map(p => p.getBoundingClientRect());
+  return {left: Math.min(...boxes.map(b => b.left)), top: Math.min(...boxes.map(b => b.top)),
+          right: Math.max(...boxes.map(b => b.right)), bottom: Math.max(...boxes.map(b => b.bottom))};
 }"""
 
 
@@ -110,10 +122,17 @@ def _slide_box(page, expected: int) -> dict[str, object]:  # noqa: ANN001
     wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
     box = page.evaluate(MAIN_CHART_BOX_JS)
     assert box is not None and box["drawn"], f"slide {expected + 1}: no chart drawn ({box})"
-    return {"slide": expected + 1, "title": TITLES[expected], **{k: round(v) for k, v in box.items() if k != "drawn"}}
+    sentences = page.evaluate(SENTENCES_BOX_JS)
+    assert sentences is not None, f"slide {expected + 1}: its sentences are not beside the chart"
+    return {
+        "slide": expected + 1,
+        "title": TITLES[expected],
+        "chart": {k: round(v) for k, v in box.items() if k != "drawn"},
+        "sentences": {k: round(v) for k, v in sentences.items()},
+    }
 
 
-def _inside(box: dict[str, object]) -> bool:
+def _inside(box: dict[str, int]) -> bool:
     return (
         box["left"] >= 0
         and box["top"] >= 0
@@ -143,9 +162,11 @@ def test_browser_tour_keys_only_every_main_chart_inside_1280x720(
         back.append(_slide_box(page, index))
     (shots / "tour-boxes.json").write_text(json.dumps({"viewport": VIEWPORT, "forward": forward, "back": back}))
     for box in forward:
-        print(f"[browser tour] slide {box['slide']} {box['title']!r}: chart box {box}")
-    outside = [box for box in forward + back if not _inside(box)]
+        print(
+            f"[browser tour] slide {box['slide']} {box['title']!r}: chart {box['chart']}, sentences {box['sentences']}"
+        )
+    outside = [slide for slide in forward + back if not (_inside(slide["chart"]) and _inside(slide["sentences"]))]
     if outside:
         full_screenshot(page, shots / "tour-outside.png", **VIEWPORT)
-    assert not outside, f"main charts outside the {VIEWPORT} window: {outside} (screenshots: {shots})"
+    assert not outside, f"charts or sentences outside the {VIEWPORT} window: {outside} (screenshots: {shots})"
     assert page.url.endswith("slide=1") or "slide=1&" in page.url, page.url  # the link follows the slide

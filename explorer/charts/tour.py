@@ -187,6 +187,21 @@ def phase_time_chart(frame: pd.DataFrame, height_px: int, width_px: int) -> alt.
     )
 
 
+# --- slide 6: TTFT on the timeline -----------------------------------------------------------------------------------
+def with_ttft(timeline: alt.Chart, ttft_ms: float, height_px: int) -> alt.LayerChart:
+    """The Run page's timeline of passes with a rule where the first token arrived."""
+    timeline = timeline.copy(deep=False)
+    timeline.height = alt.Undefined  # the layer sets the slide's height
+    mark = pd.DataFrame({"start_ms": [ttft_ms], "label": ["TTFT"]})
+    rule = alt.Chart(mark).mark_rule(color="black", strokeDash=[6, 3], strokeWidth=2).encode(x="start_ms:Q")
+    text = (
+        alt.Chart(mark)
+        .mark_text(align="left", baseline="top", dx=4, dy=4)  # right of the rule: past the prefill bar
+        .encode(x="start_ms:Q", y=alt.value(0), text="label:N")
+    )
+    return alt.layer(timeline, rule, text).properties(height=height_px)
+
+
 # --- slide 7: decode steps against batch size (modelled) ------------------------------------------------------------
 def decode_context(trace: Trace) -> int:
     """Cached positions before the median decode pass: the context each modelled sequence decodes at."""

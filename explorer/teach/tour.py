@@ -273,9 +273,10 @@ def latency_slide(run: Run) -> Slide:
     return _slide(
         5,
         sentences,
-        charts.sized(run_charts.timeline_chart(frame), run.height_px),
+        charts.with_ttft(run_charts.timeline_chart(frame), trace.ttft_s * 1e3, run.height_px),
         frame,
-        "One bar per pass on the request's clock: the prefill until the first token, then one decode per token.",
+        "One bar per pass on the request's clock: the prefill until the first token (dashed: TTFT), then one decode "
+        "per token.",
         run.measured,
         decode_bytes_sentence(trace),
     )

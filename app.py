@@ -32,9 +32,11 @@ pages = {
 navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
 with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log
     ui.presenter_toggle()
+    ui.open_from_link()  # /?recording=NAME on any page: a talk's slide links straight to a view
     inputs = ui.sidebar()
     if inputs is not None:
         ui.execute_run(inputs)
+    ui.recordings_sidebar()
     ui.remeasure_button()
     ui.sidebar_downloads()
 with ui.one_line_errors("page"):

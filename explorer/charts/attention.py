@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from explorer.charts.common import position_label
-from explorer.core.attention import AttentionMaps
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import ModelInfo
 
 MAX_CELLS = 10_000  # rectangles per chart: more than this makes the browser stutter

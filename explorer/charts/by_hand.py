@@ -9,7 +9,7 @@ import pandas as pd
 
 from explorer.charts.attention import MASKED_COLOR, PROB_LEGEND, PROB_SCALE
 from explorer.charts.common import position_label
-from explorer.core.attention import AttentionMaps
+from explorer.core.attention_maps import AttentionMaps
 from explorer.teach.by_hand import (
     SHOWN_DECIMALS,
     WRITTEN_EXP_DECIMALS,

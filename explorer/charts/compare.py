@@ -31,7 +31,17 @@ def figures_frame(labelled: list[tuple[str, Trace]]) -> pd.DataFrame:
     }
     for name, read in extra.items():
         rows.append({"figure": name, **{label: read(trace) for label, trace in labelled}})
-    return pd.DataFrame(rows)
+    # Text cells, numbers written in full: a column holding both a dtype's name and numbers is not one Arrow type,
+    # and Streamlit would log a conversion error for every draw.
+    return pd.DataFrame(rows).map(cell_text)
+
+
+def cell_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, int):
+        return f"{value:,}"
+    return value if isinstance(value, str) else f"{value:.6g}"
 
 
 def _split(label: str, p: PassRecord) -> list[dict[str, object]]:

@@ -7,7 +7,7 @@ import pandas as pd
 
 from explorer.charts.attention import ATTENDED, MASKED, WINDOW_POSITIONS
 from explorer.charts.common import display_token, position_label
-from explorer.core.attention import AttentionMaps
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bytes, short_time
 

@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         print(build_parser().format_help(), end="", file=sys.stderr)
         return 2
     try:
-        dispatch(build_parser(argv[0]).parse_args(argv))
+        args = build_parser(argv[0]).parse_args(argv)
+        args.argv = list(argv)  # the command as typed: a recording says how it was made
+        dispatch(args)
     except ExplorerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

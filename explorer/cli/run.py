@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from explorer.core.request import Request, check_fits_context, validate
 from explorer.core.trace import Sampling
 
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
+    from explorer.core.attention_maps import AttentionMaps
     from explorer.core.loading import LoadedModel
     from explorer.core.trace import Trace
 
@@ -22,12 +24,18 @@ REMEASURE_HELP = (
     "take the device figures afresh; they are taken once per process, before the first repeat, so a `run` (a new "
     "process) always measures them and this changes nothing here (the app reuses them across runs)"
 )
+RECORD_HELP = (
+    "write a recording (NAME.pdx, under 5 MB): the trace and the attention maps (captured: every layer that fits), "
+    "for the app to open with no model"
+)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     run = add_command(commands, "run", "run one instrumented request and print its passes")
     add_model_args(run)
-    run.add_argument("--prompt", required=True, help="the text to send (through the chat template unless told not to)")
+    prompt = run.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="the text to send (through the chat template unless told not to)")
+    prompt.add_argument("--prompt-file", type=Path, help="read the text to send from this UTF-8 file")
     run.add_argument("--max-new-tokens", type=int, default=32, help="stop after this many tokens, or at end-of-text")
     run.add_argument("--no-chat-template", action="store_true", help="tokenize the raw prompt")
     run.add_argument("--temperature", type=float, default=0.0, help="0 is greedy; above 0 samples")
@@ -41,6 +49,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--json", type=Path, default=None, help="write the trace as JSON")
     run.add_argument("--csv", type=Path, default=None, help="write one row per pass as CSV")
     run.add_argument("--perfetto", type=Path, default=None, help="write a Chrome trace-event JSON (ui.perfetto.dev)")
+    run.add_argument("--record", type=Path, default=None, help=RECORD_HELP)
+    run.add_argument("--record-title", default=None, help="what the recording shows (default: computed from the run)")
     run.set_defaults(func=cmd_run, precheck=precheck_run)
 
 
@@ -73,13 +83,25 @@ def request_from_args(args: argparse.Namespace) -> Request:
 def precheck_run(args: argparse.Namespace) -> None:
     """What can be refused before torch is even imported: the request (the pages' own check), what the model's
     config.json allows (its context, its layers), the output paths."""
+    if args.prompt_file is not None:
+        args.prompt = read_prompt_file(args.prompt_file)
     validate(request_from_args(args))
     check_fits_context(args.max_new_tokens, context_without_loading(args.model))
     layers = parse_layers(args.attention_layers)
     known = layer_count_without_loading(args.model)
     if layers is not None and known is not None:
         check_layers(layers, known)
-    check_output_paths(args.json, args.csv, args.perfetto, args.attention_npz)
+    check_output_paths(args.json, args.csv, args.perfetto, args.attention_npz, args.record)
+    if args.record is not None and args.record.suffix != ".pdx":  # explorer.core.recording.SUFFIX, without numpy
+        raise BadInput(f"--record writes a .pdx file: name it e.g. {args.record.with_suffix('.pdx').name}.")
+
+
+def read_prompt_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise BadInput(f"Cannot read the prompt from {path} ({reason}).") from exc
 
 
 def cmd_run(args: argparse.Namespace) -> None:
@@ -102,11 +124,40 @@ def cmd_run(args: argparse.Namespace) -> None:
 
         write_perfetto(trace, args.perfetto)
         print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
-    if args.attention or args.attention_npz:
-        capture(lm, trace, layers, args.attention_npz)
+    maps = (
+        capture(lm, trace, layers, args.attention_npz) if args.attention or args.attention_npz or args.record else None
+    )
+    if args.record:
+        record(args, trace, maps)
 
 
-def capture(lm: LoadedModel, trace: Trace, layers: list[int] | None, npz: Path | None) -> None:
+def record(args: argparse.Namespace, trace: Trace, maps: AttentionMaps | None) -> None:
+    """The run as a recording, read back as any upload would be before it is said to be written."""
+    from explorer.core.recording import RecordingMeta, describe, recording_bytes
+    from explorer.core.recording_checks import read_recording
+
+    meta = RecordingMeta(
+        name=args.record.stem,
+        title=args.record_title or describe(trace),
+        recorded_at=trace.created_at,
+        model=trace.model.display_name,
+        device=trace.device.name,
+        device_kind=trace.device.kind,
+        dtype=trace.model.dtype,
+        command="python -m explorer " + shlex.join(getattr(args, "argv", ["run"])),
+        attention_layers=(),
+        attention_note="",
+    )
+    raw = recording_bytes(meta, trace, maps)
+    written = read_recording(raw).meta
+    args.record.write_bytes(raw)
+    count = len(written.attention_layers)
+    layers = f"attention maps of {count} layer{'' if count == 1 else 's'}" if count else "no maps"
+    note = f": {written.attention_note}" if written.attention_note else ""
+    print(f"wrote {args.record} ({len(raw) / 1e6:.2f} MB, {layers}){note}")
+
+
+def capture(lm: LoadedModel, trace: Trace, layers: list[int] | None, npz: Path | None) -> AttentionMaps:
     """The attention maps of the finished run (an untimed replay), said in one line and saved if asked."""
     from explorer.core.attention import capture_attention, save_attention
     from explorer.core.units import mebibytes
@@ -121,3 +172,4 @@ def capture(lm: LoadedModel, trace: Trace, layers: list[int] | None, npz: Path |
     if npz:
         save_attention(maps, npz)
         print(f"wrote {npz}")
+    return maps

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from explorer.core.attention import AttentionMaps
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bytes, human_flops, ms
 from explorer.teach.questions import QUESTIONS, Question

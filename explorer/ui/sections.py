@@ -17,6 +17,7 @@ from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, p
 from explorer.hosting.settings import LabSize
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui.queue import hosting_policy
+from explorer.ui.recordings import needs_live_run
 from explorer.ui.runner import run_lab
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, current_slos_s, metrics, secondary, slo_inputs, table
@@ -99,11 +100,12 @@ def profile_section(result: RunResult) -> None:
     """One pass of the run replayed under the profiler, on request; kept for the run and pass it was taken for."""
     trace = result.trace
     st.subheader("The overhead explained: one pass under the profiler")
+    if needs_live_run(result, "Profiling a pass"):
+        return
     st.caption(
         "The roofline model cannot say what the grey overhead is; the profiler can. It replays one pass of this run "
         "and adds up each op's own time by the module it ran in. What no op accounts for is Python and framework "
-        "dispatch "
-        "(on a GPU: the GPU idling between kernel launches)."
+        "dispatch (on a GPU: the GPU idling between kernel launches)."
     )
     profile_index = st.selectbox(
         "Pass to profile",

@@ -12,6 +12,7 @@ from explorer.core.perfetto import perfetto_json
 from explorer.core.trace import Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
 from explorer.ui.queue import hosting_policy, live_steps, note_script
+from explorer.ui.recordings import as_recording_bytes
 from explorer.ui.runner import remeasure_device
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
@@ -153,4 +154,12 @@ def sidebar_downloads() -> None:
         mime="application/json",
         on_click="ignore",
         help="Open in ui.perfetto.dev or chrome://tracing: passes as slices, tokens as instants, KV cache as a counter",
+    )
+    st.sidebar.download_button(
+        "Download recording (.pdx)",
+        lambda: as_recording_bytes(run),  # built only when clicked
+        file_name=f"{run.recorded.name if run.recorded else 'explorer-run'}.pdx",
+        mime="application/zip",
+        on_click="ignore",
+        help="The trace and its attention maps in one file (under 5 MB): open it here later, with no model loaded",
     )

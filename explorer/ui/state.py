@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import streamlit as st
 
-from explorer.core.attention import AttentionMaps
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.loading import EMBEDDED
+from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Sampling, Trace
 
 # --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
@@ -49,6 +50,7 @@ class RunResult:
     attention_note: str  # shown where maps are missing: not requested, or over the cap
     label: str  # "run 3: 'Explain in one…'" for overlays
     contention_note: str = ""  # set when another session drew a page while this run's passes were timed
+    recorded: RecordingMeta | None = None  # a recording opened in the app (explorer.ui.recordings); None when live
 
 
 def current_run() -> RunResult | None:
@@ -67,9 +69,14 @@ def remember(trace: Trace, prompt: str) -> RunResult:
     result = RunResult(
         trace, None, "Capturing attention…", f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
     )
+    return make_current(result)
+
+
+def make_current(result: RunResult) -> RunResult:
+    """`result` becomes the run every page shows; the previous one moves to the history (Compare, Latency)."""
     previous = current_run()
     if previous is not None:  # earlier runs keep their trace; their attention maps (up to the cap each) are dropped
-        kept = RunResult(previous.trace, None, "Attention maps are kept for the current run only.", previous.label)
+        kept = replace(previous, attention=None, attention_note="Attention maps are kept for the current run only.")
         st.session_state[HISTORY] = (history() + [kept])[-HISTORY_LENGTH:]
     st.session_state[RUN] = result
     return result

@@ -15,6 +15,7 @@ import streamlit as st
 from explorer.charts import export, theme
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
 from explorer.core.errors import BadInput, one_line
+from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
@@ -50,9 +51,20 @@ def require_run() -> RunResult:
     """The current run; without one, a hint to make one and the page stops here (it has nothing else to draw)."""
     run = current_run()
     if run is None:
-        st.info("No run yet: press **Run** in the sidebar (a default prompt is filled in).")
+        st.info("No run yet: press **Run** in the sidebar (a default prompt is filled in), or open a recording there.")
         st.stop()
+    if run.recorded is not None:
+        recorded_banner(run.recorded)
     return run
+
+
+def recorded_banner(meta: RecordingMeta) -> None:
+    """Above every page that shows a recording: what it is, that it is recorded, where and when."""
+    st.warning(
+        escape_markdown(meta.banner)
+        + " · every figure was measured then. Press **Run** in the sidebar for a live run.",
+        icon=":material/videocam:",
+    )
 
 
 def short_rate(per_s: float | None) -> str:

@@ -1,0 +1,124 @@
+"""Recordings in the app: open a bundled one from a link (`/?recording=NAME`, on any page) or the sidebar, or an
+uploaded `.pdx`; the opened recording becomes the session's current run (the previous run moves to the history, so
+Compare sets the two side by side), drawn under a banner that says it is recorded, where and when. No model is loaded
+to show one: every page reads its trace and maps as it reads a live run's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from explorer.core.errors import ExplorerError
+from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, describe, recording_bytes
+from explorer.core.recording_checks import read_recording
+from explorer.ui.state import RunResult, current_run, make_current
+from explorer.ui.widgets import show_error
+
+LINKED = "explorer_recording_linked"  # the recording a link opened in this session: a link opens it once
+UPLOADED = "explorer_recording_uploaded"  # the file id of the upload last opened: a rerun does not reopen it
+UPLOAD_KEY = "recording-upload"  # the uploader's own key
+NO_MAPS = "This recording holds no attention maps."
+QUERY = "recording"
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def read_bundled(path: Path, size: int, mtime_ns: int) -> Recording:
+    """A bundled file, read and checked once per process (and again if it changes on disk)."""
+    return read_recording(path.read_bytes())
+
+
+def bundled_recording(name: str) -> Recording:
+    path = bundled()[name]
+    stat = path.stat()
+    return read_bundled(path, stat.st_size, stat.st_mtime_ns)
+
+
+def as_result(recording: Recording) -> RunResult:
+    note = recording.meta.attention_note or ("" if recording.attention else NO_MAPS)
+    return RunResult(
+        recording.trace, recording.attention, note, f"recorded: {recording.meta.name}", recorded=recording.meta
+    )
+
+
+def open_bundled(name: str) -> bool:
+    """Make a bundled recording the current run; an unknown name or a damaged file is one line."""
+    if name not in bundled():
+        known = ", ".join(bundled()) or "none"
+        show_error(f"No bundled recording is called '{name[:60]}': the bundled ones are {known}.")
+        return False
+    try:
+        make_current(as_result(bundled_recording(name)))
+    except ExplorerError as exc:
+        show_error(f"The recording '{name}' cannot be opened: {exc}")
+        return False
+    return True
+
+
+def open_from_link() -> None:
+    """`?recording=NAME` opens that recording once per session: a later Run is not replaced on the next click."""
+    name = st.query_params.get(QUERY)
+    if not name or st.session_state.get(LINKED) == name:
+        return
+    st.session_state[LINKED] = name
+    open_bundled(name)
+
+
+def recordings_sidebar() -> None:
+    """The bundled recordings to open, and an upload box for a `.pdx` (checked like any upload: one line if bad)."""
+    names = list(bundled())
+    run = current_run()
+    with st.sidebar.expander("Open a recording", expanded=run is None):
+        st.caption("A finished run saved earlier: its figures were measured then, on the device it names.")
+        if names:
+            name = st.selectbox("Bundled recordings", names, format_func=title_of, key="recording-choice")
+            if st.button("Open this recording", width="stretch"):
+                open_bundled(name)
+        # Any type: a type filter makes Streamlit refuse a wrong file with its own message; this says one line.
+        uploaded = st.file_uploader(f"…or upload a {SUFFIX} file", key=UPLOAD_KEY)
+        if uploaded is not None and st.session_state.get(UPLOADED) != uploaded.file_id:
+            st.session_state[UPLOADED] = uploaded.file_id
+            open_upload(uploaded.name, uploaded.getvalue())
+
+
+def title_of(name: str) -> str:
+    try:
+        return f"{name}: {bundled_recording(name).meta.title}"
+    except (ExplorerError, OSError):
+        return f"{name} (cannot be read)"
+
+
+def open_upload(file_name: str, raw: bytes) -> None:
+    if not file_name.lower().endswith(SUFFIX):
+        show_error(f"'{file_name[:60]}' is not a recording: open a {SUFFIX} file (`explorer run ... --record`).")
+        return
+    try:
+        make_current(as_result(read_recording(raw)))
+    except ExplorerError as exc:
+        show_error(str(exc))
+
+
+def needs_live_run(result: RunResult, what: str) -> bool:
+    """True (with a line saying so) when `what` would run the model on a recorded run's tokens."""
+    if result.recorded is None:
+        return False
+    st.info(f"{what} runs the model again: press **Run** in the sidebar for a live run first.")
+    return True
+
+
+def as_recording_bytes(result: RunResult) -> bytes:
+    """The current run as a `.pdx` (a recorded one as it was opened; a live one with its maps, if captured)."""
+    trace = result.trace
+    meta = result.recorded or RecordingMeta(
+        name="explorer-run",
+        title=describe(trace),
+        recorded_at=trace.created_at,
+        model=trace.model.display_name,
+        device=trace.device.name,
+        device_kind=trace.device.kind,
+        dtype=trace.model.dtype,
+        command="recorded in the app (Download recording)",
+        attention_layers=(),
+        attention_note="",
+    )
+    return recording_bytes(meta, trace, result.attention)

@@ -1,8 +1,8 @@
-"""The Tour in a real browser, as a presenter gives it: a 1280 × 720 window, presenter mode on, the sidebar open, one
-short run in the session; the slides gone through with the → key and back with ← only, and on every slide the main
-chart's box and its sentences' box measured: both must lie inside the window. The boxes are printed and kept in
-`tour-boxes.json` beside a screenshot of each slide (in `$EXPLORER_SCREENSHOTS` if set, else pytest's temporary
-folder).
+"""The Tour in a real browser, as a presenter gives it: a 1280 × 720 window, presenter mode on, the sidebar open, the
+bundled short chat recording opened by its link (or, where none is bundled, one short live run); the slides gone
+through with the → key and back with ← only, and on every slide the main chart's box and its sentences' box measured:
+both must lie inside the window. The boxes are printed and kept in `tour-boxes.json` beside a screenshot of each
+slide (in `$EXPLORER_SCREENSHOTS` if set, else pytest's temporary folder).
 
 Needs Debian's chromium and the `playwright` package; uses the session's app server and browser (tests/conftest.py).
 """
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from explorer.core.recording import bundled
 from explorer.teach.tour import SLIDE_COUNT, TITLES
+from explorer.ui.recordings import QUERY
 from tests.browser_support import (
     HostedApp,
     browser_missing,
@@ -36,7 +38,8 @@ if _MISSING:
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 VIEWPORT = {"width": 1280, "height": 720}  # a projector
-MAX_NEW_TOKENS = "6"  # a short run: enough decode passes for every slide
+MAX_NEW_TOKENS = "6"  # a short run (where no recording is bundled): enough decode passes for every slide
+RECORDING = "short-chat"  # opened by its link when the repository ships it
 RUN_TIMEOUT_S = 180  # a cold server loads the model and measures the device first
 PAGE_TIMEOUT_S = 60
 CHART_DRAW_TIMEOUT_S = 20
@@ -103,6 +106,19 @@ def _short_run(page, server_log: Path) -> None:  # noqa: ANN001
         raise AssertionError(f"the run did not finish; server log:\n{log_tail(server_log)}") from None
 
 
+def _open_recording_or_run(page, url: str, server_log: Path) -> str:  # noqa: ANN001
+    """The run a talk shows: the bundled short chat recording by its link where the repository ships it (no model,
+    no waiting), else a short live run; says which."""
+    if RECORDING in bundled():
+        mark = mark_run_state(page)
+        page.goto(f"{url}/?{QUERY}={RECORDING}")
+        wait_until_rerun_done(page, mark, PAGE_TIMEOUT_S, start_timeout_s=2)
+        page.locator("[data-testid='stVegaLiteChart']").first.wait_for(timeout=PAGE_TIMEOUT_S * 1000)
+        return f"recording {RECORDING}"
+    _short_run(page, server_log)
+    return f"a live run of {MAX_NEW_TOKENS} new tokens"
+
+
 def _click_and_wait(page, locator) -> None:  # noqa: ANN001
     mark = mark_run_state(page)
     locator.click()
@@ -147,7 +163,8 @@ def test_browser_tour_keys_only_every_main_chart_inside_1280x720(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     shots = _shots(tmp_path_factory)
-    _short_run(page, hosted_app.log)
+    shown = _open_recording_or_run(page, hosted_app.url, hosted_app.log)
+    print(f"[browser tour] the Tour shows {shown}")
     _click_and_wait(page, page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode"))
     _click_and_wait(page, page.locator("[data-testid='stSidebarNavLink']").filter(has_text="Tour"))
     forward: list[dict[str, object]] = []

@@ -10,19 +10,23 @@ from unittest import mock
 
 import pytest
 import transformers
+from streamlit.testing.v1 import AppTest
 
 from explorer.charts import tour as charts
-from explorer.core.attention import AttentionMaps, capture_attention
+from explorer.core.attention import capture_attention
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
+from explorer.core.recording import bundled
 from explorer.core.roofline import pass_cost
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import ms
 from explorer.teach import tour
+from explorer.ui import recordings as ui_recordings
 from explorer.ui import state as ui_state
 from explorer.ui import tour_view
 from explorer.ui.widgets import PRESENTER_KEY
-from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.apptest_support import ROOT, navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/tour.py"
 NEW_TOKENS = 8
@@ -55,7 +59,7 @@ def test_every_slide_is_one_chart_and_one_or_two_labelled_sentences(
     assert [s.title for s in slides] == list(tour.TITLES) and len(slides) == 8
     for s in slides:
         assert 1 <= len(s.sentences) <= 2, s.title
-        labelled = re.compile(r"measured|modelled|counted from this run", re.IGNORECASE)
+        labelled = re.compile(r"measured|modelled|recorded|counted from this (run|recording)", re.IGNORECASE)
         assert labelled.search(s.sentences[0]), (s.title, s.sentences[0])
         for sentence in s.sentences:  # every time, size or rate says where it comes from
             if re.search(r"\d[\d.,]* ?(ms|s|B|kB|MB|GB|tokens/s)\b|×", sentence):
@@ -158,7 +162,7 @@ def test_batching_is_modelled_from_the_runs_own_figures(run: tuple[Trace, Attent
 def test_the_ridge_batch_is_where_decode_turns_compute_bound(run: tuple[Trace, AttentionMaps]) -> None:
     trace, _ = run
     at_16 = pass_cost(trace.model, trace.device, 1, 50, batch=16)
-    device = replace(trace.device, peak_flops=at_16.flops / at_16.t_memory_s)  # a device whose ridge is at B = 16
+    device = replace(trace.device, peak_flops=0.99 * at_16.flops / at_16.t_memory_s)  # B = 16 just compute-bound
     ridge = charts.decode_ridge_batch(trace.model, device, 50)
     assert ridge is not None and 1 < ridge <= 16
     assert pass_cost(trace.model, device, 1, 50, batch=ridge).bound == "compute"
@@ -265,3 +269,24 @@ def test_without_a_run_the_page_says_how_to_make_one() -> None:
     assert at.title[0].value == tour.TITLES[0]
     assert "No run yet" in at.info[0].value and not at.get("vega_lite_chart")
     assert tour_view.SLIDE_PARAM == "slide"
+
+
+@pytest.mark.parametrize("name", sorted(bundled()))
+def test_the_tour_runs_from_each_bundled_recording_with_no_model(name: str, no_model: None) -> None:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params[ui_recordings.QUERY] = name
+    at.run()
+    at.switch_page(PAGE).run()
+    result = at.session_state[ui_state.RUN]
+    assert result.recorded is not None and result.recorded.name == name
+    assert f"recorded run “{name}” on" in at.caption[0].value.replace("\\", "")  # under the title (escaped)
+    assert any(result.recorded.device in w.value for w in at.warning)  # and the full banner
+    for index in range(tour.SLIDE_COUNT):
+        assert_slide(at, index)
+        sentences = " ".join(m.value for m in at.markdown)
+        assert re.search(r"\brecord(ed|ing)\b", sentences), sentences  # its figures are said to be recorded
+        assert "measured" not in " ".join(
+            tour.slide(index, tour.Run(result.trace, result.attention, "", 380, measured="recorded")).sentences
+        )
+        if index < tour.SLIDE_COUNT - 1:
+            at.button(key="tour-next").click().run()

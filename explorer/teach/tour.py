@@ -19,7 +19,7 @@ from explorer.charts import run as run_charts
 from explorer.charts import tour as charts
 from explorer.charts.cost import median_decode_index, prefill_ridge_sentence
 from explorer.charts.latency import decode_bytes_sentence
-from explorer.core.attention import AttentionMaps
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.roofline import pass_cost
 from explorer.core.trace import Trace
 from explorer.core.units import human_bytes, ms, short_time
@@ -82,6 +82,10 @@ def _slide(index: int, sentences: list[str], chart: alt.TopLevelMixin, frame: pd
     return Slide(index, TITLES[index], tuple(sentences), chart, frame, caption, source, more)
 
 
+def _origin(run: Run) -> str:
+    return "recording" if run.measured == "recorded" else "run"
+
+
 def _template(trace: Trace) -> str:
     return "with the chat template" if trace.chat_template_used else "raw, no chat template"
 
@@ -92,8 +96,9 @@ def tokens_slide(run: Run) -> Slide:
     rows = max(2, (run.height_px - 40) // ROW_PX)
     frame = charts.tokens_frame(trace, rows, NARROW_TOKENS_PER_ROW if run.narrow else charts.TOKENS_PER_ROW)
     T, N = trace.prompt_len, trace.new_tokens
+    origin = _origin(run)
     sentences = [
-        f"This prompt is **{T} tokens** ({_template(trace)}; counted from this run): ONE prefill pass computes "
+        f"This prompt is **{T} tokens** ({_template(trace)}; counted from this {origin}): ONE prefill pass computes "
         "them all at once and samples the first new token.",
         f"Then one decode pass per token: {N - 1} more for the other {N - 1} of {N} new tokens.",
     ]
@@ -299,7 +304,8 @@ def batching_slide(run: Run) -> Slide:
             if ridge
             else f"Memory-bound at every B up to {charts.RIDGE_BATCH_LIMIT:,}"
         )
-        + f" (modelled); this run's one sequence: {ms(charts.median_decode_s(trace))} per step ({run.measured}, "
+        + f" (modelled); this {_origin(run)}'s one sequence: {ms(charts.median_decode_s(trace))} per step "
+        f"({run.measured}, "
         "black tick).",
     ]
     return _slide(

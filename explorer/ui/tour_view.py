@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from explorer.core.recording import RecordingMeta
 from explorer.teach import tour
-from explorer.ui.state import RunResult
-from explorer.ui.widgets import chart, presenting, require_run, secondary
+from explorer.ui.state import RunResult, current_run
+from explorer.ui.widgets import chart, escape_markdown, presenting, require_run, secondary
 
 SLIDE = "explorer_tour_slide"  # the 0-based slide shown; our own key, never a widget's
 SLIDE_PARAM = "slide"  # ?slide=N (1-based) opens slide N; other query parameters are left as they are
@@ -46,8 +47,9 @@ def move(step: int) -> None:
     st.session_state[PARAM_SEEN] = str(index + 1)
 
 
-def navigation(index: int) -> None:
-    """← Previous and Next →, each bound to its arrow key (outside text boxes), and where the talk is."""
+def navigation(index: int, recorded: RecordingMeta | None) -> None:
+    """← Previous and Next →, each bound to its arrow key (outside text boxes), where the talk is, and a recording's
+    name, device and date (its full banner is drawn too)."""
     with st.container(horizontal=True, vertical_alignment="center", gap="small"):
         st.button(
             "← Previous",
@@ -67,16 +69,31 @@ def navigation(index: int) -> None:
             args=(1,),
             help="Key: → (right arrow)",
         )
-        st.caption(f"Tour: slide {index + 1} of {tour.SLIDE_COUNT}")
+        where = f"Tour: slide {index + 1} of {tour.SLIDE_COUNT}"
+        if recorded is not None:  # the file's own words: escaped
+            where += escape_markdown(
+                f" · recorded run “{recorded.name}” on {recorded.device}, {recorded.recorded_at[:10]}"
+            )
+        st.caption(where)
 
 
 def show_tour() -> None:
-    """The page: the slide's title and buttons, then (with a run) its chart and sentences, then the longer text."""
+    """The page: the slide's title and buttons, then (with a run) its chart and sentences, then the longer text.
+
+    In presenter mode a recording's banner goes below the slide, not above it: above, its few lines would push the
+    chart out of a 1280 × 720 window. The slide still says so first: the caption under the title names the
+    recording, and every figure in its sentences is called recorded."""
     index = current_slide()
     st.title(tour.TITLES[index])
-    navigation(index)
-    result = require_run()
-    show_slide(index, result)
+    run = current_run()
+    navigation(index, run.recorded if run is not None else None)
+    if presenting():
+        slide_area = st.container()
+        result = require_run()  # the hint without a run; a recording's banner, under the slide
+        with slide_area:
+            show_slide(index, result)
+    else:
+        show_slide(index, require_run())
 
 
 def show_slide(index: int, result: RunResult) -> None:
@@ -86,7 +103,7 @@ def show_slide(index: int, result: RunResult) -> None:
         maps=result.attention,
         attention_note=result.attention_note,
         height_px=PRESENTER_HEIGHT_PX if on_stage else NORMAL_HEIGHT_PX,
-        measured="recorded" if getattr(result, "recorded", None) else "measured",
+        measured="recorded" if result.recorded is not None else "measured",
         narrow=on_stage,
     )
     slide = tour.slide(index, run)

@@ -145,16 +145,16 @@ def decode_rows_chart(frame: pd.DataFrame, prompt_len: int, height_px: int) -> a
 
 
 # --- slide 5: each phase's time beside its roofline bound ------------------------------------------------------------
-def phase_time_frame(trace: Trace) -> pd.DataFrame:
-    """The prefill and the median decode pass: measured time (median over repeats for the prefill) and the roofline
-    bound (modelled), one row each."""
+def phase_time_frame(trace: Trace, measured: str = MEASURED) -> pd.DataFrame:
+    """The prefill and the median decode pass: measured time (median over repeats for the prefill; `measured` names
+    it, "recorded" for a recording) and the roofline bound (modelled), one row each."""
     rows = []
     chosen = [(f"prefill, {trace.prompt_len} tokens (ms)", trace.prefill, trace.pass_wall_spread(0).median)]
     index = median_decode_index(trace)
     if index is not None:
         chosen.append(("decode, median pass (ms)", trace.passes[index], trace.passes[index].wall_s))
     for label, p, wall_s in chosen:
-        for kind, value_s in ((MEASURED, wall_s), (f"roofline ({MODELLED})", p.cost.roofline_time_s)):
+        for kind, value_s in ((measured, wall_s), (f"roofline ({MODELLED})", p.cost.roofline_time_s)):
             rows.append({"phase": label, "kind": kind, "ms": to_ms(value_s), "bound": p.cost.bound, "pass": p.index})
     return pd.DataFrame(rows)
 

@@ -230,7 +230,7 @@ def cache_slide(run: Run) -> Slide:
 # --- 5: where the time goes ------------------------------------------------------------------------------------------
 def time_slide(run: Run) -> Slide:
     trace, device = run.trace, run.trace.device
-    frame = charts.phase_time_frame(trace)
+    frame = charts.phase_time_frame(trace, run.measured)
     p0, wall0 = trace.prefill, trace.pass_wall_spread(0).median
     sentences = [
         f"Prefill ({trace.prompt_len} tokens): {ms(wall0)} {run.measured}, roofline bound "
@@ -255,7 +255,7 @@ def time_slide(run: Run) -> Slide:
             frame, max(60, (run.height_px - 200) // 2), NARROW_PANEL_WIDTH_PX if run.narrow else PANEL_WIDTH_PX
         ),
         frame,
-        "Each phase on its own scale: black is the measured time, blue the roofline's lower bound.",
+        f"Each phase on its own scale: black is the {run.measured} time, blue the roofline's lower bound.",
         f"{run.measured} time · roofline bound modelled from the model's FLOPs and bytes and the device's figures "
         f"(peak compute: {device.peak_flops_source}; bandwidth: {device.bandwidth_source})",
         more,

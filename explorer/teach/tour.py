@@ -8,7 +8,7 @@ the run's own model shapes and device figures (modelled), and says which. Nothin
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import altair as alt
 import pandas as pd
@@ -68,6 +68,7 @@ class Slide:
     caption: str
     source: str  # where the chart's numbers come from
     more: str  # the longer explanation, shown below the chart (markdown, numbers and fixed words only)
+    note: str = ""  # why the run has no attention maps, in the run's (or a recording file's) own words: plain text
 
 
 def slide(index: int, run: Run) -> Slide:
@@ -162,10 +163,10 @@ def prefill_slide(run: Run) -> Slide:
         source = "the run's prompt length (no attention maps)"
     more = (
         "All prompt tokens are in memory together, so their scores against later tokens are computed too and must be "
-        "masked before the softmax: prefill is parallel, not bidirectional. "
-        + ("" if full_maps(run) else f"Why no maps: {run.attention_note}")
+        "masked before the softmax: prefill is parallel, not bidirectional."
     )
-    return _slide(1, [first, second], chart, frame, caption, source, more)
+    note = "" if full_maps(run) else f"Why no maps: {run.attention_note}"
+    return replace(_slide(1, [first, second], chart, frame, caption, source, more), note=note)
 
 
 # --- 3: decode, one row per pass -------------------------------------------------------------------------------------

@@ -119,7 +119,9 @@ def show_slide(index: int, result: RunResult) -> None:
             st.markdown(sentence)
         draw_chart(slide)
     with secondary("More on this slide"):
-        st.markdown(slide.more)
+        st.markdown(slide.more)  # numbers and fixed words only
+        if slide.note:
+            st.text(slide.note)  # text, not markdown: a recording file's own words
 
 
 def draw_chart(slide: tour.Slide) -> None:

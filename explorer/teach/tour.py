@@ -316,7 +316,7 @@ def batching_slide(run: Run) -> Slide:
         frame,
         f"Modelled decode steps at this run's context ({context} cached positions per sequence); tokens/s above each "
         "bar.",
-        "modelled (roofline: the run's model shapes and device figures) · black tick measured",
+        f"modelled (roofline: the run's model shapes and device figures) · black tick {run.measured}",
         "Each sequence brings its own KV cache, read every step, so the KV part grows with B while the weight read "
         "does not. The Batching page measures real batched steps on this model.",
     )

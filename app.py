@@ -15,6 +15,7 @@ pages = {
         st.Page("pages/latency.py", title="Latency"),
         st.Page("pages/compare.py", title="Compare two runs"),
     ],
+    "Talk": [st.Page("pages/tour.py", title="Tour")],  # after the default page's section, which opens on a run
     "Workshop": [
         st.Page("pages/step.py", title="Step by step"),
         st.Page("pages/by_hand.py", title="By hand"),

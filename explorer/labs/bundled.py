@@ -41,16 +41,16 @@ class Recorded:
     lab: str
     result: Any
     command: str  # the exact CLI command that wrote the file
-    date: str  # when it was recorded (UTC)
-    device: str  # what ran it, e.g. "cpu, float32"
-    machine: str  # in words, e.g. "a shared 2-core CPU"
+    date: str  # when it was recorded, e.g. "2026-11-23 23:15 UTC"
+    device: str  # what ran it, e.g. "cpu (AMD EPYC), SmolLM2-135M-Instruct (embedded), float32"
+    machine: str  # in words, e.g. "recorded on a shared 2-core CPU ..."
 
     @property
     def banner(self) -> str:
         """What the page says above a bundled result: recorded, not live, and how it was made (Markdown)."""
         return (
-            f"**Recorded result, not live**: made with `{self.command}` on {self.device} ({self.machine}), "
-            f"{self.date}; every figure below is as measured then."
+            f"**Recorded result, not live**: made with `{self.command}` on {self.device}, {self.date}; {self.machine}. "
+            "Every figure below is as measured then."
         )
 
 

@@ -199,7 +199,7 @@ class NoCacheResult(JsonRecord):
         return cls.from_dict(json.loads(text))
 
 
-STEP_COLUMNS = {"wall_s": "step_s"}  # a Step field stored under another name in the JSON's columns
+STEP_COLUMNS = {"wall_s": "step_s", "token_id": "token_ids"}  # Step fields stored under other names in the JSON
 
 
 def steps_from_dict(side: dict[str, list[Any]]) -> tuple[Step, ...]:

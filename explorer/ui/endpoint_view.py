@@ -212,21 +212,23 @@ def sweep_tables(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> Sw
     return tables
 
 
-def require_sweep() -> SweepResult:
-    """The sweep shown: measured or loaded in this session, else the bundled recorded sweep under a banner saying so
+def require_sweep(show_bundled: bool = True) -> SweepResult:
+    """The sweep shown: measured or loaded in this session, else (when `show_bundled`: no file in the uploader, so a
+    refused upload is never followed by charts of another sweep) the bundled recorded sweep under a banner saying so
     (`explorer.labs.bundled`); without either, a hint and the page stops here. A bundled file that cannot be read is
     one line."""
     hint = "No sweep yet: fill in an endpoint and press **Measure**, or load a recorded JSON."
     result: SweepResult | None = st.session_state.get(RESULT)
     if result is not None:
         return result
-    try:
-        shown = bundled.read("endpoint")
-    except BadInput as exc:
-        st.caption(escape_markdown(str(exc)))
-    else:
-        st.info(f"{shown.banner} {hint} Either replaces this recorded one.", icon=":material/history:")
-        return shown.result
+    if show_bundled:
+        try:
+            shown = bundled.read("endpoint")
+        except BadInput as exc:
+            st.caption(escape_markdown(str(exc)))
+        else:
+            st.info(f"{shown.banner} {hint} Either replaces this recorded one.", icon=":material/history:")
+            return shown.result
     st.info(hint)
     st.stop()
 

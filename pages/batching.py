@@ -13,6 +13,7 @@ result = ui.lab_page(
     labs.batch_inputs,
     labs.BATCH_RESULT,
     "Press **Run the sweep**: memory and a modelled time estimate are checked before anything runs.",
+    "batch",  # the bundled result shown until Run replaces it (recordings/labs/)
 )
 
 _, itl_slo_s = ui.current_slos_s()

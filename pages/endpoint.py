@@ -23,7 +23,7 @@ if inputs is not None:
 elif uploaded is not None:
     view.load_recorded(uploaded)
 
-result = view.require_sweep()
+result = view.require_sweep(show_bundled=uploaded is None)  # the recorded sweep until one is measured or loaded
 view.sweep_header(result)
 ttft_slo_s, itl_slo_s = view.against_slos(result)
 view.every_request(result, ttft_slo_s, itl_slo_s)

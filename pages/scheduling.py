@@ -12,6 +12,7 @@ run = ui.lab_page(
     sections.workload_form,
     sections.RUN_KEY,
     "No scheduling run yet: set a workload above and press **Run** (the defaults take about a minute).",
+    "schedule",  # the bundled result shown until Run replaces it (recordings/labs/)
 )
 
 sections.summary_section(run)

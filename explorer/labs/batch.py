@@ -9,9 +9,8 @@ between any two passes it lets anyone waiting go first (`between_units`), the ba
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from explorer.core.batched import run_batched
 from explorer.core.engine import LiveRequest, OnPass
@@ -19,11 +18,14 @@ from explorer.core.errors import BadInput
 from explorer.core.lab_progress import QUIET, LabProgress
 from explorer.core.loading import LoadedModel
 from explorer.core.roofline import kv_cache_bytes, pass_cost
-from explorer.core.trace import DeviceProfile, JsonRecord, ModelInfo, PassCost, PassRecord
+from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
 
-# The settings and their model-free checks live in the torch-free batch_settings (the CLI checks them before torch);
-# re-exported here, where the pages and tests have always imported them.
+# The result lives in the torch-free batch_result (a bundled result is read back with no torch), the settings and
+# their model-free checks in the torch-free batch_settings (the CLI checks them before torch); both re-exported here,
+# where the pages and tests have always imported them.
+from explorer.labs.batch_result import BatchResult as BatchResult
+from explorer.labs.batch_result import BatchRun as BatchRun
 from explorer.labs.batch_settings import DEFAULT_BATCH_SIZES as DEFAULT_BATCH_SIZES
 from explorer.labs.batch_settings import DEFAULT_BUDGET_S as DEFAULT_BUDGET_S
 from explorer.labs.batch_settings import MAX_BATCH, BatchConfig, check_settings
@@ -41,101 +43,6 @@ PROMPT_SOURCE = (
     "the State preserves of loaves and fishes, that things in general were settled for ever."
 )
 ESTIMATE_SLACK = 3.0  # measured passes on a CPU run ~1.5-3x the roofline floor: the estimate errs long
-
-
-@dataclass(frozen=True)
-class BatchRun:
-    """One batch size: its passes (prefill then decode steps, each a PassRecord of batch B) and the check."""
-
-    batch_size: int
-    passes: tuple[PassRecord, ...]
-    token_ids: tuple[tuple[int, ...], ...]  # per sequence, the generated tokens
-    matches_solo: tuple[bool, ...]  # per sequence: the same tokens as that prompt run alone
-    first_mismatch: tuple[int | None, ...]  # per sequence: the first position where it differs from solo
-    mismatch_notes: tuple[str, ...] = ()  # per sequence that differs: which token, and why
-
-    @property
-    def prefill_s(self) -> float:
-        return self.passes[0].wall_s
-
-    @property
-    def decode_step_s(self) -> tuple[float, ...]:
-        return tuple(p.wall_s for p in self.passes[1:])
-
-    @property
-    def median_step_s(self) -> float:
-        return statistics.median(self.decode_step_s)
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Aggregate decode throughput: every step gives each of the B sequences one token."""
-        return self.batch_size * len(self.decode_step_s) / sum(self.decode_step_s)
-
-    @property
-    def itl_s(self) -> tuple[float, ...]:
-        """What each request sees between its tokens: the gaps between the batch's token times."""
-        return tuple(b.token_s - a.token_s for a, b in zip(self.passes, self.passes[1:]))
-
-    @property
-    def itl_p50_s(self) -> float:
-        return statistics.median(self.itl_s)
-
-    @property
-    def kv_cache_bytes(self) -> int:
-        return self.passes[-1].kv_cache_bytes
-
-    @property
-    def median_step_cost(self) -> PassCost:
-        return self.passes[len(self.passes) // 2].cost
-
-    def summary(self) -> dict[str, object]:
-        """This batch size's row of the JSON results: the figures above, by name."""
-        cost = self.median_step_cost
-        return {
-            "batch_size": self.batch_size,
-            "prefill_s": self.prefill_s,
-            "decode_step_s": list(self.decode_step_s),
-            "median_step_s": self.median_step_s,
-            "itl_p50_s": self.itl_p50_s,
-            "tokens_per_s": self.tokens_per_s,
-            "kv_cache_bytes": self.kv_cache_bytes,
-            "modelled_step": {
-                "t_weight_read_s": cost.t_weight_read_s,
-                "t_kv_s": cost.t_kv_s,
-                "t_compute_s": cost.t_compute_s,
-                "arithmetic_intensity": cost.arithmetic_intensity,
-                "bound": cost.bound,
-            },
-            "token_ids": [list(t) for t in self.token_ids],
-            "matches_solo": list(self.matches_solo),
-            "first_mismatch": list(self.first_mismatch),
-            "mismatch_notes": list(self.mismatch_notes),
-        }
-
-
-@dataclass(frozen=True)
-class BatchResult(JsonRecord):
-    config: BatchConfig
-    device: DeviceProfile
-    prompts: tuple[tuple[int, ...], ...]  # the distinct prompts (token ids)
-    solo_token_ids: tuple[tuple[int, ...], ...]  # each distinct prompt's tokens run alone
-    runs: tuple[BatchRun, ...]
-    ridge_batch: int | None  # the smallest batch whose decode step is compute-bound here, None if none up to MAX
-
-    @property
-    def every_request_matches_solo(self) -> bool:
-        return all(all(run.matches_solo) for run in self.runs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {  # the settings, the two answers, then what they rest on
-            "config": asdict(self.config),
-            "ridge_batch": self.ridge_batch,
-            "every_request_matches_solo": self.every_request_matches_solo,
-            "device": asdict(self.device),
-            "prompts": [list(p) for p in self.prompts],
-            "solo_token_ids": [list(t) for t in self.solo_token_ids],
-            "results": [run.summary() for run in self.runs],
-        }
 
 
 def prompt_set(lm: LoadedModel, prompt_tokens: int, count: int, distinct: bool) -> list[list[int]]:

@@ -13,6 +13,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from explorer.charts import remote as charts
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting import settings
+from explorer.labs import bundled
 from explorer.remote import sweep, tokens, upload
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
@@ -211,13 +212,25 @@ def sweep_tables(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> Sw
     return tables
 
 
-def require_sweep() -> SweepResult:
-    """The sweep shown; without one, a hint and the page stops here."""
+def require_sweep(show_bundled: bool = True) -> SweepResult:
+    """The sweep shown: measured or loaded in this session, else (when `show_bundled`: no file in the uploader, so a
+    refused upload is never followed by charts of another sweep) the bundled recorded sweep under a banner saying so
+    (`explorer.labs.bundled`); without either, a hint and the page stops here. A bundled file that cannot be read is
+    one line."""
+    hint = "No sweep yet: fill in an endpoint and press **Measure**, or load a recorded JSON."
     result: SweepResult | None = st.session_state.get(RESULT)
-    if result is None:
-        st.info("No sweep yet: fill in an endpoint and press **Measure**, or load a recorded JSON.")
-        st.stop()
-    return result
+    if result is not None:
+        return result
+    if show_bundled:
+        try:
+            shown = bundled.read("endpoint")
+        except BadInput as exc:
+            st.caption(escape_markdown(str(exc)))
+        else:
+            st.info(f"{shown.banner} {hint} Either replaces this recorded one.", icon=":material/history:")
+            return shown.result
+    st.info(hint)
+    st.stop()
 
 
 def sweep_header(result: SweepResult) -> None:

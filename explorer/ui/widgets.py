@@ -206,13 +206,27 @@ def page_with_run(title: str, caption: str) -> RunResult:
     return require_run()
 
 
-def lab_page(title: str, caption: str, inputs: Callable[[], object], key: str, hint: str) -> Any:
-    """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`; without
-    one, `hint` and the page stops here (a lab runs only when its button is pressed, never on a view change)."""
+def lab_page(
+    title: str, caption: str, inputs: Callable[[], object], key: str, hint: str, recorded: str | None = None
+) -> Any:
+    """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`. Without
+    one, the lab's bundled result `recorded` (`explorer.labs.bundled`) under a banner saying it is recorded and that
+    `hint`'s button replaces it; without that either, `hint` and the page stops here (a lab runs only when its button
+    is pressed, never on a view change). A bundled file that cannot be read is one line."""
+    from explorer.labs import bundled
+
     st.title(title)
     st.caption(caption)
     inputs()
     result = st.session_state.get(key)
+    if result is None and recorded is not None:
+        try:
+            shown = bundled.read(recorded)
+        except BadInput as exc:
+            st.caption(escape_markdown(str(exc)))
+        else:
+            st.info(f"{shown.banner} {hint} A live result replaces this recorded one.", icon=":material/history:")
+            return shown.result
     if result is None:
         st.info(hint)
         st.stop()

@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -104,6 +105,18 @@ class StepRecord:
                 holders.setdefault(b, []).append(h.request)
         return {block: tuple(ids) for block, ids in sorted(holders.items())}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepRecord:
+        """Back from `ScheduleRun.to_dict`'s step (its derived counts are recomputed, not read)."""
+        return cls(
+            **{
+                **known(cls, data),
+                "entries": tuple(StepEntry(**e) for e in data["entries"]),
+                "holdings": tuple(BlockHolding(**{**h, "blocks": tuple(h["blocks"])}) for h in data["holdings"]),
+                "prefix_hits": tuple(PrefixHit(**h) for h in data.get("prefix_hits", ())),
+            }
+        )
+
 
 @dataclass(frozen=True)
 class RequestRecord(ItlPercentiles):
@@ -187,6 +200,12 @@ class RequestRecord(ItlPercentiles):
         data.update({name: getattr(self, name) for name in derived})  # for readers of the JSON
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """Back from `to_dict` (the derived figures it adds are recomputed, not read)."""
+        tuples = {name: tuple(data[name]) for name in ("prompt_token_ids", "token_times_s", "token_ids")}
+        return cls(**{**known(cls, data), **tuples})
+
 
 @dataclass(frozen=True)
 class TokenCheck:
@@ -236,6 +255,20 @@ class ServedMode:
             "requests": [r.to_dict() for r in self.requests],
             "checks": [asdict(c) for c in self.checks],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServedMode:
+        return cls(
+            mode=data["mode"],
+            requests=tuple(RequestRecord.from_dict(r) for r in data["requests"]),
+            checks=tuple(TokenCheck(**c) for c in data["checks"]),
+            load_avg_1m=data.get("load_avg_1m"),
+        )
+
+
+def known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `data` that are fields of the dataclass `cls` (what `to_dict` adds for readers is left)."""
+    return {f.name: data[f.name] for f in fields(cls) if f.name in data}
 
 
 CONTINUOUS, STATIC, SEQUENTIAL = "continuous batching", "static batching", "one at a time"
@@ -327,3 +360,27 @@ class ScheduleRun(JsonRecord):
             "comparison": [m.to_dict() for m in self.modes] if self.baselines else [],
             "prefix_off": self.prefix_off.to_dict() if self.prefix_off else None,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScheduleRun:
+        """Back from `to_dict`: the settings, every step and request, the comparisons; the summary is recomputed."""
+        workload = data["workload"]
+        lists = ("prompt_tokens", "new_tokens", "arrivals_ms", "prompts")
+        comparison = [ServedMode.from_dict(m) for m in data.get("comparison", [])]
+        plain = ("model", "dtype", "device", "kv_bytes_per_token", "engine_num_blocks", "load_avg_1m", "max_context")
+        return cls(
+            **{name: data[name] for name in plain},
+            workload=Workload(**{**workload, **{name: tuple(workload[name]) for name in lists}}),
+            settings=EngineSettings(**data["settings"]),
+            steps=tuple(StepRecord.from_dict(s) for s in data["steps"]),
+            requests=tuple(RequestRecord.from_dict(r) for r in data["requests"]),
+            checks=tuple(TokenCheck(**c) for c in data["checks"]),
+            baselines=tuple(comparison[1:]),  # the first is the continuous run itself
+            prefix_off=cls.from_dict(data["prefix_off"]) if data.get("prefix_off") else None,
+            transformers_version=data.get("transformers_version", ""),
+            created_at=data["created_at"],
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ScheduleRun:
+        return cls.from_dict(json.loads(text))

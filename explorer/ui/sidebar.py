@@ -21,6 +21,7 @@ from explorer.ui.state import (
     RunInputs,
     current_run,
 )
+from explorer.ui.warm import warming_line
 
 SERVER_DEFAULTS = RunInputs()
 DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
@@ -53,6 +54,7 @@ def sidebar() -> RunInputs | None:
     if st.session_state.pop(LEFT_QUEUE, False):
         st.sidebar.info("You left the queue: nothing ran.")
     policy = sidebar_policy()
+    warming_line()  # while the server warms up at start, what it is doing; then when it was done
     tokens_cap = min(APP_MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT, policy.max_new_tokens or MAX_NEW_TOKENS_LIMIT)
     repeats_cap = min(MAX_REPEATS, policy.max_repeats or MAX_REPEATS)
     with st.sidebar.form("run-form"):

@@ -70,7 +70,7 @@ def test_a_failed_warm_up_is_one_line_and_ends() -> None:
     assert "\n" not in status.line() and "The first run loads the model itself." in status.line()
 
 
-# --- warming on the tiny model -----------------------------------------------------------------------------------------
+# --- warming on the tiny model ----------------------------------------------------------------------------------------
 @pytest.fixture
 def tiny_target(tiny_llama_dir: Path) -> RunInputs:
     return replace(RunInputs(), model=str(tiny_llama_dir))
@@ -113,7 +113,7 @@ def test_a_run_entering_during_warming_gets_the_device_after_it_and_the_loaded_m
     assert loads == [tiny_target.model]  # loaded once, by warming
 
 
-# --- in the app ----------------------------------------------------------------------------------------------------------
+# --- in the app -------------------------------------------------------------------------------------------------------
 @pytest.fixture
 def warming_app(tiny_target: RunInputs, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunInputs]:
     """Warming switched on for this test, pointed at the tiny model, on a fresh process-wide warmer; the tiny model is

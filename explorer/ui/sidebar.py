@@ -29,7 +29,9 @@ DTYPE_KEY = "sidebar-dtype"
 
 
 def sidebar_policy() -> HostedPolicy:
-    """This server's limits, said in the sidebar when any apply; a malformed setting is said and locks the caps."""
+    """The server's warm-up at start (what it is doing while it runs, when it was done once it has), then its
+    limits, said when any apply; a malformed setting is said and locks the caps."""
+    warming_line()
     try:
         policy = hosting_policy()
     except BadInput as exc:
@@ -54,7 +56,6 @@ def sidebar() -> RunInputs | None:
     if st.session_state.pop(LEFT_QUEUE, False):
         st.sidebar.info("You left the queue: nothing ran.")
     policy = sidebar_policy()
-    warming_line()  # while the server warms up at start, what it is doing; then when it was done
     tokens_cap = min(APP_MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT, policy.max_new_tokens or MAX_NEW_TOKENS_LIMIT)
     repeats_cap = min(MAX_REPEATS, policy.max_repeats or MAX_REPEATS)
     with st.sidebar.form("run-form"):

@@ -39,7 +39,10 @@ def warm_target() -> RunInputs:
     """What a first Run with the sidebar's defaults loads: the default model, device and dtype (the first allowed
     model where the server's allow-list leaves the default out)."""
     target = RunInputs()
-    policy = hosting_policy()
+    try:
+        policy = hosting_policy()
+    except BadInput:  # a malformed setting: the sidebar says so and runs are refused until it is fixed
+        return target
     try:
         return replace(target, model=policy.check_model(target.model))
     except BadInput:

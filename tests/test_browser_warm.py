@@ -98,6 +98,7 @@ def test_browser_a_fresh_servers_first_run_shows_its_first_token_within_ttft_plu
         "overhead_s": round(first_token_s - trace.ttft_s, 3),
         "bound_s": round(trace.ttft_s + SLACK_S, 3),
         "sidebar": warm_line,
+        "load_average_1min": round(os.getloadavg()[0], 2),  # the machine's load: other work slows every pass
     }
     (shots / "warm-first-run.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(f"\n[warm first run] {json.dumps(figures)}")

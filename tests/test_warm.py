@@ -48,7 +48,7 @@ def test_a_warmer_runs_its_work_once_and_says_what_it_is_doing() -> None:
         threading.Event().wait(0.01)
     status = warmer.status()
     assert status.state == "warming" and not status.ended
-    assert status.line().startswith("Warming up: loading the model (")
+    assert status.line().startswith("Warming up, ") and ": loading the model." in status.line()
     gate.set()
     assert warmer.wait(WAIT_S)
     status = warmer.status()

@@ -33,7 +33,7 @@ class WarmStatus:
     def line(self) -> str:
         """The sidebar's sentence."""
         if self.state == "warming":
-            return f"Warming up: {self.doing} ({self.elapsed_s:.0f} s so far). A run pressed now starts when it ends."
+            return f"Warming up, {self.elapsed_s:.0f} s so far: {self.doing}. A run pressed now starts when it ends."
         if self.state == "warm":
             return (
                 f"Server warm: model loaded and device figures taken at {self.finished_at} "

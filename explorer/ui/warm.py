@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import streamlit as st
 
+from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.measure import prepare_device
 from explorer.hosting.queue import DeviceQueue
@@ -50,8 +51,8 @@ def warm_target() -> RunInputs:
 
 
 def warm_work(target: RunInputs, store: ModelStore, queue: DeviceQueue) -> Work:
-    """The warm-up: in a turn on the device, load `target`'s model into the shared store, take the device figures
-    (once per process) and run the warm-up passes that every run's `prepare_device` runs."""
+    """The warm-up: in a turn on the device, load `target`'s model into the shared store, tokenize the default prompt,
+    take the device figures (once per process) and run the warm-up passes that every run's `prepare_device` runs."""
 
     def work(say: Say) -> None:
         ticket = queue.enter("warm-up", "server")
@@ -60,6 +61,8 @@ def warm_work(target: RunInputs, store: ModelStore, queue: DeviceQueue) -> Work:
             queue.wait(ticket, None)
             say(f"loading the model ({target.model}, device {target.device}, {target.dtype})")
             lm = store.get(target.model, target.device, target.dtype)
+            request = Request(prompt=target.prompt, max_new_tokens=target.max_new_tokens)
+            check_request(lm, request)  # the chat template compiled once here, not in the first run
 
             def report(fraction: float, _what: str) -> None:
                 say("taking the device figures (microbenchmarks)" if fraction < 0.8 else "running warm-up passes")

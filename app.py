@@ -3,6 +3,7 @@
 import streamlit as st
 
 from explorer import ui
+from explorer.ui.warm import warm_lifespan
 
 st.set_page_config(page_title="Prefill–Decode Explorer", page_icon="⏱", layout="wide")
 
@@ -29,15 +30,18 @@ pages = {
         st.Page("pages/at_scale.py", title="At scale"),
     ],
 }
-navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
-with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log
-    ui.presenter_toggle()
-    ui.open_from_link()  # /?recording=NAME on any page: a talk's slide links straight to a view
-    inputs = ui.sidebar()
-    if inputs is not None:
-        ui.execute_run(inputs)
-    ui.recordings_sidebar()
-    ui.remeasure_button()
-    ui.sidebar_downloads()
-with ui.one_line_errors("page"):
-    navigation.run()
+if __name__ != "__main__":  # `streamlit run app.py` imports this file once, as the server (st.App): it warms up
+    app = st.App(__file__, lifespan=warm_lifespan)  # at start (explorer/ui/warm.py); sessions run it as __main__
+else:
+    navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
+    with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log
+        ui.presenter_toggle()
+        ui.open_from_link()  # /?recording=NAME on any page: a talk's slide links straight to a view
+        inputs = ui.sidebar()
+        if inputs is not None:
+            ui.execute_run(inputs)
+        ui.recordings_sidebar()
+        ui.remeasure_button()
+        ui.sidebar_downloads()
+    with ui.one_line_errors("page"):
+        navigation.run()

@@ -5,6 +5,10 @@
 # Settings (environment): EXPLORER_HOST (default 127.0.0.1: put a TLS proxy in front, or set 0.0.0.0 on a trusted
 # network), EXPLORER_PORT (default 8501), EXPLORER_PYTHON (default: the checkout's .venv/bin/python, else python3),
 # EXPLORER_HOSTED (default 1) and the caps of explorer/hosting/settings.py. Extra arguments go to `streamlit run`.
+#
+# The server warms up as it starts, with no request needed: `streamlit run app.py` serves the `st.App` that app.py
+# defines, whose lifespan loads the default model and takes the device figures in the background
+# (explorer/ui/warm.py; EXPLORER_WARM=0 turns it off). The journal says when it starts and when the server is warm.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "$0")")/.."  # the repository root: app.py and .streamlit/config.toml live there

@@ -10,7 +10,8 @@ Every environment variable of the project and where it is read (README.md, "Host
 - here: EXPLORER_HOSTED, EXPLORER_ALLOWED_MODELS, EXPLORER_MAX_PROMPT_TOKENS, EXPLORER_MAX_PROMPT_CHARS,
   EXPLORER_MAX_NEW_TOKENS, EXPLORER_MAX_REPEATS, EXPLORER_MAX_BATCH, EXPLORER_MAX_LAB_S, EXPLORER_ATTENTION_CAP_MIB
   (in hosted mode), EXPLORER_RUNS_PER_MINUTE, EXPLORER_MAX_WAIT_S, EXPLORER_ALLOW_DEVICE_CHOICE, EXPLORER_TURN_LOG,
-  EXPLORER_ALLOWED_ENDPOINTS, and the variable a user names with `remote --api-key-env` (`api_key_from_env`).
+  EXPLORER_ALLOWED_ENDPOINTS, EXPLORER_WARM (`warming_on`), and the variable a user names with
+  `remote --api-key-env` (`api_key_from_env`).
 - explorer/core/paths.py: EXPLORER_CACHE_DIR (the CLI must know it before torch loads; core never imports hosting).
 - explorer/core/attention.py: EXPLORER_ATTENTION_CAP_MIB outside hosted mode (its default cap; core never imports
   hosting).
@@ -48,6 +49,9 @@ MAX_WAIT_ENV = "EXPLORER_MAX_WAIT_S"
 ALLOW_DEVICE_CHOICE_ENV = "EXPLORER_ALLOW_DEVICE_CHOICE"
 TURN_LOG_ENV = "EXPLORER_TURN_LOG"  # a file to append one JSON line per device turn (who waited, how long, held)
 ALLOWED_ENDPOINTS_ENV = "EXPLORER_ALLOWED_ENDPOINTS"  # comma-separated base URLs a hosted app may measure
+# On by default: the server loads the default model and takes the device figures when it starts (explorer.ui.warm).
+# 0 switches it off (the tests do, so no AppTest loads the real model in the background).
+WARM_ENV = "EXPLORER_WARM"
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 
@@ -55,6 +59,12 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 def is_hosted(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     return env.get(HOSTED_ENV, "").strip().lower() in TRUE_WORDS
+
+
+def warming_on(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the server warms up at start (`EXPLORER_WARM`, on unless set to 0, false, no or off)."""
+    env = os.environ if env is None else env
+    return env.get(WARM_ENV, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 # Outside hosted mode: the app's text box bound, nothing else (the engine keeps its own limits).

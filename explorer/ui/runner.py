@@ -4,6 +4,8 @@ attention).
 
 What holds the device and for how long (one turn each, first come first served, see
 `explorer.hosting.queue.DeviceQueue`):
+- the server's warm-up at start (`explorer.ui.warm`): loading the default model, the device figures and the
+  warm-up, once per process; a run pressed meanwhile waits for it (`wait_for_warming`) and then starts warm;
 - a sidebar run: loading (once per model), the device figures (measured once per process) and the warm-up, the
   timed passes of every repeat, the untimed attention replay, then the drawing of that session's page: the turn
   ends when the session's script run ends (at most `DRAW_HOLD_S`), so the next run's passes never share the cores
@@ -36,6 +38,7 @@ from explorer.core.measure import keep_figures_honest, measure, prepare_device, 
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting.settings import ALLOWED_MODELS_ENV as ALLOWED_MODELS_ENV  # older code imports it from here
 from explorer.hosting.settings import LabSize
+from explorer.hosting.warm import Warmer
 from explorer.ui.queue import ContentionProbe, count_run, device_turn, hosting_policy
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_run, remember
 from explorer.ui.widgets import escape_markdown, failure_line, show_error
@@ -74,6 +77,25 @@ class ModelStore:
 @st.cache_resource
 def model_store() -> ModelStore:
     return ModelStore()
+
+
+@st.cache_resource
+def warmer() -> Warmer:
+    """The server's warm-up at start (`explorer.ui.warm`): the default model loaded, the device figures taken."""
+    return Warmer()
+
+
+def wait_for_warming(poll_s: float = 0.5) -> None:
+    """A run pressed while the server warms up waits for it, saying so: the warm-up holds the device and is loading
+    the very model the run needs (once: the store's lock), so the run then starts warm. A click meanwhile reruns the
+    script, which stops this wait at its next redraw."""
+    if warmer().status().state != "warming":
+        return
+    line = st.empty()
+    while not warmer().wait(0):
+        line.info(warmer().status().line())
+        warmer().wait(poll_s)
+    line.empty()
 
 
 @contextmanager
@@ -157,6 +179,7 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         policy.check_request(inputs.prompt, inputs.max_new_tokens, inputs.repeats)  # characters before tokens
         validate(request)  # its numbers, before anything loads
         count_run(policy)
+        wait_for_warming()
         with device_turn("run"):
             lm = get_model(replace(inputs, model=model))
             st.session_state[LAST_INPUTS] = inputs  # a model that loaded: the labs run on the sidebar's last one
@@ -218,6 +241,7 @@ def run_lab(
         model = policy.check_model(inputs.model)
         policy.check_lab(size)
         count_run(policy)
+        wait_for_warming()
         with device_turn("lab") as turn:
             lm = get_model(replace(inputs, model=model))
             with progress_bar(what) as report:

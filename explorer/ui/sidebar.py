@@ -22,6 +22,7 @@ from explorer.ui.state import (
     RunInputs,
     current_run,
 )
+from explorer.ui.warm import warming_line
 
 SERVER_DEFAULTS = RunInputs()
 DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
@@ -29,7 +30,9 @@ DTYPE_KEY = "sidebar-dtype"
 
 
 def sidebar_policy() -> HostedPolicy:
-    """This server's limits, said in the sidebar when any apply; a malformed setting is said and locks the caps."""
+    """The server's warm-up at start (what it is doing while it runs, when it was done once it has), then its
+    limits, said when any apply; a malformed setting is said and locks the caps."""
+    warming_line()
     try:
         policy = hosting_policy()
     except BadInput as exc:

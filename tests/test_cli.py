@@ -107,7 +107,7 @@ def test_bench_runs_both_sides_on_a_local_model(tiny_llama_dir: Path, tmp_path: 
         (["run", "--prompt", "hi", "--model", "nosuch-org/nosuch-model"], "hub is unreachable"),
         (["run", "--prompt", "hi", "--max-new-tokens", "0"], "max new tokens must be between 1 and 4096, not 0"),
         (["run", "--prompt", "hi", "--max-new-tokens", "many"], "invalid int value"),
-        (["run"], "required: --prompt"),
+        (["run"], "one of the arguments --prompt --prompt-file is required"),
         (["bench", "--new-tokens", "1"], "bench's new tokens must be between 2 and 4096, not 1"),
     ],
 )

@@ -32,6 +32,9 @@ DEVICE_KINDS = ("cpu", "cuda")
 # disturbed by other processes), with every sample kept for the spread.
 CPU_COPY_BYTES = 512 * 1000**2  # far larger than any CPU cache, so the copy streams from DRAM
 CPU_MATMUL_N = 2048  # ~17 GFLOP a call: tens of ms on a few cores, so thread start-up is a small part of it
+CPU_MATMUL_MIN_N = 256
+CPU_MATMUL_CALL_S = 1.0  # a call longer than this is halved: a dtype with no hardware path here (bfloat16 on a CPU
+# without AVX-512 BF16 ran at ~1 GFLOP/s: 17 s a call, 100 s for the figures) measures just as well on a smaller one
 GPU_COPY_BYTES = 1024**3  # leaves every L2 cache (H100 50 MB, L40S 96 MB)
 GPU_MATMUL_N = 8192  # fills every SM
 REPEATS = 5
@@ -92,7 +95,8 @@ def cpu_profile(dtype: str, progress: Report = silent) -> DeviceProfile:
     """A CPU has no spec table: the peaks and both bandwidths are the best that fixed-size microbenchmarks achieve
     here."""
     progress(0.0, MATMUL_TEXT)
-    flops_samples = measure_matmul_flops("cpu", dtype, CPU_MATMUL_N)
+    matmul_n = cpu_matmul_n(dtype)
+    flops_samples = measure_matmul_flops("cpu", dtype, matmul_n)
     progress(0.4, COPY_TEXT)
     bandwidth_samples = measure_copy_bandwidth("cpu", CPU_COPY_BYTES)
     progress(0.7, READ_TEXT)
@@ -113,8 +117,19 @@ def cpu_profile(dtype: str, progress: Report = silent) -> DeviceProfile:
         notes=f"CPU: peak figures are the best of {REPEATS} microbenchmark runs ({threads} threads)",
         read_bandwidth_bytes_per_s=max(read_samples),
         read_bandwidth_source="measured",
-        **benchmark_record(flops_samples, bandwidth_samples, read_samples, CPU_MATMUL_N, CPU_COPY_BYTES),
+        **benchmark_record(flops_samples, bandwidth_samples, read_samples, matmul_n, CPU_COPY_BYTES),
     )
+
+
+def cpu_matmul_n(dtype: str) -> int:
+    """CPU_MATMUL_N, halved while one call of that size would pass CPU_MATMUL_CALL_S at the rate a small probe
+    matmul achieves in `dtype` (the size used is kept in the figures, `matmul_n`)."""
+    probe_n = CPU_MATMUL_MIN_N
+    rate_flops_per_s = max(measure_matmul_flops("cpu", dtype, probe_n, repeats=1))
+    n = CPU_MATMUL_N
+    while n > CPU_MATMUL_MIN_N and 2 * n**3 / rate_flops_per_s > CPU_MATMUL_CALL_S:
+        n //= 2
+    return n
 
 
 def cpu_name() -> str:

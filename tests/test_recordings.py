@@ -25,7 +25,6 @@ from explorer.core.recording import (
     TRACE,
     RecordingMeta,
     bundled,
-    describe,
     recording_bytes,
     spread_layers,
 )
@@ -42,18 +41,7 @@ def tiny_run(tiny_lm: LoadedModel) -> tuple[Trace, AttentionMaps]:
 
 
 def meta_for(trace: Trace, name: str = "tiny") -> RecordingMeta:
-    return RecordingMeta(
-        name=name,
-        title=describe(trace),
-        recorded_at=trace.created_at,
-        model=trace.model.display_name,
-        device=trace.device.name,
-        device_kind=trace.device.kind,
-        dtype=trace.model.dtype,
-        command="test",
-        attention_layers=(),
-        attention_note="",
-    )
+    return RecordingMeta.of(trace, name, "test")
 
 
 # --- the format ------------------------------------------------------------------------------------------------------

@@ -133,21 +133,11 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def record(args: argparse.Namespace, trace: Trace, maps: AttentionMaps | None) -> None:
     """The run as a recording, read back as any upload would be before it is said to be written."""
-    from explorer.core.recording import RecordingMeta, describe, recording_bytes
+    from explorer.core.recording import RecordingMeta, recording_bytes
     from explorer.core.recording_checks import read_recording
 
-    meta = RecordingMeta(
-        name=args.record.stem,
-        title=args.record_title or describe(trace),
-        recorded_at=trace.created_at,
-        model=trace.model.display_name,
-        device=trace.device.name,
-        device_kind=trace.device.kind,
-        dtype=trace.model.dtype,
-        command="python -m explorer " + shlex.join(getattr(args, "argv", ["run"])),
-        attention_layers=(),
-        attention_note="",
-    )
+    command = "python -m explorer " + shlex.join(getattr(args, "argv", ["run"]))
+    meta = RecordingMeta.of(trace, args.record.stem, command, args.record_title)
     raw = recording_bytes(meta, trace, maps)
     written = read_recording(raw).meta
     args.record.write_bytes(raw)

@@ -55,6 +55,22 @@ class RecordingMeta(JsonRecord):
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def of(cls, trace: Trace, name: str, command: str, title: str | None = None) -> RecordingMeta:
+        """What the trace says of itself (model, device, dtype, date); the layers are filled in when it is packed."""
+        return cls(
+            name=name,
+            title=title or describe(trace),
+            recorded_at=trace.created_at,
+            model=trace.model.display_name,
+            device=trace.device.name,
+            device_kind=trace.device.kind,
+            dtype=trace.model.dtype,
+            command=command,
+            attention_layers=(),
+            attention_note="",
+        )
+
     @property
     def banner(self) -> str:
         """One line: what this is, that it is recorded, and where and when."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from explorer.core.errors import ExplorerError
-from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, describe, recording_bytes
+from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.core.recording_checks import read_recording
 from explorer.ui.state import RunResult, current_run, make_current
 from explorer.ui.widgets import show_error
@@ -28,8 +28,7 @@ def read_bundled(path: Path, size: int, mtime_ns: int) -> Recording:
     return read_recording(path.read_bytes())
 
 
-def bundled_recording(name: str) -> Recording:
-    path = bundled()[name]
+def bundled_recording(path: Path) -> Recording:
     stat = path.stat()
     return read_bundled(path, stat.st_size, stat.st_mtime_ns)
 
@@ -43,12 +42,13 @@ def as_result(recording: Recording) -> RunResult:
 
 def open_bundled(name: str) -> bool:
     """Make a bundled recording the current run; an unknown name or a damaged file is one line."""
-    if name not in bundled():
-        known = ", ".join(bundled()) or "none"
+    found = bundled()  # one listing of the folder for the check, the message and the read
+    if name not in found:
+        known = ", ".join(found) or "none"
         show_error(f"No bundled recording is called '{name[:60]}': the bundled ones are {known}.")
         return False
     try:
-        make_current(as_result(bundled_recording(name)))
+        make_current(as_result(bundled_recording(found[name])))
     except ExplorerError as exc:
         show_error(f"The recording '{name}' cannot be opened: {exc}")
         return False
@@ -66,12 +66,14 @@ def open_from_link() -> None:
 
 def recordings_sidebar() -> None:
     """The bundled recordings to open, and an upload box for a `.pdx` (checked like any upload: one line if bad)."""
-    names = list(bundled())
+    found = bundled()
     run = current_run()
     with st.sidebar.expander("Open a recording", expanded=run is None):
         st.caption("A finished run saved earlier: its figures were measured then, on the device it names.")
-        if names:
-            name = st.selectbox("Bundled recordings", names, format_func=title_of, key="recording-choice")
+        if found:
+            name = st.selectbox(
+                "Bundled recordings", list(found), format_func=lambda n: title_of(n, found[n]), key="recording-choice"
+            )
             if st.button("Open this recording", width="stretch"):
                 open_bundled(name)
         # Any type: a type filter makes Streamlit refuse a wrong file with its own message; this says one line.
@@ -81,9 +83,9 @@ def recordings_sidebar() -> None:
             open_upload(uploaded.name, uploaded.getvalue())
 
 
-def title_of(name: str) -> str:
+def title_of(name: str, path: Path) -> str:
     try:
-        return f"{name}: {bundled_recording(name).meta.title}"
+        return f"{name}: {bundled_recording(path).meta.title}"
     except (ExplorerError, OSError):
         return f"{name} (cannot be read)"
 
@@ -108,17 +110,5 @@ def needs_live_run(result: RunResult, what: str) -> bool:
 
 def as_recording_bytes(result: RunResult) -> bytes:
     """The current run as a `.pdx` (a recorded one as it was opened; a live one with its maps, if captured)."""
-    trace = result.trace
-    meta = result.recorded or RecordingMeta(
-        name="explorer-run",
-        title=describe(trace),
-        recorded_at=trace.created_at,
-        model=trace.model.display_name,
-        device=trace.device.name,
-        device_kind=trace.device.kind,
-        dtype=trace.model.dtype,
-        command="recorded in the app (Download recording)",
-        attention_layers=(),
-        attention_note="",
-    )
-    return recording_bytes(meta, trace, result.attention)
+    meta = result.recorded or RecordingMeta.of(result.trace, "explorer-run", "recorded in the app (Download recording)")
+    return recording_bytes(meta, result.trace, result.attention)

@@ -19,11 +19,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -46,6 +48,16 @@ def browser_missing() -> str:
     if not CHROMIUM.exists():
         return f"{CHROMIUM} is missing; install Debian's `chromium` (see the README)"
     return ""
+
+
+def skip_module_without_browser(what: str = "the app") -> None:
+    """At a browser test module's top: skip it, loudly (a warning in the summary as well as the skip reason), where no
+    browser can run; `what` names what was then NOT checked."""
+    missing = browser_missing()
+    if missing:
+        reason = f"BROWSER TEST SKIPPED, {what} was NOT checked in a browser: {missing}"
+        warnings.warn(reason, stacklevel=2)
+        pytest.skip(reason, allow_module_level=True)
 
 
 # Installs (once per document) a recorder of the script-run state, and marks where "now" is in its log. Every state

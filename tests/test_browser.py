@@ -18,7 +18,6 @@ import json
 import os
 import re
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,19 +29,15 @@ from tests.browser_support import (
     HOST,
     IDLE_JS,
     HostedApp,
-    browser_missing,
     full_screenshot,
     log_tail,
     mark_run_state,
+    skip_module_without_browser,
     wait_for_charts,
     wait_until_rerun_done,
 )
 
-_MISSING = browser_missing()
-if _MISSING:
-    _REASON = f"BROWSER TEST SKIPPED, the app was NOT checked in a browser: {_MISSING}"
-    warnings.warn(_REASON, stacklevel=1)
-    pytest.skip(_REASON, allow_module_level=True)
+skip_module_without_browser()
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 HOSTILE_PROMPT = "<img src=x onerror=alert(1)> **bold** <script>alert(2)</script>"

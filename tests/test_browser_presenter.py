@@ -25,16 +25,14 @@ import pytest
 from tests.browser_support import (
     REPO_ROOT,
     HostedApp,
-    browser_missing,
     log_tail,
     mark_run_state,
+    skip_module_without_browser,
     wait_for_charts,
     wait_until_rerun_done,
 )
 
-_MISSING = browser_missing()
-if _MISSING:
-    pytest.skip(f"BROWSER TEST SKIPPED, the app was NOT checked in a browser: {_MISSING}", allow_module_level=True)
+skip_module_without_browser()
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 VIEWPORT = {"width": 1280, "height": 720}  # a projector's window

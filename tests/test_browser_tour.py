@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,19 +21,15 @@ from explorer.teach.tour import SLIDE_COUNT, TITLES
 from explorer.ui.recordings import QUERY
 from tests.browser_support import (
     HostedApp,
-    browser_missing,
     full_screenshot,
     log_tail,
     mark_run_state,
+    skip_module_without_browser,
     wait_for_charts,
     wait_until_rerun_done,
 )
 
-_MISSING = browser_missing()
-if _MISSING:
-    _REASON = f"BROWSER TEST SKIPPED, the Tour was NOT checked in a browser: {_MISSING}"
-    warnings.warn(_REASON, stacklevel=1)
-    pytest.skip(_REASON, allow_module_level=True)
+skip_module_without_browser("the Tour")
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 VIEWPORT = {"width": 1280, "height": 720}  # a projector

@@ -18,19 +18,20 @@ from __future__ import annotations
 import json
 import os
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 
 from explorer.core.trace import Trace
-from tests.browser_support import browser_missing, log_tail, mark_run_state, streamlit_server, wait_until_rerun_done
+from tests.browser_support import (
+    log_tail,
+    mark_run_state,
+    skip_module_without_browser,
+    streamlit_server,
+    wait_until_rerun_done,
+)
 
-_MISSING = browser_missing()
-if _MISSING:
-    _REASON = f"BROWSER TEST SKIPPED, the app was NOT checked in a browser: {_MISSING}"
-    warnings.warn(_REASON, stacklevel=1)
-    pytest.skip(_REASON, allow_module_level=True)
+skip_module_without_browser()
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 WARM_TIMEOUT_S = 180  # the model load (a first-ever GGUF conversion takes ~20 s), device figures and warm-up

@@ -161,6 +161,11 @@ def _read_events(request: StreamRequest, response: httpx.Response, answer: Answe
     if not answer.texts and answer.finish_reason is None and (message := error_in_body(bytes(start))):
         # a JSON error where the events should be: the server's words, not "the stream ended"
         raise RunFailed(f"{request.endpoint.url} answered HTTP 200 with an error instead of a stream: {message}")
+    if not answer.texts and b"data:" not in start:  # nothing in UTF-8 `data:` lines (UTF-16, say): not a stream cut
+        raise BadInput(
+            f"{request.endpoint.url} sent no server-sent event (UTF-8 `data:` lines): is it an OpenAI-compatible "
+            "streaming API?"
+        )
 
 
 def _checked_body(request: StreamRequest, response: httpx.Response, call: Call, start: bytearray) -> Iterator[bytes]:

@@ -19,7 +19,7 @@ import pytest
 
 from explorer.cli.main import main
 from explorer.core.errors import ExplorerError, RunFailed
-from explorer.remote import answer, sweep, tokens
+from explorer.remote import answer, sweep, tokens, upload
 from explorer.remote.endpoint import make_endpoint
 from tests import fake_servers as fake
 from tests.tiny import byte_tokenizer
@@ -98,10 +98,21 @@ def test_many_small_chunks_beyond_max_tokens_are_cut_where_they_pass_the_bound()
 
 def test_an_answer_within_its_bounds_is_measured() -> None:
     """Twice max_tokens is the bound, not max_tokens: a server counting a token or two differently is not refused."""
-    steps = fake.answer(*["word "] * 9)  # 9 chunks for max_tokens 4: within 2 x 4 + 2
+    steps = fake.answer(*["word "] * 8)  # 8 chunks for max_tokens 4: within 2 x 4
     with fake.scripted_server(lambda n: steps) as server:
-        record = sweep.run_sweep(config(server.base_url)).levels[0].records[0]
-    assert record.ok and record.output_tokens == 9
+        result = sweep.run_sweep(config(server.base_url))
+    record = result.levels[0].records[0]
+    assert record.ok and record.output_tokens == 8
+    # what remote keeps is what an uploaded sweep may hold: the file it writes at the bound opens on the page
+    assert upload.read_sweep(result.to_json().encode(), upload.UploadLimits.for_server(hosted=True)) == result
+
+
+def test_a_local_tokenizer_counting_far_beyond_max_tokens_is_refused() -> None:
+    """Within the characters' bound, but the byte tokenizer counts 12 tokens for max_tokens 4: no throughput."""
+    counter = tokens.tokenizer_chunk_counter(byte_tokenizer(None).backend_tokenizer)
+    with fake.scripted_server(lambda n: fake.answer("abcdef", "ghijkl")) as server, pytest.raises(RunFailed) as failed:
+        sweep.run_sweep(config(server.base_url), counter=counter)
+    assert "counted as 12 tokens (by tokenizer) for max_tokens 4, far beyond it" in str(failed.value)
 
 
 def test_a_tokenizer_is_not_waited_for_past_the_time_limit() -> None:
@@ -138,7 +149,7 @@ def test_the_tokenizer_counter_checks_the_deadline_before_it_tokenizes() -> None
     ("usage", "words"),
     [
         ({"completion_tokens": 10**30}, "completion_tokens of 31 digits for max_tokens 4"),
-        ({"completion_tokens": 11}, "completion_tokens 11 for max_tokens 4"),  # past 2 x 4 + 2
+        ({"completion_tokens": 9}, "completion_tokens 9 for max_tokens 4"),  # past 2 x 4
         ({"completion_tokens": 0}, "completion_tokens 0 after streaming 3 chunks of text"),
         ({"completion_tokens": 2, "prompt_tokens": 10**30}, "prompt_tokens of 31 digits for a prompt of"),
     ],

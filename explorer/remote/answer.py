@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from explorer.core.errors import RunFailed
 from explorer.remote import server_text
+from explorer.remote.records import TokenSource
 
-FAR_BEYOND = 2  # an answer past twice max_tokens (+2: a stop token, a last flushed chunk) ignored max_tokens
+# An answer past twice max_tokens ignored max_tokens (a stop token, a flushed last chunk, a local tokenizer of another
+# model count a little more than max_tokens). The bound an uploaded sweep file's requests are held to, too.
+FAR_BEYOND = 2
 MAX_CHARS_PER_TOKEN = 64  # the longest tokens of common vocabularies (runs of spaces, of `=`) are a few dozen chars
 TEMPLATE_TOKENS = 4096  # what a chat template, or a system prompt the server adds, may put around the prompt's tokens
 FINISH_REASON_CHARS = 40
@@ -26,7 +29,7 @@ class AnswerBounds:
 
     @property
     def tokens(self) -> int:
-        return FAR_BEYOND * self.max_tokens + 2
+        return FAR_BEYOND * self.max_tokens
 
     @property
     def chars(self) -> int:
@@ -35,6 +38,29 @@ class AnswerBounds:
     @property
     def prompt_tokens(self) -> int:
         return self.prompt_bytes + TEMPLATE_TOKENS
+
+    def check_counted(self, url: str, counted: TokenCount) -> None:
+        """Tokens as counted (the server's usage, a local tokenizer): at most max_tokens in one chunk, and the bound
+        in all. A local tokenizer of another model past it is refused too: the record would claim a throughput."""
+        chunk_tokens, chunk_source, output_tokens, output_source = counted
+        most = max(output_tokens, sum(chunk_tokens))
+        if most <= self.tokens and max(chunk_tokens, default=0) <= self.max_tokens:
+            return
+        what = f"{most:,} tokens" if most > self.tokens else f"a chunk of {max(chunk_tokens):,} tokens"
+        by = output_source if most == output_tokens and most > self.tokens else chunk_source
+        raise RunFailed(
+            f"{url} streamed output counted as {what} (by {by}) for max_tokens {self.max_tokens}, far beyond it: the "
+            "server ignores max_tokens, or the local tokenizer is another model's. Not counted as a throughput."
+        )
+
+
+class TokenCount(NamedTuple):
+    """A request's tokens as `explorer.remote.tokens.count_tokens` counts them, and what counted them."""
+
+    chunk_tokens: list[int]
+    chunk_source: TokenSource
+    output_tokens: int
+    output_source: TokenSource
 
 
 @dataclass(frozen=True)

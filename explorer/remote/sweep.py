@@ -20,8 +20,8 @@ from explorer.core.errors import BadInput, ExplorerError, RunFailed, one_line
 from explorer.core.limits import check_above_zero
 from explorer.hosting.settings import EndpointPolicy
 from explorer.remote import wire
-from explorer.remote.answer import Stream
-from explorer.remote.deadlines import Call, CallEnded, Deadline, Watchdog
+from explorer.remote.answer import Stream, TokenCount
+from explorer.remote.deadlines import CallEnded, Deadline, Watchdog
 from explorer.remote.endpoint import Endpoint
 from explorer.remote.records import LevelResult, RequestRecord, SweepResult
 from explorer.remote.tokens import ChunkCounter, count_tokens
@@ -99,11 +99,7 @@ def parse_levels(text: str) -> tuple[int, ...]:
     return tuple(levels)
 
 
-def measure_from_stream(
-    stream: Stream, counter: ChunkCounter | None, index: int = -1, start_s: float = 0.0, call: Call | None = None
-) -> RequestRecord:
-    """A request's record from its stream; with `call`, the tokenizer is not waited for past its deadline."""
-    counted = count_tokens(stream, counter, call.check if call else None)
+def record_of(stream: Stream, counted: TokenCount, index: int = -1, start_s: float = 0.0) -> RequestRecord:
     chunk_tokens, chunk_source, output_tokens, output_source = counted
     return RequestRecord(
         index=index,
@@ -135,11 +131,14 @@ class SweepRun:
         """One request, its tokens counted, under its deadline; raises its one-line ExplorerError."""
         call = self.watchdog.open(request.timeout_s)
         try:
-            return measure_from_stream(wire.stream_once(request, self.client, call), self.counter, index, start_s, call)
-        except CallEnded:  # the deadline passed while its tokens waited for the tokenizer
+            stream = wire.stream_once(request, self.client, call)
+            counted = count_tokens(stream, self.counter, call.check)  # the tokenizer not waited for past the deadline
+        except CallEnded:
             raise RunFailed(wire.ended_message(request, call, answered=True)) from None
         finally:
             self.watchdog.close(call)
+        request.bounds().check_counted(request.endpoint.url, counted)
+        return record_of(stream, counted, index, start_s)
 
     def not_sent_because(self) -> str:
         if self.watchdog.stopped == "interrupted":

@@ -8,11 +8,11 @@ import itertools
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from explorer.core.errors import BadInput, one_line
 from explorer.core.paths import embedded_folder
-from explorer.remote.answer import Stream
+from explorer.remote.answer import Stream, TokenCount
 from explorer.remote.records import TokenSource
 
 if TYPE_CHECKING:
@@ -21,13 +21,6 @@ if TYPE_CHECKING:
 MAX_TOKENIZER_BYTES = 128 << 20  # the largest vocabularies' tokenizer.json are tens of MB
 
 ChunkCounter = Callable[[Sequence[str], Callable[[], None]], list[int]]  # (texts, deadline check) -> tokens in each
-
-
-class TokenCount(NamedTuple):
-    chunk_tokens: list[int]
-    chunk_source: TokenSource
-    output_tokens: int
-    output_source: TokenSource
 
 
 def _no_deadline() -> None:

@@ -80,7 +80,7 @@ def open_client(max_in_flight: int, timeout_s: float) -> httpx.Client:
 class ServerBusy(Exception):
     """HTTP 429 or 503: the server shed this request; `stream_once` waits its Retry-After when the deadline allows."""
 
-    def __init__(self, status: int, retry_after_s: float | None, message: str) -> None:  # message: printable
+    def __init__(self, status: int, retry_after_s: float | None, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after_s = retry_after_s

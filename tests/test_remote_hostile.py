@@ -19,6 +19,7 @@ import pytest
 
 from explorer.cli.main import main
 from explorer.core.errors import ExplorerError, RunFailed
+from explorer.core.loading import ensure_embedded_converted
 from explorer.remote import answer, sweep, tokens, upload
 from explorer.remote.endpoint import make_endpoint
 from tests import fake_servers as fake
@@ -67,6 +68,7 @@ def test_a_server_streaming_60_chunks_of_900_kb_is_flagged_within_the_time_limit
     """The probe's server: 54 MB of output for max_tokens 32, then a normal finish. It kept `remote --tokenizer
     embedded --time-limit-s 15` running 71 s at 9.8 GB; the answer is now cut at its first chunk, as the server's
     fault, and nothing of it is tokenized."""
+    ensure_embedded_converted()  # once per cache: the first conversion (torch, ~1 GB) is not what is measured here
     rss_path = tmp_path / "maxrss_kb"
     with fake.scripted_server(lambda n: fake.flood(60, 900_000)) as server:
         argv = ["remote", "--base-url", server.base_url, "--model", "m", "--tokenizer", "embedded"]

@@ -48,6 +48,18 @@ def answer(*texts: str, finish: str | None = "length", done: bool = True) -> lis
     return steps
 
 
+def flood(chunks: int, chunk_chars: int) -> list[Step]:
+    """A stream of `chunks` chat chunks of `chunk_chars` characters each (one line each, under the 1 MiB line limit),
+    then a normal finish: output far beyond any max_tokens, from a server that ignores it. One bytes object reused."""
+    big = chunk("x" * chunk_chars)
+    return [head(), *([big] * chunks), chunk(finish="length"), event("[DONE]")]
+
+
+def json_body(status: str, data: dict[str, Any] | bytes, content_type: str = "application/json") -> list[Step]:
+    """A whole non-streamed answer: `status`, then `data` as its JSON body (bytes as they are)."""
+    return [head(status, content_type), data if isinstance(data, bytes) else json.dumps(data).encode()]
+
+
 @dataclass
 class FakeServer:
     base_url: str

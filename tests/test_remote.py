@@ -30,7 +30,7 @@ from explorer.charts import latency
 from explorer.cli.main import main
 from explorer.core.errors import BadInput, RunFailed
 from explorer.hosting import settings
-from explorer.remote import deadlines, endpoint, records, sweep, tokens, wire
+from explorer.remote import answer, deadlines, endpoint, records, sweep, tokens, wire
 from explorer.ui import state as ui_state
 from tests import fake_servers as fake
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
@@ -131,7 +131,7 @@ def test_hosted_mode_caps_a_sweep() -> None:
     settings.EndpointPolicy().check_limits((256,), 1000, 4096)  # local use stays free
 
 
-def stream_from(base_url: str, timeout_s: float = 10.0) -> wire.Stream:
+def stream_from(base_url: str, timeout_s: float = 10.0) -> answer.Stream:
     """One request through the wire alone, as a sweep sends it: its own client, a watchdog keeping its deadline."""
     request = wire.StreamRequest(endpoint.make_endpoint(base_url, "m"), "hi", 4, timeout_s=timeout_s)
     with deadlines.Watchdog(deadlines.Deadline.after(60)) as watchdog, wire.open_client(1, timeout_s) as client:
@@ -260,14 +260,14 @@ def test_a_damaged_sweep_file_is_one_line(text: str, words: str) -> None:
 
 
 def test_tokens_come_from_usage_then_tokenizer_then_chunks() -> None:
-    stream = wire.Stream((0.1, 0.2, 0.3), ("ab", "c", "de"), (None, None, None), 6, 12, "stop")
+    stream = answer.Stream((0.1, 0.2, 0.3), ("ab", "c", "de"), (None, None, None), 6, 12, "stop")
     assert tokens.count_tokens(stream, None) == ([1, 1, 1], "chunks", 6, "usage")  # the EOS token is in usage only
-    counter = tokens.tokenizer_chunk_counter(byte_tokenizer(None))  # one token per byte
+    counter = tokens.tokenizer_chunk_counter(byte_tokenizer(None).backend_tokenizer)  # one token per byte
     assert tokens.count_tokens(stream, counter) == ([2, 1, 2], "tokenizer", 6, "usage")
-    no_usage = wire.Stream((0.1, 0.2), ("ab", "c"), (None, None), None, None, None)
+    no_usage = answer.Stream((0.1, 0.2), ("ab", "c"), (None, None), None, None, None)
     assert tokens.count_tokens(no_usage, counter) == ([2, 1], "tokenizer", 3, "tokenizer")
     assert tokens.count_tokens(no_usage, None) == ([1, 1], "chunks", 2, "chunks")
-    continuous = wire.Stream((0.1, 0.2), ("ab", "cde"), (1, 4), 4, 12, "stop")  # vLLM's continuous usage stats
+    continuous = answer.Stream((0.1, 0.2), ("ab", "cde"), (1, 4), 4, 12, "stop")  # vLLM's continuous usage stats
     assert tokens.count_tokens(continuous, counter) == ([1, 3], "usage", 4, "usage")
 
 

@@ -20,7 +20,8 @@ from explorer.core.errors import BadInput, ExplorerError, RunFailed, one_line
 from explorer.core.limits import check_above_zero
 from explorer.hosting.settings import EndpointPolicy
 from explorer.remote import wire
-from explorer.remote.deadlines import Deadline, Watchdog
+from explorer.remote.answer import Stream, TokenCount
+from explorer.remote.deadlines import CallEnded, Deadline, Watchdog
 from explorer.remote.endpoint import Endpoint
 from explorer.remote.records import LevelResult, RequestRecord, SweepResult
 from explorer.remote.tokens import ChunkCounter, count_tokens
@@ -98,10 +99,8 @@ def parse_levels(text: str) -> tuple[int, ...]:
     return tuple(levels)
 
 
-def measure_from_stream(
-    stream: wire.Stream, counter: ChunkCounter | None, index: int = -1, start_s: float = 0.0
-) -> RequestRecord:
-    chunk_tokens, chunk_source, output_tokens, output_source = count_tokens(stream, counter)
+def record_of(stream: Stream, counted: TokenCount, index: int = -1, start_s: float = 0.0) -> RequestRecord:
+    chunk_tokens, chunk_source, output_tokens, output_source = counted
     return RequestRecord(
         index=index,
         start_s=start_s,
@@ -128,13 +127,18 @@ class SweepRun:
     watchdog: Watchdog
     counter: ChunkCounter | None
 
-    def send(self, request: wire.StreamRequest) -> wire.Stream:
-        """One request under its deadline; raises its one-line ExplorerError."""
+    def send(self, request: wire.StreamRequest, index: int = -1, start_s: float = 0.0) -> RequestRecord:
+        """One request, its tokens counted, under its deadline; raises its one-line ExplorerError."""
         call = self.watchdog.open(request.timeout_s)
         try:
-            return wire.stream_once(request, self.client, call)
+            stream = wire.stream_once(request, self.client, call)
+            counted = count_tokens(stream, self.counter, call.check)  # the tokenizer not waited for past the deadline
+        except CallEnded:
+            raise RunFailed(wire.ended_message(request, call, answered=True)) from None
         finally:
             self.watchdog.close(call)
+        request.bounds().check_counted(request.endpoint.url, counted)
+        return record_of(stream, counted, index, start_s)
 
     def not_sent_because(self) -> str:
         if self.watchdog.stopped == "interrupted":
@@ -149,7 +153,7 @@ class SweepRun:
         try:
             if why := self.not_sent_because():
                 return RequestRecord.failed(index, start_s, why)
-            return measure_from_stream(self.send(self.request), self.counter, index, start_s)
+            return self.send(self.request, index, start_s)
         except ExplorerError as exc:
             return RequestRecord.failed(index, start_s, str(exc))
         except Exception as exc:  # noqa: BLE001 - one odd server reply must not end the sweep
@@ -197,7 +201,7 @@ def run_sweep(
         warmup = None
         if config.warmup:
             # A bad URL, model or server fails here, once, with its own line.
-            warmup = measure_from_stream(run.send(config.request(api_key, warmup=True)), counter)
+            warmup = run.send(config.request(api_key, warmup=True))
             progress.done("Warm-up request answered (not counted)")
         levels, stopped = _run_levels(run, config, progress)
     return SweepResult(

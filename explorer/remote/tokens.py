@@ -4,28 +4,33 @@ tokenizer, then one token per chunk. Each record says which source counted its t
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING
 
 from explorer.core.errors import BadInput, one_line
+from explorer.core.paths import embedded_folder
+from explorer.remote.answer import Stream, TokenCount
 from explorer.remote.records import TokenSource
-from explorer.remote.wire import Stream
 
-ChunkCounter = Callable[[Sequence[str]], list[int]]  # texts of a request's chunks -> tokens in each
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
+MAX_TOKENIZER_BYTES = 128 << 20  # the largest vocabularies' tokenizer.json are tens of MB
 
-class TokenCount(NamedTuple):
-    chunk_tokens: list[int]
-    chunk_source: TokenSource
-    output_tokens: int
-    output_source: TokenSource
+ChunkCounter = Callable[[Sequence[str], Callable[[], None]], list[int]]  # (texts, deadline check) -> tokens in each
 
 
-def count_tokens(stream: Stream, counter: ChunkCounter | None) -> TokenCount:
+def _no_deadline() -> None:
+    pass
+
+
+def count_tokens(stream: Stream, counter: ChunkCounter | None, check: Callable[[], None] | None = None) -> TokenCount:
     """The server's usage first (per chunk when every text chunk carries its own, vLLM's continuous usage), then a
-    local tokenizer, then one token per chunk; the total from usage whenever the server sent one."""
+    local tokenizer, then one token per chunk; the total from usage whenever the server sent one. `check` raises once
+    the request's deadline has passed: a tokenizer shared by many requests is not waited for past it."""
     chunk_tokens: list[int]
     chunk_source: TokenSource
     per_chunk_usage = [u for u in stream.chunk_usage if u is not None]
@@ -36,7 +41,7 @@ def count_tokens(stream: Stream, counter: ChunkCounter | None) -> TokenCount:
             chunk_tokens.append(max(0, seen - previous))
             previous = max(previous, seen)
     elif counter is not None:
-        chunk_tokens, chunk_source = counter(stream.texts), "tokenizer"
+        chunk_tokens, chunk_source = counter(stream.texts, check or _no_deadline), "tokenizer"
     else:
         chunk_tokens, chunk_source = [1] * len(stream.texts), "chunks"
     if stream.completion_tokens is not None:
@@ -44,22 +49,20 @@ def count_tokens(stream: Stream, counter: ChunkCounter | None) -> TokenCount:
     return TokenCount(chunk_tokens, chunk_source, sum(chunk_tokens), chunk_source)
 
 
-def tokenizer_chunk_counter(tokenizer: Any) -> ChunkCounter:
+def tokenizer_chunk_counter(tokenizer: Tokenizer) -> ChunkCounter:
     """Per-chunk token counts from one tokenization of the whole output: each token belongs to the chunk its last
-    character arrived in (tokenizing chunks one by one would split tokens at chunk borders)."""
+    character arrived in (tokenizing chunks one by one would split tokens at chunk borders). The output is bounded
+    before it gets here (explorer.remote.answer: far beyond max_tokens ends the request), so one pass is too."""
 
     lock = threading.Lock()  # one tokenizer for every request thread of a level: a fast tokenizer is not re-entrant
 
-    def count(texts: Sequence[str]) -> list[int]:
-        ends: list[int] = []
-        total = 0
-        for text in texts:
-            total += len(text)
-            ends.append(total)
+    def count(texts: Sequence[str], check: Callable[[], None]) -> list[int]:
+        ends = list(itertools.accumulate(len(text) for text in texts))
         counts = [0] * len(texts)
         with lock:
-            encoded = tokenizer("".join(texts), add_special_tokens=False, return_offsets_mapping=True)
-        for _start, end in encoded["offset_mapping"]:
+            check()  # the lock may have been waited for past the deadline: not one tokenization more then
+            offsets = tokenizer.encode("".join(texts), add_special_tokens=False).offsets  # character offsets
+        for _start, end in offsets:
             counts[min(bisect.bisect_left(ends, end), len(texts) - 1)] += 1
         return counts
 
@@ -67,21 +70,27 @@ def tokenizer_chunk_counter(tokenizer: Any) -> ChunkCounter:
 
 
 def load_chunk_counter(name: str) -> ChunkCounter:
-    """'embedded' (the SmolLM2 tokenizer of the local model) or a local folder holding a fast tokenizer."""
-    from transformers import AutoTokenizer
+    """'embedded' (the SmolLM2 tokenizer of the local model) or a local folder holding a fast tokenizer's
+    tokenizer.json, read by the `tokenizers` library alone: a client's process needs neither torch nor transformers."""
+    from tokenizers import Tokenizer
 
     if name == "embedded":
-        from explorer.core.loading import ensure_embedded_converted
+        folder = embedded_folder()
+        if not (folder / "tokenizer.json").is_file():
+            from explorer.core.loading import ensure_embedded_converted  # once: the GGUF converted (imports torch)
 
-        folder: str | Path = ensure_embedded_converted()
+            folder = ensure_embedded_converted()
     else:
         folder = Path(name).expanduser()
         if not folder.is_dir():
             raise BadInput(f"Tokenizer folder '{name}' does not exist: pass 'embedded' or a local folder.")
+    path = folder / "tokenizer.json"
+    if not path.is_file():  # is_file: a regular file, never a FIFO or a device
+        raise BadInput(f"'{name}' holds no tokenizer.json: chunk offsets need a fast tokenizer's file.")
+    if path.stat().st_size > MAX_TOKENIZER_BYTES:
+        raise BadInput(f"{path.name} in '{name}' is over {MAX_TOKENIZER_BYTES >> 20} MiB: not a tokenizer.")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-    except (OSError, ValueError) as exc:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - the Rust library raises a bare Exception for any unreadable file
         raise BadInput(f"No tokenizer could be loaded from '{name}': {one_line(exc)}") from exc
-    if not getattr(tokenizer, "is_fast", False):
-        raise BadInput(f"The tokenizer in '{name}' is not a fast tokenizer: chunk offsets need one.")
     return tokenizer_chunk_counter(tokenizer)

@@ -28,13 +28,14 @@ from typing import Any, get_args
 
 from explorer.core.errors import BadInput, one_line
 from explorer.hosting.settings import HOSTED_MAX_CONCURRENCY, HOSTED_MAX_REQUESTS, HOSTED_MAX_TOKENS
+from explorer.remote.answer import FAR_BEYOND
 from explorer.remote.endpoint import APIS
 from explorer.remote.records import SCHEMA_VERSION, SweepResult, TokenSource
 from explorer.remote.sweep import MAX_CONCURRENCY, MAX_LEVELS, MAX_REQUESTS, MAX_TOKENS_LIMIT
 
 MIB = 1 << 20
 MAX_DEPTH = 16  # a sweep file nests 7 deep (sweep > levels > level > records > record > summary > itl_s)
-TOKEN_SLACK = 2  # a request's chunks, and its total, hold at most 2 x the sweep's max_tokens (see above)
+TOKEN_SLACK = FAR_BEYOND  # a request's chunks and its total: at most 2 x the sweep's max_tokens, as `remote` holds them
 MAX_LINE_CHARS = 2_000  # one-line fields: a URL, a model name, a date, an error line
 MAX_TEXT_CHARS = 1_000_000  # the prompt and a request's answer
 MAX_PROMPT_TOKENS = 10_000_000  # a server's usage count: a number to add, bounded only to stay a plain number

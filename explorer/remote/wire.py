@@ -9,7 +9,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -17,15 +17,17 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, connect_sse
 
-from explorer.core.errors import BadInput, ExplorerError, RunFailed, one_line
+from explorer.core.errors import BadInput, ExplorerError, RunFailed
+from explorer.core.errors import one_line as exception_line
+from explorer.remote.answer import Answer, AnswerBounds, Stream
 from explorer.remote.deadlines import Call, CallEnded
 from explorer.remote.endpoint import Endpoint, parse_base_url
+from explorer.remote.server_text import error_in_body, error_message, one_line, server_error
 
 CONNECT_TIMEOUT_S = 3.0  # a refused or unreachable host fails in seconds, whatever the request's timeout
 MAX_LINE_BYTES = 1 << 20  # one SSE line (one chunk's JSON) is a few hundred bytes: 1 MiB is a broken server
 MAX_BODY_BYTES = 64 << 20  # a whole answer of 4,096 tokens is a few MB of chunks
 ERROR_BODY_BYTES = 64 << 10  # what is read of an error answer, for its message
-ERROR_BODY_CHARS = 200
 MAX_RETRIES = 3  # 429/503 answers retried per request, each after the server's Retry-After, within the deadline
 BUSY_STATUSES = {429: "overloaded", 503: "unavailable"}  # the server's refusal, not the user's bad input: retried
 
@@ -53,23 +55,14 @@ class StreamRequest:
             payload["prompt"] = self.prompt
         return json.dumps(payload).encode()
 
+    def bounds(self) -> AnswerBounds:
+        return AnswerBounds(self.max_tokens, len(self.prompt.encode("utf-8", "replace")))
+
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
-
-
-@dataclass(frozen=True)
-class Stream:
-    """What came back from one streamed request, before any token counting."""
-
-    arrivals_s: tuple[float, ...]  # each chunk with output text, seconds since the request was sent
-    texts: tuple[str, ...]
-    chunk_usage: tuple[int | None, ...]  # completion_tokens carried by that chunk itself (vLLM's continuous usage)
-    completion_tokens: int | None  # the last usage seen
-    prompt_tokens: int | None
-    finish_reason: str | None
 
 
 def open_client(max_in_flight: int, timeout_s: float) -> httpx.Client:
@@ -106,7 +99,7 @@ def stream_once(request: StreamRequest, client: httpx.Client, call: Call) -> Str
             if wait_s is None or wait_s >= call.left_s() or retries_left == 0:
                 raise RunFailed(_busy_message(request, busy, retries_left)) from None
             if not call.sleep(wait_s):
-                raise RunFailed(_ended_message(request, call, answered=False)) from None
+                raise RunFailed(ended_message(request, call, answered=False)) from None
     raise AssertionError("unreachable: the last try returns or raises")
 
 
@@ -125,7 +118,7 @@ def _busy_message(request: StreamRequest, busy: ServerBusy, retries_left: int) -
 
 
 def _attempt(request: StreamRequest, client: httpx.Client, call: Call, started: float) -> Stream:
-    answer = _Answer(request.endpoint.api)
+    answer = Answer(request.endpoint.api, request.endpoint.url, request.bounds())
     try:
         call.check()
         with connect_sse(
@@ -136,19 +129,25 @@ def _attempt(request: StreamRequest, client: httpx.Client, call: Call, started: 
             answer.answered = True
             _read_events(request, source.response, answer, call, started)
     except CallEnded:
-        raise RunFailed(_ended_message(request, call, answer.answered)) from None
+        raise RunFailed(ended_message(request, call, answer.answered)) from None
     except httpx.HTTPError as exc:
         if call.reason is not None:  # the watchdog shut the socket: say why, not what the socket said
-            raise RunFailed(_ended_message(request, call, answer.answered)) from exc
+            raise RunFailed(ended_message(request, call, answer.answered)) from exc
         raise _transport_failure(request, exc, answer.answered) from exc
-    return answer.finished(request.endpoint.url)
+    except UnicodeError as exc:  # a charset no decoder reads, or bytes it cannot: never the user's fault
+        raise RunFailed(
+            f"{request.endpoint.url} sent text that cannot be decoded ({one_line(exception_line(exc))}): an "
+            "OpenAI-compatible server streams UTF-8."
+        ) from None
+    return answer.finished()
 
 
-def _read_events(request: StreamRequest, response: httpx.Response, answer: _Answer, call: Call, started: float) -> None:
+def _read_events(request: StreamRequest, response: httpx.Response, answer: Answer, call: Call, started: float) -> None:
     checked = httpx.Response(
         response.status_code,
-        headers={"content-type": response.headers.get("content-type", "")},
-        content=_checked_body(request, response, call),
+        # Server-sent events are UTF-8 whatever charset the server names (the SSE standard): utf-16 would not decode
+        headers={"content-type": "text/event-stream; charset=utf-8"},
+        content=_checked_body(request, response, call, start := bytearray()),
     )
     for event in EventSource(checked).iter_sse():
         call.check()
@@ -157,15 +156,25 @@ def _read_events(request: StreamRequest, response: httpx.Response, answer: _Answ
             if payload == "[DONE]":
                 answer.done = True
                 return
-            answer.add(_parse(request, payload), at_s)
+            answer.add(_parse(request, payload, event.event == "error"), at_s)
     call.check()  # a stream cut by the watchdog ends like a closed one: say why it ended
+    if not answer.texts and answer.finish_reason is None and (message := error_in_body(bytes(start))):
+        # a JSON error where the events should be: the server's words, not "the stream ended"
+        raise RunFailed(f"{request.endpoint.url} answered HTTP 200 with an error instead of a stream: {message}")
+    if not answer.texts and b"data:" not in start:  # nothing in UTF-8 `data:` lines (UTF-16, say): not a stream cut
+        raise BadInput(
+            f"{request.endpoint.url} sent no server-sent event (UTF-8 `data:` lines): is it an OpenAI-compatible "
+            "streaming API?"
+        )
 
 
-def _checked_body(request: StreamRequest, response: httpx.Response, call: Call) -> Iterator[bytes]:
-    """The body as httpx decodes it, each piece checked first: the deadline, the longest line, the whole size."""
+def _checked_body(request: StreamRequest, response: httpx.Response, call: Call, start: bytearray) -> Iterator[bytes]:
+    """The body as httpx decodes it, each piece checked first: the deadline, the longest line, the whole size. Its
+    first ERROR_BODY_BYTES are kept in `start`, for a JSON error sent where the events should be."""
     line_bytes = total_bytes = 0
     for piece in response.iter_bytes():
         call.check()
+        start += piece[: ERROR_BODY_BYTES - len(start)]
         total_bytes += len(piece)
         cut = max(piece.rfind(b"\n"), piece.rfind(b"\r"))
         line_bytes = len(piece) - cut - 1 if cut >= 0 else line_bytes + len(piece)
@@ -176,70 +185,6 @@ def _checked_body(request: StreamRequest, response: httpx.Response, call: Call) 
                 "OpenAI-compatible streaming API?"
             )
         yield piece
-
-
-# --- what one stream holds --------------------------------------------------------------------------------------
-@dataclass
-class _Answer:
-    """The chunks of one answer as they arrive."""
-
-    api: str
-    answered: bool = False  # a 200 with a stream came back: later failures are mid-answer
-    done: bool = False  # `data: [DONE]` arrived
-    arrivals_s: list[float] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    chunk_usage: list[int | None] = field(default_factory=list)
-    completion_tokens: int | None = None
-    prompt_tokens: int | None = None
-    finish_reason: str | None = None
-
-    def add(self, data: Mapping[str, Any], at_s: float) -> None:
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        completion_tokens = _count(usage.get("completion_tokens"))
-        self.completion_tokens = self.completion_tokens if completion_tokens is None else completion_tokens
-        prompt_tokens = _count(usage.get("prompt_tokens"))
-        self.prompt_tokens = self.prompt_tokens if prompt_tokens is None else prompt_tokens
-        text, reason = _chunk_content(data, self.api)
-        self.finish_reason = reason or self.finish_reason
-        if text:
-            self.arrivals_s.append(at_s)
-            self.texts.append(text)
-            self.chunk_usage.append(completion_tokens)
-
-    def finished(self, url: str) -> Stream:
-        """The stream, once it is known to be whole: a `[DONE]` or a finish reason before the server closed it."""
-        if not self.done and self.finish_reason is None:
-            raise RunFailed(
-                f"{url}: the stream ended before the answer finished (no finish_reason and no [DONE]): the server "
-                "closed it mid-answer."
-            )
-        if not self.texts:
-            reason = f" (finish reason: {self.finish_reason})" if self.finish_reason else ""
-            raise RunFailed(f"{url} streamed no output text{reason}: raise max tokens or check the prompt.")
-        return Stream(
-            tuple(self.arrivals_s), tuple(self.texts), tuple(self.chunk_usage), self.completion_tokens,
-            self.prompt_tokens, self.finish_reason,
-        )  # fmt: skip
-
-
-def _count(value: object) -> int | None:
-    """A token count from a server's usage; anything but a whole number >= 0 counts as not sent."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _chunk_content(data: Mapping[str, Any], api: str) -> tuple[str, str | None]:
-    """(output text, finish reason) of one parsed chunk; the chat API's reasoning text counts as output too."""
-    choices = data.get("choices") or []
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return "", None
-    choice = choices[0]
-    if api == "chat":
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-        text = f"{delta.get('reasoning_content') or ''}{delta.get('content') or ''}"
-    else:
-        text = str(choice.get("text") or "")
-    reason = choice.get("finish_reason")
-    return text, reason if isinstance(reason, str) else None
 
 
 def _payloads(data: str) -> list[str]:
@@ -255,10 +200,13 @@ def _payloads(data: str) -> list[str]:
         return [line.strip() for line in text.split("\n") if line.strip()]
 
 
-def _parse(request: StreamRequest, payload: str) -> dict[str, Any]:
+def _parse(request: StreamRequest, payload: str, error_event: bool = False) -> dict[str, Any]:
+    """One event's JSON; a server's error (any JSON shape, or an `event: error`) raises its own message."""
+    if error_event:
+        raise RunFailed(f"{request.endpoint.url} reported an error mid-stream: {error_message(payload.encode())}")
     try:
         data = json.loads(payload)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # not JSON, or an integer of over 4,300 digits
         raise BadInput(
             f"{request.endpoint.url} streamed an event that is not JSON: is it an OpenAI-compatible API?"
         ) from exc
@@ -269,8 +217,8 @@ def _parse(request: StreamRequest, payload: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise BadInput(f"{request.endpoint.url} streamed an event that is not a JSON object.")
-    if data.get("error"):
-        raise RunFailed(f"{request.endpoint.url} reported an error mid-stream: {error_message(payload.encode())}")
+    if (message := server_error(data)) is not None:
+        raise RunFailed(f"{request.endpoint.url} reported an error mid-stream: {message}")
     return data
 
 
@@ -278,46 +226,29 @@ def _parse(request: StreamRequest, payload: str) -> dict[str, Any]:
 def _check_response(request: StreamRequest, response: httpx.Response, call: Call) -> None:
     if response.status_code in BUSY_STATUSES:
         retry_after = retry_after_s(response.headers.get("retry-after"))
-        raise ServerBusy(response.status_code, retry_after, _error_body(response, call))
+        raise ServerBusy(response.status_code, retry_after, error_message(_body_start(response, call)))
     if response.status_code != 200:
-        raise status_error(request, response.status_code, response.reason_phrase, _error_body(response, call))
-    content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        reason = one_line(response.reason_phrase, 60)
+        raise status_error(request, response.status_code, reason, error_message(_body_start(response, call)))
+    content_type = one_line(response.headers.get("content-type", "").split(";")[0].strip().lower(), 60)
     if content_type != "text/event-stream":
+        if message := error_in_body(_body_start(response, call)):  # a 200 whose JSON says it failed
+            raise RunFailed(f"{request.endpoint.url} answered HTTP 200 with an error instead of a stream: {message}")
         raise BadInput(
             f"{request.endpoint.url} answered with {content_type or 'no content type'}, not a stream of "
             "server-sent events: the server does not stream this API (stream=true was sent)."
         )
 
 
-def _error_body(response: httpx.Response, call: Call) -> str:
+def _body_start(response: httpx.Response, call: Call) -> bytes:
+    """The first ERROR_BODY_BYTES of a body that is not a stream (an error's), for the server's message."""
     body = b""
     for piece in response.iter_bytes():
         call.check()
         body += piece
         if len(body) >= ERROR_BODY_BYTES:
             break
-    return error_message(body[:ERROR_BODY_BYTES])
-
-
-def error_message(body: bytes) -> str:
-    """The server's own words from an error body: OpenAI's error.message, FastAPI's detail, or the text."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):  # not JSON, or nested past the limit: its text is the message
-        data = None
-    if isinstance(data, dict):
-        error = data.get("error")
-        for candidate in (
-            error.get("message") if isinstance(error, dict) else error,
-            data.get("detail"),
-            data.get("message"),
-        ):
-            if candidate:
-                text = candidate if isinstance(candidate, str) else json.dumps(candidate)
-                break
-    line = " ".join(text.split())
-    return line[:ERROR_BODY_CHARS] + ("…" if len(line) > ERROR_BODY_CHARS else "") or "(no message)"
+    return body[:ERROR_BODY_BYTES]
 
 
 def retry_after_s(value: str | None) -> float | None:
@@ -364,7 +295,10 @@ def _transport_failure(request: StreamRequest, exc: httpx.HTTPError, answered: b
         return BadInput(_connect_failure(exc, url.host, where))
     if isinstance(exc, httpx.TimeoutException):
         return RunFailed(_timeout_message(request, answered))
-    return RunFailed(f"{request.endpoint.url} closed the connection mid-answer ({one_line(exc)}).")
+    said = one_line(exception_line(exc))  # httpcore's words may quote the server's bytes
+    if isinstance(exc, httpx.DecodingError):  # a Content-Encoding (gzip, br...) whose bytes do not decode
+        return RunFailed(f"{request.endpoint.url} sent a body that cannot be decoded ({said}).")
+    return RunFailed(f"{request.endpoint.url} closed the connection mid-answer ({said}).")
 
 
 def _connect_failure(exc: BaseException, host: str, where: str) -> str:
@@ -377,8 +311,8 @@ def _connect_failure(exc: BaseException, host: str, where: str) -> str:
     if isinstance(cause, socket.gaierror):
         return f"Cannot resolve host '{host}': check the base URL."
     if isinstance(cause, ssl.SSLError):
-        return f"TLS with {where} failed ({one_line(cause)}): check http vs https in the base URL."
-    return f"Cannot connect to {where}: {one_line(cause or exc)}."
+        return f"TLS with {where} failed ({one_line(exception_line(cause))}): check http vs https in the base URL."
+    return f"Cannot connect to {where}: {one_line(exception_line(cause or exc))}."
 
 
 def _timeout_message(request: StreamRequest, answered: bool) -> str:
@@ -394,7 +328,7 @@ def _timeout_message(request: StreamRequest, answered: bool) -> str:
     )
 
 
-def _ended_message(request: StreamRequest, call: Call, answered: bool) -> str:
+def ended_message(request: StreamRequest, call: Call, answered: bool) -> str:
     if call.reason == "time limit":
         return f"Stopped at the sweep's time limit of {call.limit_s:g} s."
     if call.reason == "interrupted":

@@ -172,7 +172,8 @@ def test_per_token_line_is_true_on_a_hybrid_model(zoo: dict[str, LoadedModel], c
     assert f"{human_bytes(per_layer)} per token in the 1 full-attention layers" in line
     assert f"{human_bytes(2 * (WINDOW - 1) * per_layer)} at most together" in line
     assert kv_per_token_text(m) in line
-    assert "attention sdpa; 2 sliding-window layers (window 8) and 1 full-attention layers; dense" in format_trace(trace)
+    shape = "attention sdpa; 2 sliding-window layers (window 8) and 1 full-attention layers; dense"
+    assert shape in format_trace(trace)
 
 
 def test_modelled_kv_reads_follow_each_layers_window(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:

@@ -1,5 +1,5 @@
 """Tiny random models of the architectures people bring (dense, sliding-window, hybrid, mixture of experts), each saved
-with save_pretrained beside the tiny byte tokenizer: what a user's folder looks like, built in a fraction of a second."""
+with save_pretrained beside the tiny byte tokenizer: as a user's folder looks, built in a fraction of a second."""
 
 from __future__ import annotations
 

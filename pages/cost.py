@@ -54,6 +54,15 @@ for sentence in [charts.bound_sentence(trace.prefill, device), charts.prefill_ri
 if trace.decodes:
     st.markdown(charts.bound_sentence(trace.decodes[-1], device))
     st.caption(charts.kv_traffic_formula(trace, trace.decodes[-1]) + " — *modelled*")
+if trace.model.experts is not None:
+    with ui.secondary("Experts routed to, pass by pass"):
+        st.markdown(charts.experts_sentence(trace))  # numbers and fixed words only
+        ui.table(
+            charts.experts_frame(trace),
+            "Distinct experts each MoE layer's router chose for the pass's tokens: k for a one-token decode, more for "
+            "a prefill or a batch. Only those experts' weights are read.",
+            "experts measured (the routers' own outputs) · expert bytes and active params modelled from them",
+        )
 with ui.secondary("The raw predictions, pass by pass"):
     ui.table(
         charts.predicted_frame(trace),

@@ -196,3 +196,34 @@ def test_a_real_folder_transformers_cannot_run_is_named_not_blamed(tmp_path: Pat
     (folder / "config.json").write_text('{"architectures": ["FancyNewForCausalLM"], "model_type": "fancy"}')
     message = str(_load_error(str(folder), ValueError("something inside transformers"), folder))
     assert "FancyNewForCausalLM" in message and "ValueError" in message and "save_pretrained" not in message
+
+
+def test_kv_page_shows_full_and_sliding_layers_apart(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
+    from explorer.charts import kv as kv_charts
+
+    lm = zoo["gemma3-text"]
+    trace = run(lm, cpu_figures)
+    growth = kv_charts.growth_frame(trace)
+    assert (growth["measured_bytes"] == growth["modelled_bytes"]).all()
+    kinds = kv_charts.kinds_frame(trace)
+    sliding = kinds[kinds["kind"].str.startswith(kv_charts.SLIDING_LAYERS)]["measured_bytes"].tolist()
+    full = kinds[kinds["kind"].str.startswith(kv_charts.FULL_LAYERS)]["measured_bytes"].tolist()
+    assert len(set(sliding)) == 1  # the prompt already passed the window: a plateau
+    assert all(b > a for a, b in zip(full, full[1:]))  # full layers keep growing
+    layers = kv_charts.layers_frame(trace, trace.new_tokens - 1)
+    assert (layers["measured_bytes"] == layers["modelled_bytes"]).all()
+    frame = kv_charts.formula_frame(lm.info, trace.passes[-1].cache_len_after)
+    assert frame["value"].iloc[-1] == trace.final_kv_cache_bytes
+    for chart in (kv_charts.growth_chart(growth), kv_charts.kinds_chart(kinds), kv_charts.layers_chart(layers)):
+        chart.to_dict()
+    assert "sliding layers capped" in kv_charts.weights_ratio_text(trace)
+
+
+def test_cost_page_lists_the_experts_of_every_pass(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
+    from explorer.charts import cost as cost_charts
+
+    trace = run(zoo["mixtral"], cpu_figures)
+    frame = cost_charts.experts_frame(trace)
+    assert frame["experts per MoE layer"].tolist()[1:] == ["2 2"] * (trace.new_tokens - 1)
+    assert (frame["expert_bytes_read"] == [p.cost.expert_bytes_read for p in trace.passes]).all()
+    assert "a one-token decode touches 4" in cost_charts.experts_sentence(trace)

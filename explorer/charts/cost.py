@@ -392,6 +392,8 @@ def prefill_ridge_sentence(trace: Trace) -> str:
 
 def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
     """The KV term of pass `p`, written out with its numbers."""
+    if trace.model.sliding_layers:
+        return sliding_kv_traffic_formula(trace, p)
     per_token = trace.model.kv_bytes_per_token
     before, new, after = p.cache_len_before, p.tokens_in, p.cache_len_after
     return (
@@ -399,4 +401,63 @@ def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
         f"Pass {p.index}: read = (old {before} + new {new}) positions by the update + {after} by attention = "
         f"{before + new + after} × {per_token:,} B = {human_bytes(p.cost.kv_bytes_read)}; written = {after} × "
         f"{per_token:,} B = {human_bytes(p.cost.kv_bytes_written)} (a pre-allocated cache would write only {new})."
+    )
+
+
+def sliding_kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
+    """The KV term of a pass on a model with sliding-window layers: each layer's concatenation and attention see what
+    it kept (at most window - 1 positions in a sliding layer) plus the new positions."""
+    m = trace.model
+    seen = p.cost.kv_bytes_written // max(1, m.kv_bytes_per_token_per_layer * p.batch)
+    return (
+        f"transformers' DynamicCache grows by concatenation; a sliding-window layer keeps only its last window - 1 "
+        f"positions. Pass {p.index}: the layers together see {seen:,} positions (every position in the "
+        f"{m.full_layers} full layers, at most window - 1 kept + {p.tokens_in} new in the {m.sliding_layers} sliding "
+        f"ones) × {m.kv_bytes_per_token_per_layer:,} B per layer and position: read twice (the update, then "
+        f"attention) = {human_bytes(p.cost.kv_bytes_read)}, written once = {human_bytes(p.cost.kv_bytes_written)}."
+    )
+
+
+def experts_frame(trace: Trace) -> pd.DataFrame:
+    """One row per pass of a mixture-of-experts run: the distinct experts each MoE layer's router chose for the
+    pass's tokens (measured from the routers' outputs), and the expert bytes and parameters that makes the pass read
+    (modelled)."""
+    e = trace.model.experts
+    assert e is not None, "experts_frame is for a mixture-of-experts model"
+    return pd.DataFrame(
+        {
+            "pass": p.index,
+            "phase": p.phase,
+            "tokens": p.tokens_in * p.batch,
+            "experts per MoE layer": " ".join(map(str, p.experts_touched)) or "not recorded",
+            "of": e.n_experts,
+            "expert_bytes_read": p.cost.expert_bytes_read,
+            "active_params": p.cost.active_params,
+        }
+        for p in trace.passes
+    )
+
+
+def experts_sentence(trace: Trace) -> str:
+    """What routing did to the weight read: k experts per layer for one decoded token, more for a prefill."""
+    m, e = trace.model, trace.model.experts
+    assert e is not None, "experts_sentence is for a mixture-of-experts model"
+    prefill = trace.prefill
+    text = (
+        f"Each token is routed to {e.experts_per_token} of {e.n_experts} experts in each of {e.moe_layers} MoE layers "
+        f"(one expert: {human_bytes(e.expert_bytes)}). The prefill's {prefill.tokens_in} tokens touched "
+        f"{sum(prefill.experts_touched)} experts in all (measured from the routers), so it reads "
+        f"{human_bytes(prefill.cost.expert_bytes_read)} of the {human_bytes(e.all_expert_bytes)} of experts"
+    )
+    if trace.decodes:
+        last = trace.decodes[-1]
+        text += (
+            f"; a one-token decode touches {sum(last.experts_touched)}, "
+            f"{human_bytes(last.cost.expert_bytes_read)} (modelled weight read: dense part "
+            f"{human_bytes(last.cost.weight_bytes_read - last.cost.expert_bytes_read)} + those experts)"
+        )
+    return (
+        text
+        + f". Active parameters per token: {(m.active_params_per_token or m.params) / 1e6:.2f} M of "
+        + (f"{m.params / 1e6:.2f} M.")
     )

@@ -227,3 +227,14 @@ def test_cost_page_lists_the_experts_of_every_pass(zoo: dict[str, LoadedModel], 
     assert frame["experts per MoE layer"].tolist()[1:] == ["2 2"] * (trace.new_tokens - 1)
     assert (frame["expert_bytes_read"] == [p.cost.expert_bytes_read for p in trace.passes]).all()
     assert "a one-token decode touches 4" in cost_charts.experts_sentence(trace)
+
+
+def test_a_moe_hybrid_trace_round_trips_and_passes_the_recording_checks(
+    zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile
+) -> None:
+    from explorer.core.recording_checks import check_trace, parse
+
+    trace = run(zoo["gpt-oss"], cpu_figures)
+    assert Trace.from_json(trace.to_json()) == trace
+    assert check_trace(parse(Trace, trace.to_json().encode(), "trace.json")) == trace
+    assert "experts_touched" in trace.passes_csv().splitlines()[0]

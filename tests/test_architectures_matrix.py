@@ -220,7 +220,7 @@ def test_kv_page_shows_full_and_sliding_layers_apart(zoo: dict[str, LoadedModel]
 
 
 def test_cost_page_lists_the_experts_of_every_pass(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
-    from explorer.charts import cost as cost_charts
+    from explorer.charts import experts as cost_charts
 
     trace = run(zoo["mixtral"], cpu_figures)
     frame = cost_charts.experts_frame(trace)

@@ -238,3 +238,27 @@ def test_a_moe_hybrid_trace_round_trips_and_passes_the_recording_checks(
     assert Trace.from_json(trace.to_json()) == trace
     assert check_trace(parse(Trace, trace.to_json().encode(), "trace.json")) == trace
     assert "experts_touched" in trace.passes_csv().splitlines()[0]
+
+
+def test_a_batched_moe_decode_step_reads_more_experts_as_b_grows(
+    zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile
+) -> None:
+    from explorer.core.batched import run_batched
+
+    lm = zoo["qwen3-moe"]
+    rows = [[(7 * r + i) % 256 for i in range(6)] for r in range(8)]
+    touched = {b: run_batched(lm, cpu_figures, rows[:b], 3).passes[-1].experts_touched for b in (1, 8)}
+    assert touched[1] == (2, 2)
+    assert sum(touched[8]) > sum(touched[1])  # 8 sequences route to more distinct experts than 1
+
+
+def test_the_batching_lab_shows_the_experts_read_per_step(
+    zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile
+) -> None:
+    from explorer.charts.serving import batch_frame
+    from explorer.labs.batch import BatchConfig, run_batch_sweep
+
+    config = BatchConfig(batch_sizes=(1, 4), prompt_tokens=6, new_tokens=3)
+    frame = batch_frame(run_batch_sweep(zoo["qwen3-moe"], cpu_figures, config))
+    assert frame["distinct_experts_per_step"].tolist()[0] == 4  # k = 2 in each of 2 MoE layers
+    assert "distinct_experts_per_step" not in batch_frame(run_batch_sweep(zoo["llama"], cpu_figures, config))

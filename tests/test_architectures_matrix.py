@@ -33,6 +33,12 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedModel]:
     return {a.name: load_model(str(save_tiny(a, root / a.name)), device="cpu") for a in ALL}
 
 
+@pytest.fixture(scope="session")
+def traces(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> dict[str, Trace]:
+    """One run of PROMPT per architecture, shared by the tests that only read it (traces are frozen)."""
+    return {name: run(lm, cpu_figures) for name, lm in zoo.items()}
+
+
 def hf_greedy(lm: LoadedModel, prompt_ids: tuple[int, ...], new_tokens: int) -> list[int]:
     ids = torch.tensor([list(prompt_ids)])
     out = lm.model.generate(
@@ -55,13 +61,12 @@ def expected_layer_bytes(arch: Architecture, lm: LoadedModel, positions: int) ->
 
 @pytest.mark.parametrize("name", [a.name for a in ALL])
 def test_loads_runs_true_and_the_cache_holds_the_per_layer_formula(
-    name: str, zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile
+    name: str, zoo: dict[str, LoadedModel], traces: dict[str, Trace]
 ) -> None:
-    arch, lm = BY_NAME[name], zoo[name]
+    arch, lm, trace = BY_NAME[name], zoo[name], traces[name]
     assert lm.info.attn_implementation == ("sdpa" if arch.sdpa else "eager")
     assert lm.info.windows == arch.windows
     assert (lm.info.experts is not None) == arch.moe
-    trace = run(lm, cpu_figures)
     assert list(trace.generated_token_ids) == hf_greedy(lm, trace.prompt_token_ids, NEW_TOKENS)
     for p in trace.passes:
         assert p.kv_layer_bytes == expected_layer_bytes(arch, lm, p.cache_len_after)
@@ -72,9 +77,8 @@ def test_loads_runs_true_and_the_cache_holds_the_per_layer_formula(
 
 
 @pytest.mark.parametrize("name", [a.name for a in ALL])
-def test_attention_maps_are_captured(name: str, zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
-    lm = zoo[name]
-    trace = run(lm, cpu_figures, new_tokens=3)
+def test_attention_maps_are_captured(name: str, zoo: dict[str, LoadedModel], traces: dict[str, Trace]) -> None:
+    lm, trace = zoo[name], traces[name]
     maps = capture_attention(lm, trace)
     assert maps.same_tokens_as(trace)
     T = trace.prompt_len
@@ -158,11 +162,10 @@ def test_moe_decode_reads_k_experts_and_a_long_prefill_reads_more(
     assert "mixture of experts: 2 MoE layers x 4 experts, 2 per token" in format_trace(trace)
 
 
-def test_per_token_line_is_true_on_a_hybrid_model(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
+def test_per_token_line_is_true_on_a_hybrid_model(traces: dict[str, Trace]) -> None:
     """Gemma 3: two sliding layers plateau at window - 1 positions; the full layer grows by its bytes per token."""
-    lm = zoo["gemma3-text"]
-    m = lm.info
-    trace = run(lm, cpu_figures)
+    trace = traces["gemma3-text"]
+    m = trace.model
     per_layer = m.kv_bytes_per_token_per_layer
     for before, after in zip(trace.passes, trace.passes[1:]):  # past the window: one full layer grows per token
         assert after.kv_cache_bytes - before.kv_cache_bytes == m.kv_bytes_per_token_full_layers == per_layer
@@ -176,12 +179,11 @@ def test_per_token_line_is_true_on_a_hybrid_model(zoo: dict[str, LoadedModel], c
     assert shape in format_trace(trace)
 
 
-def test_modelled_kv_reads_follow_each_layers_window(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
+def test_modelled_kv_reads_follow_each_layers_window(traces: dict[str, Trace]) -> None:
     """A decode pass reads, per layer, the positions the cache hands attention: window - 1 kept + 1 new in a sliding
     layer, every position in a full one; read twice (the update's concatenation, then attention) and written once."""
-    lm = zoo["gpt-oss"]
-    m = lm.info
-    trace = run(lm, cpu_figures)
+    trace = traces["gpt-oss"]
+    m = trace.model
     last = trace.passes[-1]
     seen = WINDOW + last.cache_len_after  # layer 0 sliding (window - 1 kept + 1 new), layer 1 full
     assert last.cost.kv_bytes_written == seen * m.kv_bytes_per_token_per_layer
@@ -198,11 +200,10 @@ def test_a_real_folder_transformers_cannot_run_is_named_not_blamed(tmp_path: Pat
     assert "FancyNewForCausalLM" in message and "ValueError" in message and "save_pretrained" not in message
 
 
-def test_kv_page_shows_full_and_sliding_layers_apart(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
+def test_kv_page_shows_full_and_sliding_layers_apart(traces: dict[str, Trace]) -> None:
     from explorer.charts import kv as kv_charts
 
-    lm = zoo["gemma3-text"]
-    trace = run(lm, cpu_figures)
+    trace = traces["gemma3-text"]
     growth = kv_charts.growth_frame(trace)
     assert (growth["measured_bytes"] == growth["modelled_bytes"]).all()
     kinds = kv_charts.kinds_frame(trace)
@@ -212,29 +213,27 @@ def test_kv_page_shows_full_and_sliding_layers_apart(zoo: dict[str, LoadedModel]
     assert all(b > a for a, b in zip(full, full[1:]))  # full layers keep growing
     layers = kv_charts.layers_frame(trace, trace.new_tokens - 1)
     assert (layers["measured_bytes"] == layers["modelled_bytes"]).all()
-    frame = kv_charts.formula_frame(lm.info, trace.passes[-1].cache_len_after)
+    frame = kv_charts.formula_frame(trace.model, trace.passes[-1].cache_len_after)
     assert frame["value"].iloc[-1] == trace.final_kv_cache_bytes
     for chart in (kv_charts.growth_chart(growth), kv_charts.kinds_chart(kinds), kv_charts.layers_chart(layers)):
         chart.to_dict()
     assert "sliding layers capped" in kv_charts.weights_ratio_text(trace)
 
 
-def test_cost_page_lists_the_experts_of_every_pass(zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile) -> None:
+def test_cost_page_lists_the_experts_of_every_pass(traces: dict[str, Trace]) -> None:
     from explorer.charts import experts as cost_charts
 
-    trace = run(zoo["mixtral"], cpu_figures)
+    trace = traces["mixtral"]
     frame = cost_charts.experts_frame(trace)
     assert frame["experts per MoE layer"].tolist()[1:] == ["2 2"] * (trace.new_tokens - 1)
     assert (frame["expert_bytes_read"] == [p.cost.expert_bytes_read for p in trace.passes]).all()
     assert "a one-token decode touches 4" in cost_charts.experts_sentence(trace)
 
 
-def test_a_moe_hybrid_trace_round_trips_and_passes_the_recording_checks(
-    zoo: dict[str, LoadedModel], cpu_figures: DeviceProfile
-) -> None:
+def test_a_moe_hybrid_trace_round_trips_and_passes_the_recording_checks(traces: dict[str, Trace]) -> None:
     from explorer.core.recording_checks import check_trace, parse
 
-    trace = run(zoo["gpt-oss"], cpu_figures)
+    trace = traces["gpt-oss"]
     assert Trace.from_json(trace.to_json()) == trace
     assert check_trace(parse(Trace, trace.to_json().encode(), "trace.json")) == trace
     assert "experts_touched" in trace.passes_csv().splitlines()[0]
@@ -261,4 +260,5 @@ def test_the_batching_lab_shows_the_experts_read_per_step(
     config = BatchConfig(batch_sizes=(1, 4), prompt_tokens=6, new_tokens=3)
     frame = batch_frame(run_batch_sweep(zoo["qwen3-moe"], cpu_figures, config))
     assert frame["distinct_experts_per_step"].tolist()[0] == 4  # k = 2 in each of 2 MoE layers
-    assert "distinct_experts_per_step" not in batch_frame(run_batch_sweep(zoo["llama"], cpu_figures, config))
+    dense = BatchConfig(batch_sizes=(2,), prompt_tokens=6, new_tokens=3, distinct_prompts=False)
+    assert "distinct_experts_per_step" not in batch_frame(run_batch_sweep(zoo["llama"], cpu_figures, dense))

@@ -262,3 +262,22 @@ def test_the_batching_lab_shows_the_experts_read_per_step(
     assert frame["distinct_experts_per_step"].tolist()[0] == 4  # k = 2 in each of 2 MoE layers
     dense = BatchConfig(batch_sizes=(2,), prompt_tokens=6, new_tokens=3, distinct_prompts=False)
     assert "distinct_experts_per_step" not in batch_frame(run_batch_sweep(zoo["llama"], cpu_figures, dense))
+
+
+def test_a_sliding_layer_keeps_a_view_whose_storage_is_the_whole_concatenation(zoo: dict[str, LoadedModel]) -> None:
+    """What the cache really keeps: after a prefill of 40 positions a sliding layer's K is a view of window - 1 of them,
+    but the memory behind it holds all 40 until the next pass concatenates window - 1 + 1."""
+    from explorer.core.engine import decode_one_token, new_cache, prefill
+
+    lm = zoo["gemma3-text"]
+    cache = new_cache(lm.model)
+
+    def positions(layer: int) -> tuple[int, int]:
+        keys = cache.layers[layer].keys
+        per_position = keys.element_size() * keys.shape[1] * keys.shape[-1]
+        return keys.shape[-2], keys.untyped_storage().nbytes() // per_position
+
+    logits = prefill(lm.model, torch.arange(40)[None, :], cache)
+    assert positions(0) == (WINDOW - 1, 40) and positions(2) == (40, 40)
+    decode_one_token(lm.model, logits.argmax(-1, keepdim=True), cache)
+    assert positions(0) == (WINDOW - 1, WINDOW)

@@ -123,7 +123,9 @@ def token_text(tokenizer: object, token_id: int) -> str:
 
 
 def cache_layer_bytes(cache: object) -> tuple[int, ...]:
-    """Bytes held by the real K and V tensors, layer by layer."""
+    """Bytes of the real K and V tensors, layer by layer. A sliding-window layer's tensors are views of the last
+    window - 1 positions of the tensor its update concatenated: until the next pass, the memory behind them is that
+    whole tensor (after a long prefill, every prompt position; tests/test_architectures_matrix.py shows it)."""
     return tuple(
         layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
         if getattr(layer, "keys", None) is not None

@@ -1,5 +1,7 @@
 """Batching: B requests decoded together read the weights once per step for all of them."""
 
+import streamlit as st
+
 from explorer import ui
 from explorer.charts import serving as charts
 from explorer.ui import labs
@@ -35,6 +37,13 @@ ui.chart(
     "Measured points; the dashed line is the roofline's floor for the same step.",
     "median decode step measured · line modelled",
 )
+if "distinct_experts_per_step" in frame:
+    st.caption(
+        "A mixture of experts: B sequences route to more distinct experts than one, so a decode step reads "
+        + ", ".join(f"{n} at B={b}" for b, n in zip(frame["batch_size"], frame["distinct_experts_per_step"]))
+        + " experts (summed over the MoE layers): its weight read grows with B, unlike a dense model's. "
+        "— *experts measured from the routers' outputs (median step); their bytes modelled*"
+    )
 ui.chart(
     charts.tokens_per_s_vs_batch_chart(frame),
     frame,

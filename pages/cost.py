@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import cost as charts
+from explorer.charts import experts
 from explorer.ui.sections import profile_section, utilisation_section
 
 result, layout = ui.chart_first_page(
@@ -54,6 +55,15 @@ for sentence in [charts.bound_sentence(trace.prefill, device), charts.prefill_ri
 if trace.decodes:
     st.markdown(charts.bound_sentence(trace.decodes[-1], device))
     st.caption(charts.kv_traffic_formula(trace, trace.decodes[-1]) + " — *modelled*")
+if trace.model.experts is not None:
+    with ui.secondary("Experts routed to, pass by pass"):
+        st.markdown(experts.experts_sentence(trace))  # numbers and fixed words only
+        ui.table(
+            experts.experts_frame(trace),
+            "Distinct experts each MoE layer's router chose for the pass's tokens: k for a one-token decode, more for "
+            "a prefill or a batch. Only those experts' weights are read.",
+            "experts measured (the routers' own outputs) · expert bytes and active params modelled from them",
+        )
 with ui.secondary("The raw predictions, pass by pass"):
     ui.table(
         charts.predicted_frame(trace),

@@ -14,9 +14,15 @@ result, layout = ui.chart_first_page(
 trace = result.trace
 model = trace.model
 cache_len = trace.passes[-1].cache_len_after
+per_token = model.kv_bytes_per_token_full_layers if model.sliding_layers else model.kv_bytes_per_token
 layout.metrics(
     [
-        ("Bytes per token", f"{model.kv_bytes_per_token:,} B", "modelled: the formula below, from the config"),
+        (
+            "Bytes per token" + (" (full layers)" if model.sliding_layers else ""),
+            f"{per_token:,} B",
+            "modelled: the formula below, from the config"
+            + ("; sliding layers stop growing at their window" if model.sliding_layers else ""),
+        ),
         ("Cache after the run", human_bytes(trace.passes[-1].kv_cache_bytes), "measured: the real cache tensors"),
         ("Cached positions", f"{cache_len:,}", "measured: the prompt's tokens plus one per decode pass"),
     ],
@@ -38,11 +44,28 @@ layout.chart(
     growth,
     "kv-growth",
     "The points (bytes of the real cache tensors after each pass) sit on the line (the formula): one big step "
-    f"for the prefill, then {model.kv_bytes_per_token:,} B more per decode pass.",
+    f"for the prefill, then {model.kv_bytes_per_token:,} B more per decode pass"
+    + (
+        f" until the sliding layers hold their window, {model.kv_bytes_per_token_full_layers:,} B after."
+        if model.sliding_layers
+        else "."
+    ),
     "measured (points) vs modelled (line)",
     "Measured, pass by pass",
 )
 layout.main.caption(charts.growth_check_text(growth))
+
+if model.sliding_layers:
+    with ui.secondary("Full and sliding layers apart"):
+        kinds = charts.kinds_frame(trace)
+        ui.chart(
+            charts.kinds_chart(kinds),
+            kinds,
+            "kv-kinds",
+            f"{model.sliding_layers} sliding-window layers keep at most window - 1 positions: their line goes flat. "
+            f"The {model.full_layers} full-attention layers keep every position: theirs keeps climbing.",
+            "measured: bytes of the real cache tensors, summed per kind of layer",
+        )
 
 with ui.secondary("Layer by layer"):
     pass_index = st.selectbox(
@@ -57,8 +80,8 @@ with ui.secondary("Layer by layer"):
         charts.layers_chart(layers),
         layers,
         "kv-layers",
-        "Every layer keeps its own K and V for every position, all the same size: the dashed rule is the per-layer "
-        "formula.",
+        "Every layer keeps its own K and V: every position in a full-attention layer, at most window - 1 in a "
+        "sliding one. The dash on each bar is that layer's formula.",
         "measured (bars) vs modelled (rule)",
     )
 
@@ -99,7 +122,7 @@ with projection_section:
         charts.projection_chart(projection, charts.references_frame(model)),
         projection,
         "kv-projection",
-        "KV bytes grow linearly with context and with batch: past some point the cache, not the weights, fills "
-        "the memory (dashed: the weights).",
+        "KV bytes grow linearly with context and with batch (sliding layers only up to their window): past some "
+        "point the cache, not the weights, fills the memory (dashed: the weights).",
         "modelled",
     )

@@ -126,6 +126,12 @@ BAD_EDITS: list[tuple[str, Callable[[dict[str, bytes]], None], str]] = [
     ("no passes", edit_trace(lambda d: d.update(repeats=[[]])), "must hold 1 to"),
     ("shown repeat missing", edit_trace(lambda d: d.update(shown_repeat=3)), "shown_repeat"),
     ("another schema", edit_trace(lambda d: d.update(schema=1)), "schema 1"),
+    (
+        "experts on a dense model",
+        edit_trace(lambda d: first_pass(d).update(experts_touched=[1] * 99, experts_chosen=[[0]] * 99)),
+        "experts must be distinct ids",
+    ),
+    ("a window per layer", edit_trace(lambda d: d["model"].update(layer_windows=[0] * 99)), "layer_windows"),
     ("an unknown member", lambda m: m.update({"evil.py": b"print(1)"}), "unexpected member 'evil.py'"),
     ("no trace", lambda m: m.pop(TRACE), "no trace.json"),
     ("meta not JSON", lambda m: m.update({META: b"{not json"}), "meta.json"),

@@ -392,6 +392,8 @@ def prefill_ridge_sentence(trace: Trace) -> str:
 
 def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
     """The KV term of pass `p`, written out with its numbers."""
+    if trace.model.sliding_layers:
+        return sliding_kv_traffic_formula(trace, p)
     per_token = trace.model.kv_bytes_per_token
     before, new, after = p.cache_len_before, p.tokens_in, p.cache_len_after
     return (
@@ -399,4 +401,18 @@ def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
         f"Pass {p.index}: read = (old {before} + new {new}) positions by the update + {after} by attention = "
         f"{before + new + after} × {per_token:,} B = {human_bytes(p.cost.kv_bytes_read)}; written = {after} × "
         f"{per_token:,} B = {human_bytes(p.cost.kv_bytes_written)} (a pre-allocated cache would write only {new})."
+    )
+
+
+def sliding_kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
+    """The KV term of a pass on a model with sliding-window layers: each layer's concatenation and attention see what
+    it kept (at most window - 1 positions in a sliding layer) plus the new positions."""
+    m = trace.model
+    seen = p.cost.kv_bytes_written // max(1, m.kv_bytes_per_token_per_layer * p.batch)
+    return (
+        f"transformers' DynamicCache grows by concatenation; a sliding-window layer keeps only its last window - 1 "
+        f"positions. Pass {p.index}: the layers together see {seen:,} positions (every position in the "
+        f"{m.full_layers} full layers, at most window - 1 kept + {p.tokens_in} new in the {m.sliding_layers} sliding "
+        f"ones) × {m.kv_bytes_per_token_per_layer:,} B per layer and position: read twice (the update, then "
+        f"attention) = {human_bytes(p.cost.kv_bytes_read)}, written once = {human_bytes(p.cost.kv_bytes_written)}."
     )

@@ -40,12 +40,12 @@ def growth_frame(trace: Trace) -> pd.DataFrame:
 
 
 def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Points: the measured cache after each pass (coloured by phase). Line: the formula from an empty cache on."""
-    # The formula is a straight line through the origin: its two ends are enough.
+    """Points: the measured cache after each pass (coloured by phase). Line: the formula from an empty cache on,
+    through every pass's length (straight for full attention; it bends where sliding layers reach their window)."""
     formula = pd.DataFrame(
         {
-            "cache_len": [0, frame["cache_len"].max()],
-            "modelled_mb": [0.0, frame["modelled_mb"].max()],
+            "cache_len": [0, *frame["cache_len"]],
+            "modelled_mb": [0.0, *frame["modelled_mb"]],
             "source": FORMULA,
         }
     )
@@ -78,53 +78,132 @@ def growth_check_text(frame: pd.DataFrame) -> str:
     return f"Measured and modelled differ by up to {human_bytes(gap)} (padding or another dtype?)."
 
 
+FULL_LAYERS = "full-attention layers"
+SLIDING_LAYERS = "sliding-window layers"
+
+
+def layer_kind(model: ModelInfo, layer: int) -> str:
+    return SLIDING_LAYERS if model.windows[layer] else FULL_LAYERS
+
+
 def layers_frame(trace: Trace, pass_index: int) -> pd.DataFrame:
-    """One row per layer for one pass: measured bytes of that layer's K and V, and the per-layer formula."""
-    p = trace.passes[pass_index]
-    modelled = trace.model.kv_bytes_per_token_per_layer * p.cache_len_after
-    return pd.DataFrame(
-        {
-            "layer": layer,
-            "measured_bytes": measured,
-            "modelled_bytes": modelled,
-            "measured_kb": measured / KB,
-            "modelled_kb": modelled / KB,
-        }
-        for layer, measured in enumerate(p.kv_layer_bytes)
+    """One row per layer for one pass: measured bytes of that layer's K and V, and the per-layer formula (a sliding
+    layer holds at most window - 1 positions)."""
+    p, m = trace.passes[pass_index], trace.model
+    rows = []
+    for layer, measured in enumerate(p.kv_layer_bytes):
+        modelled = m.kv_bytes_per_token_per_layer * m.kv_positions_held(layer, p.cache_len_after)
+        rows.append(
+            {
+                "layer": layer,
+                "kind": layer_kind(m, layer),
+                "window": m.windows[layer] or None,
+                "measured_bytes": measured,
+                "modelled_bytes": modelled,
+                "measured_kb": measured / KB,
+                "modelled_kb": modelled / KB,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def kinds_frame(trace: Trace) -> pd.DataFrame:
+    """One row per pass and kind of layer (full, sliding): the measured bytes those layers hold after the pass.
+    Sliding layers plateau once they hold their window; full layers keep growing."""
+    m = trace.model
+    rows = []
+    for p in trace.passes:
+        for kind in (FULL_LAYERS, SLIDING_LAYERS):
+            layers = [i for i in range(m.layers) if layer_kind(m, i) == kind]
+            if not layers:
+                continue
+            measured = sum(p.kv_layer_bytes[i] for i in layers if i < len(p.kv_layer_bytes))
+            rows.append(
+                {
+                    "pass": p.index,
+                    "cache_len": p.cache_len_after,
+                    "kind": f"{kind} ({len(layers)})",
+                    "measured_bytes": measured,
+                    "measured_kb": measured / KB,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def kinds_chart(frame: pd.DataFrame) -> alt.Chart:
+    """A line per kind of layer against the cache length: the sliding line goes flat, the full one climbs."""
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("cache_len:Q", title="positions in the cache after the pass", scale=alt.Scale(nice=False)),
+            y=alt.Y("measured_kb:Q", title="K + V held (kB, measured)"),
+            color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="top")),
+            tooltip=["pass", "kind", "cache_len", alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes")],
+        )
+        .properties(height=300)
     )
 
 
 def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """A bar per layer (measured), a dashed rule at the formula's per-layer bytes (modelled)."""
+    """A bar per layer (measured; full and sliding layers in their own colours), a dash on each at the formula's
+    bytes for that layer (modelled)."""
     bars = (
         alt.Chart(frame)
-        .mark_bar(color=SOURCE_RANGE[0])
+        .mark_bar()
         .encode(
             x=alt.X("layer:O", title="layer"),
             y=alt.Y("measured_kb:Q", title="K + V (kB)"),
+            color=alt.Color(
+                "kind:N",
+                scale=alt.Scale(domain=[FULL_LAYERS, SLIDING_LAYERS], range=[SOURCE_RANGE[0], "#d95f02"]),
+                title=None,
+                legend=alt.Legend(orient="top"),
+            ),
             tooltip=[
                 "layer",
+                "kind",
+                "window",
                 alt.Tooltip("measured_bytes:Q", format=",", title="measured bytes"),
                 alt.Tooltip("modelled_bytes:Q", format=",", title="modelled bytes"),
             ],
         )
     )
-    rule = (
-        alt.Chart(frame.head(1))
-        .mark_rule(color=SOURCE_RANGE[1], strokeDash=[6, 3], strokeWidth=2)
-        .encode(y="modelled_kb:Q")
+    ticks = (
+        alt.Chart(frame).mark_tick(color=SOURCE_RANGE[1], thickness=3, size=28).encode(x="layer:O", y="modelled_kb:Q")
     )
-    return alt.layer(bars, rule).properties(height=300)
+    return alt.layer(bars, ticks).properties(height=300)
 
 
 # --- the formula with this model's numbers -------------------------------------------------------------------------
 def formula_text(model: ModelInfo, cache_len: int) -> str:
-    """`2 × 30 × 3 × 64 × 4 B = 46,080 B per token` and the same times the current cache length."""
+    """`2 × 30 × 3 × 64 × 4 B = 46,080 B per token` and the same times the current cache length; with sliding layers,
+    the positions each kind of layer holds."""
     total = kv_cache_bytes(model, cache_len)
+    if model.sliding_layers:
+        return sliding_formula_text(model, cache_len)
     return (
         f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
         f"{model.bytes_per_element} B ({model.dtype}) = {model.kv_bytes_per_token:,} B per token; "
         f"× {cache_len:,} cached positions = {total:,} B ({human_bytes(total)})"
+    )
+
+
+def sliding_formula_text(model: ModelInfo, cache_len: int) -> str:
+    """Per layer 2 × kv_heads × head_dim × bytes per position held: every position in a full layer, at most
+    window - 1 in a sliding one (the cache keeps no more: the next query brings the window's last position)."""
+    per_layer = model.kv_bytes_per_token_per_layer
+    parts = [f"{model.full_layers} full layers × {cache_len:,} positions"] if model.full_layers else []
+    for window in sorted({w for w in model.windows if w}):
+        count = sum(1 for w in model.windows if w == window)
+        held = min(cache_len, window - 1)
+        parts.append(f"{count} sliding layers × min({cache_len:,}, {window} - 1) = {held:,} positions")
+    total = kv_cache_bytes(model, cache_len)
+    return (
+        f"per layer and position: 2 (K and V) × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
+        f"{model.bytes_per_element} B ({model.dtype}) = {per_layer:,} B; held: " + " + ".join(parts) + f" → "
+        f"{total:,} B ({human_bytes(total)}). Past the window a token adds {model.kv_bytes_per_token_full_layers:,} B "
+        "(the full layers only)."
     )
 
 
@@ -144,6 +223,8 @@ def gqa_text(model: ModelInfo, cache_len: int) -> str:
 def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
     """The formula's factors, each with its value, and the products for one token and for the current cache."""
     total = kv_cache_bytes(model, cache_len)
+    if model.sliding_layers:
+        return sliding_formula_frame(model, cache_len)
     rows = [
         ("K and V", 2, "two tensors per layer"),
         ("layers", model.layers, "every decoder block keeps its own cache"),
@@ -154,6 +235,26 @@ def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
         ("× cached positions", cache_len, "prompt + generated tokens fed back"),
         ("= KV cache now", total, human_bytes(total)),
     ]
+    return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
+
+
+def sliding_formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
+    """The per-layer formula's factors: bytes per layer and position, then the positions each kind of layer holds."""
+    total = kv_cache_bytes(model, cache_len)
+    rows = [
+        ("K and V", 2, "two tensors per layer"),
+        ("kv_heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
+        ("head_dim", model.head_dim, "values per head per position"),
+        ("bytes per element", model.bytes_per_element, model.dtype),
+        ("= bytes per layer and position", model.kv_bytes_per_token_per_layer, "the product of the four above"),
+    ]
+    if model.full_layers:
+        rows.append(("× full layers × positions", model.full_layers * cache_len, f"{model.full_layers} layers"))
+    for window in sorted({w for w in model.windows if w}):
+        count = sum(1 for w in model.windows if w == window)
+        held = min(cache_len, window - 1)
+        rows.append((f"× sliding layers × min(positions, {window} - 1)", count * held, f"{count} layers"))
+    rows.append(("= KV cache now", total, human_bytes(total)))
     return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
 
 
@@ -196,12 +297,27 @@ def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
     return alt.layer(bars, labels).properties(height=300)
 
 
+def crossover_tokens(model: ModelInfo) -> float | None:
+    """Cached positions of one sequence at which the KV cache's bytes equal the weights', per-layer windows applied;
+    None when it never does (every layer slides and their windows hold less than the weights)."""
+    weights = model.weight_bytes
+    plateau = sum(max(0, w - 1) for w in model.windows if w) * model.kv_bytes_per_token_per_layer
+    if not model.sliding_layers or plateau >= weights:  # reached while every layer still grows
+        return weights / model.kv_bytes_per_token
+    if not model.full_layers:
+        return None
+    return (weights - plateau) / model.kv_bytes_per_token_full_layers
+
+
 def weights_ratio_text(trace: Trace) -> str:
     kv, weights = trace.final_kv_cache_bytes, trace.model.weight_bytes
-    return (
-        f"The KV cache is {100 * kv / weights:.2f}% of the weights now ({human_bytes(kv)} vs {human_bytes(weights)}): "
-        f"it would match them at {weights / trace.model.kv_bytes_per_token:,.0f} cached tokens (batch × context)."
-    )
+    now = f"The KV cache is {100 * kv / weights:.2f}% of the weights now ({human_bytes(kv)} vs {human_bytes(weights)})"
+    tokens = crossover_tokens(trace.model)
+    if tokens is None:
+        return now + ": every layer slides, so the cache stops growing at its windows and never matches them."
+    if not trace.model.sliding_layers:
+        return now + f": it would match them at {tokens:,.0f} cached tokens (batch × context)."
+    return now + f": one sequence's cache would match them at {tokens:,.0f} tokens (sliding layers capped)."
 
 
 # --- the projection ------------------------------------------------------------------------------------------------

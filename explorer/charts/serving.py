@@ -9,7 +9,7 @@ from explorer.charts.common import MEASURED, MODELLED
 from explorer.core.roofline import attainable_flops
 from explorer.core.trace import percentile
 from explorer.core.units import GB, MB, to_ms
-from explorer.labs.batch import BatchResult
+from explorer.labs.batch import BatchResult, BatchRun
 from explorer.labs.nocache import EDGE_STEPS, PROJECTED_TOKENS, NoCacheResult, growth_verdict
 
 LOOP_DOMAIN = ["with KV cache", "without cache"]
@@ -163,9 +163,20 @@ def batch_frame(result: BatchResult) -> pd.DataFrame:
                 "achieved_flops_per_s": cost.flops / run.median_step_s,
                 "bound": cost.bound,
                 "matches_solo": all(run.matches_solo),
+                **experts_columns(run),
             }
         )
     return pd.DataFrame(rows)
+
+
+def experts_columns(run: BatchRun) -> dict[str, float]:
+    """A mixture of experts: the distinct experts its median decode step read, summed over the MoE layers (measured
+    from the routers), and their bytes (modelled). B sequences route to more distinct experts than one: the step
+    reads more weights as B grows, unlike a dense model's. Empty for a dense model."""
+    step = run.passes[len(run.passes) // 2]
+    if not step.experts_touched:
+        return {}
+    return {"distinct_experts_per_step": sum(step.experts_touched), "expert_read_mb": step.cost.expert_bytes_read / MB}
 
 
 def _measured_and_modelled(frame: pd.DataFrame, measured: str, modelled: str, title: str) -> alt.LayerChart:

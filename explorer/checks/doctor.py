@@ -98,6 +98,11 @@ def kv_check(trace: Trace) -> Check:
         f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} x {last.cache_len_after} positions x "
         f"{m.bytes_per_element} B"
     )
+    if m.sliding_layers:  # a sliding layer holds at most window - 1 positions
+        formula = (
+            f"2 x {m.kv_heads} KV heads x {m.head_dim} x {m.bytes_per_element} B x the positions each layer holds "
+            f"({m.full_layers} full layers: {last.cache_len_after}; {m.sliding_layers} sliding: at most window - 1)"
+        )
     if wrong:
         p, expected = wrong[0]
         line = f"pass {p.index}: the cache holds {p.kv_cache_bytes:,} B, the formula says {expected:,} B"

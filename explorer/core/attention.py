@@ -85,8 +85,9 @@ class AttentionReplay:
         if not self.replayed:
             self.prefill = current
         else:
+            positions = self.cache.get_seq_length()
             for i in self.layers:
-                self.decode[i].append(current[i][:, 0, :])  # (H, 1, cache_len) -> (H, cache_len)
+                self.decode[i].append(over_every_position(current[i][:, 0, :], positions))  # (H, cache_len)
         self.replayed.append(token_id)
         return token_id
 
@@ -102,6 +103,14 @@ class AttentionReplay:
 
     def free(self) -> None:
         self.cache = None
+
+
+def over_every_position(row: np.ndarray, positions: int) -> np.ndarray:
+    """A decode row over every position so far: a sliding-window layer attends only to its last keys (its cache kept
+    window - 1 of them), so the positions before are zeros, as in its prefill map, where the window's mask puts them."""
+    # row: (H, keys seen) -> (H, positions)
+    missing = positions - row.shape[-1]
+    return np.pad(row, ((0, 0), (missing, 0))) if missing > 0 else row
 
 
 def check_capture(

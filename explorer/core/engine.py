@@ -28,6 +28,7 @@ from explorer.core.request import MAX_NEW_TOKENS_LIMIT as MAX_NEW_TOKENS_LIMIT
 from explorer.core.request import MAX_REPEATS as MAX_REPEATS
 from explorer.core.request import Request, validate
 from explorer.core.roofline import pass_cost
+from explorer.core.routing import recording_routes
 from explorer.core.timing import synchronize, timed
 from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
 
@@ -122,7 +123,9 @@ def token_text(tokenizer: object, token_id: int) -> str:
 
 
 def cache_layer_bytes(cache: object) -> tuple[int, ...]:
-    """Bytes held by the real K and V tensors, layer by layer."""
+    """Bytes of the real K and V tensors, layer by layer. A sliding-window layer's tensors are views of the last
+    window - 1 positions of the tensor its update concatenated: until the next pass, the memory behind them is that
+    whole tensor (after a long prefill, every prompt position; tests/test_architectures_matrix.py shows it)."""
     return tuple(
         layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
         if getattr(layer, "keys", None) is not None
@@ -259,12 +262,19 @@ class LiveRequest:
         cache_len_before = self.cache.get_seq_length()
         ids = torch.tensor(rows, device=self.lm.torch_device)  # (B, T) for prefill, (B, 1) for decode
         start_s = self.clock.now_s()
-        with out_of_memory_as_run_failed(f"pass {len(self.passes)} on {self.lm.torch_device.type}"):
+        with (
+            out_of_memory_as_run_failed(f"pass {len(self.passes)} on {self.lm.torch_device.type}"),
+            recording_routes(self.lm.model) as routes,  # MoE: the experts each router chose, from its own outputs
+        ):
             logits, wall_s = timed(self.lm.torch_device, forward, self.lm.model, ids, self.cache)
         token_ids = [int(t) for t in sample(logits, self.sampling, self.generator)[:, 0].tolist()]
         token_s = self.clock.now_s()
         input_ids, token_id = rows[0], token_ids[0]  # the first sequence is the one a page follows token by token
         layer_bytes = cache_layer_bytes(self.cache)
+        touched = routes.experts_touched
+        cost = pass_cost(
+            self.lm.info, self.device, len(input_ids), cache_len_before, len(rows), touched if touched else None
+        )
         record = PassRecord(
             index=len(self.passes),
             phase=phase,
@@ -276,12 +286,14 @@ class LiveRequest:
             start_s=start_s,
             wall_s=wall_s,
             token_s=token_s,
-            cost=pass_cost(self.lm.info, self.device, len(input_ids), cache_len_before, batch=len(rows)),
+            cost=cost,
             token_id=token_id,
             token_text=token_text(self.lm.tokenizer, token_id),
             top_tokens=top_tokens(logits, self.lm.tokenizer),
             input_token_ids=tuple(input_ids),
             batch_token_ids=tuple(token_ids),
+            experts_touched=touched,
+            experts_chosen=routes.experts_chosen,
         )
         self.passes.append(record)
         return record

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.model_shape import attention_kernel, expert_linear_params, experts_info, layer_windows
 from explorer.core.paths import EMBEDDED, embedded_folder
 from explorer.core.trace import ModelInfo
 
@@ -140,7 +141,47 @@ def check_hub_model_available(name: str) -> None:
         )
 
 
-def _load_error(name: str, exc: Exception) -> BadInput:
+SDPA_REFUSED = "scaled_dot_product_attention"  # in transformers' ValueError for an architecture without SDPA support
+
+
+def from_pretrained_fastest_attention(source: str | Path, dtype: torch.dtype) -> nn.Module:
+    """The model on PyTorch's fused attention (SDPA) where its architecture supports it, else on the eager kernel
+    (Gemma 2 and gpt-oss refuse SDPA in transformers 5). Safetensors only, never remote code. Which one ran is read
+    back from the model (`model_shape.attention_kernel`) into the run's header and JSON."""
+    from transformers import AutoModelForCausalLM
+
+    def load(attention: str) -> nn.Module:
+        return AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, use_safetensors=True, trust_remote_code=False, attn_implementation=attention
+        )
+
+    try:
+        return load("sdpa")
+    except ValueError as exc:
+        if SDPA_REFUSED not in str(exc):
+            raise
+        return load("eager")
+
+
+def saved_architecture(source: str | Path) -> str | None:
+    """The architecture a local save_pretrained folder's config.json names, None for a hub id or an unreadable file."""
+    import json
+
+    config = Path(source) / "config.json"
+    if not isinstance(source, Path) or not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    names = data.get("architectures")
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else data.get("model_type")
+    return name[:80] if isinstance(name, str) else None
+
+
+def _load_error(name: str, exc: Exception, source: str | Path | None = None) -> BadInput:
     """Translate transformers/hub failures into one line that names the model and what to do."""
     text = str(exc)
     kind = type(exc).__name__
@@ -156,6 +197,15 @@ def _load_error(name: str, exc: Exception) -> BadInput:
         )
     if "Unrecognized" in text or "does not recognize" in text or kind == "KeyError":
         return BadInput(f"Model '{name}' is not a supported causal LM architecture (transformers said: {kind}).")
+    architecture = saved_architecture(source) if source is not None else None
+    if architecture is not None and (Path(source) / "config.json").is_file():
+        # A real save_pretrained folder that transformers cannot run: name the architecture, never blame the folder.
+        import transformers
+
+        return BadInput(
+            f"Model '{name}' ({architecture}) could not be run by transformers {transformers.__version__} ({kind}): "
+            "try another dtype or device, or a transformers release that supports this architecture."
+        )
     # Not the library's text: it can quote file contents or paths, and cut at a length it ends mid-sentence.
     return BadInput(
         f"Model '{name}' could not be loaded ({kind}): pass a folder made by save_pretrained (config.json, tokenizer "
@@ -190,7 +240,7 @@ def count_weights(model: nn.Module) -> tuple[int, int, int, int, int, bool]:
 
     matmul_params = sum(
         m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear | Conv1D) and m is not output
-    )
+    ) - expert_linear_params(model)
     lm_head_params = output.weight.numel() if output is not None else 0
     return params, weight_bytes, matmul_params, lm_head_params, inputs.weight.numel(), tied
 
@@ -202,6 +252,12 @@ def describe(model: nn.Module, name: str, display_name: str, device: torch.devic
     params, weight_bytes, matmul_params, lm_head_params, embed_params, tied = count_weights(model)
     dtype = next(model.parameters()).dtype
     max_context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
+    experts = experts_info(model)
+    expert_params_not_used = (
+        0
+        if experts is None
+        else (experts.n_experts - experts.experts_per_token) * (experts.moe_layers * experts.expert_params)
+    )
     return ModelInfo(
         name=name,
         display_name=display_name,
@@ -222,6 +278,10 @@ def describe(model: nn.Module, name: str, display_name: str, device: torch.devic
         tied_embeddings=tied,
         max_context=int(max_context),
         device=device.type,
+        attn_implementation=attention_kernel(model),
+        layer_windows=layer_windows(model),
+        experts=experts,
+        active_params_per_token=params - expert_params_not_used,
     )
 
 
@@ -240,7 +300,7 @@ def load_model(
     name: str = EMBEDDED, device: str = "auto", dtype: str = "float32", on_progress: Progress | None = None
 ) -> LoadedModel:
     """Load a model for instrumented runs. Safetensors only, never remote code."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     started = time.perf_counter()
     name = (name or "").strip() or EMBEDDED
@@ -264,12 +324,10 @@ def load_model(
             f"loading '{name}' onto {torch_device.type} (try bfloat16 or a smaller model)"
         ):
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-            model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False, attn_implementation="sdpa"
-            )
+            model = from_pretrained_fastest_attention(source, torch_dtype)
             model.to(torch_device)
     except (OSError, ValueError, KeyError) as exc:
-        raise _load_error(name, exc) from exc
+        raise _load_error(name, exc, source) from exc
     model.eval()
     info = describe(model, name, display_name, torch_device)
     load_s = time.perf_counter() - started

@@ -52,7 +52,8 @@ def recost(trace: Trace, device: DeviceProfile) -> Trace:
     """The same measurements, divided by other device figures."""
 
     def recosted(p: PassRecord) -> PassRecord:
-        return replace(p, cost=pass_cost(trace.model, device, p.tokens_in, p.cache_len_before))
+        touched = p.experts_touched or None
+        return replace(p, cost=pass_cost(trace.model, device, p.tokens_in, p.cache_len_before, p.batch, touched))
 
     return replace(trace, device=device, repeats=tuple(tuple(recosted(p) for p in passes) for passes in trace.repeats))
 

@@ -15,6 +15,25 @@ READ_BANDWIDTH_COUNTS = "read only"
 
 
 @dataclass(frozen=True)
+class ExpertsInfo:
+    """A mixture-of-experts model's routing, read from its loaded router and expert modules."""
+
+    n_experts: int  # experts per MoE layer
+    experts_per_token: int  # k: the router's top-k
+    moe_layers: int  # layers with a router
+    expert_params: int  # parameters of one expert in one layer
+    expert_bytes: int  # bytes of one expert in one layer
+
+    @property
+    def all_expert_params(self) -> int:
+        return self.n_experts * self.moe_layers * self.expert_params
+
+    @property
+    def all_expert_bytes(self) -> int:
+        return self.n_experts * self.moe_layers * self.expert_bytes
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """What the loaded model is, with the numbers the formulas need."""
 
@@ -37,11 +56,43 @@ class ModelInfo:
     tied_embeddings: bool
     max_context: int
     device: str  # "cpu" | "cuda"
+    # Fields below were added later: traces recorded before them load with these defaults (dense, full attention).
+    attn_implementation: str = ""  # the kernel the timed passes use: "sdpa" or "eager"; "" in older traces
+    layer_windows: tuple[int, ...] = ()  # per layer, the sliding window its cache layer applies (0: full attention),
+    # as the transformers cache object reports it; () in older traces: every layer full
+    experts: ExpertsInfo | None = None  # mixture of experts, read from the loaded router modules; None: dense
+    active_params_per_token: int | None = None  # params a token's forward multiplies by: dense + k experts per MoE
+    # layer (= params for a dense model); None in older traces
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """Every layer's sliding window, 0 for a full-attention layer."""
+        return self.layer_windows or (0,) * self.layers
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(1 for w in self.windows if w)
+
+    @property
+    def full_layers(self) -> int:
+        return self.layers - self.sliding_layers
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes."""
+        """K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes. What a token adds while every
+        layer still grows; past a sliding window only the full layers grow (`kv_bytes_per_token_full_layers`)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_element
+
+    @property
+    def kv_bytes_per_token_full_layers(self) -> int:
+        """What one more position adds once every sliding layer holds its window: the full layers' K and V."""
+        return self.full_layers * self.kv_bytes_per_token_per_layer
+
+    def kv_positions_held(self, layer: int, positions: int) -> int:
+        """Positions a layer's cache keeps after `positions` have gone in: a sliding layer keeps the last window - 1
+        (transformers' DynamicSlidingWindowLayer: the next query brings the window's last position itself)."""
+        window = self.windows[layer]
+        return min(positions, window - 1) if window else positions
 
     @property
     def kv_bytes_per_token_per_layer(self) -> int:

@@ -171,7 +171,32 @@ def check_trace(trace: Trace) -> Trace:
                 raise damaged(f"{TRACE}: repeats.{r}.{i}: must be pass {i}, a {'prefill' if i == 0 else 'decode'}")
     if trace.model.layers < 1 or trace.model.heads < 1:
         raise damaged(f"{TRACE}: model: must have at least one layer and one head")
+    check_layers_and_experts(trace)
     return trace
+
+
+def check_layers_and_experts(trace: Trace) -> None:
+    """Per-layer windows one per layer (or none: an older trace); each pass's experts at most one entry per layer,
+    each a set of distinct expert ids the model has."""
+    m = trace.model
+    if len(m.layer_windows) not in (0, m.layers):
+        raise damaged(f"{TRACE}: model.layer_windows: must hold one window per layer")
+    e = m.experts
+    if e is not None and not (1 <= e.experts_per_token <= e.n_experts and 1 <= e.moe_layers <= m.layers):
+        raise damaged(f"{TRACE}: model.experts: k must be 1 to n_experts, and MoE layers 1 to the layer count")
+    n_experts, moe_layers = (0, 0) if e is None else (e.n_experts, e.moe_layers)
+    for r, passes in enumerate(trace.repeats):
+        for i, p in enumerate(passes):
+            chosen = p.experts_chosen
+            ok = len(p.experts_touched) in (0, moe_layers) and len(chosen) == len(p.experts_touched)
+            ok = ok and all(
+                len(ids) == n == len(set(ids)) and all(x < n_experts for x in ids)
+                for ids, n in zip(chosen, p.experts_touched)
+            )
+            if not ok:
+                raise damaged(
+                    f"{TRACE}: repeats.{r}.{i}: experts must be distinct ids of this model, one set per MoE layer"
+                )
 
 
 def load_npz(raw: bytes) -> dict[str, np.ndarray]:

@@ -83,6 +83,7 @@ def format_trace(trace: Trace) -> str:
     lines = [
         f"model   {m.display_name}: {m.params / 1e6:.1f} M params, {m.layers} layers, {m.heads} heads / {m.kv_heads} "
         f"KV heads x {m.head_dim}, {m.dtype}, weights {human_bytes(m.weight_bytes)}",
+        f"        {model_shape_text(m)}",
         format_device(trace.device),
         f"prompt  {trace.prompt_len} tokens (chat template: {'yes' if trace.chat_template_used else 'no'}); "
         f"warm-up ran: {'yes' if trace.warmup_ran else 'no'}; repeats: {trace.repeat_count} "
@@ -106,7 +107,7 @@ def format_trace(trace: Trace) -> str:
     prefill = trace.prefill
     lines += [
         f"KV cache {human_bytes(trace.final_kv_cache_bytes)} after {trace.passes[-1].cache_len_after} positions "
-        f"({human_bytes(m.kv_bytes_per_token)} per token)",
+        f"({kv_per_token_text(m)})",
         f"prefill  {prefill.cost.bound}-bound (model, intensity {prefill.cost.arithmetic_intensity:.1f} FLOP/B against "
         f"ridge {trace.device.ridge_point_flops_per_byte:.1f}): compute {ms(prefill.cost.t_compute_s)}, weights "
         f"{ms(prefill.cost.t_weight_read_s)}, KV {ms(prefill.cost.t_kv_s)}; measured {ms(prefill.wall_s)}; "
@@ -120,6 +121,42 @@ def format_trace(trace: Trace) -> str:
             f"measured {ms(last.wall_s)} (last pass)"
         )
     return "\n".join(lines)
+
+
+def model_shape_text(m: ModelInfo) -> str:
+    """'attention sdpa; every layer full attention; dense', or the sliding layers and the experts a model has."""
+    kernel = m.attn_implementation or "not recorded"
+    if m.sliding_layers:
+        windows = sorted({w for w in m.windows if w})
+        attention = (
+            f"{m.sliding_layers} sliding-window layers (window {', '.join(map(str, windows))}) and "
+            f"{m.full_layers} full-attention layers"
+        )
+    else:
+        attention = "every layer full attention"
+    if m.experts is None:
+        mix = "dense"
+    else:
+        e = m.experts
+        active = m.active_params_per_token or m.params
+        mix = (
+            f"mixture of experts: {e.moe_layers} MoE layers x {e.n_experts} experts, {e.experts_per_token} per token "
+            f"({active / 1e6:.2f} M of {m.params / 1e6:.2f} M params active per token)"
+        )
+    return f"attention {kernel}; {attention}; {mix}"
+
+
+def kv_per_token_text(m: ModelInfo) -> str:
+    """What one more position adds to the cache, true for sliding layers too (they stop growing at their window)."""
+    if not m.sliding_layers:
+        return f"{human_bytes(m.kv_bytes_per_token)} per token"
+    per_layer = m.kv_bytes_per_token_per_layer
+    capped = sum(max(0, w - 1) for w in m.windows if w) * per_layer
+    return (
+        f"{human_bytes(m.kv_bytes_per_token_full_layers)} per token in the {m.full_layers} full-attention layers; "
+        f"the {m.sliding_layers} sliding layers add {human_bytes(per_layer)} per token each until they hold their "
+        f"window - 1 positions, {human_bytes(capped)} at most together"
+    )
 
 
 def latency_lines(trace: Trace) -> list[str]:

@@ -6,50 +6,86 @@ Plain Python, like nanoGPT's `estimate_mfu`: every count is written out so it ca
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 from explorer.core.trace import DeviceProfile, ModelInfo, PassCost
 
 
 def kv_cache_bytes(model: ModelInfo, cache_len: int, batch: int = 1) -> int:
-    """2 (K and V) x layers x kv_heads x head_dim x tokens x batch x bytes per element."""
-    return model.kv_bytes_per_token * cache_len * batch
+    """2 (K and V) x kv_heads x head_dim x bytes per element x the positions each layer holds x batch: every position
+    in a full-attention layer, at most window - 1 in a sliding one (`ModelInfo.kv_positions_held`)."""
+    held = sum(model.kv_positions_held(layer, cache_len) for layer in range(model.layers))
+    return model.kv_bytes_per_token_per_layer * held * batch
+
+
+def keys_seen(model: ModelInfo, layer: int, tokens_in: int, cache_len_before: int) -> int:
+    """Keys a layer's attention reads in a pass: what its cache held before plus the pass's new positions (a sliding
+    layer's cache hands attention its kept window - 1 positions and the new ones, then trims)."""
+    return model.kv_positions_held(layer, cache_len_before) + tokens_in
+
+
+def attention_keys(model: ModelInfo, tokens_in: int, cache_len_before: int) -> int:
+    """Keys read by every layer together; layers x cache_len_after for a full-attention model."""
+    return sum(keys_seen(model, layer, tokens_in, cache_len_before) for layer in range(model.layers))
+
+
+def expert_params_per_token(model: ModelInfo) -> int:
+    """Expert weights one token multiplies by: k experts in every MoE layer (0 for a dense model)."""
+    e = model.experts
+    return 0 if e is None else e.experts_per_token * e.moe_layers * e.expert_params
 
 
 def pass_flops(model: ModelInfo, tokens_in: int, cache_len_after: int, logits_tokens: int = 1) -> int:
     """FLOPs of one forward pass.
 
-    - matmuls: 2 x (linear-layer params) x tokens; the LM head runs only on the positions whose logits are kept
-      (the last one: inference needs only the next token's distribution);
+    - matmuls: 2 x (linear-layer params, plus the k experts a token is routed to) x tokens; the LM head runs only on
+      the positions whose logits are kept (the last one: inference needs only the next token's distribution);
     - attention: per layer and query head, Q @ K^T and P @ V each cost 2 x head_dim x keys per query; the kernels
-      compute the full (tokens_in x cache_len_after) block, masked entries included, so that is what is counted.
+      compute the full (tokens_in x keys) block, masked entries included, so that is what is counted. The keys are
+      cache_len_after in a full-attention layer, at most window - 1 + tokens_in in a sliding one.
     """
-    matmul = 2 * model.matmul_params * tokens_in + 2 * model.lm_head_params * logits_tokens
-    attention = 2 * 2 * model.layers * model.heads * model.head_dim * tokens_in * cache_len_after
+    matmul = 2 * (model.matmul_params + expert_params_per_token(model)) * tokens_in
+    matmul += 2 * model.lm_head_params * logits_tokens
+    keys = attention_keys(model, tokens_in, cache_len_after - tokens_in)
+    attention = 2 * 2 * model.heads * model.head_dim * tokens_in * keys
     return matmul + attention
 
 
-def weight_bytes_read(model: ModelInfo, tokens_in: int) -> int:
-    """Every weight is read once per pass; an untied input-embedding table is only gathered row by row."""
+def expert_bytes_read(model: ModelInfo, experts_touched: Sequence[int] | None) -> int:
+    """Bytes of the experts a pass reads: the distinct experts its routers chose, per MoE layer. Without the router's
+    record (a projection, no run behind it) every expert is counted: the upper bound."""
+    e = model.experts
+    if e is None:
+        return 0
+    if experts_touched is None:
+        return e.all_expert_bytes
+    return sum(experts_touched) * e.expert_bytes
+
+
+def weight_bytes_read(model: ModelInfo, tokens_in: int, experts_touched: Sequence[int] | None = None) -> int:
+    """Every weight is read once per pass, but an MoE layer reads only the experts its router chose, and an untied
+    input-embedding table is only gathered row by row."""
+    read = model.weight_bytes
+    if model.experts is not None:
+        read += expert_bytes_read(model, experts_touched) - model.experts.all_expert_bytes
     if model.tied_embeddings:
-        return model.weight_bytes
+        return read
     table_bytes = model.input_embedding_params * model.bytes_per_element
-    return model.weight_bytes - table_bytes + tokens_in * model.hidden_size * model.bytes_per_element
+    return read - table_bytes + tokens_in * model.hidden_size * model.bytes_per_element
 
 
 def kv_traffic_bytes(model: ModelInfo, tokens_in: int, cache_len_before: int, batch: int = 1) -> tuple[int, int]:
     """(bytes read, bytes written) of the KV cache by one pass, as transformers' DynamicCache really moves them.
 
     DynamicCache appends by concatenation (`torch.cat([old, new])`), so every pass re-writes each layer's whole cache:
-    - the update reads the old cache and the new K/V (cache_len_before + tokens_in positions) and writes the grown
-      cache (cache_len_after positions);
-    - attention then reads every cached position (cache_len_after).
+    - the update reads the old cache and the new K/V and writes the grown cache (the keys seen: cache_len_after
+      positions in a full layer; a sliding layer concatenates its kept window - 1 and the new ones, then keeps a view
+      of the last window - 1);
+    - attention then reads the same positions.
     A pre-allocated ("static") cache would write only the new positions: the cost of growing by copy is visible here.
     """
-    cache_len_after = cache_len_before + tokens_in
-    update_read = kv_cache_bytes(model, cache_len_before + tokens_in, batch)
-    attention_read = kv_cache_bytes(model, cache_len_after, batch)
-    written = kv_cache_bytes(model, cache_len_after, batch)
-    return update_read + attention_read, written
+    seen = attention_keys(model, tokens_in, cache_len_before) * model.kv_bytes_per_token_per_layer * batch
+    return 2 * seen, seen
 
 
 def memory_time_s(bytes_read: float, bytes_written: float, device: DeviceProfile) -> float:
@@ -58,13 +94,29 @@ def memory_time_s(bytes_read: float, bytes_written: float, device: DeviceProfile
     return bytes_read / device.effective_read_bandwidth_bytes_per_s + bytes_written / device.bandwidth_bytes_per_s
 
 
+def active_params(model: ModelInfo, experts_touched: Sequence[int] | None) -> int:
+    """Parameters whose weights a pass reads: the dense part plus the distinct experts its routers chose."""
+    e = model.experts
+    if e is None:
+        return model.params
+    touched = e.n_experts * e.moe_layers if experts_touched is None else sum(experts_touched)
+    return model.params - e.all_expert_params + touched * e.expert_params
+
+
 def pass_cost(
-    model: ModelInfo, device: DeviceProfile, tokens_in: int, cache_len_before: int, batch: int = 1
+    model: ModelInfo,
+    device: DeviceProfile,
+    tokens_in: int,
+    cache_len_before: int,
+    batch: int = 1,
+    experts_touched: Sequence[int] | None = None,
 ) -> PassCost:
-    """The modelled cost of a pass computing `tokens_in` new positions for each of `batch` sequences."""
+    """The modelled cost of a pass computing `tokens_in` new positions for each of `batch` sequences.
+    `experts_touched`: the distinct experts each MoE layer's router chose in this pass (recorded by the engine);
+    None counts every expert."""
     cache_len_after = cache_len_before + tokens_in
     flops = batch * pass_flops(model, tokens_in, cache_len_after)
-    weights = weight_bytes_read(model, tokens_in * batch)  # read once per pass, whatever the batch
+    weights = weight_bytes_read(model, tokens_in * batch, experts_touched)  # read once per pass, whatever the batch
     kv_read, kv_written = kv_traffic_bytes(model, tokens_in, cache_len_before, batch)
     return PassCost(
         flops=flops,
@@ -74,6 +126,8 @@ def pass_cost(
         t_weight_read_s=memory_time_s(weights, 0, device),
         t_kv_s=memory_time_s(kv_read, kv_written, device),
         t_compute_s=flops / device.peak_flops,
+        expert_bytes_read=expert_bytes_read(model, experts_touched),
+        active_params=active_params(model, experts_touched),
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from explorer.core.profiles import DeviceProfile, ModelInfo
+from explorer.core.profiles import DeviceProfile, ExpertsInfo, ModelInfo
 from explorer.core.stats import ItlPercentiles, Spread, percentile
 
 SCHEMA_VERSION = 2  # 2: repeats, token times on passes, the modelled cost nested
@@ -42,6 +42,8 @@ class PassCost:
     t_weight_read_s: float  # weight_bytes_read / read bandwidth
     t_kv_s: float  # kv_bytes_read / read bandwidth + kv_bytes_written / copy bandwidth
     t_compute_s: float  # flops / peak FLOP/s
+    expert_bytes_read: int = 0  # the part of weight_bytes_read that is MoE experts: the distinct ones routed to
+    active_params: int = 0  # params whose weights the pass reads (dense part + experts routed to); 0 in older traces
 
     @property
     def kv_bytes_moved(self) -> int:
@@ -93,6 +95,10 @@ class PassRecord:
     top_tokens: tuple[TopToken, ...]
     input_token_ids: tuple[int, ...]  # the tokens this pass computed (all prompt tokens, or the one new token)
     batch_token_ids: tuple[int, ...] = ()  # the token each sequence of the batch sampled; (token_id,) at batch 1
+    # measured from the routers' own outputs, per MoE layer in order: the distinct experts chosen for the pass's
+    # tokens (every sequence of the batch), and their ids; () for a dense model
+    experts_touched: tuple[int, ...] = ()
+    experts_chosen: tuple[tuple[int, ...], ...] = ()
 
     @property
     def batch(self) -> int:
@@ -317,7 +323,7 @@ class Trace(ItlPercentiles, JsonRecord):
         return cls(
             **{
                 **rest,
-                "model": ModelInfo(**data["model"]),
+                "model": model_from_dict(data["model"]),
                 "device": DeviceProfile(**_tuples(data["device"], *DEVICE_SAMPLES)),
                 "sampling": Sampling(**data["sampling"]),
                 "prompt_token_ids": tuple(data["prompt_token_ids"]),
@@ -341,6 +347,17 @@ def _tuples(data: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: tuple(v) if k in keys and v is not None else v for k, v in data.items()}
 
 
+def model_from_dict(m: dict[str, Any]) -> ModelInfo:
+    experts = m.get("experts")
+    return ModelInfo(
+        **{
+            **m,
+            "layer_windows": tuple(m.get("layer_windows", ())),
+            "experts": ExpertsInfo(**experts) if experts is not None else None,
+        }
+    )
+
+
 def pass_from_dict(p: dict[str, Any]) -> PassRecord:
     return PassRecord(
         **{
@@ -350,6 +367,8 @@ def pass_from_dict(p: dict[str, Any]) -> PassRecord:
             "input_token_ids": tuple(p["input_token_ids"]),
             "kv_layer_bytes": tuple(p["kv_layer_bytes"]),
             "batch_token_ids": tuple(p.get("batch_token_ids", ())),
+            "experts_touched": tuple(p.get("experts_touched", ())),
+            "experts_chosen": tuple(tuple(ids) for ids in p.get("experts_chosen", ())),
         }
     )
 
@@ -371,8 +390,10 @@ def passes_to_csv(passes: tuple[PassRecord, ...]) -> str:
             value = getattr(p, name)
             if name == "top_tokens":
                 value = json.dumps([asdict(t) for t in value], ensure_ascii=False)
-            elif name in ("input_token_ids", "kv_layer_bytes", "batch_token_ids"):
+            elif name in ("input_token_ids", "kv_layer_bytes", "batch_token_ids", "experts_touched"):
                 value = " ".join(map(str, value))
+            elif name == "experts_chosen":
+                value = json.dumps(value)
             row.append(value)
         row += [getattr(p.cost, name) for name in cost_columns]
         writer.writerow(row)

@@ -203,7 +203,12 @@ def step_kv_cache(trace: Trace) -> None:
         kv_charts.growth_chart(growth),
         growth,
         "step-kv",
-        f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers.",
+        f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers"
+        + (
+            f" until the sliding layers hold their window, then {trace.model.kv_bytes_per_token_full_layers:,} B."
+            if trace.model.sliding_layers
+            else "."
+        ),
         "measured: bytes of the real cache tensors",
     )
     last = trace.passes[-1]

@@ -45,7 +45,8 @@ def test_every_shipped_config_renders_offline(page: AppTest, key: str) -> None:
     assert_drawn(at)
     assert "No run on this machine yet" in page_text(at)
     assert [m.label for m in at.metric][:2] == ["Parameters", "Weights"]
-    assert f"{shipped()[key].published_params:,}" in " ".join(m.help or "" for m in at.metric)
+    row, helps = shipped()[key], " ".join(m.help or "" for m in at.metric)
+    assert (row.published_as if row.published_rel_tol else f"{row.published_params:,}") in helps
 
 
 def test_the_must_show_scenario_reads_seed_4s_figure(page: AppTest) -> None:

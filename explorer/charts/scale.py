@@ -9,6 +9,7 @@ import pandas as pd
 
 from explorer.charts.common import MODELLED
 from explorer.core.units import GB, to_ms
+from explorer.scale.params import expected_experts_read
 from explorer.scale.whatif import WhatIf, decode_step
 
 PART_DOMAIN = ["weights", "KV cache"]
@@ -116,7 +117,7 @@ def decode_context_chart(frame: pd.DataFrame, result: WhatIf, factor: float | No
     )
     layers = [parts, _floor_lines(frame, "context", "floor_ms", "scaled_floor_ms", factor)]
     crossover = result.kv_crossover_context
-    if crossover <= result.scenario.arch.max_context:
+    if crossover is not None and crossover <= result.scenario.arch.max_context:
         right_half = crossover**2 > result.scenario.arch.max_context  # past the middle of the log axis
         label = f"KV overtakes weights: T = {crossover:,}"
         layers.append(_rule("context", crossover, label, "#1b9e77", "right" if right_half else "left"))
@@ -142,8 +143,25 @@ def batch_frame(result: WhatIf, factor: float | None = None) -> pd.DataFrame:
                 "scaled_tokens_per_s": batch / step.floor_s / factor if factor else None,
                 "source": MODELLED if not factor else f"{MODELLED}; scaled_tokens_per_s: {ASSUMPTION_WORD}",
             }
+            | moe_columns(result, batch)
         )
     return pd.DataFrame(rows)
+
+
+EVERY_EXPERT = "if every expert were read (a dense model of the same size)"
+
+
+def moe_columns(result: WhatIf, batch: int) -> dict[str, float]:
+    """A mixture of experts' extra columns: the experts a layer is expected to read at this batch, and the tokens/s
+    the same step would give if every expert were read, as a dense model of the same total size must."""
+    s = result.scenario
+    if not s.arch.is_moe:
+        return {}
+    dense = decode_step(s, batch, s.context, every_expert=True)
+    return {
+        "experts_read_per_layer": expected_experts_read(s.arch, batch),
+        "tokens_per_s_every_expert": batch / dense.floor_s,
+    }
 
 
 def batch_chart(frame: pd.DataFrame, result: WhatIf, factor: float | None = None) -> alt.LayerChart:
@@ -152,6 +170,17 @@ def batch_chart(frame: pd.DataFrame, result: WhatIf, factor: float | None = None
         y=alt.Y("value:Q", scale=alt.Scale(type="log"), title="decode tokens/s, all streams (modelled ceiling)"),
     )
     layers = [lines]
+    if "tokens_per_s_every_expert" in frame:  # the dense curve an MoE bends away from as B touches more experts
+        every = frame.assign(series=EVERY_EXPERT)
+        layers.append(
+            alt.Chart(every)
+            .mark_line(color="#999999", strokeDash=[2, 2])
+            .encode(
+                x="batch:Q",
+                y="tokens_per_s_every_expert:Q",
+                tooltip=["batch:Q", "series:N", alt.Tooltip("tokens_per_s_every_expert:Q", format=".4~g")],
+            )
+        )
     if result.ridge_batch is not None and result.ridge_batch <= frame["batch"].max():
         layers.append(
             _rule("batch", result.ridge_batch, f"ridge: compute-bound from B = {result.ridge_batch:,}", "#d95f02")
@@ -175,7 +204,7 @@ def memory_frame(result: WhatIf) -> pd.DataFrame:
         {
             "batch": b,
             "weights_gb": part.weight_bytes / GB,
-            "kv_gb": b * s.context * part.kv_bytes_per_token / GB,
+            "kv_gb": b * part.kv_bytes_at(s, s.context) / GB,
             "gpu_memory_gb": s.memory_bytes / GB,
             "fits": b <= result.max_batch,
             "source": f"{MODELLED}; gpu_memory_gb: spec",

@@ -19,7 +19,7 @@ HELP = "what-if roofline of a model on a GPU: floors, ceilings, batch and memory
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the `whatif` subcommand."""
     from explorer.scale.config import DEFAULT_MODEL, shipped
-    from explorer.scale.params import DTYPE_BYTES
+    from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
 
     parser = commands.add_parser("whatif", help=HELP, description=HELP)
     parser.add_argument(
@@ -31,6 +31,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--gpu", default="H100 SXM", help="a row of the spec table, e.g. 'H100 SXM', 'A100 80GB SXM'")
     parser.add_argument("--gpus", type=int, default=1, help="tensor-parallel GPUs (default 1)")
     parser.add_argument("--dtype", default="bfloat16", help=f"{' | '.join(DTYPE_BYTES)} (default bfloat16)")
+    parser.add_argument(
+        "--weights-dtype",
+        default=None,
+        help=f"how the weights are stored: {' | '.join(STORAGE_BITS)} (default: --dtype); compute stays in --dtype",
+    )
+    parser.add_argument(
+        "--kv-dtype", default=None, help=f"how the KV cache is stored: {' | '.join(STORAGE_BITS)} (default: --dtype)"
+    )
     parser.add_argument("--batch", type=int, default=1, help="requests decoded together (default 1)")
     parser.add_argument("--context", type=int, default=1024, help="tokens each request holds at the decode step")
     parser.add_argument("--prompt-tokens", type=int, default=512, help="one prompt's length, for the prefill floor")
@@ -41,11 +49,14 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def precheck_whatif(args: argparse.Namespace) -> None:
     """What needs neither a config nor the network: the GPU, the dtype, the numbers, the output folder."""
-    from explorer.scale.params import bytes_per_element
+    from explorer.scale.params import bytes_per_element, storage_bits
     from explorer.scale.whatif import find_gpu
 
     find_gpu(args.gpu)
     bytes_per_element(args.dtype)
+    for stored in (args.weights_dtype, args.kv_dtype):
+        if stored is not None:
+            storage_bits(stored)
     for flag, value in (("--gpus", args.gpus), ("--batch", args.batch), ("--context", args.context)):
         if value < 1:
             raise BadInput(f"{flag} must be at least 1, not {value}.")
@@ -68,6 +79,8 @@ def cmd_whatif(args: argparse.Namespace) -> None:
         batch=args.batch,
         context=args.context,
         prompt_tokens=args.prompt_tokens,
+        weights_dtype=args.weights_dtype,
+        kv_dtype=args.kv_dtype,
     )
     result = what_if(scenario)
     print(format_whatif(result))
@@ -92,14 +105,33 @@ def format_whatif(result: WhatIf) -> str:
     link = s.link
     ridge = f"{result.ridge_batch:,}" if result.ridge_batch is not None else "none (memory-bound at any batch)"
     fit = "" if result.fits else f" (batch {s.batch} does NOT fit)"
+    crossover = (
+        f"{result.kv_crossover_context:,} (KV reads overtake the weights)"
+        if result.kv_crossover_context is not None
+        else "never (every layer slides: the cache stops growing)"
+    )
     lines = [
         f"what-if: {s.arch.display_name} on {s.gpus} x {s.gpu.name}, {s.dtype}, batch {s.batch}, context "
         f"{s.context:,}, prompt {s.prompt_tokens:,} tokens (config: {s.arch.source})",
         _row("figure", "value", "source"),
         _row("params", f"{result.params:,}", "modelled (exact, config.json)"),
         _row("  by part", parts, "modelled"),
-        _row("weight_bytes", f"{result.weight_bytes:,} ({human_bytes(result.weight_bytes)})", "modelled"),
-        _row("kv_bytes_per_token", f"{result.kv_bytes_per_token:,}", "modelled"),
+        *moe_rows(result),
+        _row(
+            "weight_bytes",
+            f"{result.weight_bytes:,} ({human_bytes(result.weight_bytes)}, stored as {s.weights_storage})",
+            "modelled",
+        ),
+        _row(
+            "kv_bytes_per_token",
+            f"{result.kv_bytes_per_token:,} at context {s.context:,} (stored as {s.kv_storage})",
+            "modelled"
+            + (
+                f"; {s.arch.sliding_layers} of {s.arch.layers} layers keep only their window"
+                if s.arch.sliding_layers
+                else ""
+            ),
+        ),
         _row("prefill_s_floor", f"{ms(p.floor_s)} ({p.bound}-bound)", "modelled"),
         _row(
             "decode_step_s_floor",
@@ -114,7 +146,7 @@ def format_whatif(result: WhatIf) -> str:
         ),
         _row("ridge_batch", ridge, "modelled"),
         _row("max_batch", f"{result.max_batch:,} at context {s.context:,}{fit}", "modelled"),
-        _row("kv_crossover_context", f"{result.kv_crossover_context:,} (KV reads overtake the weights)", "modelled"),
+        _row("kv_crossover_context", crossover, "modelled"),
         _row(
             "GPU (each)",
             f"{human_flops_per_s(s.peak_flops)} {s.dtype}, {human_bandwidth(s.gpu.bandwidth_bytes_per_s)}, "
@@ -131,3 +163,19 @@ def format_whatif(result: WhatIf) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def moe_rows(result: WhatIf) -> list[str]:
+    """A mixture of experts' rows: what one token uses, and what a step at this batch is expected to read."""
+    experts = result.experts_dict()
+    if experts is None:
+        return []
+    return [
+        _row("active_params", f"{result.active_params:,} per token", "modelled (exact, config.json)"),
+        _row(
+            "  experts",
+            f"{experts['experts_per_token']} of {experts['n_experts']} per token in {experts['moe_layers']} layers; "
+            f"{experts['expected_experts_read_per_layer']:.1f} per layer read at batch {result.scenario.batch}",
+            "modelled; routing ASSUMED uniform",
+        ),
+    ]

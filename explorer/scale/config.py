@@ -19,15 +19,36 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 INDEX_FILE = CONFIG_DIR / "index.json"
 DEFAULT_MODEL = "llama-3.1-8b"
 ALIASES = {"embedded": "smollm2-135m"}  # the explorer's own model, by the name the sidebar uses
-# Dense decoders with a gated (SwiGLU) MLP and RMSNorm: what `params.count_params` counts exactly.
-SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# Decoders with a gated (SwiGLU/GeGLU) MLP or mixture of experts and RMSNorm: what `params.count_params` counts
+# exactly (tests check each against transformers' own meta-device build).
+DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+MOE_TYPES = ("mixtral", "qwen3_moe", "gpt_oss")  # every (sparse) layer routes each token to k of n experts
+SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
 QKV_BIAS_TYPES = ("qwen2",)  # Qwen2 always puts a bias on q, k and v (not on o); config.json does not say so
-QK_NORM_TYPES = ("qwen3",)  # Qwen3 normalises q and k per head: an RMSNorm of head_dim in every layer
+QK_NORM_TYPES = ("qwen3", "qwen3_moe", "gemma3_text")  # q and k normalised per head: an RMSNorm of head_dim per layer
+SINK_TYPES = ("gpt_oss",)  # one learned attention-sink logit per query head and layer
+EXPERT_BIAS_TYPES = ("gpt_oss",)  # biases on the router and on every expert's projections
+FOUR_NORM_TYPES = ("gemma3_text",)  # norms before and after both attention and the MLP: 4 per layer, not 2
+SLIDING_WHEN_SET = ("mistral", "mixtral")  # `sliding_window` alone makes every layer sliding (Qwen: use_sliding_window)
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 # What transformers (5.23) builds when config.json leaves a key out; it differs by model type (tests check each).
-KV_HEADS_DEFAULT = {"mistral": 8, "qwen2": 32, "qwen3": 32}  # llama: as many as the query heads
-HEAD_DIM_DEFAULT = {"qwen3": 128}  # the others: hidden / heads
-MAX_CONTEXT_DEFAULT = {"llama": 2048, "mistral": 131_072, "qwen2": 32_768, "qwen3": 32_768}
+KV_HEADS_DEFAULT = {"mistral": 8, "qwen2": 32, "qwen3": 32, "gemma3_text": 4, "mixtral": 8, "qwen3_moe": 4}
+HEADS_DEFAULT = {"gemma3_text": 8}
+HEAD_DIM_DEFAULT = {"qwen3": 128, "gemma3_text": 256, "qwen3_moe": 128, "gpt_oss": 64}  # the others: hidden / heads
+VOCAB_DEFAULT = {"gemma3_text": 262_208}
+MAX_CONTEXT_DEFAULT = {
+    "llama": 2048,
+    "mistral": 131_072,
+    "qwen2": 32_768,
+    "qwen3": 32_768,
+    "gemma3_text": 131_072,
+    "mixtral": 131_072,
+    "qwen3_moe": 32_768,
+    "gpt_oss": 131_072,
+}
+TIED_DEFAULT = {"gemma3_text": True}  # the others untied unless config.json says so
+WINDOW_DEFAULT = {"gemma3_text": 4096, "gpt_oss": 128}
+GEMMA3_PATTERN_DEFAULT = 6  # Gemma 3: five sliding layers, then one full, when config.json gives no layer_types
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -53,6 +74,30 @@ class Architecture:
     mlp_bias: bool
     qk_norm: bool  # a per-head RMSNorm on q and k
     source: str  # where the config came from: its public URL, a folder, or a hub id
+    norms_per_layer: int = 2  # RMSNorms of hidden size in each layer
+    attention_sinks: bool = False  # one learned sink logit per query head (gpt-oss)
+    # Per layer: 0 for full attention, else the sliding window (in positions) that layer attends over.
+    layer_windows: tuple[int, ...] = ()
+    # Mixture of experts (0 experts: dense). A sparse layer's MLP is `n_experts` gated MLPs of width
+    # `expert_intermediate_size`, of which the router picks `experts_per_token` for each token.
+    n_experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate_size: int = 0
+    moe_layers: int = 0  # layers with experts; the others keep the dense MLP of `intermediate_size`
+    expert_biases: bool = False  # biases on the router and on every expert's projections (gpt-oss)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """Every layer's window, 0 for full attention."""
+        return self.layer_windows or (0,) * self.layers
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(1 for w in self.windows if w)
 
 
 @dataclass(frozen=True)
@@ -65,6 +110,10 @@ class ShippedConfig:
     hub_id: str
     source: str  # the public URL of the config.json
     published_params: int  # the total the hub shows for the weights; the tests check the count against it
+    published_active_params: int | None = None  # a mixture of experts: the parameters one token uses, as published
+    published_rel_tol: float = 0.0  # 0: the exact total; else how rounded the publisher's own figure is
+    published_as: str = ""  # the publisher's words, where the figure is rounded
+    published_source: str = ""  # where they said it
 
 
 @cache
@@ -155,8 +204,63 @@ def _whole(data: dict[str, Any], key: str, name: str, default: int | None = None
     return value
 
 
+def layer_windows(data: dict[str, Any], model_type: str, layers: int, name: str) -> tuple[int, ...]:
+    """Each layer's sliding window (0: full attention), from `layer_types` where config.json lists them, else by the
+    model type's own rule (Gemma 3: every sixth layer full; Mistral: every layer sliding when a window is set)."""
+    window = data.get("sliding_window")
+    window = WINDOW_DEFAULT.get(model_type) if window is None else window
+    types = data.get("layer_types")
+    if isinstance(types, list):
+        if len(types) != layers or any(t not in ("full_attention", "sliding_attention") for t in types):
+            raise BadInput(
+                f"The config.json of '{name}' has layer_types the what-if cannot read: {layers} layers of "
+                "'full_attention' or 'sliding_attention' expected."
+            )
+        sliding = [t == "sliding_attention" for t in types]
+    elif model_type == "gemma3_text":
+        pattern = _whole(data, "sliding_window_pattern", name, GEMMA3_PATTERN_DEFAULT)
+        sliding = [(i + 1) % pattern != 0 for i in range(layers)]
+    elif model_type in SLIDING_WHEN_SET or data.get("use_sliding_window"):
+        sliding = [window is not None] * layers
+    else:
+        return ()
+    if not any(sliding):
+        return ()
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise BadInput(f"The config.json of '{name}' has sliding layers but no positive whole 'sliding_window'.")
+    return tuple(window if s else 0 for s in sliding)
+
+
+def moe_fields(data: dict[str, Any], model_type: str, layers: int, name: str) -> dict[str, Any]:
+    """The mixture-of-experts fields of `Architecture` (empty for a dense model type)."""
+    if model_type not in MOE_TYPES:
+        if any(data.get(key) for key in MOE_KEYS):
+            raise BadInput(
+                f"'{name}' is a '{model_type}' model with a mixture of experts: the what-if counts those of the types "
+                f"{', '.join(MOE_TYPES)} only."
+            )
+        return {}
+    experts_key = "num_experts" if model_type == "qwen3_moe" else "num_local_experts"
+    width_key = "moe_intermediate_size" if model_type == "qwen3_moe" else "intermediate_size"
+    dense_only = data.get("mlp_only_layers") or []
+    step = _whole(data, "decoder_sparse_step", name, 1) if model_type == "qwen3_moe" else 1
+    if not isinstance(dense_only, list):
+        raise BadInput(f"The config.json of '{name}' has an 'mlp_only_layers' that is not a list.")
+    n_experts = _whole(data, experts_key, name)
+    k = _whole(data, "num_experts_per_tok", name)
+    if k > n_experts:
+        raise BadInput(f"'{name}' routes each token to {k} of {n_experts} experts: more than there are.")
+    return {
+        "n_experts": n_experts,
+        "experts_per_token": k,
+        "expert_intermediate_size": _whole(data, width_key, name),
+        "moe_layers": sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0),
+        "expert_biases": model_type in EXPERT_BIAS_TYPES,
+    }
+
+
 def parse_config(data: dict[str, Any], name: str, display_name: str, source: str) -> Architecture:
-    """The architecture of a dense decoder config; anything the counts would get wrong is refused in one line."""
+    """The architecture of a decoder config; anything the counts would get wrong is refused in one line."""
     if data.get("model_type") not in SUPPORTED_TYPES and isinstance(data.get("text_config"), dict):
         data = data["text_config"]  # a multimodal wrapper: its language model is what decodes
     model_type = str(data.get("model_type", ""))
@@ -165,27 +269,27 @@ def parse_config(data: dict[str, Any], name: str, display_name: str, source: str
             f"'{name}' is a '{model_type or 'unknown'}' model: the what-if counts {', '.join(SUPPORTED_TYPES)} "
             "decoders exactly, and no others."
         )
-    if any(data.get(key) for key in MOE_KEYS):
-        raise BadInput(f"'{name}' is a mixture of experts: the what-if models dense decoders only.")
     hidden = _whole(data, "hidden_size", name)
-    heads = _whole(data, "num_attention_heads", name)
+    heads = _whole(data, "num_attention_heads", name, HEADS_DEFAULT.get(model_type))
     kv_heads = _whole(data, "num_key_value_heads", name, KV_HEADS_DEFAULT.get(model_type, heads))
     if heads % kv_heads:
         raise BadInput(f"'{name}': {heads} query heads cannot share {kv_heads} KV heads evenly.")
     head_dim = _whole(data, "head_dim", name, HEAD_DIM_DEFAULT.get(model_type, hidden // heads))
     attention_bias = bool(data.get("attention_bias", False))
+    layers = _whole(data, "num_hidden_layers", name)
+    tied = data.get("tie_word_embeddings")
     return Architecture(
         name=name,
         display_name=display_name,
         model_type=model_type,
         hidden_size=hidden,
         intermediate_size=_whole(data, "intermediate_size", name),
-        layers=_whole(data, "num_hidden_layers", name),
+        layers=layers,
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        vocab_size=_whole(data, "vocab_size", name),
-        tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+        vocab_size=_whole(data, "vocab_size", name, VOCAB_DEFAULT.get(model_type)),
+        tied_embeddings=TIED_DEFAULT.get(model_type, False) if tied is None else bool(tied),
         max_context=_whole(data, "max_position_embeddings", name, MAX_CONTEXT_DEFAULT[model_type]),
         stored_dtype=str(data.get("torch_dtype") or data.get("dtype") or "float32"),
         qkv_bias=attention_bias or model_type in QKV_BIAS_TYPES,
@@ -193,4 +297,8 @@ def parse_config(data: dict[str, Any], name: str, display_name: str, source: str
         mlp_bias=bool(data.get("mlp_bias", False)),
         qk_norm=model_type in QK_NORM_TYPES,
         source=source,
+        norms_per_layer=4 if model_type in FOUR_NORM_TYPES else 2,
+        attention_sinks=model_type in SINK_TYPES,
+        layer_windows=layer_windows(data, model_type, layers, name),
+        **moe_fields(data, model_type, layers, name),
     )

@@ -3,7 +3,7 @@ can be checked by hand from config.json and the spec sheets."""
 
 from __future__ import annotations
 
-from explorer.scale.params import attention_biases_per_layer
+from explorer.scale.params import attention_biases_per_layer, storage_bits
 from explorer.scale.whatif import ALL_REDUCES_PER_LAYER, WhatIf
 
 
@@ -26,14 +26,47 @@ def param_lines(result: WhatIf) -> list[str]:
         f"  attention = layers x (2 x hidden x heads x head_dim + 2 x hidden x kv_heads x head_dim"
         f"{' + biases' if bias else ''}) = {a.layers} x (2 x {a.hidden_size} x {a.heads} x {a.head_dim} + 2 x "
         f"{a.hidden_size} x {a.kv_heads} x {a.head_dim}{f' + {bias:,}' if bias else ''}) = {_n(c.attention)}",
-        f"  mlp = layers x 3 x hidden x intermediate = {a.layers} x 3 x {a.hidden_size} x {a.intermediate_size} = "
+        f"  mlp = dense layers x 3 x hidden x intermediate = {a.layers - a.moe_layers} x 3 x {a.hidden_size} x "
+        f"{a.intermediate_size} = "
         f"{_n(c.mlp)}" + (" (+ biases)" if a.mlp_bias else ""),
-        f"  norms = layers x 2 x hidden{' (+ q/k norms)' if a.qk_norm else ''} + hidden = {_n(c.norms)}",
+        *expert_lines(result),
+        f"  norms = layers x {a.norms_per_layer} x hidden{' (+ q/k norms)' if a.qk_norm else ''} + hidden = "
+        f"{_n(c.norms)}",
         f"  lm_head = {head}",
         f"  params = {_n(c.total)}",
-        f"weight_bytes = params x {s.bytes_per_element} bytes ({s.dtype}) = {_n(result.weight_bytes)}",
-        f"kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x bytes = 2 x {a.layers} x {a.kv_heads} x "
-        f"{a.head_dim} x {s.bytes_per_element} = {_n(result.kv_bytes_per_token)}",
+        f"weight_bytes = params x {storage_bits(s.weights_storage) / 8:g} bytes ({s.weights_storage}) = "
+        f"{_n(result.weight_bytes)}",
+        f"kv per new token = 2 (K and V) x layers x kv_heads x head_dim x bytes = 2 x {a.layers} x {a.kv_heads} x "
+        f"{a.head_dim} x {storage_bits(s.kv_storage) / 8:g} ({s.kv_storage}) = {_n(result.kv_bytes_per_new_token)}",
+        *window_lines(result),
+    ]
+
+
+def expert_lines(result: WhatIf) -> list[str]:
+    a, c = result.scenario.arch, result.counts
+    if not a.is_moe:
+        return []
+    return [
+        f"  experts = moe_layers x n_experts x (3 x hidden x expert_width{' + biases' if a.expert_biases else ''}) = "
+        f"{a.moe_layers} x {a.n_experts} x {_n(c.expert_each)} = {_n(c.experts)}; routers = {_n(c.router)}",
+        f"  active per token = params - experts + moe_layers x k x one expert = {_n(c.total)} - {_n(c.experts)} + "
+        f"{a.moe_layers} x {a.experts_per_token} x {_n(c.expert_each)} = {_n(c.active)}",
+        f"  a step of B tokens reads, per sparse layer, n (1 - (1 - k/n)^B) = "
+        f"{result.experts_read_per_layer:.2f} distinct experts (routing ASSUMED uniform and independent)",
+    ]
+
+
+def window_lines(result: WhatIf) -> list[str]:
+    a, s = result.scenario.arch, result.scenario
+    if not a.sliding_layers:
+        return [
+            f"kv_bytes_per_token = kv per new token = {_n(result.kv_bytes_per_token)} (every layer keeps every "
+            "position)"
+        ]
+    return [
+        f"  {a.sliding_layers} of {a.layers} layers slide: each keeps at most its window of positions; one request's "
+        f"cache at T = {s.context:,} holds sum over layers of min(T, window) positions",
+        f"kv_bytes_per_token = that cache / T = {_n(result.kv_bytes_per_token)}",
     ]
 
 
@@ -60,9 +93,10 @@ def decode_lines(result: WhatIf) -> list[str]:
     a = s.arch
     return [
         f"decode step, batch B = {s.batch}, context T = {s.context:,}, per GPU [modelled, spec peak and bandwidth]",
-        f"  weights read = every weight once per step, whatever B = {_n(d.weight_bytes)} bytes -> "
+        f"  weights read = {read_rule(result)} = {_n(d.weight_bytes)} bytes -> "
         f"{_ms(d.t_weight_s)} at {s.gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
-        f"  KV moved = B x (T read + 1 written) x {_n(part.kv_bytes_per_token)} = {_n(d.kv_bytes)} bytes -> "
+        f"  KV moved = B x (the cache at T read + 1 position written: {_n(part.kv_bytes_per_token)}) = "
+        f"{_n(d.kv_bytes)} bytes -> "
         f"{_ms(d.t_kv_s)}",
         f"  FLOPs = B x (2 x {_n(result.counts.linear)} matmul weights + 4 x layers x heads x head_dim x T) / N = "
         f"{s.batch} x (2 x {_n(result.counts.linear)} + 4 x {a.layers} x {a.heads} x {a.head_dim} x {s.context}) / "
@@ -72,6 +106,15 @@ def decode_lines(result: WhatIf) -> list[str]:
         f"  decode_tokens_per_s_ceiling = B / floor = {result.decode_tokens_per_s_ceiling:,.1f} tokens/s in all, "
         f"{result.decode_tokens_per_s_ceiling_per_stream:,.1f} per stream",
     ]
+
+
+def read_rule(result: WhatIf) -> str:
+    if not result.scenario.arch.is_moe:
+        return "every weight once per step, whatever B"
+    return (
+        "every weight outside the experts once, and per sparse layer the distinct experts B tokens pick, "
+        f"{result.experts_read_per_layer:.2f} expected (uniform routing assumed)"
+    )
 
 
 def prefill_lines(result: WhatIf) -> list[str]:
@@ -107,7 +150,9 @@ def batch_lines(result: WhatIf) -> list[str]:
 def caveat_lines(result: WhatIf) -> list[str]:
     a, c = result.scenario.arch, result.counts
     lines = [
-        "assumptions: weights and KV cache in the same dtype; no quantization, no speculative decoding; every pass "
+        f"assumptions: weights stored as {result.scenario.weights_storage}, the KV cache as "
+        f"{result.scenario.kv_storage} (a quantized format's scales not counted), compute in "
+        f"{result.scenario.dtype}; no speculative decoding; every pass "
         "reaches the spec peak and bandwidth (real kernels reach less: see this machine's own gap on the page)",
     ]
     if not a.tied_embeddings:

@@ -20,7 +20,16 @@ from explorer.core.gpu_specs import GPU_SPECS, GpuSpec, match_gpu_spec, normalis
 from explorer.core.units import GIB
 from explorer.scale.config import Architecture
 from explorer.scale.interconnect import INTERCONNECTS, Link
-from explorer.scale.params import ParamCounts, bytes_per_element, count_params, kv_bytes_per_token
+from explorer.scale.params import (
+    ParamCounts,
+    bytes_per_element,
+    count_params,
+    expected_experts_read,
+    kv_bytes_at,
+    kv_bytes_per_token,
+    storage_bits,
+    stored_bytes,
+)
 
 SCHEMA = "explorer.whatif/1"
 MAX_GPUS = 64
@@ -50,10 +59,25 @@ class Scenario:
     batch: int = 1  # requests decoded together in one step
     context: int = 1  # tokens each request holds in its KV cache at the decode step
     prompt_tokens: int = 1  # one prompt's length, for the prefill floor
+    weights_dtype: str | None = None  # how the weights are stored (the quantization what-if); None: `dtype`
+    kv_dtype: str | None = None  # how the KV cache is stored; None: `dtype`
 
     @property
     def bytes_per_element(self) -> int:
+        """The compute dtype's: activations, and what the all-reduces move."""
         return bytes_per_element(self.dtype)
+
+    @property
+    def weights_storage(self) -> str:
+        return self.weights_dtype or self.dtype
+
+    @property
+    def kv_storage(self) -> str:
+        return self.kv_dtype or self.dtype
+
+    @property
+    def quantized(self) -> bool:
+        return (self.weights_storage, self.kv_storage) != (self.dtype, self.dtype)
 
     @property
     def peak_flops(self) -> float:
@@ -76,6 +100,8 @@ class Scenario:
 def check_scenario(s: Scenario) -> None:
     """Refuse, in one line each, what the model cannot answer."""
     bytes_per_element(s.dtype)
+    storage_bits(s.weights_storage)
+    storage_bits(s.kv_storage)
     if s.gpu.peak_flops(s.dtype) is None:
         raise BadInput(f"The spec table has no {s.dtype} figure for the {s.gpu.name}: pick float16 or float32.")
     if not 1 <= s.gpus <= MAX_GPUS:
@@ -104,7 +130,20 @@ class Shard:
     gpus: int
     weight_bytes: int  # the split parameters' 1/N (rounded up) plus the norms, which every GPU keeps whole
     kv_heads: int  # KV heads per GPU: kv_heads / N, at least 1 (replicated when N > kv_heads)
-    kv_bytes_per_token: int  # this GPU's share of one request's KV per token
+    kv_bytes_per_token: int  # this GPU's share of what one more position adds while every layer grows
+    expert_bytes: int = 0  # this GPU's share of one expert of one layer (0: dense)
+
+    def weights_read_bytes(self, s: Scenario, counts: ParamCounts, tokens: int) -> int:
+        """What a pass over `tokens` tokens reads of this GPU's weights: all of a dense model's; of a mixture of
+        experts, the dense part and the experts its tokens are expected to pick (uniform routing, an assumption)."""
+        if not counts.experts:
+            return self.weight_bytes
+        unread = counts.moe_layers * (s.arch.n_experts - expected_experts_read(s.arch, tokens))
+        return round(self.weight_bytes - unread * self.expert_bytes)
+
+    def kv_bytes_at(self, s: Scenario, context: int) -> int:
+        """This GPU's share of one request's KV cache at `context` (each sliding layer keeps at most its window)."""
+        return kv_bytes_at(s.arch, context, s.kv_storage, self.kv_heads)
 
 
 def shard(s: Scenario, counts: ParamCounts | None = None) -> Shard:
@@ -113,9 +152,10 @@ def shard(s: Scenario, counts: ParamCounts | None = None) -> Shard:
     kv_heads = max(1, math.ceil(s.arch.kv_heads / s.gpus))
     return Shard(
         gpus=s.gpus,
-        weight_bytes=(math.ceil(split / s.gpus) + counts.norms) * s.bytes_per_element,
+        weight_bytes=stored_bytes(math.ceil(split / s.gpus) + counts.norms, s.weights_storage),
         kv_heads=kv_heads,
-        kv_bytes_per_token=kv_bytes_per_token(s.arch, s.dtype, kv_heads),
+        kv_bytes_per_token=kv_bytes_per_token(s.arch, s.kv_storage, kv_heads),
+        expert_bytes=stored_bytes(counts.expert_each / s.gpus, s.weights_storage),
     )
 
 
@@ -170,49 +210,74 @@ def _floor(s: Scenario, tokens: int, flops: float, weight_bytes: int, kv_bytes: 
     )
 
 
-def attention_flops(arch: Architecture, queries_times_keys: int) -> int:
-    """Q @ K^T and P @ V: 2 x head_dim each per query head and (query, key) pair, every layer."""
-    return 2 * 2 * arch.layers * arch.heads * arch.head_dim * queries_times_keys
+def attention_pairs(arch: Architecture, queries: int, context: int) -> int:
+    """(query, key) pairs over every layer for the last `queries` of `context` positions, causal: a full layer's
+    query at position i sees i keys, a sliding layer's at most its window."""
+    first = context - queries + 1
+    return sum(_keys_seen(first, context, w) for w in arch.windows)
 
 
-def decode_step(s: Scenario, batch: int | None = None, context: int | None = None) -> PassFloor:
-    """One decode step of `batch` requests, each holding `context` positions: weights once, each request's KV read
-    once and its new position written, 2 FLOPs per weight per request plus attention over the context."""
+def _keys_seen(first: int, last: int, window: int) -> int:
+    """sum over positions i = first..last of min(i, window) (window 0: i)."""
+    if not window or last <= window:
+        return (first + last) * (last - first + 1) // 2
+    below = max(0, min(last, window) - first + 1)  # positions still inside the window see all before them
+    start = first + below
+    return (first + start - 1) * below // 2 + window * (last - start + 1)
+
+
+def attention_flops(arch: Architecture, pairs: int) -> int:
+    """Q @ K^T and P @ V: 2 x head_dim each per query head and (query, key) pair (`pairs` summed over layers)."""
+    return 2 * 2 * arch.heads * arch.head_dim * pairs
+
+
+def decode_step(
+    s: Scenario, batch: int | None = None, context: int | None = None, every_expert: bool = False
+) -> PassFloor:
+    """One decode step of `batch` requests, each holding `context` positions: weights once (of a mixture of experts,
+    those its B tokens' routers are expected to pick), each request's KV read once (a sliding layer's window of it)
+    and its new position written, 2 FLOPs per weight a token multiplies by plus attention over what it reads.
+    `every_expert`: as if every expert were read whatever the batch (a dense model of the same size), to compare."""
     batch = s.batch if batch is None else batch
     context = s.context if context is None else context
     counts = count_params(s.arch)
     part = shard(s, counts)
-    flops = batch * (2 * counts.linear + attention_flops(s.arch, context)) / s.gpus
-    kv_bytes = batch * (context + 1) * part.kv_bytes_per_token
-    return _floor(s, batch, flops, part.weight_bytes, kv_bytes)
+    pairs = attention_pairs(s.arch, 1, context + 1)  # the new token attends to the cache and to itself
+    flops = batch * (2 * counts.linear + attention_flops(s.arch, pairs)) / s.gpus
+    kv_bytes = batch * (part.kv_bytes_at(s, context) + part.kv_bytes_per_token)
+    weights = part.weight_bytes if every_expert else part.weights_read_bytes(s, counts, batch)
+    return _floor(s, batch, flops, weights, kv_bytes)
 
 
 def prefill(s: Scenario) -> PassFloor:
     """One prompt of P tokens: every projection on P positions, the LM head on the last one only (inference needs only
-    the next token), causal attention over P (P + 1) / 2 pairs (a fused kernel skips the masked half), weights read
-    once and the prompt's KV written."""
+    the next token), causal attention over P (P + 1) / 2 pairs (fewer on sliding layers; a fused kernel skips the
+    masked half), weights read once (the experts P tokens are expected to pick) and the prompt's KV written."""
     counts = count_params(s.arch)
     part = shard(s, counts)
     p = s.prompt_tokens
     lm_head = s.arch.vocab_size * s.arch.hidden_size
-    flops = (2 * (counts.linear - lm_head) * p + 2 * lm_head + attention_flops(s.arch, p * (p + 1) // 2)) / s.gpus
-    return _floor(s, p, flops, part.weight_bytes, p * part.kv_bytes_per_token)
+    attention = attention_flops(s.arch, attention_pairs(s.arch, p, p))
+    flops = (2 * (counts.linear - lm_head) * p + 2 * lm_head + attention) / s.gpus
+    return _floor(s, p, flops, part.weights_read_bytes(s, counts, p), part.kv_bytes_at(s, p))
 
 
 def ridge_batch(s: Scenario, context: int | None = None) -> int | None:
-    """The smallest batch whose decode step is compute-bound at this context, None if none is: each request adds
-    compute c and KV traffic m to a step whose weight read w is fixed, so B c >= w + B m from B = w / (c - m) on."""
-    one, two = decode_step(s, 1, context), decode_step(s, 2, context)
-    c = two.t_compute_s - one.t_compute_s
-    m = two.t_kv_s - one.t_kv_s
-    if c <= m:
-        return None  # long contexts: every request brings as many bytes as FLOPs can hide
-    batch = max(1, math.ceil(one.t_weight_s / (c - m)))
-    while batch > 1 and decode_step(s, batch - 1, context).bound == "compute":  # float rounding, either way
-        batch -= 1
-    while decode_step(s, batch, context).bound != "compute":
-        batch += 1
-    return batch
+    """The smallest batch whose decode step is compute-bound at this context, None if none is up to MAX_BATCH. Compute
+    grows as B; memory as the KV, B x per request, plus the weights, fixed for a dense model and growing towards all
+    experts for a mixture of experts: so once a step is compute-bound, every larger batch is too (a search suffices)."""
+    if decode_step(s, 1, context).bound == "compute":
+        return 1
+    high = 2
+    while decode_step(s, high, context).bound != "compute":
+        if high >= MAX_BATCH:
+            return None  # long contexts: each request adds more bytes than its FLOPs can hide
+        high = min(2 * high, MAX_BATCH)
+    low = high // 2  # memory-bound
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if decode_step(s, middle, context).bound == "compute" else (middle, high)
+    return high
 
 
 def max_batch(s: Scenario, context: int | None = None) -> int:
@@ -220,14 +285,32 @@ def max_batch(s: Scenario, context: int | None = None) -> int:
     context = s.context if context is None else context
     part = shard(s)
     free = s.memory_bytes - part.weight_bytes
-    return max(0, free // (context * part.kv_bytes_per_token))
+    return max(0, free // part.kv_bytes_at(s, context))
 
 
-def kv_crossover_context(s: Scenario, batch: int | None = None) -> int:
-    """The shortest context at which a decode step's KV traffic, B (T + 1) kv, reaches its weight read W."""
+def kv_crossover_context(s: Scenario, batch: int | None = None) -> int | None:
+    """The shortest context at which a decode step's KV traffic, B x (the cache + one position), reaches its weight
+    read W; None where it never does (every layer sliding: the cache stops growing at the window)."""
     batch = s.batch if batch is None else batch
-    part = shard(s)
-    return max(1, -(-part.weight_bytes // (batch * part.kv_bytes_per_token)) - 1)
+    counts = count_params(s.arch)
+    part = shard(s, counts)
+    weights = part.weights_read_bytes(s, counts, batch)
+    if not s.arch.sliding_layers:  # every layer grows: B (T + 1) kv >= W, solved for T
+        return max(1, -(-weights // (batch * part.kv_bytes_per_token)) - 1)
+
+    def reached(context: int) -> bool:
+        return batch * (part.kv_bytes_at(s, context) + part.kv_bytes_per_token) >= weights
+
+    high = 1
+    while not reached(high):
+        if high > 2**40:
+            return None
+        high *= 2
+    low = high // 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if reached(middle) else (middle, high)
+    return max(1, high)
 
 
 @dataclass(frozen=True)
@@ -241,7 +324,7 @@ class WhatIf:
     decode: PassFloor
     ridge_batch: int | None  # None: the step stays memory-bound at any batch
     max_batch: int  # 0: the weights alone do not fit
-    kv_crossover_context: int
+    kv_crossover_context: int | None  # None: KV reads never overtake the weights (every layer sliding)
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -249,12 +332,30 @@ class WhatIf:
         return self.counts.total
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token uses: all of a dense model's; of a mixture of experts, all but the experts not
+        picked."""
+        return self.counts.active
+
+    @property
     def weight_bytes(self) -> int:
-        return self.params * self.scenario.bytes_per_element
+        return stored_bytes(self.params, self.scenario.weights_storage)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return kv_bytes_per_token(self.scenario.arch, self.scenario.dtype)
+        """One request's KV cache at the scenario's context, per token of it: with sliding layers, less than what one
+        more position adds early on (`kv_bytes_per_new_token`), as a sliding layer keeps only its window."""
+        s = self.scenario
+        return kv_bytes_at(s.arch, s.context, s.kv_storage) // s.context
+
+    @property
+    def kv_bytes_per_new_token(self) -> int:
+        return kv_bytes_per_token(self.scenario.arch, self.scenario.kv_storage)
+
+    @property
+    def experts_read_per_layer(self) -> float:
+        """Distinct experts a sparse layer is expected to read in the decode step (uniform routing, an assumption)."""
+        return expected_experts_read(self.scenario.arch, self.scenario.batch)
 
     @property
     def decode_tokens_per_s_ceiling(self) -> float:
@@ -276,8 +377,10 @@ class WhatIf:
         return {
             "schema": SCHEMA,
             "params": self.params,
+            "active_params": self.active_params,
             "weight_bytes": self.weight_bytes,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_new_token": self.kv_bytes_per_new_token,
             "prefill_s_floor": self.prefill.floor_s,
             "decode_step_s_floor": self.decode.floor_s,
             "decode_tokens_per_s_ceiling": self.decode_tokens_per_s_ceiling,
@@ -286,8 +389,16 @@ class WhatIf:
             "max_batch": self.max_batch,
             "kv_crossover_context": self.kv_crossover_context,
             "fits": self.fits,
+            "experts": self.experts_dict(),
+            "attention": {
+                "layers": s.arch.layers,
+                "sliding_layers": s.arch.sliding_layers,
+                "windows": sorted({w for w in s.arch.windows if w}),
+            },
             "inputs": {
                 "dtype": s.dtype,
+                "weights_dtype": s.weights_storage,
+                "kv_dtype": s.kv_storage,
                 "gpus": s.gpus,
                 "batch": s.batch,
                 "context": s.context,
@@ -308,19 +419,38 @@ class WhatIf:
             "sources": self.sources,
         }
 
+    def experts_dict(self) -> dict[str, Any] | None:
+        """A mixture of experts' routing figures (None for a dense model)."""
+        a = self.scenario.arch
+        if not a.is_moe:
+            return None
+        return {
+            "n_experts": a.n_experts,
+            "experts_per_token": a.experts_per_token,
+            "moe_layers": a.moe_layers,
+            "params_per_expert": self.counts.expert_each,
+            "expected_experts_read_per_layer": self.experts_read_per_layer,
+            "routing": "ASSUMED uniform and independent per token: n (1 - (1 - k/n)^B) distinct experts per layer",
+        }
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
 
 
 SOURCES = {
     "params": "modelled: counted exactly from config.json",
-    "weight_bytes": "modelled: params x bytes per element",
-    "kv_bytes_per_token": "modelled: 2 x layers x kv_heads x head_dim x bytes per element",
+    "active_params": "modelled: params less the experts a token's router does not pick (= params for a dense model)",
+    "weight_bytes": "modelled: params x bytes per element of the weights' storage type (int4: half a byte)",
+    "kv_bytes_per_token": "modelled: one request's KV cache at the context / the context; a sliding layer keeps at "
+    "most its window",
+    "kv_bytes_per_new_token": "modelled: 2 x layers x kv_heads x head_dim x bytes per element (every layer growing)",
     "prefill_s_floor": "modelled: max(FLOPs / peak, bytes / bandwidth) + all-reduces, spec figures",
     "decode_step_s_floor": "modelled: max(FLOPs / peak, bytes / bandwidth) + all-reduces, spec figures",
     "decode_tokens_per_s_ceiling": "modelled: batch / decode_step_s_floor",
     "ridge_batch": "modelled: the smallest batch whose decode step is compute-bound",
-    "max_batch": "modelled: (GPU memory - weights) / (context x KV bytes per token), per GPU",
+    "max_batch": "modelled: (GPU memory - weights) / (one request's KV cache at the context), per GPU",
+    "quantization": "modelled: weights and KV stored in the given types change only bytes (memory floors, the memory "
+    "wall); compute runs at the dtype's spec peak; a format's scales are not counted",
     "gpu": "spec: explorer.core.gpu_specs and explorer.scale.interconnect (each row cites its datasheet)",
 }
 

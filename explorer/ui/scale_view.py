@@ -10,10 +10,10 @@ from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
-from explorer.scale.config import DEFAULT_MODEL, load_architecture, shipped
+from explorer.scale.config import DEFAULT_MODEL, load_architecture, shipped, shipped_key
 from explorer.scale.explain import formula_lines
 from explorer.scale.local import LocalGap, local_gap
-from explorer.scale.params import DTYPE_BYTES
+from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
 from explorer.scale.whatif import Scenario, WhatIf, find_gpu, what_if
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, escape_markdown, metrics, secondary, show_error
@@ -62,6 +62,15 @@ def _gpu_inputs(heads: int) -> tuple[str, int, str]:
     return gpu, int(gpus), dtype
 
 
+def _storage_inputs(dtype: str) -> tuple[str, str]:
+    """The quantization what-if: how the weights and the KV cache are stored (compute stays in `dtype`)."""
+    kinds = list(STORAGE_BITS)
+    left, right = st.columns(2)
+    weights = left.selectbox("Weights stored as", kinds, index=kinds.index(dtype), key=f"scale-weights-{dtype}")
+    kv = right.selectbox("KV cache stored as", kinds, index=kinds.index(dtype), key=f"scale-kv-{dtype}")
+    return weights, kv
+
+
 def what_if_inputs() -> WhatIf:
     """The scenario from the page's widgets, and its what-if; a refusal is one line and the page stops there."""
     left, middle, right = st.columns(3)
@@ -70,6 +79,7 @@ def what_if_inputs() -> WhatIf:
             arch = load_architecture(_model_input(), hosted=is_hosted())
         with middle:
             gpu, gpus, dtype = _gpu_inputs(arch.heads)
+            weights_dtype, kv_dtype = _storage_inputs(dtype)
         with right:
             top = arch.max_context
             batch = st.number_input("Batch B (requests decoded together)", 1, MAX_BATCH_INPUT, 1)
@@ -79,7 +89,9 @@ def what_if_inputs() -> WhatIf:
             prompt = st.number_input(
                 "Prompt tokens (for the prefill)", 1, top, min(DEFAULT_PROMPT_TOKENS, top), key=f"scale-prompt-{top}"
             )
-        scenario = Scenario(arch, find_gpu(gpu), dtype, gpus, int(batch), int(context), int(prompt))
+        scenario = Scenario(
+            arch, find_gpu(gpu), dtype, gpus, int(batch), int(context), int(prompt), weights_dtype, kv_dtype
+        )
         return what_if(scenario)
     except BadInput as exc:
         show_error(str(exc))
@@ -87,22 +99,45 @@ def what_if_inputs() -> WhatIf:
         raise  # st.stop() ends the script; this line only tells type checkers so
 
 
+def params_help(result: WhatIf) -> str:
+    key = shipped_key(result.scenario.arch.name)
+    row = shipped()[key] if key else None
+    published = f"; published: {row.published_as}" if row is not None and row.published_rel_tol else ""
+    return f"modelled, exact from config.json: {result.params:,}{published}"
+
+
+def active_help(result: WhatIf) -> str:
+    a = result.scenario.arch
+    return (
+        f"modelled: {result.active_params:,}: every parameter outside the experts, and {a.experts_per_token} of "
+        f"{a.n_experts} experts in each of {a.moe_layers} layers"
+    )
+
+
+def kv_help(result: WhatIf) -> str:
+    a, s = result.scenario.arch, result.scenario
+    if not a.sliding_layers:
+        return "modelled: 2 x layers x kv_heads x head_dim x bytes"
+    return (
+        f"modelled: one request's cache at context {s.context:,} / {s.context:,}: {a.sliding_layers} of {a.layers} "
+        f"layers slide and keep at most their window ({', '.join(f'{w:,}' for w in sorted(set(a.windows) - {0}))} "
+        "positions); only the others grow with the context"
+    )
+
+
 def headline(result: WhatIf) -> None:
     s = result.scenario
     d = result.decode
     ridge = f"{result.ridge_batch:,}" if result.ridge_batch is not None else "none"
-    metrics(
-        [
-            ("Parameters", f"{result.params / 1e9:.3g} B", f"modelled, exact from config.json: {result.params:,}"),
-            (
-                "Weights",
-                human_bytes(result.weight_bytes),
-                f"modelled: params x {s.bytes_per_element} bytes ({s.dtype})",
-            ),
-            ("KV per token", f"{result.kv_bytes_per_token:,} B", "modelled: 2 x layers x kv_heads x head_dim x bytes"),
-            ("Max batch", f"{result.max_batch:,}", f"modelled: weights + KV at context {s.context:,} in GPU memory"),
-        ]
-    )
+    figures = [
+        ("Parameters", f"{result.params / 1e9:.3g} B", params_help(result)),
+        ("Weights", human_bytes(result.weight_bytes), f"modelled: params stored as {s.weights_storage}"),
+        ("KV per token", f"{result.kv_bytes_per_token:,} B", kv_help(result)),
+        ("Max batch", f"{result.max_batch:,}", f"modelled: weights + KV at context {s.context:,} in GPU memory"),
+    ]
+    if s.arch.is_moe:
+        figures.insert(2, ("Active per token", f"{result.active_params / 1e9:.3g} B", active_help(result)))
+    metrics(figures)
     metrics(
         [
             ("Decode step floor", ms(d.floor_s), f"modelled: {d.bound}-bound at batch {s.batch}"),
@@ -119,7 +154,7 @@ def headline(result: WhatIf) -> None:
         f"{escape_markdown(s.arch.display_name)}, config from {escape_markdown(s.arch.source)}."
     )
     if not result.fits:
-        need = result.shard.weight_bytes + s.batch * s.context * result.shard.kv_bytes_per_token
+        need = result.shard.weight_bytes + s.batch * result.shard.kv_bytes_at(s, s.context)
         st.warning(
             f"Does not fit: the weights and {s.batch:,} requests' KV at context {s.context:,} need "
             f"{human_bytes(need)} per GPU, more than its {s.memory_bytes / GB:.1f} GB. Add GPUs, or lower the batch "
@@ -155,11 +190,12 @@ def decode_vs_context(result: WhatIf, gap: LocalGap | None) -> None:
     factor = gap.factor if gap else None
     frame = charts.decode_context_frame(result, factor)
     crossover = result.kv_crossover_context
-    where = (
-        f"overtakes them at T = {crossover:,}"
-        if crossover <= s.arch.max_context
-        else f"would overtake them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
-    )
+    if crossover is None:
+        where = "never overtakes them: every layer slides, so the cache stops growing at the window"
+    elif crossover <= s.arch.max_context:
+        where = f"overtakes them at T = {crossover:,}"
+    else:
+        where = f"would overtake them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
     chart(
         charts.decode_context_chart(frame, result, factor),
         frame,
@@ -180,12 +216,21 @@ def tokens_vs_batch(result: WhatIf, gap: LocalGap | None) -> None:
         else f"at context {s.context:,} each request brings more KV bytes than its FLOPs can hide, so no batch "
         "turns the step compute-bound: the curve flattens instead"
     )
+    experts = ""
+    if s.arch.is_moe:
+        a = s.arch
+        experts = (
+            f" A mixture of experts bends lower than a dense model: at B = 1 a layer reads {a.experts_per_token} of "
+            f"its {a.n_experts} experts, and each request added picks more of them (expected distinct experts "
+            f"n (1 - (1 - k/n)^B) under uniform routing, an assumption), so the weight read itself grows with B; "
+            "the grey dotted line reads every expert at any B."
+        )
     chart(
         charts.batch_chart(frame, result, factor),
         frame,
         "scale-tokens-vs-batch",
         f"One weight read serves every request of a step, so tokens/s grows with B until memory runs out at "
-        f"B = {result.max_batch:,}; {knee}.",
+        f"B = {result.max_batch:,}; {knee}.{experts}",
         "modelled ceilings" + (" · dashed: assumption (this machine's gap)" if factor else ""),
     )
 
@@ -208,6 +253,6 @@ def formulas(result: WhatIf) -> None:
         if s.arch.name in shipped():
             st.caption(
                 f"The same from the command line: `python -m explorer whatif --model {s.arch.name} --gpu "
-                f"'{s.gpu.name}' --gpus {s.gpus} --dtype {s.dtype} --batch {s.batch} --context {s.context} "
-                f"--prompt-tokens {s.prompt_tokens} --explain`"
+                f"'{s.gpu.name}' --gpus {s.gpus} --dtype {s.dtype} --weights-dtype {s.weights_storage} --kv-dtype "
+                f"{s.kv_storage} --batch {s.batch} --context {s.context} --prompt-tokens {s.prompt_tokens} --explain`"
             )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from explorer.scale.attention import keys_seen
 from explorer.scale.config import load_architecture, shipped
 from explorer.scale.params import (
     count_params,
@@ -18,7 +19,7 @@ from explorer.scale.params import (
     kv_bytes_per_token,
     stored_bytes,
 )
-from explorer.scale.whatif import Scenario, _keys_seen, decode_step, find_gpu, what_if
+from explorer.scale.whatif import Scenario, decode_step, find_gpu, what_if
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = find_gpu("H100 SXM")
@@ -111,7 +112,7 @@ def test_gpt_oss_alternates_sliding_and_full_layers() -> None:
 def test_attention_pairs_under_a_window_by_brute_force() -> None:
     for first, last, window in [(1, 10, 4), (5, 5, 4), (1, 3, 8), (3, 20, 7), (10, 12, 0)]:
         brute = sum(min(i, window) if window else i for i in range(first, last + 1))
-        assert _keys_seen(first, last, window) == brute
+        assert keys_seen(first, last, window) == brute
 
 
 def test_quantized_weights_and_kv_change_only_bytes() -> None:

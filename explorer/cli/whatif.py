@@ -98,7 +98,7 @@ def _row(name: str, value: str, source: str) -> str:
 
 def format_whatif(result: WhatIf) -> str:
     """One line per figure: its name as in the JSON, its value with units, and whether it is modelled or spec."""
-    from explorer.core.units import human_bandwidth, human_bytes, human_flops_per_s, ms
+    from explorer.core.units import human_bandwidth, human_flops_per_s, ms
 
     s, d, p = result.scenario, result.decode, result.prefill
     parts = ", ".join(f"{name} {count:,}" for name, count in result.counts.by_part.items())
@@ -117,21 +117,7 @@ def format_whatif(result: WhatIf) -> str:
         _row("params", f"{result.params:,}", "modelled (exact, config.json)"),
         _row("  by part", parts, "modelled"),
         *moe_rows(result),
-        _row(
-            "weight_bytes",
-            f"{result.weight_bytes:,} ({human_bytes(result.weight_bytes)}, stored as {s.weights_storage})",
-            "modelled",
-        ),
-        _row(
-            "kv_bytes_per_token",
-            f"{result.kv_bytes_per_token:,} at context {s.context:,} (stored as {s.kv_storage})",
-            "modelled"
-            + (
-                f"; {s.arch.sliding_layers} of {s.arch.layers} layers keep only their window"
-                if s.arch.sliding_layers
-                else ""
-            ),
-        ),
+        *storage_rows(result),
         _row("prefill_s_floor", f"{ms(p.floor_s)} ({p.bound}-bound)", "modelled"),
         _row(
             "decode_step_s_floor",
@@ -177,5 +163,27 @@ def moe_rows(result: WhatIf) -> list[str]:
             f"{experts['experts_per_token']} of {experts['n_experts']} per token in {experts['moe_layers']} layers; "
             f"{experts['expected_experts_read_per_layer']:.1f} per layer read at batch {result.scenario.batch}",
             "modelled; routing ASSUMED uniform",
+        ),
+    ]
+
+
+def storage_rows(result: WhatIf) -> list[str]:
+    """The weights' and the KV cache's bytes, each in the type it is stored in."""
+    from explorer.core.units import human_bytes
+
+    s = result.scenario
+    windows = (
+        f"; {s.arch.sliding_layers} of {s.arch.layers} layers keep only their window" if s.arch.sliding_layers else ""
+    )
+    return [
+        _row(
+            "weight_bytes",
+            f"{result.weight_bytes:,} ({human_bytes(result.weight_bytes)}, stored as {s.weights_storage})",
+            "modelled",
+        ),
+        _row(
+            "kv_bytes_per_token",
+            f"{result.kv_bytes_per_token:,} at context {s.context:,} (stored as {s.kv_storage})",
+            "modelled" + windows,
         ),
     ]

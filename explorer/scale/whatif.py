@@ -18,6 +18,7 @@ from typing import Any
 from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS, GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.core.units import GIB
+from explorer.scale.attention import attention_flops, attention_pairs
 from explorer.scale.config import Architecture
 from explorer.scale.interconnect import INTERCONNECTS, Link
 from explorer.scale.params import (
@@ -74,10 +75,6 @@ class Scenario:
     @property
     def kv_storage(self) -> str:
         return self.kv_dtype or self.dtype
-
-    @property
-    def quantized(self) -> bool:
-        return (self.weights_storage, self.kv_storage) != (self.dtype, self.dtype)
 
     @property
     def peak_flops(self) -> float:
@@ -208,27 +205,6 @@ def _floor(s: Scenario, tokens: int, flops: float, weight_bytes: int, kv_bytes: 
         t_kv_s=kv_bytes / s.gpu.bandwidth_bytes_per_s,
         t_link_s=link_bytes / link.one_way_bytes_per_s if link else 0.0,
     )
-
-
-def attention_pairs(arch: Architecture, queries: int, context: int) -> int:
-    """(query, key) pairs over every layer for the last `queries` of `context` positions, causal: a full layer's
-    query at position i sees i keys, a sliding layer's at most its window."""
-    first = context - queries + 1
-    return sum(_keys_seen(first, context, w) for w in arch.windows)
-
-
-def _keys_seen(first: int, last: int, window: int) -> int:
-    """sum over positions i = first..last of min(i, window) (window 0: i)."""
-    if not window or last <= window:
-        return (first + last) * (last - first + 1) // 2
-    below = max(0, min(last, window) - first + 1)  # positions still inside the window see all before them
-    start = first + below
-    return (first + start - 1) * below // 2 + window * (last - start + 1)
-
-
-def attention_flops(arch: Architecture, pairs: int) -> int:
-    """Q @ K^T and P @ V: 2 x head_dim each per query head and (query, key) pair (`pairs` summed over layers)."""
-    return 2 * 2 * arch.heads * arch.head_dim * pairs
 
 
 def decode_step(

@@ -19,6 +19,8 @@ from explorer.core.report import format_trace
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.scale.local import local_gap
 from explorer.teach.quiz import evidence_bound
+from explorer.ui import state as ui_state
+from tests.apptest_support import open_page
 
 STEADY = DeviceProfile(
     "hand",
@@ -122,3 +124,10 @@ def test_every_sentence_on_screen_that_states_a_bound_marks_it(flagged_trace: Tr
     assert UNDER_LOAD in evidence_bound(flagged_trace, None).text
     gap = local_gap(flagged_trace)
     assert gap is not None and UNDER_LOAD in gap.sentence
+
+
+def test_the_cost_page_warns_that_the_figures_were_taken_under_load(flagged_trace: Trace) -> None:
+    at = open_page("pages/cost.py", ui_state.RunResult(flagged_trace, None, "", "run 1: busy"))
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("The device figures were taken under load, so they are unreliable") for w in warnings)
+    assert any(f"-bound ({UNDER_LOAD}) by the model" in m.value for m in at.markdown)

@@ -14,9 +14,10 @@ from __future__ import annotations
 from explorer.core.profiles import DeviceProfile
 from explorer.core.units import human_bandwidth, human_flops_per_s
 
-MIN_CORE_SHARE = 0.7  # a quiet machine gives a benchmark's threads ~0.95 of their cores; one busy process beside a
-# 2-thread benchmark on 2 cores leaves it ~0.67, two leave ~0.5
-SPREAD_FACTOR = 1.5  # best / worst repeat: fixed-size benchmarks on a quiet machine stay within ~1.15
+MIN_CORE_SHARE = 0.7  # a stream alone on its cores keeps every thread on CPU (stalls on memory count as CPU time),
+# so near 1; one busy process beside a 2-thread benchmark on 2 cores leaves it ~2/3, two ~1/2; on this 2-core machine
+# shared with other work it read 5-14 %
+SPREAD_FACTOR = 1.5  # best / worst repeat: the 2048² float32 matmul's spread 1.02x on a near-idle 2-core machine
 BELOW_EARLIER_FACTOR = 2.0  # under half an earlier figure of the same benchmark on the same machine
 UNDER_LOAD = "figures taken under load: unreliable"
 

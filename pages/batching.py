@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import serving as charts
+from explorer.core.figure_trust import caveat
 from explorer.ui import labs
 
 result = ui.lab_page(
@@ -57,7 +58,7 @@ ui.chart(
     roof,
     "batch-roofline",
     f"Decode steps move right as B grows; the dashed ridge is where they would turn compute-bound (batch "
-    f"{result.ridge_batch or 'beyond 256'} here, {result.device.dtype}).",
+    f"{result.ridge_batch or 'beyond 256'} here, {result.device.dtype}){caveat(result.device)}.",
     "x modelled intensity · y modelled FLOPs / measured step time",
 )
 ui.chart(

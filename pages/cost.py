@@ -5,6 +5,7 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import cost as charts
 from explorer.charts import experts
+from explorer.core.figure_trust import figures_line
 from explorer.ui.sections import profile_section, utilisation_section
 
 result, layout = ui.chart_first_page(
@@ -44,6 +45,8 @@ layout.chart(
 )
 if device.busy_note:
     st.info(device.busy_note)  # built from numbers only
+if device.figures_taken_under_load:
+    st.warning(figures_line(device))  # built from numbers and fixed words only
 faster = int(split["faster_than_model"].sum())
 if faster:
     st.warning(

@@ -110,3 +110,24 @@ def test_remeasured_figures_keep_the_higher_read_and_copy_figures_apart() -> Non
     assert kept.read_bandwidth_bytes_per_s == 1.2e11 and kept.read_bandwidth_samples == (1.2e11,)  # the old read was
     from_before = replace(old, read_bandwidth_bytes_per_s=None, read_bandwidth_source=None)  # a trace from before
     assert higher_figures(from_before, new).read_bandwidth_bytes_per_s == 1.1e11
+
+
+@pytest.mark.parametrize(
+    ("old_flagged", "new_flagged", "kept_flagged"), [(True, False, False), (False, True, False), (True, True, True)]
+)
+def test_a_remeasure_keeps_the_figures_sound_if_either_set_was(
+    tiny_lm: LoadedModel,
+    cpu_figures: DeviceProfile,
+    monkeypatch: pytest.MonkeyPatch,
+    old_flagged: bool,
+    new_flagged: bool,
+    kept_flagged: bool,
+) -> None:
+    """Each figure kept is the higher of the two sets, so it is at least as good as the sound set's."""
+    busy = replace(slow_device(cpu_figures), figures_taken_under_load=old_flagged, figures_note="old")
+    trace = recost(measure(tiny_lm, Request("abc", max_new_tokens=3)), busy)
+    remeasured = replace(cpu_figures, figures_taken_under_load=new_flagged, figures_note="new")
+    monkeypatch.setattr(measure_module, "device_profile", lambda kind, dtype, fresh=False: remeasured)
+    honest = keep_figures_honest(trace)
+    assert honest.device.figures_taken_under_load is kept_flagged
+    assert honest.device.figures_note == ("new" if old_flagged and not new_flagged else "old")

@@ -9,6 +9,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
+from explorer.core.figure_trust import UNDER_LOAD, caveat, marked_bound
 from explorer.core.profiles import READ_BANDWIDTH_COUNTS
 from explorer.core.roofline import attainable_flops, pass_bandwidth_bytes_per_s, prefill_ridge_tokens
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
@@ -302,7 +303,7 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
         ),
         (
             "ridge point",
-            f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte",
+            f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte{caveat(device)}",
             f"{MODELLED}: peak compute / read bandwidth (a pass's bytes are mostly reads)",
         ),
         (
@@ -325,9 +326,23 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
     ]
     if device.busy_note:
         rows.append(("re-measured", device.busy_note, MEASURED))
+    rows += trust_rows(device)
     if device.notes:
         rows.append(("notes", device.notes, ""))
     return pd.DataFrame(rows, columns=["figure", "value", "source"])
+
+
+def trust_rows(device: DeviceProfile) -> list[tuple[str, str, str]]:
+    """How busy the machine was while the figures were taken, and whether they can be trusted."""
+    rows = []
+    if device.benchmark_core_share is not None:
+        share = f"{device.benchmark_core_share:.0%} of their cores"
+        rows.append(("cores the benchmarks had", share, f"{MEASURED}: process CPU time / (wall × threads)"))
+    if device.figures_taken_under_load:
+        rows.append(("reliability", UNDER_LOAD, device.figures_note))
+    elif device.figures_note:
+        rows.append(("reliability", "sound", device.figures_note))
+    return rows
 
 
 def read_bandwidth_row(device: DeviceProfile) -> tuple[str, str, str]:
@@ -364,7 +379,7 @@ def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
     side = "right" if intensity >= ridge else "left"
     return (
         f"The {p.phase} (pass {p.index}) does {intensity:,.2f} FLOP per byte moved; this device's ridge is "
-        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {p.cost.bound}-bound by the model."
+        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {marked_bound(p.cost.bound, device)} by the model."
     )
 
 
@@ -372,7 +387,10 @@ def prefill_ridge_sentence(trace: Trace) -> str:
     """The prompt length from which a prefill is compute-bound: from the same cost model as each pass's bound, so
     this sentence and the prefill's bound sentence never disagree."""
     tokens = prefill_ridge_tokens(trace.model, trace.device)
-    device = f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
+    device = (
+        f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
+        + caveat(trace.device)
+    )
     why = (
         f"A prefill does about 2 FLOPs per weight per prompt token but reads each weight "
         f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once per pass, so its intensity grows with the "

@@ -14,6 +14,7 @@ from explorer.cli.common import (
     load,
     write_json,
 )
+from explorer.core.figure_trust import caveat
 from explorer.core.paths import context_without_loading
 from explorer.core.units import human_bytes
 from explorer.labs.batch_settings import (
@@ -100,9 +101,9 @@ def format_batch(result: BatchResult) -> str:
         f"measured: batch {last.batch_size} gives {last.tokens_per_s / first.tokens_per_s:.1f}x the tokens/s of "
         f"batch {first.batch_size} at {last.median_step_s / first.median_step_s:.1f}x the step time",
         f"modelled: decode becomes compute-bound here at batch {result.ridge_batch} (ridge "
-        f"{result.device.ridge_point_flops_per_byte:.1f} FLOP/B, {result.device.dtype})"
+        f"{result.device.ridge_point_flops_per_byte:.1f} FLOP/B, {result.device.dtype}){caveat(result.device)}"
         if result.ridge_batch
-        else f"modelled: decode stays memory-bound up to batch {MAX_BATCH} here",
+        else f"modelled: decode stays memory-bound up to batch {MAX_BATCH} here{caveat(result.device)}",
         "every request's tokens equal its solo tokens: " + ("yes" if result.every_request_matches_solo else "NO"),
     ]
     lines += [f"  {note}" for run in result.runs for note in run.mismatch_notes]

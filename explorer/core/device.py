@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import platform
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -13,7 +12,9 @@ from typing import Any
 
 import torch
 
+from explorer.core.cpu_facts import cpu_flags, cpu_memory_bytes, cpu_name, usable_cores
 from explorer.core.errors import BadInput, RunFailed
+from explorer.core.figure_trust import unreliable_reason
 from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.core.lab_progress import Report, silent
 from explorer.core.loading import DTYPES
@@ -28,16 +29,22 @@ except ImportError:  # optional: without it, bandwidth comes from the spec table
 
 DEVICE_KINDS = ("cpu", "cuda")
 
-# Microbenchmarks: fixed sizes large enough to be steady, each timed REPEATS times and reduced to the best (the least
-# disturbed by other processes), with every sample kept for the spread.
+# Microbenchmarks: fixed sizes large enough to be steady, warmed up, each timed REPEATS times and reduced to the best
+# (the least disturbed by other processes), with every sample kept for the spread. No size is ever chosen from a timed
+# trial: on a busy machine a trial runs slow and would shrink the benchmark, and the peak with it.
 CPU_COPY_BYTES = 512 * 1000**2  # far larger than any CPU cache, so the copy streams from DRAM
 CPU_MATMUL_N = 2048  # ~17 GFLOP a call: tens of ms on a few cores, so thread start-up is a small part of it
-CPU_MATMUL_MIN_N = 256
-CPU_MATMUL_CALL_S = 1.0  # a call longer than this is halved: a dtype with no hardware path here (bfloat16 on a CPU
-# without AVX-512 BF16 ran at ~1 GFLOP/s: 17 s a call, 100 s for the figures) measures just as well on a smaller one
+# A 16-bit dtype with no hardware path on this CPU runs at ~1 GFLOP/s (bfloat16 without AVX-512 BF16: a 2048 matmul
+# took 17 s to 2 min a call here); 512 costs ~0.2 s a call and reads the same slow rate. Chosen from the CPU's flags.
+CPU_MATMUL_N_WITHOUT_HARDWARE = 512
+HARDWARE_FLAGS = {  # /proc/cpuinfo flags (x86) that give torch a fast matmul in that dtype; float32 always has one
+    "bfloat16": frozenset({"avx512_bf16", "amx_bf16"}),
+    "float16": frozenset({"avx512_fp16", "amx_fp16"}),
+}
 GPU_COPY_BYTES = 1024**3  # leaves every L2 cache (H100 50 MB, L40S 96 MB)
 GPU_MATMUL_N = 8192  # fills every SM
 REPEATS = 5
+RETAKE_PAUSE_S = 2.0  # before taking figures again that looked taken under load: a burst of other work may pass
 
 _profiles: dict[tuple[str, str], DeviceProfile] = {}  # per process: hardware does not change, only how busy it is
 _profiles_lock = threading.Lock()
@@ -93,14 +100,41 @@ READ_TEXT = "Measuring the device: read-only bandwidth…"
 
 def cpu_profile(dtype: str, progress: Report = silent) -> DeviceProfile:
     """A CPU has no spec table: the peaks and both bandwidths are the best that fixed-size microbenchmarks achieve
-    here."""
+    here. Figures that look taken under load (`unreliable_reason`) are taken once more after a short pause, and the
+    better set is kept; the profile says which happened and, if they still look unreliable, why."""
+    first = take_cpu_figures(dtype, progress)
+    reason = unreliable_reason(first)
+    if not reason:
+        return first
+    time.sleep(RETAKE_PAUSE_S)
+    again = take_cpu_figures(
+        dtype, lambda fraction, text: progress(fraction, f"{text} (again: the first set looked taken under load)")
+    )
+    second_reason = unreliable_reason(again)
+    kept, kept_reason = max([(first, reason), (again, second_reason)], key=lambda pair: figures_quality(*pair))
+    note = f"taken twice, {RETAKE_PAUSE_S:g} s apart, as the first set looked taken under load ({reason})"
+    note += f"; the better set still does: {kept_reason}" if kept_reason else "; the better set looks sound"
+    return replace(kept, figures_taken_under_load=bool(kept_reason), figures_note=note, figures_retaken=True)
+
+
+def figures_quality(profile: DeviceProfile, reason: str) -> tuple[bool, float, float]:
+    """Which of two sets to keep: a sound one, else the one whose threads had more of their cores, else the faster."""
+    return (not reason, profile.benchmark_core_share or 0.0, profile.peak_flops)
+
+
+def take_cpu_figures(dtype: str, progress: Report = silent) -> DeviceProfile:
+    """One set of CPU microbenchmarks: the matmul in `dtype`, then the copy and the read-only stream, whose share of
+    the cores says how busy the machine was (the matmul's does not: a dtype without a hardware path may use fewer
+    threads)."""
     progress(0.0, MATMUL_TEXT)
     matmul_n = cpu_matmul_n(dtype)
     flops_samples = measure_matmul_flops("cpu", dtype, matmul_n)
+    started_cpu_s, started_s = time.process_time(), time.perf_counter()
     progress(0.4, COPY_TEXT)
     bandwidth_samples = measure_copy_bandwidth("cpu", CPU_COPY_BYTES)
     progress(0.7, READ_TEXT)
     read_samples = measure_read_bandwidth("cpu", CPU_COPY_BYTES)
+    share = core_share(time.process_time() - started_cpu_s, time.perf_counter() - started_s)
     flops, bandwidth_bytes_per_s = max(flops_samples), max(bandwidth_samples)
     threads = torch.get_num_threads()
     return DeviceProfile(
@@ -117,44 +151,25 @@ def cpu_profile(dtype: str, progress: Report = silent) -> DeviceProfile:
         notes=f"CPU: peak figures are the best of {REPEATS} microbenchmark runs ({threads} threads)",
         read_bandwidth_bytes_per_s=max(read_samples),
         read_bandwidth_source="measured",
+        benchmark_core_share=share,
         **benchmark_record(flops_samples, bandwidth_samples, read_samples, matmul_n, CPU_COPY_BYTES),
     )
 
 
-def cpu_matmul_n(dtype: str) -> int:
-    """CPU_MATMUL_N, halved while one call of that size would pass CPU_MATMUL_CALL_S at the rate a small probe
-    matmul achieves in `dtype` (the size used is kept in the figures, `matmul_n`)."""
-    probe_n = CPU_MATMUL_MIN_N
-    rate_flops_per_s = max(measure_matmul_flops("cpu", dtype, probe_n, repeats=1))
-    n = CPU_MATMUL_N
-    while n > CPU_MATMUL_MIN_N and 2 * n**3 / rate_flops_per_s > CPU_MATMUL_CALL_S:
-        n //= 2
-    return n
+def core_share(cpu_s: float, wall_s: float) -> float:
+    """The share of its cores a parallel benchmark got: this process's CPU time over wall time x the threads torch
+    runs on (at most the cores this process may use). About 1 on a quiet machine; what other work took is missing."""
+    threads = min(torch.get_num_threads(), usable_cores())
+    return min(cpu_s / (wall_s * threads), 1.0) if wall_s > 0 else 1.0
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:  # not Linux
-        pass
-    return platform.processor() or platform.machine() or "CPU"
-
-
-def cpu_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
+def cpu_matmul_n(dtype: str, flags: frozenset[str] | None = None) -> int:
+    """CPU_MATMUL_N, or CPU_MATMUL_N_WITHOUT_HARDWARE for a 16-bit dtype this CPU has no hardware path for (none of
+    its HARDWARE_FLAGS in `flags`, by default /proc/cpuinfo's). Fixed per dtype and CPU: never from a timed trial."""
+    needed = HARDWARE_FLAGS.get(dtype)
+    if needed is None:
+        return CPU_MATMUL_N
+    return CPU_MATMUL_N if needed & (cpu_flags() if flags is None else flags) else CPU_MATMUL_N_WITHOUT_HARDWARE
 
 
 def measure_copy_bandwidth(device: str, size_bytes: int, repeats: int = REPEATS) -> list[float]:
@@ -179,6 +194,7 @@ def measure_matmul_flops(device: str, dtype: str, n: int, repeats: int = REPEATS
     a = torch.randn(n, n, device=device).to(torch_dtype)
     b = torch.randn(n, n, device=device).to(torch_dtype)
     out = torch.empty(n, n, dtype=torch_dtype, device=device)
+    torch.mm(a, b, out=out)  # a warm-up beyond repeat_timed's own: thread pool start-up, kernel choice, clocks
     return [2 * n**3 / s for s in repeat_timed(device, lambda: torch.mm(a, b, out=out), repeats)]
 
 
@@ -284,22 +300,31 @@ def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None
         raise RunFailed(f"Could not size the GPU '{name}' for {dtype} ({'; '.join(notes)}): try --device cpu.")
     if spec is not None:
         notes.insert(0, f"spec row: {spec.name} ({spec.source})")
-    return DeviceProfile(
-        name=name,
-        kind="cuda",
-        dtype=dtype,
-        peak_flops=peak_flops,
-        peak_flops_source=peak_flops_source,
-        bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-        bandwidth_source=bandwidth_source,
-        measured_flops=measured_flops,
-        measured_bandwidth_bytes_per_s=measured_bandwidth,
-        memory_bytes=memory_bytes,
-        notes="; ".join(notes),
-        read_bandwidth_bytes_per_s=read_bandwidth,  # None (reads at the copy figure) only if nothing sized them
-        read_bandwidth_source=read_source if read_bandwidth is not None else None,
-        **benchmark_record(flops_samples, bandwidth_samples, read_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
+    return judged(
+        DeviceProfile(
+            name=name,
+            kind="cuda",
+            dtype=dtype,
+            peak_flops=peak_flops,
+            peak_flops_source=peak_flops_source,
+            bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+            bandwidth_source=bandwidth_source,
+            measured_flops=measured_flops,
+            measured_bandwidth_bytes_per_s=measured_bandwidth,
+            memory_bytes=memory_bytes,
+            notes="; ".join(notes),
+            read_bandwidth_bytes_per_s=read_bandwidth,  # None (reads at the copy figure) only if nothing sized them
+            read_bandwidth_source=read_source if read_bandwidth is not None else None,
+            **benchmark_record(flops_samples, bandwidth_samples, read_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
+        )
     )
+
+
+def judged(profile: DeviceProfile) -> DeviceProfile:
+    """A GPU's figures with the judgement on them: only figures it measured can be taken under load (a spec or NVML
+    figure cannot), and its spec figures do not move, so it is not taken again."""
+    reason = unreliable_reason(profile)
+    return replace(profile, figures_taken_under_load=bool(reason), figures_note=reason)
 
 
 def gpu_benchmarks(

@@ -132,6 +132,12 @@ class DeviceProfile:
     measured_read_bandwidth_bytes_per_s: float | None = None  # achievable: the best of the read-only stream's repeats
     read_bandwidth_samples: tuple[float, ...] = ()  # B/s of every timed read-only repeat (bytes read once)
     read_bytes: int | None = None  # the microbenchmark: a reduction reading this many bytes
+    # Whether the figures look taken under load (see `figure_trust`): then every bound and ridge from them is marked.
+    # Traces from before the judgement open as not flagged, their figures as they were.
+    figures_taken_under_load: bool = False
+    figures_note: str = ""  # why they look unreliable, and whether they were taken twice; "" when they look sound
+    figures_retaken: bool = False  # the first set looked unreliable, so the microbenchmarks ran again after a pause
+    benchmark_core_share: float | None = None  # CPU: process CPU time / (wall x threads) over the memory streams
 
     @property
     def read_bandwidth_from_copy(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from explorer.core.figure_trust import caveat, figures_line, marked_bound
 from explorer.core.profiles import READ_BANDWIDTH_COUNTS
 from explorer.core.roofline import prefill_ridge_tokens
 from explorer.core.trace import DeviceProfile, ModelInfo, PassRecord, Spread, Trace
@@ -40,7 +41,8 @@ def format_device(d: DeviceProfile) -> str:
     lines = [
         f"device  {d.name} ({d.kind}, {d.dtype}): peak {human_flops_per_s(d.peak_flops)} [{d.peak_flops_source}], "
         f"{read_bandwidth_text(d)}, copy bandwidth {human_bandwidth(d.bandwidth_bytes_per_s)} "
-        f"[{d.bandwidth_source}, counts {d.bandwidth_counts}], ridge {d.ridge_point_flops_per_byte:.1f} FLOP/B",
+        f"[{d.bandwidth_source}, counts {d.bandwidth_counts}], ridge {d.ridge_point_flops_per_byte:.1f} FLOP/B"
+        + caveat(d),
     ]
     if d.measured_flops is not None and d.matmul_n:
         lines.append(
@@ -58,8 +60,14 @@ def format_device(d: DeviceProfile) -> str:
             f"{human_bandwidth(d.measured_read_bandwidth_bytes_per_s)}"
             + samples(d.read_bandwidth_samples, human_bandwidth)
         )
+    if d.benchmark_core_share is not None:
+        lines.append(f"        load: the memory streams' threads had {d.benchmark_core_share:.0%} of their cores")
     if d.busy_note:
         lines.append(f"        note: {d.busy_note}")
+    if d.figures_taken_under_load:
+        lines.append(f"        WARNING: {figures_line(d)}")
+    elif d.figures_note:
+        lines.append(f"        note: figures {d.figures_note}")
     return "\n".join(lines)
 
 
@@ -74,8 +82,8 @@ def read_bandwidth_text(d: DeviceProfile) -> str:
 def compute_bound_prompts(model: ModelInfo, device: DeviceProfile) -> str:
     tokens = prefill_ridge_tokens(model, device)
     if tokens is None:
-        return f"no prompt within the context of {model.max_context} tokens is compute-bound here"
-    return f"prompts of {tokens} tokens or more are compute-bound here"
+        return f"no prompt within the context of {model.max_context} tokens is compute-bound here{caveat(device)}"
+    return f"prompts of {tokens} tokens or more are compute-bound here{caveat(device)}"
 
 
 def format_trace(trace: Trace) -> str:
@@ -104,23 +112,32 @@ def format_trace(trace: Trace) -> str:
         lines += [_row(p) for p in passes[-half:]]
     lines += ["", f"output  {trace.generated_text!r} ({trace.new_tokens} tokens, stopped by {trace.stop_reason})"]
     lines += latency_lines(trace)
-    prefill = trace.prefill
-    lines += [
+    lines.append(
         f"KV cache {human_bytes(trace.final_kv_cache_bytes)} after {trace.passes[-1].cache_len_after} positions "
-        f"({kv_per_token_text(m)})",
-        f"prefill  {prefill.cost.bound}-bound (model, intensity {prefill.cost.arithmetic_intensity:.1f} FLOP/B against "
-        f"ridge {trace.device.ridge_point_flops_per_byte:.1f}): compute {ms(prefill.cost.t_compute_s)}, weights "
+        f"({kv_per_token_text(m)})"
+    )
+    lines += bound_lines(trace)
+    return "\n".join(lines)
+
+
+def bound_lines(trace: Trace) -> list[str]:
+    """Which side of the ridge the prefill and the last decode sit on, marked where the device figures look taken
+    under load: a bound from such figures is never stated as fact."""
+    d, prefill = trace.device, trace.prefill
+    lines = [
+        f"prefill  {marked_bound(prefill.cost.bound, d)} (model, intensity {prefill.cost.arithmetic_intensity:.1f} "
+        f"FLOP/B against ridge {d.ridge_point_flops_per_byte:.1f}): compute {ms(prefill.cost.t_compute_s)}, weights "
         f"{ms(prefill.cost.t_weight_read_s)}, KV {ms(prefill.cost.t_kv_s)}; measured {ms(prefill.wall_s)}; "
-        + compute_bound_prompts(m, trace.device),
+        + compute_bound_prompts(trace.model, d)
     ]
     if trace.decodes:
         last = trace.decodes[-1]
         lines.append(
-            f"decode   {last.cost.bound}-bound (model, intensity {last.cost.arithmetic_intensity:.2f} FLOP/B): compute "
-            f"{ms(last.cost.t_compute_s)}, weights {ms(last.cost.t_weight_read_s)}, KV {ms(last.cost.t_kv_s)}; "
-            f"measured {ms(last.wall_s)} (last pass)"
+            f"decode   {marked_bound(last.cost.bound, d)} (model, intensity {last.cost.arithmetic_intensity:.2f} "
+            f"FLOP/B): compute {ms(last.cost.t_compute_s)}, weights {ms(last.cost.t_weight_read_s)}, KV "
+            f"{ms(last.cost.t_kv_s)}; measured {ms(last.wall_s)} (last pass)"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def model_shape_text(m: ModelInfo) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
+from explorer.core.figure_trust import UNDER_LOAD
 from explorer.core.trace import Trace
 
 
@@ -17,6 +18,7 @@ class LocalGap:
     model: str  # the run's model, as displayed
     device: str  # the run's device, as displayed
     dtype: str
+    figures_taken_under_load: bool  # the bandwidth figure the floor divides by looked unreliable
     decode_passes: int  # over every repeat
     median_wall_s: float  # measured
     median_memory_floor_s: float  # modelled: weights + KV traffic over the device's bandwidth figure
@@ -28,7 +30,8 @@ class LocalGap:
 
     @property
     def sentence(self) -> str:
-        return f"decode ran at {self.factor:.1f}x its memory floor here"
+        mark = f" ({UNDER_LOAD})" if self.figures_taken_under_load else ""
+        return f"decode ran at {self.factor:.1f}x its memory floor here{mark}"
 
 
 def local_gap(trace: Trace) -> LocalGap | None:
@@ -41,6 +44,7 @@ def local_gap(trace: Trace) -> LocalGap | None:
         model=trace.model.display_name,
         device=trace.device.name,
         dtype=trace.model.dtype,
+        figures_taken_under_load=trace.device.figures_taken_under_load,
         decode_passes=len(decodes),
         median_wall_s=median(p.wall_s for p in decodes),
         median_memory_floor_s=median(floors),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from explorer.core.attention_maps import AttentionMaps
+from explorer.core.figure_trust import caveat, marked_bound
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bytes, human_flops, ms
 from explorer.teach.questions import QUESTIONS, Question
@@ -124,12 +125,13 @@ def evidence_bound(trace: Trace, maps: AttentionMaps | None) -> Evidence:
     ridge = trace.device.ridge_point_flops_per_byte
     prefill = trace.prefill.cost
     text = (
-        f"On this run's device figures the ridge point is {ridge:.1f} FLOP/byte. Your prefill: "
-        f"{prefill.arithmetic_intensity:.1f} FLOP/byte, {prefill.bound}-bound."
+        f"On this run's device figures the ridge point is {ridge:.1f} FLOP/byte{caveat(trace.device)}. Your prefill: "
+        f"{prefill.arithmetic_intensity:.1f} FLOP/byte, {marked_bound(prefill.bound, trace.device)}."
     )
     p = example_decode(trace)
     if p is not None:
-        text += f" Your decode pass {p.index}: {p.cost.arithmetic_intensity:.2f} FLOP/byte, {p.cost.bound}-bound."
+        bound = marked_bound(p.cost.bound, trace.device)
+        text += f" Your decode pass {p.index}: {p.cost.arithmetic_intensity:.2f} FLOP/byte, {bound}."
     if prefill.bound == "memory":
         text += (
             f" Here even the prefill sits below the ridge: {trace.prompt_len} tokens reuse each weight fewer times "

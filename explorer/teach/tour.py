@@ -20,6 +20,7 @@ from explorer.charts import tour as charts
 from explorer.charts.cost import median_decode_index, prefill_ridge_sentence
 from explorer.charts.latency import decode_bytes_sentence
 from explorer.core.attention_maps import AttentionMaps
+from explorer.core.figure_trust import caveat, marked_bound
 from explorer.core.roofline import pass_cost
 from explorer.core.trace import Trace
 from explorer.core.units import human_bytes, ms, short_time
@@ -235,7 +236,7 @@ def time_slide(run: Run) -> Slide:
     p0, wall0 = trace.prefill, trace.pass_wall_spread(0).median
     sentences = [
         f"Prefill ({trace.prompt_len} tokens): {ms(wall0)} {run.measured}, roofline bound "
-        f"{ms(p0.cost.roofline_time_s)} (modelled, {p0.cost.bound}-bound)."
+        f"{ms(p0.cost.roofline_time_s)} (modelled, {marked_bound(p0.cost.bound, device)})."
     ]
     more = prefill_ridge_sentence(trace)
     index = median_decode_index(trace)
@@ -243,7 +244,8 @@ def time_slide(run: Run) -> Slide:
         d = trace.passes[index]
         sentences.append(
             f"A decode pass: {ms(d.wall_s)} {run.measured}, bound {ms(d.cost.roofline_time_s)} (modelled, "
-            f"{d.cost.bound}-bound): it reads all {human_bytes(d.cost.weight_bytes_read)} of weights for one token."
+            f"{marked_bound(d.cost.bound, device)}): it reads all {human_bytes(d.cost.weight_bytes_read)} of weights "
+            "for one token."
         )
         more += (
             f" Per token, the prefill took {ms(wall0 / trace.prompt_len)} and a decode pass {ms(d.wall_s)} "
@@ -305,7 +307,9 @@ def batching_slide(run: Run) -> Slide:
             if ridge
             else f"Memory-bound at every B up to {charts.RIDGE_BATCH_LIMIT:,}"
         )
-        + f" (modelled); this {_origin(run)}'s one sequence: {ms(charts.median_decode_s(trace))} per step "
+        + " (modelled)"
+        + caveat(trace.device)
+        + f"; this {_origin(run)}'s one sequence: {ms(charts.median_decode_s(trace))} per step "
         f"({run.measured}, "
         "black tick).",
     ]

@@ -139,7 +139,7 @@ BAD_EDITS: list[tuple[str, Callable[[dict[str, bytes]], None], str]] = [
     ("maps of a wrong shape", npz_with(decode_L1=lambda a: a["decode_L1"][:, 1:]), "decode_L1 must be float16"),
     ("maps not probabilities", npz_with(prefill_L0=lambda a: a["prefill_L0"] * 7), "between 0 and 1"),
     ("a pickled array", npz_with(tokens_text=lambda a: np.array([object()], dtype=object)), "cannot be read"),
-    ("an extra layer", npz_with(prefill_L9=lambda a: a["prefill_L0"]), "its layers [0, 1, 9] are not"),
+    ("an extra layer", npz_with(prefill_L9=lambda a: a["prefill_L0"]), "'prefill_L9' is not one of the arrays"),
 ]
 
 

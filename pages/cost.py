@@ -42,7 +42,7 @@ layout.chart(
     "Predicted against measured, pass by pass",
 )
 if device.busy_note:
-    st.info(device.busy_note)  # built from numbers only
+    st.info(ui.escape_markdown(device.busy_note))  # built from numbers, but a recording's is anyone's text
 faster = int(split["faster_than_model"].sum())
 if faster:
     st.warning(

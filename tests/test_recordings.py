@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import time
+import tracemalloc
 import zipfile
 from collections.abc import Callable
 from dataclasses import replace
@@ -32,6 +34,7 @@ from explorer.core.recording_checks import read_recording
 from explorer.core.request import Request
 from explorer.core.trace import Trace
 from tests.cli_support import run_cli
+from tests.recording_support import BOUNDARY, REFUSED, forged_kv_recording
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +157,43 @@ def test_a_bad_recording_is_refused_in_one_line_naming_what_is_wrong(
         read_recording(pdx(members))
     line = str(refused.value)
     assert "\n" not in line and words in line, line
+
+
+@pytest.mark.parametrize(("name", "make", "words"), REFUSED, ids=[case[0] for case in REFUSED])
+def test_what_would_break_a_page_is_refused_in_one_line_naming_the_field(
+    name: str, make: Callable[[], bytes], words: str
+) -> None:
+    """Divisors of 0, kinds no page knows, shapes past any model, counts that contradict: each a line, never a page's
+    ZeroDivisionError, KeyError, IndexError or a dataframe of 10**12 rows."""
+    with pytest.raises(BadInput) as refused:
+        read_recording(make())
+    line = str(refused.value)
+    assert line.startswith("This recording is damaged: ") and words in line and "\n" not in line, line
+
+
+@pytest.mark.parametrize(("name", "make"), BOUNDARY, ids=[case[0] for case in BOUNDARY])
+def test_a_recording_at_the_edge_of_every_bound_opens(name: str, make: Callable[[], bytes]) -> None:
+    assert read_recording(make()).trace.new_tokens >= 1
+
+
+def test_a_30_mib_list_in_a_40_kb_file_is_refused_by_its_count_in_under_a_second_and_100_mb() -> None:
+    """The issue's 48 KB file cost 3 GB and 100 s: its one list is now refused against the model's 30 layers before
+    any parser builds it."""
+    raw = forged_kv_recording()
+    assert len(raw) < 100_000
+    started = time.process_time()
+    with pytest.raises(BadInput, match="kv_layer_bytes: a list of 15,728,640 values, more than the model's layers"):
+        read_recording(raw)
+    cpu_s = time.process_time() - started
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadInput):
+            read_recording(raw)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    print(f"refused in {cpu_s:.2f} s of CPU, {peak_bytes / 1e6:.0f} MB at most")
+    assert cpu_s < 1.0 and peak_bytes < 100e6, (cpu_s, peak_bytes)
 
 
 def test_size_and_zip_are_checked_before_anything_is_read() -> None:

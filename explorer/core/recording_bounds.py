@@ -77,7 +77,7 @@ def list_bounds(raw: bytes, layers: int) -> int:
     for key, items in lists:
         bound, what = bounds.get(key, (None, ""))
         if bound is not None and items > bound:
-            raise damaged(f"a {key.decode()} list holds {items:,} values, more than {what} ({bound:,})")
+            raise damaged(f"{key.decode()}: a list of {items:,} values, more than {what} ({bound:,})")
     return prompt
 
 

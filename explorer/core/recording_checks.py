@@ -50,6 +50,7 @@ MEMBER_CAPS = {META: 64 * 1024, TRACE: 32 * MIB, ATTENTION: 64 * MIB}
 READ_CHUNK = MIB
 SMALL_MEMBER = MIB  # members this small are handed on as bytes; larger ones stay the buffer they were read into
 DEVICE_KINDS = ("cpu", "cuda")  # what the pages have words and figures for
+STOP_REASONS = ("eos", "max_new_tokens")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The model's shapes: at least 1 (a page divides by each), at most past any published decoder's.
 MODEL_BOUNDS = {
@@ -199,6 +200,8 @@ def check_trace(trace: Trace) -> Trace:
         raise damaged(f"{TRACE}: prompt_tokens_text: a token longer than {MAX_TOKEN_CHARS:,} characters")
     if not 1 <= len(trace.repeats) <= MAX_REPEATS or trace.shown_repeat >= len(trace.repeats):
         raise damaged(f"{TRACE}: repeats must be 1 to {MAX_REPEATS} and shown_repeat one of them")
+    if trace.stop_reason not in STOP_REASONS:
+        raise damaged(f"{TRACE}: stop_reason: must be one of {', '.join(STOP_REASONS)}, not {trace.stop_reason[:40]!r}")
     if not 1 <= trace.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
         raise damaged(f"{TRACE}: max_new_tokens: must be 1 to {MAX_NEW_TOKENS_LIMIT:,}, not {trace.max_new_tokens}")
     top_k = len(trace.repeats[0][0].top_tokens) if trace.repeats[0] else 0  # the first pass states k

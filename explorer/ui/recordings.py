@@ -12,6 +12,7 @@ import streamlit as st
 from explorer.core.errors import ExplorerError
 from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.core.recording_checks import read_recording
+from explorer.ui.queue import count_run
 from explorer.ui.state import RunResult, current_run, make_current
 from explorer.ui.widgets import show_error
 
@@ -95,6 +96,7 @@ def open_upload(file_name: str, raw: bytes) -> None:
         show_error(f"'{file_name[:60]}' is not a recording: open a {SUFFIX} file (`explorer run ... --record`).")
         return
     try:
+        count_run()  # reading a file costs the server like a run: the same rate limit per session
         make_current(as_result(read_recording(raw)))
     except ExplorerError as exc:
         show_error(str(exc))

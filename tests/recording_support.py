@@ -10,7 +10,7 @@ from typing import Any
 
 from explorer.core.recording import ATTENTION, META, TRACE, bundled
 
-BASE = "short-chat"  # 30 layers, a chat prompt, 32 new tokens
+BASE = bundled()["short-chat"]  # 30 layers, a chat prompt, 32 new tokens (its path: a test may move the folder)
 # Markdown and HTML a browser would render or fetch: a link, an image (a fetch), a tag with a handler, bold.
 HOSTILE = "[click](http://127.0.0.1:8622/x) ![track](http://127.0.0.1:8622/t.png) <img src=x onerror=alert(1)> **b**"
 
@@ -30,7 +30,7 @@ def pack_members(members: dict[str, bytes]) -> bytes:
 
 def base_members(maps: bool = False) -> dict[str, bytes]:
     """The bundled recording's members; without its maps unless asked (the meta then names no layers)."""
-    members = members_of(bundled()[BASE].read_bytes())
+    members = members_of(BASE.read_bytes())
     if not maps:
         members.pop(ATTENTION)
         meta = json.loads(members[META])
@@ -153,4 +153,24 @@ BOUNDARY: list[tuple[str, Callable[[], bytes]]] = [
     ("one kv head", model(kv_heads=1)),
     ("one prompt token, one pass", lambda: edited(lambda d: (short_prompt(1)(d), one_pass(d)))),
     ("1,024 layers", lambda: edited(many_layers(1024))),
+]
+
+
+def smallest(data: dict[str, Any]) -> None:
+    data["device"].update(peak_flops=1.0, bandwidth_bytes_per_s=1.0, read_bandwidth_bytes_per_s=1.0)
+    data["model"].update(kv_heads=1)
+    short_prompt(1)(data)
+    one_pass(data)
+
+
+def largest(data: dict[str, Any]) -> None:
+    data["device"].update(peak_flops=1e21, bandwidth_bytes_per_s=1e21, read_bandwidth_bytes_per_s=1e21)
+    data["model"].update(kv_heads=data["model"]["heads"])
+    many_layers(1024)(data)
+
+
+# Every boundary at once, at each end: what the pages draw (each page is drawn twice, not once per boundary).
+PAGE_BOUNDARIES: list[tuple[str, Callable[[], bytes]]] = [
+    ("every figure and count at its floor", lambda: edited(smallest)),
+    ("every figure and count at its ceiling", lambda: edited(largest)),
 ]

@@ -35,6 +35,7 @@ from explorer.core.errors import BadInput, one_line
 from explorer.core.recording import (
     ATTENTION,
     FORMAT_VERSION,
+    MAX_COMMAND_CHARS,
     MAX_RECORDING_BYTES,
     META,
     TRACE,
@@ -65,7 +66,7 @@ MAX_FIGURE = 1e21  # FLOP/s or bytes/s: a zettaFLOP/s is past any device; a page
 MAX_TEXT_CHARS = 4_000_000  # the prompt and the generated text
 MAX_TOKEN_CHARS = 1_000  # one token's text
 MAX_WHOLE = 2**63  # token ids, counts, bytes: a JSON integer past int64 is no real figure
-MAX_LINE_CHARS = 2_000
+MAX_LINE_CHARS = MAX_COMMAND_CHARS  # every one-line field of meta.json
 NOT_A_RECORDING = "open a file written by `python -m explorer run ... --record NAME.pdx`"
 PREFILL_KEY = re.compile(r"prefill_L(\d+)")
 T = TypeVar("T")

@@ -41,8 +41,9 @@ RECORDING_PAGES = (
     "pages/at_scale.py",
 )
 MARKDOWN_KINDS = ("markdown", "caption", "info", "warning", "error", "success", "title", "header", "subheader")
-# What a browser would render from HOSTILE if it reached Markdown unescaped: a link, an image, a tag.
-RENDERED = re.compile(r"(?<!\\)\]\(|(?<!\\)!\\?\[|(?<!\\)<img")
+# What a browser would render from HOSTILE if it reached Markdown unescaped: a link, an image, a tag, or a bare URL,
+# which Markdown links even with every character escaped (http\://127\.0\.0\.1 still became an <a href>).
+RENDERED = re.compile(r"(?<!\\)\]\(|(?<!\\)!\\?\[|(?<!\\)<img|https?\\?://127")
 CPU_LIMIT_S = 1.0
 MEMORY_LIMIT_BYTES = 100e6
 

@@ -23,7 +23,7 @@ from tests.browser_support import (
 from tests.recording_support import hostile_text_recording
 
 skip_module_without_browser("a recording's text")
-pytestmark = [pytest.mark.browser, pytest.mark.server]
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 PAGES = ("Inside one inference", "Attention", "Cost (roofline)", "By hand")  # the prompt, the note, the busy note
 TIMEOUT_S = 60

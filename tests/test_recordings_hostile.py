@@ -114,6 +114,7 @@ def cost_of(action: Callable[[], None], tries: int = 3) -> tuple[float, float]:
         tracemalloc.stop()
 
 
+@pytest.mark.slow  # eight refusals of a 30 MiB member, four of them traced
 def test_the_30_mib_list_is_refused_by_link_and_by_upload_in_a_fraction_of_a_second_and_100_mb(
     bundled_dir: Path,
 ) -> None:
@@ -142,6 +143,7 @@ def test_the_30_mib_list_is_refused_by_link_and_by_upload_in_a_fraction_of_a_sec
 
 
 # --- at the edge of a bound: every page draws ------------------------------------------------------------------------
+@pytest.mark.slow  # every page drawn: ~10 s
 @pytest.mark.parametrize(("name", "make"), PAGE_BOUNDARIES, ids=[case[0] for case in PAGE_BOUNDARIES])
 def test_a_recording_at_the_edge_of_a_bound_draws_every_page(name: str, make: Callable[[], bytes]) -> None:
     at = new_app()
@@ -158,6 +160,7 @@ def rendered_markup(at: AppTest) -> list[str]:
     return [text for text in drawn if RENDERED.search(text)]
 
 
+@pytest.mark.slow  # every page drawn: ~10 s
 @pytest.mark.parametrize("presenting", [False, True], ids=["laptop", "presenter"])
 def test_markdown_and_html_in_a_recordings_texts_are_drawn_as_text_on_every_page(presenting: bool) -> None:
     at = new_app()

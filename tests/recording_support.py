@@ -56,13 +56,14 @@ def every_pass(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for passes in data["repeats"] for p in passes]
 
 
-def forged_kv_recording(values: int = 15 << 20) -> bytes:
-    """Under 100 KB: one pass's kv_layer_bytes is `values` zeros (15 Mi zeros: 30 MiB of `0,` in trace.json)."""
+def forged_kv_recording(values: int = 15 << 20, key: bytes = b'"kv_layer_bytes"') -> bytes:
+    """Under 100 KB: one pass's kv_layer_bytes is `values` zeros (15 Mi zeros: 30 MiB of `0,` in trace.json), under
+    `key` (JSON lets a key be spelled with escapes, which a parser reads as the same name)."""
     members = base_members()
     text = members[TRACE]
-    start = text.index(b'"kv_layer_bytes": [') + len(b'"kv_layer_bytes": [')
+    start = text.index(b'"kv_layer_bytes": [')
     end = text.index(b"]", start)
-    members[TRACE] = text[:start] + b"0," * (values - 1) + b"0" + text[end:]
+    members[TRACE] = text[:start] + key + b": [" + b"0," * (values - 1) + b"0" + text[end:]
     return pack_members(members)
 
 

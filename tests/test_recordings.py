@@ -196,6 +196,16 @@ def test_a_30_mib_list_in_a_40_kb_file_is_refused_by_its_count_in_under_a_second
     assert cpu_s < 1.0 and peak_bytes < 100e6, (cpu_s, peak_bytes)
 
 
+def test_a_forged_list_under_a_key_spelled_with_escapes_is_refused_by_the_files_total() -> None:
+    """`"kv_layer_by\\u0074es"` is the same key to a parser but not to a scan for the name: the whole file's values,
+    bounded by its declared counts, still refuse it before pydantic builds it."""
+    raw = forged_kv_recording(key=rb'"kv_layer_by\u0074es"')
+    started = time.process_time()
+    with pytest.raises(BadInput, match=r"trace\.json: it holds 15,7\d\d,\d{3} values, over 2 x the"):
+        read_recording(raw)
+    assert time.process_time() - started < 1.0
+
+
 def test_size_and_zip_are_checked_before_anything_is_read() -> None:
     with pytest.raises(BadInput, match="a recording is at most 5 MB"):
         read_recording(b"x" * (MAX_RECORDING_BYTES + 1))

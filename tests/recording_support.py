@@ -145,6 +145,9 @@ REFUSED: list[tuple[str, Callable[[], bytes], str]] = [
     ("3 prompt tokens, a 40-token prefill", lambda: edited(prompt_only(3)), "input_token_ids"),
     ("a layer short", lambda: edited(lambda d: every_pass(d)[3]["kv_layer_bytes"].pop()), "kv_layer_bytes"),
     ("a cache that skips", lambda: edited(lambda d: every_pass(d)[2].update(cache_len_before=99)), "cache_len_before"),
+    ("weight_bytes 0", model(weight_bytes=0), "model.weight_bytes"),
+    ("a pass that took no time", lambda: edited(lambda d: every_pass(d)[-1].update(wall_s=0.0)), "wall_s"),
+    ("a pass with no maths", lambda: edited(lambda d: every_pass(d)[0]["cost"].update(flops=0)), "cost.flops"),
     ("meta's device kind tpu", lambda: edited(meta=lambda d: d.update(device_kind="tpu")), "device_kind"),
 ]
 # (name, the file): at the edge of what is allowed, so every page draws it.

@@ -222,6 +222,9 @@ def check_model(trace: Trace) -> None:
         value = getattr(model, name)
         if not 1 <= value <= bound:
             raise damaged(f"{TRACE}: model.{name}: must be 1 to {bound:,}, not {value:,}")
+    for name in ("params", "weight_bytes", "matmul_params"):  # the KV cache page and the quiz divide by these
+        if getattr(model, name) < 1:
+            raise damaged(f"{TRACE}: model.{name}: must be at least 1, not {getattr(model, name)}")
     if model.heads % model.kv_heads:
         raise damaged(f"{TRACE}: model.kv_heads: {model.kv_heads} does not divide the {model.heads} query heads")
     if DTYPE_BYTES.get(model.dtype) != model.bytes_per_element:
@@ -262,6 +265,17 @@ def check_pass(trace: Trace, p: PassRecord, where: str, before: PassRecord | Non
     for name, (found, wanted) in expected.items():
         if found != wanted:
             raise damaged(f"{TRACE}: {where}.{name}: {found:,} where the counts say {wanted:,}")
+    positive = {
+        "wall_s": p.wall_s,
+        "token_s": p.token_s,
+        "cost.flops": p.cost.flops,
+        "cost.weight_bytes_read": p.cost.weight_bytes_read,
+        "cost.t_weight_read_s": p.cost.t_weight_read_s,
+        "cost.t_compute_s": p.cost.t_compute_s,
+    }
+    for name, value in positive.items():  # a real pass takes time and does work; the pages divide by each
+        if not value > 0:
+            raise damaged(f"{TRACE}: {where}.{name}: must be more than 0, not {value!r}")
     if not top_k <= MAX_TOP_TOKENS or len(p.batch_token_ids) > 1:
         raise damaged(f"{TRACE}: {where}: at most {MAX_TOP_TOKENS} top_tokens and 1 batch_token_ids")
     if p.cache_len_after > trace.model.max_context:

@@ -12,7 +12,7 @@ result, layout = ui.chart_first_page(
 )
 maps = result.attention
 if maps is None:
-    st.info(result.attention_note)
+    st.info(ui.escape_markdown(result.attention_note))  # a recording file's own words: never markdown
     st.stop()
 trace = result.trace
 layer, head = view.layer_and_head(maps, trace.model, layout)

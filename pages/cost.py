@@ -44,9 +44,9 @@ layout.chart(
     "Predicted against measured, pass by pass",
 )
 if device.busy_note:
-    st.info(device.busy_note)  # built from numbers only
+    st.info(ui.escape_markdown(device.busy_note))  # built from numbers, but a recording's is anyone's text
 if device.figures_taken_under_load:
-    st.warning(figures_line(device))  # built from numbers and fixed words only
+    st.warning(ui.escape_markdown(figures_line(device)))  # a recording's figures note is anyone's text too
 faster = int(split["faster_than_model"].sum())
 if faster:
     st.warning(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import time
+import tracemalloc
 import zipfile
 from collections.abc import Callable
 from dataclasses import replace
@@ -32,6 +34,7 @@ from explorer.core.recording_checks import read_recording
 from explorer.core.request import Request
 from explorer.core.trace import Trace
 from tests.cli_support import run_cli
+from tests.recording_support import BOUNDARY, REFUSED, forged_kv_recording
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +148,7 @@ BAD_EDITS: list[tuple[str, Callable[[dict[str, bytes]], None], str]] = [
     ("maps of a wrong shape", npz_with(decode_L1=lambda a: a["decode_L1"][:, 1:]), "decode_L1 must be float16"),
     ("maps not probabilities", npz_with(prefill_L0=lambda a: a["prefill_L0"] * 7), "between 0 and 1"),
     ("a pickled array", npz_with(tokens_text=lambda a: np.array([object()], dtype=object)), "cannot be read"),
-    ("an extra layer", npz_with(prefill_L9=lambda a: a["prefill_L0"]), "its layers [0, 1, 9] are not"),
+    ("an extra layer", npz_with(prefill_L9=lambda a: a["prefill_L0"]), "'prefill_L9' is not one of the arrays"),
 ]
 
 
@@ -160,6 +163,53 @@ def test_a_bad_recording_is_refused_in_one_line_naming_what_is_wrong(
         read_recording(pdx(members))
     line = str(refused.value)
     assert "\n" not in line and words in line, line
+
+
+@pytest.mark.parametrize(("name", "make", "words"), REFUSED, ids=[case[0] for case in REFUSED])
+def test_what_would_break_a_page_is_refused_in_one_line_naming_the_field(
+    name: str, make: Callable[[], bytes], words: str
+) -> None:
+    """Divisors of 0, kinds no page knows, shapes past any model, counts that contradict: each a line, never a page's
+    ZeroDivisionError, KeyError, IndexError or a dataframe of 10**12 rows."""
+    with pytest.raises(BadInput) as refused:
+        read_recording(make())
+    line = str(refused.value)
+    assert line.startswith("This recording is damaged: ") and words in line and "\n" not in line, line
+
+
+@pytest.mark.parametrize(("name", "make"), BOUNDARY, ids=[case[0] for case in BOUNDARY])
+def test_a_recording_at_the_edge_of_every_bound_opens(name: str, make: Callable[[], bytes]) -> None:
+    assert read_recording(make()).trace.new_tokens >= 1
+
+
+def test_a_30_mib_list_in_a_40_kb_file_is_refused_by_its_count_in_under_a_second_and_100_mb() -> None:
+    """The issue's 48 KB file cost 3 GB and 100 s: its one list is now refused against the model's 30 layers before
+    any parser builds it."""
+    raw = forged_kv_recording()
+    assert len(raw) < 100_000
+    started = time.process_time()
+    with pytest.raises(BadInput, match="kv_layer_bytes: a list of 15,728,640 values, more than the model's layers"):
+        read_recording(raw)
+    cpu_s = time.process_time() - started
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadInput):
+            read_recording(raw)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    print(f"refused in {cpu_s:.2f} s of CPU, {peak_bytes / 1e6:.0f} MB at most")
+    assert cpu_s < 1.0 and peak_bytes < 100e6, (cpu_s, peak_bytes)
+
+
+def test_a_forged_list_under_a_key_spelled_with_escapes_is_refused_by_the_files_total() -> None:
+    """`"kv_layer_by\\u0074es"` is the same key to a parser but not to a scan for the name: the whole file's values,
+    bounded by its declared counts, still refuse it before pydantic builds it."""
+    raw = forged_kv_recording(key=rb'"kv_layer_by\u0074es"')
+    started = time.process_time()
+    with pytest.raises(BadInput, match=r"trace\.json: it holds 15,7\d\d,\d{3} values, over 2 x the"):
+        read_recording(raw)
+    assert time.process_time() - started < 1.0
 
 
 def test_size_and_zip_are_checked_before_anything_is_read() -> None:

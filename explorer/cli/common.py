@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,9 +71,10 @@ def check_output_paths(*paths: Path | None) -> None:
         if not path.parent.is_dir():
             raise BadInput(f"Cannot write {path}: its folder {path.parent} does not exist.")
         existed = path.exists()
-        try:
-            with open(path, "a", encoding="utf-8"):  # the one sure test of "may I write here", as root too
-                pass
+        if existed and not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the open below until read
+            raise BadInput(f"Cannot write {path}: it is not a regular file (a FIFO, a device or a socket).")
+        try:  # the one sure test of "may I write here", as root too; non-blocking, so a FIFO swapped in cannot hang it
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
         except OSError as exc:
             raise BadInput(f"Cannot write {path} ({exc.strerror}): choose another path.") from exc
         if not existed:

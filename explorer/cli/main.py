@@ -9,6 +9,7 @@ import sys
 
 from explorer.cli.common import OneLineParser, quiet_libraries
 from explorer.core.errors import ExplorerError, one_line, out_of_memory_as_run_failed
+from explorer.core.model_config import check_model_config
 
 # Each command lives in its own module, whose `register(commands)` adds its parser and sets `func` (and optionally
 # `precheck`, run before torch is imported, and `loads_models=False` for a command that never imports torch). Only the
@@ -49,6 +50,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def dispatch(args: argparse.Namespace) -> None:
     """Refuse what can be refused before torch loads, then run the command."""
+    if getattr(args, "loads_models", True) and isinstance(getattr(args, "model", None), str):
+        check_model_config(args.model)  # a local config.json transformers cannot build: one line, before torch
     if getattr(args, "precheck", None):
         args.precheck(args)
     if getattr(args, "loads_models", True):  # a client of a remote server never imports torch

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from explorer.cli.common import StderrProgress, add_command, add_model_args, check_output_paths, load, write_json
 from explorer.core.errors import BadInput
-from explorer.core.paths import context_without_loading, layer_count_without_loading
+from explorer.core.paths import context_without_loading, layer_count_without_loading, read_small_file
 from explorer.core.request import Request, check_fits_context, validate
 from explorer.core.trace import Sampling
 
@@ -24,6 +24,8 @@ REMEASURE_HELP = (
     "take the device figures afresh; they are taken once per process, before the first repeat, so a `run` (a new "
     "process) always measures them and this changes nothing here (the app reuses them across runs)"
 )
+MAX_PROMPT_FILE_BYTES = 8 << 20  # ~2M tokens of text: past any model's context, which is checked once tokenized
+MAX_TITLE_CHARS = 2_000  # a recording's one-line fields (explorer.core.recording_checks.MAX_LINE_CHARS)
 RECORD_HELP = (
     "write a recording (NAME.pdx, under 5 MB): the trace and the attention maps (captured: every layer that fits), "
     "for the app to open with no model"
@@ -94,14 +96,19 @@ def precheck_run(args: argparse.Namespace) -> None:
     check_output_paths(args.json, args.csv, args.perfetto, args.attention_npz, args.record)
     if args.record is not None and args.record.suffix != ".pdx":  # explorer.core.recording.SUFFIX, without numpy
         raise BadInput(f"--record writes a .pdx file: name it e.g. {args.record.with_suffix('.pdx').name}.")
+    if args.record_title is not None and len(args.record_title) > MAX_TITLE_CHARS:
+        raise BadInput(
+            f"--record-title is {len(args.record_title):,} characters; a recording's title is at most 2,000."
+        )
 
 
 def read_prompt_file(path: Path) -> str:
+    """A regular file of at most MAX_PROMPT_FILE_BYTES: `/dev/zero` or a FIFO is one line, never a hang or 7 GB."""
+    raw = read_small_file(path, MAX_PROMPT_FILE_BYTES, "the prompt")
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise BadInput(f"Cannot read the prompt from {path} ({reason}).") from exc
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"Cannot read the prompt from {path} (not UTF-8 text).") from exc
 
 
 def cmd_run(args: argparse.Namespace) -> None:

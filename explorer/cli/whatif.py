@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from explorer.cli.common import check_output_paths
 from explorer.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -62,8 +63,7 @@ def precheck_whatif(args: argparse.Namespace) -> None:
             raise BadInput(f"{flag} must be at least 1, not {value}.")
     if args.prompt_tokens < 1:
         raise BadInput(f"--prompt-tokens must be at least 1, not {args.prompt_tokens}.")
-    if args.json is not None and not args.json.parent.is_dir():
-        raise BadInput(f"Cannot write {args.json}: its folder {args.json.parent} does not exist.")
+    check_output_paths(args.json)
 
 
 def cmd_whatif(args: argparse.Namespace) -> None:

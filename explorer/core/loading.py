@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.model_config import check_model_config
 from explorer.core.model_shape import attention_kernel, expert_linear_params, experts_info, layer_windows
 from explorer.core.paths import EMBEDDED, embedded_folder
 from explorer.core.trace import ModelInfo
@@ -311,6 +312,7 @@ def load_model(
     else:
         expanded = os.path.expanduser(name)
         if is_model_folder(expanded):
+            check_model_config(expanded)  # before transformers reads it: bounded, each size in range (model_config.py)
             source, display_name = Path(expanded), os.path.basename(os.path.normpath(expanded))
         elif _looks_like_path(name) or os.path.exists(expanded):
             raise no_model_folder(name)

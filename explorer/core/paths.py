@@ -4,14 +4,36 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
+
+from explorer.core.errors import BadInput
 
 EMBEDDED = "embedded"
 EMBEDDED_CACHE_NAME = "smollm2-135m-instruct-q4_1-dequantized"
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 # SmolLM2-135M's figures, known before its first conversion has written a config.json
 EMBEDDED_FIGURES = {"num_hidden_layers": 30, "max_position_embeddings": 8192}
+MAX_CONFIG_BYTES = 4 << 20  # a config.json is a few KB; the largest, with label maps, some hundreds
+
+
+def read_small_file(path: Path, limit_bytes: int, what: str) -> bytes:
+    """A regular file's bytes, at most `limit_bytes` of them, else one line: a FIFO, a device or a socket would hang a
+    read or never end (`/dev/zero`), so only a regular file is opened (non-blocking, and checked again once open)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise BadInput(f"Cannot read {what} from {path}: it is not a regular file (a FIFO, a device or a folder).")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # swapped for something else since the check
+                raise BadInput(f"Cannot read {what} from {path}: it is not a regular file.")
+            data = file.read(limit_bytes + 1)
+    except OSError as exc:
+        raise BadInput(f"Cannot read {what} from {path} ({exc.strerror or type(exc).__name__}).") from exc
+    if len(data) > limit_bytes:
+        raise BadInput(f"Cannot read {what} from {path}: it is larger than {limit_bytes / (1 << 20):g} MiB.")
+    return data
 
 
 def cache_dir() -> Path:
@@ -30,9 +52,15 @@ def config_without_loading(name: str) -> dict[str, Any] | None:
     """The model's config.json (its text part, as loading reads it), or None when only loading it can tell (a hub id,
     a folder without one). The embedded model's is its converted folder's, else the figures known of it."""
     folder = embedded_folder() if name == EMBEDDED else Path(os.path.expanduser(name))
+    file = folder / "config.json"
     try:
-        data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # missing, unreadable, not JSON, a name no path can be
+        exists = os.path.lexists(file)
+    except ValueError:  # a name no path can be (a NUL byte)
+        exists = False
+    try:
+        # A config.json that is there but no regular file, or too large, is one line (BadInput) here, before torch.
+        data = json.loads(read_small_file(file, MAX_CONFIG_BYTES, "the model's config.json")) if exists else None
+    except (ValueError, RecursionError):  # not UTF-8 or not JSON: loading says so in its own words
         data = None
     if not isinstance(data, dict):
         return dict(EMBEDDED_FIGURES) if name == EMBEDDED else None

@@ -33,6 +33,8 @@ FORMAT_VERSION = 1
 MAX_RECORDING_BYTES = 5_000_000  # "under 5 MB": the whole file, compressed
 META, TRACE, ATTENTION = "meta.json", "trace.json", "attention.npz"
 BUNDLED_DIR = Path(__file__).resolve().parents[2] / "recordings"
+MAX_COMMAND_CHARS = 2_000  # meta.json's one-line fields are at most this long (recording_checks.MAX_LINE_CHARS)
+CUT_MARKER = " … [command cut at 2,000 characters]"
 TOO_BIG_FOR_MAPS = "This recording holds no attention maps: even one layer's would pass the {limit} size budget."
 
 
@@ -66,7 +68,7 @@ class RecordingMeta(JsonRecord):
             device=trace.device.name,
             device_kind=trace.device.kind,
             dtype=trace.model.dtype,
-            command=command,
+            command=short_command(command),
             attention_layers=(),
             attention_note="",
         )
@@ -86,6 +88,14 @@ class Recording:
     meta: RecordingMeta
     trace: Trace
     attention: AttentionMaps | None
+
+
+def short_command(command: str) -> str:
+    """The command as typed, cut with a marker where it passes MAX_COMMAND_CHARS: a long command line (a long
+    --prompt) never makes a recording fail."""
+    if len(command) <= MAX_COMMAND_CHARS:
+        return command
+    return command[: MAX_COMMAND_CHARS - len(CUT_MARKER)] + CUT_MARKER
 
 
 def describe(trace: Trace) -> str:

@@ -6,10 +6,13 @@ What is bounded, and why:
 - the file: `MAX_RECORDING_BYTES`, what the writer keeps every recording under;
 - the zip: only the three known members, each read to at most its own cap whatever its header claims (a zip bomb
   stops at the cap), so a 5 MB file never becomes more than `MEMBER_CAPS` in memory;
+- `trace.json`'s bytes, before any parser reads them: every list against the count it belongs to, and the whole
+  against what a trace of its declared counts holds (`explorer.core.recording_bounds`);
 - `meta.json` and `trace.json`: their shape, field by field, by pydantic against the dataclasses the app itself
   reads (strict: "5" is not 5; nesting past pydantic's parser limit is refused, never a RecursionError); then every
-  number finite and not negative (NaN slips past every comparison a page makes), and the counts consistent (tokens,
-  repeats, passes in order);
+  number finite and not negative (NaN slips past every comparison a page makes), the figures a page divides by
+  positive, the device a kind the pages know, and the counts consistent (the model's shapes within bounds, tokens,
+  repeats, passes in order, each pass's tokens and cache lengths, each list exactly its count);
 - `attention.npz`: loaded without pickles; only the arrays the meta names, float16, the shapes the trace implies,
   probabilities in [0, 1].
 """
@@ -32,20 +35,38 @@ from explorer.core.errors import BadInput, one_line
 from explorer.core.recording import (
     ATTENTION,
     FORMAT_VERSION,
+    MAX_COMMAND_CHARS,
     MAX_RECORDING_BYTES,
     META,
     TRACE,
     Recording,
     RecordingMeta,
 )
+from explorer.core.recording_bounds import MAX_LAYERS, MAX_PROMPT_TOKENS, MAX_TOP_TOKENS, check_trace_size
 from explorer.core.request import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
-from explorer.core.trace import SCHEMA_VERSION, Trace
+from explorer.core.trace import SCHEMA_VERSION, PassRecord, Trace
 
 MIB = 1 << 20
 MEMBER_CAPS = {META: 64 * 1024, TRACE: 32 * MIB, ATTENTION: 64 * MIB}
-MAX_PROMPT_TOKENS = 1_000_000
+READ_CHUNK = MIB
+SMALL_MEMBER = MIB  # members this small are handed on as bytes; larger ones stay the buffer they were read into
+DEVICE_KINDS = ("cpu", "cuda")  # what the pages have words and figures for
+STOP_REASONS = ("eos", "max_new_tokens")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# The model's shapes: at least 1 (a page divides by each), at most past any published decoder's.
+MODEL_BOUNDS = {
+    "heads": 1024,
+    "kv_heads": 1024,
+    "head_dim": 4096,
+    "hidden_size": 1 << 17,
+    "vocab_size": 1 << 24,
+    "max_context": 1 << 24,
+}
+MAX_FIGURE = 1e21  # FLOP/s or bytes/s: a zettaFLOP/s is past any device; a page divides and multiplies by these
+MAX_TEXT_CHARS = 4_000_000  # the prompt and the generated text
+MAX_TOKEN_CHARS = 1_000  # one token's text
 MAX_WHOLE = 2**63  # token ids, counts, bytes: a JSON integer past int64 is no real figure
-MAX_LINE_CHARS = 2_000
+MAX_LINE_CHARS = MAX_COMMAND_CHARS  # every one-line field of meta.json
 NOT_A_RECORDING = "open a file written by `python -m explorer run ... --record NAME.pdx`"
 PREFILL_KEY = re.compile(r"prefill_L(\d+)")
 T = TypeVar("T")
@@ -64,6 +85,7 @@ def read_recording(raw: bytes) -> Recording:
         )
     members = read_members(raw)
     meta = check_meta(parse(RecordingMeta, members[META], META))
+    check_trace_size(members[TRACE])  # the counts it declares bound its lists before pydantic builds any of them
     trace = check_trace(parse(Trace, members[TRACE], TRACE))
     maps = None
     if ATTENTION in members:
@@ -90,16 +112,19 @@ def read_members(raw: bytes) -> dict[str, bytes]:
 
 
 def read_capped(archive: zipfile.ZipFile, name: str) -> bytes:
-    """A member's bytes, never more than its cap: reading stops there, whatever the zip's header says."""
+    """A member's bytes, never more than its cap: reading stops there, whatever the zip's header says. Read in chunks
+    into one buffer, so a member at its cap costs its size once in memory, not twice (chunks, then their join)."""
     cap = MEMBER_CAPS[name]
+    data = bytearray()
     try:
         with archive.open(name) as member:
-            data = member.read(cap + 1)
+            while len(data) <= cap and (chunk := member.read(min(READ_CHUNK, cap + 1 - len(data)))):
+                data += chunk
     except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
         raise damaged(f"{name} cannot be read ({one_line(exc)})") from exc
     if len(data) > cap:
         raise damaged(f"{name} unpacks to more than {cap / MIB:g} MiB")
-    return data
+    return bytes(data) if len(data) < SMALL_MEMBER else data  # type: ignore[return-value] - bytes-like, never copied
 
 
 @functools.cache
@@ -150,27 +175,42 @@ def check_meta(meta: RecordingMeta) -> RecordingMeta:
         if isinstance(value, str) and len(value) > MAX_LINE_CHARS:
             raise damaged(f"{META}: {f.name}: longer than {MAX_LINE_CHARS:,} characters")
     check_numbers(meta, META)
+    if meta.device_kind not in DEVICE_KINDS:
+        raise damaged(f"{META}: device_kind: must be one of {', '.join(DEVICE_KINDS)}, not {meta.device_kind[:40]!r}")
+    if len(meta.attention_layers) > MAX_LAYERS:
+        raise damaged(f"{META}: attention_layers: more than {MAX_LAYERS:,} layers")
     return meta
 
 
 def check_trace(trace: Trace) -> Trace:
-    """The counts a page relies on: tokens match their texts, every repeat is one prefill then decodes in order."""
+    """The counts a page relies on, declared counts first: the model's shapes, the device's figures, the prompt and the
+    repeats; then every pass against them (its tokens, its cache lengths, each of its lists exactly its count)."""
     if trace.schema != SCHEMA_VERSION:
         raise BadInput(f"This recording's trace is schema {trace.schema}; this explorer reads {SCHEMA_VERSION}.")
     check_numbers(trace, TRACE)
+    check_model(trace)
+    check_device(trace)
     prompt = len(trace.prompt_token_ids)
     if not 1 <= prompt <= MAX_PROMPT_TOKENS or len(trace.prompt_tokens_text) != prompt:
         raise damaged(f"{TRACE}: prompt_token_ids and prompt_tokens_text must be 1 to {MAX_PROMPT_TOKENS:,} alike")
+    texts = {"prompt_text": trace.prompt_text, "generated_text": trace.generated_text}
+    for name, text in texts.items():
+        if len(text) > MAX_TEXT_CHARS:
+            raise damaged(f"{TRACE}: {name}: longer than {MAX_TEXT_CHARS:,} characters")
+    if any(len(text) > MAX_TOKEN_CHARS for text in trace.prompt_tokens_text):
+        raise damaged(f"{TRACE}: prompt_tokens_text: a token longer than {MAX_TOKEN_CHARS:,} characters")
     if not 1 <= len(trace.repeats) <= MAX_REPEATS or trace.shown_repeat >= len(trace.repeats):
         raise damaged(f"{TRACE}: repeats must be 1 to {MAX_REPEATS} and shown_repeat one of them")
+    if trace.stop_reason not in STOP_REASONS:
+        raise damaged(f"{TRACE}: stop_reason: must be one of {', '.join(STOP_REASONS)}, not {trace.stop_reason[:40]!r}")
+    if not 1 <= trace.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
+        raise damaged(f"{TRACE}: max_new_tokens: must be 1 to {MAX_NEW_TOKENS_LIMIT:,}, not {trace.max_new_tokens}")
+    top_k = len(trace.repeats[0][0].top_tokens) if trace.repeats[0] else 0  # the first pass states k
     for r, passes in enumerate(trace.repeats):
-        if not 1 <= len(passes) <= MAX_NEW_TOKENS_LIMIT:
-            raise damaged(f"{TRACE}: repeats.{r}: must hold 1 to {MAX_NEW_TOKENS_LIMIT:,} passes")
+        if not 1 <= len(passes) <= trace.max_new_tokens:
+            raise damaged(f"{TRACE}: repeats.{r}: must hold 1 to max_new_tokens ({trace.max_new_tokens:,}) passes")
         for i, p in enumerate(passes):
-            if p.index != i or p.phase != ("prefill" if i == 0 else "decode"):
-                raise damaged(f"{TRACE}: repeats.{r}.{i}: must be pass {i}, a {'prefill' if i == 0 else 'decode'}")
-    if trace.model.layers < 1 or trace.model.heads < 1:
-        raise damaged(f"{TRACE}: model: must have at least one layer and one head")
+            check_pass(trace, p, f"repeats.{r}.{i}", passes[i - 1] if i else None, top_k)
     check_layers_and_experts(trace)
     return trace
 
@@ -199,24 +239,119 @@ def check_layers_and_experts(trace: Trace) -> None:
                 )
 
 
-def load_npz(raw: bytes) -> dict[str, np.ndarray]:
+def check_model(trace: Trace) -> None:
+    """The model's shapes: the pages divide by them and draw one bar per layer, so each is 1 to a bound."""
+    model = trace.model
+    bounds = {"layers": MAX_LAYERS, **MODEL_BOUNDS}
+    for name, bound in bounds.items():
+        value = getattr(model, name)
+        if not 1 <= value <= bound:
+            raise damaged(f"{TRACE}: model.{name}: must be 1 to {bound:,}, not {value:,}")
+    for name in ("params", "weight_bytes", "matmul_params"):  # the KV cache page and the quiz divide by these
+        if getattr(model, name) < 1:
+            raise damaged(f"{TRACE}: model.{name}: must be at least 1, not {getattr(model, name)}")
+    if model.heads % model.kv_heads:
+        raise damaged(f"{TRACE}: model.kv_heads: {model.kv_heads} does not divide the {model.heads} query heads")
+    if DTYPE_BYTES.get(model.dtype) != model.bytes_per_element:
+        raise damaged(f"{TRACE}: model.dtype: {model.dtype[:20]!r} with {model.bytes_per_element} bytes per element")
+
+
+def check_device(trace: Trace) -> None:
+    """The figures the roofline divides by: positive and finite, on a kind of device the pages know."""
+    device = trace.device
+    if device.kind not in DEVICE_KINDS:
+        raise damaged(f"{TRACE}: device.kind: must be one of {', '.join(DEVICE_KINDS)}, not {device.kind[:40]!r}")
+    figures = {
+        "peak_flops": device.peak_flops,
+        "bandwidth_bytes_per_s": device.bandwidth_bytes_per_s,
+        "read_bandwidth_bytes_per_s": device.read_bandwidth_bytes_per_s,
+    }
+    for name, value in figures.items():
+        if value is not None and not 1 <= value <= MAX_FIGURE:
+            raise damaged(f"{TRACE}: device.{name}: must be 1 to {MAX_FIGURE:g}, not {value!r}")
+
+
+def check_pass(trace: Trace, p: PassRecord, where: str, before: PassRecord | None, top_k: int) -> None:
+    """One pass against the counts: a prefill computes the prompt into an empty cache, a decode one token onto the
+    previous pass's cache; its lists are exactly as long as the layers, its tokens and the first pass's top tokens."""
+    i = 0 if before is None else before.index + 1
+    if p.index != i or p.phase != ("prefill" if i == 0 else "decode"):
+        raise damaged(f"{TRACE}: {where}: must be pass {i}, a {'prefill' if i == 0 else 'decode'}")
+    tokens_in = trace.prompt_len if before is None else 1
+    cache_before = 0 if before is None else before.cache_len_after
+    expected = {
+        "tokens_in": (p.tokens_in, tokens_in),
+        "cache_len_before": (p.cache_len_before, cache_before),
+        "cache_len_after": (p.cache_len_after, cache_before + tokens_in),
+        "input_token_ids": (len(p.input_token_ids), tokens_in),
+        "kv_layer_bytes": (len(p.kv_layer_bytes), trace.model.layers),
+        "top_tokens": (len(p.top_tokens), top_k),
+    }
+    for name, (found, wanted) in expected.items():
+        if found != wanted:
+            raise damaged(f"{TRACE}: {where}.{name}: {found:,} where the counts say {wanted:,}")
+    positive = {
+        "wall_s": p.wall_s,
+        "token_s": p.token_s,
+        "cost.flops": p.cost.flops,
+        "cost.weight_bytes_read": p.cost.weight_bytes_read,
+        "cost.t_weight_read_s": p.cost.t_weight_read_s,
+        "cost.t_compute_s": p.cost.t_compute_s,
+    }
+    for name, value in positive.items():  # a real pass takes time and does work; the pages divide by each
+        if not value > 0:
+            raise damaged(f"{TRACE}: {where}.{name}: must be more than 0, not {value!r}")
+    if not top_k <= MAX_TOP_TOKENS or len(p.batch_token_ids) > 1:
+        raise damaged(f"{TRACE}: {where}: at most {MAX_TOP_TOKENS} top_tokens and 1 batch_token_ids")
+    if p.cache_len_after > trace.model.max_context:
+        raise damaged(f"{TRACE}: {where}.cache_len_after: past the model's context ({trace.model.max_context:,})")
+    longest = max([len(p.token_text), *(len(t.text) for t in p.top_tokens)])
+    if longest > MAX_TOKEN_CHARS or any(t.prob > 1 for t in p.top_tokens):
+        raise damaged(f"{TRACE}: {where}: token texts of at most {MAX_TOKEN_CHARS:,} characters, probabilities ≤ 1")
+
+
+def load_npz(raw: bytes, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The arrays named in `shapes`, each read only once its header says that shape: a small compressed member
+    cannot unpack to more than the maps the trace implies."""
+    arrays: dict[str, np.ndarray] = {}
     try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as arrays:
-            return {name: arrays[name] for name in arrays.files}
+        with zipfile.ZipFile(io.BytesIO(raw)) as npz:
+            for info in npz.infolist():
+                name = info.filename.removesuffix(".npy")
+                with npz.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else None
+                    shape, _, dtype = (read_header or np.lib.format.read_array_header_2_0)(member)
+                if name not in shapes:
+                    raise damaged(f"{ATTENTION}: {name[:40]!r} is not one of the arrays meta.json and the trace imply")
+                if dtype.hasobject:
+                    raise damaged(f"{ATTENTION} cannot be read ({name} holds Python objects: pickles are refused)")
+                if shape != shapes[name] or dtype.itemsize > 4 * MAX_TOKEN_CHARS:
+                    kind = "float16 " if PREFILL_KEY.fullmatch(name) or name.startswith("decode_L") else ""
+                    raise damaged(f"{ATTENTION}: {name} must be {kind}of shape {shapes[name]}, not {dtype} {shape}")
+                with npz.open(info) as member:
+                    arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
+    except BadInput:
+        raise
     except Exception as exc:  # noqa: BLE001 - numpy's readers raise many kinds on a bad file: all mean "damaged"
         raise damaged(f"{ATTENTION} cannot be read ({one_line(exc)})") from exc
+    return arrays
 
 
 def read_maps(raw: bytes, meta: RecordingMeta, trace: Trace) -> AttentionMaps:
     """The maps, as many layers as the meta names, in the shapes the trace implies."""
-    arrays = load_npz(raw)
-    layers = tuple(sorted(int(m.group(1)) for name in arrays if (m := PREFILL_KEY.fullmatch(name))))
-    if layers != tuple(sorted(meta.attention_layers)) or not layers or layers[-1] >= trace.model.layers:
-        raise damaged(f"{ATTENTION}: its layers {list(layers)} are not the layers meta.json names")
+    layers = tuple(sorted(set(meta.attention_layers)))
+    if not layers or layers[-1] >= trace.model.layers or len(layers) != len(meta.attention_layers):
+        raise damaged(f"{META}: attention_layers must be layers of the model, each once")
     heads, prompt_len = trace.model.heads, trace.prompt_len
     decode_lens = [p.cache_len_after for p in trace.decodes]
     expected = {f"prefill_L{i}": (heads, prompt_len, prompt_len) for i in layers}
     expected |= {f"decode_L{i}": (heads, sum(decode_lens)) for i in layers}
+    texts = {"tokens_text": (prompt_len + trace.new_tokens,), "replay_token_ids": (trace.new_tokens,)}
+    arrays = load_npz(raw, expected | texts)
+    found = tuple(sorted(int(m.group(1)) for name in arrays if (m := PREFILL_KEY.fullmatch(name))))
+    if found != layers:
+        raise damaged(f"{ATTENTION}: its layers {list(found)} are not the layers meta.json names")
     for name, shape in expected.items():
         check_probabilities(name, arrays.get(name), shape)
     tokens_text = arrays.get("tokens_text")

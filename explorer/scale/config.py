@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from explorer.core.errors import BadInput
+from explorer.core.paths import MAX_CONFIG_BYTES, read_small_file
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 INDEX_FILE = CONFIG_DIR / "index.json"
@@ -164,8 +165,8 @@ def looks_like_path(name: str) -> bool:
 
 def read_json(file: Path, name: str) -> dict[str, Any]:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_small_file(file, MAX_CONFIG_BYTES, f"the config.json of '{name}'"))  # bounded, regular
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadInput(f"The config.json of '{name}' could not be read as JSON ({type(exc).__name__}).") from exc
     if not isinstance(data, dict):
         raise BadInput(f"The config.json of '{name}' is not a JSON object.")

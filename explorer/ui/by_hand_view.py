@@ -112,7 +112,7 @@ def run_section(result: RunResult | None) -> None:
     )
     maps = result.attention
     if maps is None:
-        st.info(result.attention_note)
+        st.info(escape_markdown(result.attention_note))  # a recording file's own words: never markdown
         return
     layer_col, head_col = st.columns(2)
     layer = layer_col.selectbox(

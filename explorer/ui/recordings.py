@@ -9,9 +9,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from explorer.core.errors import ExplorerError
+from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.core.recording_checks import read_recording
+from explorer.ui.queue import count_run
 from explorer.ui.state import RunResult, current_run, make_current
 from explorer.ui.widgets import show_error
 
@@ -23,14 +24,21 @@ QUERY = "recording"
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def read_bundled(path: Path, size: int, mtime_ns: int) -> Recording:
-    """A bundled file, read and checked once per process (and again if it changes on disk)."""
-    return read_recording(path.read_bytes())
+def read_bundled(path: Path, size: int, mtime_ns: int) -> Recording | str:
+    """A bundled file, read and checked once per process (and again if it changes on disk); a refusal is kept too, so
+    a damaged file is not read again on every rerun (the sidebar names every bundled recording's title)."""
+    try:
+        return read_recording(path.read_bytes())
+    except ExplorerError as exc:
+        return str(exc)  # its line, not the exception: raising one object again would grow its traceback each time
 
 
 def bundled_recording(path: Path) -> Recording:
     stat = path.stat()
-    return read_bundled(path, stat.st_size, stat.st_mtime_ns)
+    opened = read_bundled(path, stat.st_size, stat.st_mtime_ns)
+    if isinstance(opened, str):
+        raise BadInput(opened)
+    return opened
 
 
 def as_result(recording: Recording) -> RunResult:
@@ -95,6 +103,7 @@ def open_upload(file_name: str, raw: bytes) -> None:
         show_error(f"'{file_name[:60]}' is not a recording: open a {SUFFIX} file (`explorer run ... --record`).")
         return
     try:
+        count_run()  # reading a file costs the server like a run: the same rate limit per session
         make_current(as_result(read_recording(raw)))
     except ExplorerError as exc:
         show_error(str(exc))

@@ -23,11 +23,16 @@ from explorer.ui.state import RunResult, current_run
 
 LOG = logging.getLogger(__name__)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
+# What GFM links with no markup at all (a bare URL, www., an e-mail address), backslash escapes or not: a zero-width
+# space after the scheme, "www" or "@" breaks the match and reads the same.
+AUTOLINK_STARTS = re.compile(r"(?i)(\b(?:https?|ftp|mailto)(?=:)|\bwww(?=\.)|@)")
+ZERO_WIDTH_SPACE = "\u200b"
 
 
 def escape_markdown(text: str) -> str:
-    """Backslash-escape what Streamlit's markdown would interpret, for messages that quote user input."""
-    return MARKDOWN_SPECIALS.sub(r"\\\1", text)
+    """Backslash-escape what Streamlit's markdown would interpret, and break what it would link bare, for messages
+    that quote user input or anyone's file (a recording's name, a note: a browser fetched an image from one)."""
+    return MARKDOWN_SPECIALS.sub(r"\\\1", AUTOLINK_STARTS.sub(r"\1" + ZERO_WIDTH_SPACE, text))
 
 
 def show_error(message: str) -> None:

@@ -195,7 +195,8 @@ def operator_costs(
     bpe = model.bytes_per_element
     # An untied input table is only gathered row by row; a tied one is the LM head's, read there.
     gathered = 0 if model.tied_embeddings else tokens_in * batch * model.hidden_size * bpe
-    ops.append(_op("token embedding (gather)", EMBEDDING, None, device, 0, gathered))
+    name = "token embedding (its tied table is read as the LM head)" if model.tied_embeddings else "token embedding"
+    ops.append(_op(name, EMBEDDING, None, device, 0, gathered))
     lm_head_flops = 2 * model.lm_head_params * batch  # the last position's logits only
     ops.append(_op("LM head", LM_HEAD, None, device, lm_head_flops, model.lm_head_params * bpe))
     counted = sum(op.weight_bytes_read for op in ops)

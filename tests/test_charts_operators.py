@@ -103,3 +103,16 @@ def test_a_group_with_no_floor_has_no_ratio(traces: dict[str, Trace], profiled: 
     frame = charts.side_by_side_frame(ops, profiled, {})
     assert frame["measured_over_modelled"].isna().all() and (frame["modelled_ms"] == 0).all()
     json.dumps(charts.side_by_side_chart(frame).to_dict())  # measured bars alone still draw
+
+
+def test_a_decode_pass_of_a_sliding_window_model_profiles(
+    zoo: dict[str, LoadedModel], traces: dict[str, Trace]
+) -> None:
+    """Its sliding layers are past the window (16 prompt tokens, window 8): the replay rebuilds the cache, not crops."""
+    trace = traces["gemma3-text"]
+    profile = profile_pass(zoo["gemma3-text"], trace, 2)
+    assert profile.replay_argmax_token_id == trace.passes[2].token_id
+    frame = charts.side_by_side_frame(
+        operators.pass_operators(trace.model, trace.device, trace.passes[2]), profile, MODELLED_KINDS
+    )
+    assert (frame["measured_ms"] > 0).any()

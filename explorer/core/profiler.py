@@ -276,6 +276,8 @@ def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
         nonlocal cache
         if record.is_prefill:
             cache = new_cache(lm.model)
+        elif lm.info.sliding_layers:  # a full sliding layer has dropped the positions crop would have to bring back
+            cache = _state_before(lm, trace, pass_index)
         else:
             cache.crop(-record.tokens_in)
 

@@ -95,6 +95,8 @@ def test_modelled_and_measured_side_by_side_on_a_profiled_pass(traces: dict[str,
     assert sorted(kinds) == sorted(operators.KINDS)
     assert all(modelled[g] > 0 for g in MODELLED_KINDS)
     json.dumps(charts.side_by_side_chart(frame).to_dict())  # the chart serialises
+    worst = frame.loc[frame["measured_over_modelled"].idxmax(), "group"]
+    assert charts.furthest_sentence(frame).startswith(f"Furthest from its floor: **{worst}**")
 
 
 def test_a_group_with_no_floor_has_no_ratio(traces: dict[str, Trace], profiled: PassProfile) -> None:
@@ -103,6 +105,7 @@ def test_a_group_with_no_floor_has_no_ratio(traces: dict[str, Trace], profiled: 
     frame = charts.side_by_side_frame(ops, profiled, {})
     assert frame["measured_over_modelled"].isna().all() and (frame["modelled_ms"] == 0).all()
     json.dumps(charts.side_by_side_chart(frame).to_dict())  # measured bars alone still draw
+    assert charts.furthest_sentence(frame).startswith("No group")
 
 
 def test_a_decode_pass_of_a_sliding_window_model_profiles(

@@ -152,3 +152,19 @@ def side_by_side_chart(frame: pd.DataFrame) -> alt.Chart:
         )
         .properties(height=alt.Step(18))
     )
+
+
+def furthest_sentence(frame: pd.DataFrame) -> str:
+    """Which group ran furthest above its operators' floor, and the one closest to it (numbers and fixed words)."""
+    rated = frame.dropna(subset=["measured_over_modelled"])
+    if rated.empty:
+        return "No group of this profile has a modelled floor to compare with."
+    rated = rated.sort_values("measured_over_modelled", ascending=False)
+    far, near = rated.iloc[0], rated.iloc[-1]
+    sentence = (
+        f"Furthest from its floor: **{far['group']}**, {far['measured_over_modelled']:,.0f}× its operators' modelled "
+        f"time ({far['measured_ms']:.3f} ms measured against {far['modelled_ms']:.4f} ms modelled)"
+    )
+    if len(rated) > 1:
+        sentence += f"; closest: **{near['group']}**, {near['measured_over_modelled']:,.0f}×"
+    return sentence + ". Small matrices, dispatch and unfused elementwise ops are what a floor leaves out."

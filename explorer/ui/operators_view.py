@@ -99,5 +99,6 @@ def modelled_beside_measured(trace: Trace, profiled: PassProfile) -> None:
         "model (other ops, dispatch).",
         f"modelled: the operators' roofline floors · measured: {profiled.time_kind} per op (torch.profiler)",
     )
+    st.markdown(charts.furthest_sentence(frame))  # numbers and fixed group names only
     mapping = "; ".join(f"**{group}** ↔ {', '.join(kinds)}" for group, kinds in MODELLED_KINDS.items())
     st.caption(f"Which operators each profiler group holds: {mapping}.")  # fixed words only

@@ -123,9 +123,9 @@ def side_by_side_frame(
     return pd.DataFrame(rows, columns=columns)
 
 
-def side_by_side_chart(frame: pd.DataFrame) -> alt.Chart:
-    """Two bars per profiler group: its operators' modelled floor and its measured time (log x: they differ by
-    orders of magnitude on a CPU)."""
+def side_by_side_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Per profiler group, a dot for its operators' modelled floor and one for its measured time, joined by a line
+    whose length is the gap (log x: they differ by orders of magnitude on a CPU; a log axis has no zero for bars)."""
     long = frame.melt(
         id_vars=["group", "modelled operators"],
         value_vars=["modelled_ms", "measured_ms"],
@@ -133,25 +133,31 @@ def side_by_side_chart(frame: pd.DataFrame) -> alt.Chart:
         value_name="ms",
     )
     long["what"] = long["what"].map({"modelled_ms": MODELLED_BAR, "measured_ms": MEASURED_BAR})
-    long = long[long["ms"] > 0]  # a log axis has no zero: a group with nothing modelled shows its measured bar alone
-    order = frame["group"].tolist()
-    return (
+    long = long[long["ms"] > 0]  # a group with nothing modelled shows its measured dot alone
+    y = alt.Y("group:N", sort=frame["group"].tolist(), title=None, axis=alt.Axis(labelLimit=320))
+    x = alt.X("ms:Q", scale=alt.Scale(type="log"), title="time (ms, log scale)")
+    gaps = frame[(frame["modelled_ms"] > 0) & (frame["measured_ms"] > 0)]
+    lines = (
+        alt.Chart(gaps)
+        .mark_rule(color="#969696", strokeWidth=2)
+        .encode(x=alt.X("modelled_ms:Q", scale=alt.Scale(type="log")), x2="measured_ms:Q", y=y)
+    )
+    dots = (
         alt.Chart(long)
-        .mark_bar()
+        .mark_point(filled=True, size=140, opacity=1)
         .encode(
-            x=alt.X("ms:Q", scale=alt.Scale(type="log"), title="time (ms, log scale)"),
-            y=alt.Y("group:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)),
-            yOffset=alt.YOffset("what:N", sort=[MODELLED_BAR, MEASURED_BAR]),
+            x=x,
+            y=y,
             color=alt.Color(
                 "what:N",
                 scale=alt.Scale(domain=[MODELLED_BAR, MEASURED_BAR], range=["#3182bd", "#e6550d"]),
                 title=None,
                 legend=alt.Legend(orient="top", labelLimit=360),
             ),
-            tooltip=["group:N", "what:N", "modelled operators:N", alt.Tooltip("ms:Q", format=".4f")],
+            tooltip=["group:N", "what:N", "modelled operators:N", alt.Tooltip("ms:Q", format=".4g")],
         )
-        .properties(height=alt.Step(18))
     )
+    return (lines + dots).properties(height=alt.Step(36))
 
 
 def furthest_sentence(frame: pd.DataFrame) -> str:
@@ -163,7 +169,7 @@ def furthest_sentence(frame: pd.DataFrame) -> str:
     far, near = rated.iloc[0], rated.iloc[-1]
     sentence = (
         f"Furthest from its floor: **{far['group']}**, {far['measured_over_modelled']:,.0f}× its operators' modelled "
-        f"time ({far['measured_ms']:.3f} ms measured against {far['modelled_ms']:.4f} ms modelled)"
+        f"time ({far['measured_ms']:.3g} ms measured against {far['modelled_ms']:.3g} ms modelled)"
     )
     if len(rated) > 1:
         sentence += f"; closest: **{near['group']}**, {near['measured_over_modelled']:,.0f}×"

@@ -94,9 +94,9 @@ def modelled_beside_measured(trace: Trace, profiled: PassProfile) -> None:
         charts.side_by_side_chart(frame),
         frame,
         "operators-modelled-vs-measured",
-        "Per group of the profile, the floor its operators could run at beside what they took: the longer the orange "
-        "bar past the blue, the further that group is from its floor. Groups without a blue bar have nothing in the "
-        "model (other ops, dispatch).",
+        "Per group of the profile, the floor its operators could run at (blue) beside what they took (orange): the "
+        "longer the line between them, the further that group is from its floor (log scale: each gridline is 10×). "
+        "A group without a blue dot has nothing in the model (other ops).",
         f"modelled: the operators' roofline floors · measured: {profiled.time_kind} per op (torch.profiler)",
     )
     st.markdown(charts.furthest_sentence(frame))  # numbers and fixed group names only

@@ -6,6 +6,7 @@ from explorer import ui
 from explorer.charts import cost as charts
 from explorer.charts import experts
 from explorer.core.figure_trust import figures_line
+from explorer.ui import operators_view
 from explorer.ui.sections import profile_section, utilisation_section
 
 result, layout = ui.chart_first_page(
@@ -75,7 +76,9 @@ with ui.secondary("The raw predictions, pass by pass"):
         "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
     )
 
+operators_view.operators_section(trace)
 profile_section(result)
+operators_view.beside_the_profile(result)
 
 st.subheader("The roofline")
 roofline = charts.roofline_frame(trace)

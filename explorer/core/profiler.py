@@ -23,6 +23,7 @@ from torch import nn
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from explorer.core import operators
 from explorer.core.engine import decode_one_token, new_cache, prefill
 from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
@@ -38,13 +39,22 @@ EMBEDDING_LM_HEAD = "embedding and LM head"
 OTHER_OPS = "other ops"
 OP_GROUPS = (LINEAR, ATTENTION, KV_UPDATE, NORMS_ACTIVATIONS, EMBEDDING_LM_HEAD, OTHER_OPS)
 GROUP_CONTENTS = {
-    LINEAR: "every nn.Linear / Conv1D projection except the LM head",
+    LINEAR: "every nn.Linear / Conv1D projection except the LM head, and an MoE's routers and experts",
     ATTENTION: "what the attention modules run besides their projections and the cache: rotary, scores, softmax, "
     "values (or the fused SDPA kernel), plus the model's rotary-table module",
     KV_UPDATE: "the cache's own update: DynamicCache concatenates each layer's K and V onto the cached ones (a copy)",
     NORMS_ACTIVATIONS: "norm modules, activation modules, and the rest of the MLP (the gated product of SwiGLU)",
     EMBEDDING_LM_HEAD: "token (and position) embeddings and the LM head's projection onto the vocabulary",
     OTHER_OPS: "ops outside every module above: residual adds, the causal mask, position ids, slicing the logits",
+}
+# What the per-operator cost model (explorer.core.operators) puts in each group: its modelled floor stands beside the
+# group's measured time. Other ops and the remainder have no modelled counterpart.
+MODELLED_KINDS = {
+    LINEAR: (operators.PROJECTIONS, operators.ROUTER, operators.MLP, operators.EXPERTS),
+    ATTENTION: (operators.SCORES, operators.SOFTMAX, operators.VALUES),
+    KV_UPDATE: (operators.KV_UPDATE,),
+    NORMS_ACTIVATIONS: (operators.OTHER_WEIGHTS,),
+    EMBEDDING_LM_HEAD: (operators.EMBEDDING, operators.LM_HEAD),
 }
 CPU_REMAINDER = "not in any op (dispatch, Python)"
 CUDA_REMAINDER = "GPU idle between kernels (launch gaps)"
@@ -128,6 +138,8 @@ def module_group(module: nn.Module, lm_head: nn.Module | None) -> str | None:
     if module is lm_head or isinstance(module, nn.Embedding):
         return EMBEDDING_LM_HEAD
     if isinstance(module, nn.Linear) or kind == "Conv1D":  # GPT-2's projections are transformers' Conv1D
+        return LINEAR
+    if kind.endswith(("Experts", "Router")):  # an MoE's fused experts and its router: matmuls on bare weights
         return LINEAR
     if "Norm" in kind:
         return NORMS_ACTIVATIONS
@@ -264,6 +276,8 @@ def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
         nonlocal cache
         if record.is_prefill:
             cache = new_cache(lm.model)
+        elif lm.info.sliding_layers:  # a full sliding layer has dropped the positions crop would have to bring back
+            cache = _state_before(lm, trace, pass_index)
         else:
             cache.crop(-record.tokens_in)
 

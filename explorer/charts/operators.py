@@ -1,0 +1,176 @@
+"""The Cost page's operator tables: one pass's modelled cost by operator kind, by layer, and beside the profiler's
+measured time for the same pass, group by group. Pure: operator costs (and a profile) in, frames and a chart out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import altair as alt
+import pandas as pd
+
+from explorer.charts.common import MEASURED, MODELLED
+from explorer.core.operators import KINDS, OpCost, summed
+from explorer.core.trace import PassCost
+from explorer.core.units import to_ms
+
+if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
+    from explorer.core.profiler import PassProfile
+
+FLOPS = "FLOPs"
+READ = "bytes read"
+WRITTEN = "bytes written"
+INTENSITY = "intensity (FLOP/B)"
+BOUND = "bound"
+COMPUTE_MS = "compute ms"
+WEIGHT_MS = "weight read ms"
+KV_MS = "KV ms"
+FLOOR_MS = "floor ms (max of compute, memory)"
+NUMBERS = [FLOPS, READ, WRITTEN, INTENSITY, BOUND, COMPUTE_MS, WEIGHT_MS, KV_MS, FLOOR_MS]
+
+
+def _figures(flops: int, read: int, written: int, times_s: tuple[float, float, float]) -> dict[str, object]:
+    """The columns every row shares, from its sums: intensity and bound by the pass's own rule."""
+    compute_s, weight_s, kv_s = times_s
+    moved = read + written
+    bound = "none" if flops == 0 and moved == 0 else ("compute" if compute_s >= weight_s + kv_s else "memory")
+    return {
+        FLOPS: flops,
+        READ: read,
+        WRITTEN: written,
+        INTENSITY: flops / max(1, moved),
+        BOUND: bound,
+        COMPUTE_MS: to_ms(compute_s),
+        WEIGHT_MS: to_ms(weight_s),
+        KV_MS: to_ms(kv_s),
+        FLOOR_MS: to_ms(max(compute_s, weight_s + kv_s)),
+    }
+
+
+def _row(ops: Sequence[OpCost]) -> dict[str, object]:
+    total = summed(ops)
+    times = (total.t_compute_s, total.t_weight_read_s, total.t_kv_s)
+    return _figures(total.flops, total.weight_bytes_read + total.kv_bytes_read, total.kv_bytes_written, times)
+
+
+def operators_frame(ops: Sequence[OpCost]) -> pd.DataFrame:
+    """Every operator of the pass, layer by layer: the data behind the download."""
+    rows = [{"layer": op.layer, "operator": op.name, "kind": op.kind, **_row([op])} for op in ops]
+    frame = pd.DataFrame(rows, columns=["layer", "operator", "kind", *NUMBERS])
+    return frame.astype({"layer": "Int64"})  # empty outside the decoder layers (embedding, LM head, other weights)
+
+
+def kinds_frame(ops: Sequence[OpCost]) -> pd.DataFrame:
+    """One row per operator kind, summed over the layers, in the order a layer runs them; kinds the model lacks are
+    left out. A kind's floor is its operators' floors added, each op bounded on its own."""
+    rows = []
+    for kind in KINDS:
+        of_kind = [op for op in ops if op.kind == kind]
+        if not of_kind:
+            continue
+        layers = {op.layer for op in of_kind if op.layer is not None}
+        row = _row(of_kind)
+        row[FLOOR_MS] = to_ms(sum(op.roofline_time_s for op in of_kind))
+        rows.append({"operator kind": kind, "layers": len(layers) or None, **row})
+    frame = pd.DataFrame(rows, columns=["operator kind", "layers", *NUMBERS])
+    return frame.astype({"layers": "Int64"})  # empty for what runs outside the layers
+
+
+def layer_frame(ops: Sequence[OpCost], layer: int) -> pd.DataFrame:
+    """One decoder layer's operators."""
+    frame = operators_frame([op for op in ops if op.layer == layer])
+    return frame.drop(columns=["layer"])
+
+
+def totals_frame(ops: Sequence[OpCost], cost: PassCost) -> pd.DataFrame:
+    """The operators added up beside the pass's own modelled totals (the time split's): the two rows are equal."""
+    rows = [
+        {"": "every operator, added up", **_row(ops)},
+        {"": "the pass (its roofline cost)", **_row_of_cost(cost)},
+    ]
+    return pd.DataFrame(rows, columns=["", *NUMBERS])
+
+
+def _row_of_cost(cost: PassCost) -> dict[str, object]:
+    times = (cost.t_compute_s, cost.t_weight_read_s, cost.t_kv_s)
+    return _figures(cost.flops, cost.weight_bytes_read + cost.kv_bytes_read, cost.kv_bytes_written, times)
+
+
+# --- modelled beside measured ----------------------------------------------------------------------------------------
+MODELLED_BAR = f"floor ({MODELLED}): its operators' roofline times"
+MEASURED_BAR = f"profiled ({MEASURED}): op self time"
+
+
+def side_by_side_frame(
+    ops: Sequence[OpCost], profile: PassProfile, kinds_of_group: Mapping[str, Sequence[str]]
+) -> pd.DataFrame:
+    """Per profiler group: the modelled floor of the operator kinds that run in it and the measured self time, with
+    how many times slower than its floor the group ran. `kinds_of_group` maps a profiler group to operator kinds."""
+    rows = []
+    for group in profile.groups:
+        kinds = kinds_of_group.get(group.name, ())
+        floor_s = sum(op.roofline_time_s for op in ops if op.kind in kinds)
+        rows.append(
+            {
+                "group": group.name,
+                "modelled operators": ", ".join(kinds) or "none modelled",
+                "modelled_ms": to_ms(floor_s),
+                "measured_ms": to_ms(group.self_s),
+                "measured_over_modelled": group.self_s / floor_s if floor_s > 0 else None,
+            }
+        )
+    columns = ["group", "modelled operators", "modelled_ms", "measured_ms", "measured_over_modelled"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def side_by_side_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Per profiler group, a dot for its operators' modelled floor and one for its measured time, joined by a line
+    whose length is the gap (log x: they differ by orders of magnitude on a CPU; a log axis has no zero for bars)."""
+    long = frame.melt(
+        id_vars=["group", "modelled operators"],
+        value_vars=["modelled_ms", "measured_ms"],
+        var_name="what",
+        value_name="ms",
+    )
+    long["what"] = long["what"].map({"modelled_ms": MODELLED_BAR, "measured_ms": MEASURED_BAR})
+    long = long[long["ms"] > 0]  # a group with nothing modelled shows its measured dot alone
+    y = alt.Y("group:N", sort=frame["group"].tolist(), title=None, axis=alt.Axis(labelLimit=320))
+    x = alt.X("ms:Q", scale=alt.Scale(type="log"), title="time (ms, log scale)")
+    gaps = frame[(frame["modelled_ms"] > 0) & (frame["measured_ms"] > 0)]
+    lines = (
+        alt.Chart(gaps)
+        .mark_rule(color="#969696", strokeWidth=2)
+        .encode(x=alt.X("modelled_ms:Q", scale=alt.Scale(type="log")), x2="measured_ms:Q", y=y)
+    )
+    dots = (
+        alt.Chart(long)
+        .mark_point(filled=True, size=140, opacity=1)
+        .encode(
+            x=x,
+            y=y,
+            color=alt.Color(
+                "what:N",
+                scale=alt.Scale(domain=[MODELLED_BAR, MEASURED_BAR], range=["#3182bd", "#e6550d"]),
+                title=None,
+                legend=alt.Legend(orient="top", labelLimit=360),
+            ),
+            tooltip=["group:N", "what:N", "modelled operators:N", alt.Tooltip("ms:Q", format=".4g")],
+        )
+    )
+    return (lines + dots).properties(height=alt.Step(36))
+
+
+def furthest_sentence(frame: pd.DataFrame) -> str:
+    """Which group ran furthest above its operators' floor, and the one closest to it (numbers and fixed words)."""
+    rated = frame.dropna(subset=["measured_over_modelled"])
+    if rated.empty:
+        return "No group of this profile has a modelled floor to compare with."
+    rated = rated.sort_values("measured_over_modelled", ascending=False)
+    far, near = rated.iloc[0], rated.iloc[-1]
+    sentence = (
+        f"Furthest from its floor: **{far['group']}**, {far['measured_over_modelled']:,.0f}× its operators' modelled "
+        f"time ({far['measured_ms']:.3g} ms measured against {far['modelled_ms']:.3g} ms modelled)"
+    )
+    if len(rated) > 1:
+        sentence += f"; closest: **{near['group']}**, {near['measured_over_modelled']:,.0f}×"
+    return sentence + ". Small matrices, dispatch and unfused elementwise ops are what a floor leaves out."

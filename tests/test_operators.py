@@ -1,0 +1,108 @@
+"""The per-operator cost model is a split of the pass's cost, never a second model: on a tiny Llama, a tiny
+sliding-window model and a tiny MoE, every pass's operators add up to its PassCost (integers exactly, times to 1e-9)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from explorer.core import operators
+from explorer.core.engine import Request, check_request, generate
+from explorer.core.loading import LoadedModel, load_model
+from explorer.core.roofline import pass_cost
+from explorer.core.trace import DeviceProfile, PassCost, Trace
+from tests.tiny_zoo import BY_NAME, save_tiny
+
+NAMES = ("llama", "mistral-sliding", "gemma3-text", "mixtral", "qwen3-moe")
+PROMPT = "sliding windows!"  # 16 byte tokens: past the tiny window of 8
+
+
+@pytest.fixture(scope="module")
+def device() -> DeviceProfile:
+    """Hand figures with a read-only bandwidth apart from the copy one, so reads and writes are told apart."""
+    return DeviceProfile(
+        "hand", "cpu", "float32", 1e12, "measured", 1e11, "measured", read_bandwidth_bytes_per_s=2e11,
+        read_bandwidth_source="measured",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedModel]:
+    root = tmp_path_factory.mktemp("operators-zoo")
+    return {n: load_model(str(save_tiny(BY_NAME[n], root / n)), device="cpu") for n in NAMES}
+
+
+@pytest.fixture(scope="module")
+def traces(zoo: dict[str, LoadedModel], device: DeviceProfile) -> dict[str, Trace]:
+    request = Request(PROMPT, max_new_tokens=4, use_chat_template=False)
+    return {name: generate(lm, check_request(lm, request), device) for name, lm in zoo.items()}
+
+
+def assert_same_cost(ops: list[operators.OpCost], cost: PassCost) -> None:
+    total = operators.summed(ops)
+    for field in ("flops", "weight_bytes_read", "kv_bytes_read", "kv_bytes_written"):
+        assert getattr(total, field) == getattr(cost, field), field
+    for field in ("t_weight_read_s", "t_kv_s", "t_compute_s"):
+        assert math.isclose(getattr(total, field), getattr(cost, field), rel_tol=1e-9, abs_tol=1e-18), field
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_pass_s_operators_sum_to_its_cost(name: str, traces: dict[str, Trace], device: DeviceProfile) -> None:
+    trace = traces[name]
+    for record in trace.passes:
+        ops = operators.pass_operators(trace.model, device, record)
+        assert_same_cost(ops, record.cost)
+        assert all(op.weight_bytes_read >= 0 and op.flops >= 0 for op in ops)
+        assert {op.layer for op in ops if op.layer is not None} == set(range(trace.model.layers))
+
+
+def test_a_batched_pass_and_a_long_cache_split_too(traces: dict[str, Trace], device: DeviceProfile) -> None:
+    for trace in traces.values():
+        for tokens_in, before, batch in [(1, 100, 4), (40, 0, 2), (7, 9, 1)]:
+            ops = operators.operator_costs(trace.model, device, tokens_in, before, batch)
+            assert_same_cost(ops, pass_cost(trace.model, device, tokens_in, before, batch))
+
+
+def test_a_sliding_layer_reads_no_more_than_its_window(traces: dict[str, Trace], device: DeviceProfile) -> None:
+    model = traces["gemma3-text"].model  # layers 0 and 1 slide (window 8), layer 2 is full
+    ops = operators.operator_costs(model, device, 1, 100, 1)
+    qk = {op.layer: op for op in ops if op.kind == operators.SCORES}
+    per_position_k = model.kv_bytes_per_token_per_layer // 2
+    assert qk[0].kv_bytes_read == 8 * per_position_k  # window - 1 kept + the new one
+    assert qk[2].kv_bytes_read == 101 * per_position_k
+
+
+def test_moe_experts_follow_the_router_record(traces: dict[str, Trace], device: DeviceProfile) -> None:
+    trace = traces["mixtral"]
+    e = trace.model.experts
+    decode = trace.decodes[-1]
+    experts = [op for op in operators.pass_operators(trace.model, device, decode) if op.kind == operators.EXPERTS]
+    assert [op.weight_bytes_read for op in experts] == [n * e.expert_bytes for n in decode.experts_touched]
+    assert all(op.flops == 2 * e.experts_per_token * e.expert_params for op in experts)
+    routers = [op for op in operators.pass_operators(trace.model, device, decode) if op.kind == operators.ROUTER]
+    router_bytes = trace.model.hidden_size * e.n_experts * trace.model.bytes_per_element
+    assert [op.weight_bytes_read for op in routers] == [router_bytes] * trace.model.layers
+
+
+def test_dense_projections_are_the_shapes(traces: dict[str, Trace], device: DeviceProfile) -> None:
+    model = traces["llama"].model  # hidden 32, 4 heads, 2 KV heads of 8
+    ops = [op for op in operators.operator_costs(model, device, 3, 0) if op.layer == 0]
+    by_name = {op.name: op for op in ops}
+    assert by_name["q_proj"].flops == 2 * 32 * 32 * 3 and by_name["k_proj"].flops == 2 * 32 * 16 * 3
+    assert by_name["gate, up, down"].weight_bytes_read == 3 * 32 * 64 * model.bytes_per_element  # intermediate 64
+    assert by_name["softmax"].bound == "none"
+    assert {op.kind for op in ops} >= {operators.PROJECTIONS, operators.SCORES, operators.VALUES, operators.MLP}
+
+
+def test_an_unfamiliar_attention_shape_keeps_the_totals(traces: dict[str, Trace], device: DeviceProfile) -> None:
+    from dataclasses import replace
+
+    model = replace(traces["llama"].model, heads=64)  # projections larger than every linear weight: unsplit rows
+    ops = operators.operator_costs(model, device, 5, 3)
+    assert_same_cost(ops, pass_cost(model, device, 5, 3))
+    assert not any(op.kind == operators.PROJECTIONS for op in ops)
+
+
+def test_kinds_are_known() -> None:
+    assert len(set(operators.KINDS)) == len(operators.KINDS)

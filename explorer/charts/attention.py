@@ -296,8 +296,10 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
 
 
 NO_MASK_IN_DECODE = (
-    "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so the scores of a token "
-    "against *later* tokens are computed too and must be masked to 0 before the softmax. In decode the new token's "
+    "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so a token's query could "
+    "meet *later* tokens' keys and the causal mask must remove them (the timed pass's fused kernel skips the tiles "
+    "above the diagonal; the eager replay that draws these maps computes every score and sets the future ones to 0 "
+    "before the softmax). In decode the new token's "
     "query meets only the keys in the KV cache: every one of them is from the past (or the token itself). The future "
     "has not been generated yet, so there is nothing to mask."
 )

@@ -90,7 +90,7 @@ def batch_lines(result: WhatIf) -> list[str]:
     ridge = (
         f"{result.ridge_batch:,}"
         if result.ridge_batch is not None
-        else "none: at this context each request adds as many bytes as its FLOPs can hide"
+        else "none: at this context each request adds more bytes than its FLOPs can hide"
     )
     crossover = result.kv_crossover_context
     beyond = f" (beyond the model's {s.arch.max_context:,})" if crossover > s.arch.max_context else ""
@@ -99,9 +99,26 @@ def batch_lines(result: WhatIf) -> list[str]:
         f"{ridge} [modelled]",
         f"max_batch = floor((GPU memory - weights per GPU) / (T x KV per token per GPU)) = floor(({_n(s.memory_bytes)} "
         f"- {_n(part.weight_bytes)}) / ({s.context:,} x {_n(part.kv_bytes_per_token)})) = {result.max_batch:,} "
-        f"[memory spec: {s.gpu.memory_gb} GB read as GiB; an engine keeps some for activations, so fewer in practice]",
+        f"[memory spec: {s.gpu.memory_text}; an engine keeps some for activations, so fewer in practice]",
         f"KV reads overtake the weights at context T >= weights / (B x KV per token) - 1 = {crossover:,}{beyond}",
     ]
+
+
+def knee_text(result: WhatIf) -> str:
+    """Where the decode step turns compute-bound, said only where a batch that fits reaches it: a knee beyond the
+    memory's max batch cannot be reached on this GPU, so it is named as out of reach, not as a knee."""
+    s, ridge = result.scenario, result.ridge_batch
+    if ridge is None:
+        return (
+            f"at context {s.context:,} each request brings more KV bytes than its FLOPs can hide, so no batch turns "
+            "the step compute-bound: the curve flattens instead"
+        )
+    if ridge > result.max_batch:
+        return (
+            f"the step stays memory-bound at every batch that fits: it would turn compute-bound only at "
+            f"B = {ridge:,}, beyond the memory's {result.max_batch:,}"
+        )
+    return f"the step turns compute-bound at B = {ridge:,} (the roofline's knee)"
 
 
 def caveat_lines(result: WhatIf) -> list[str]:

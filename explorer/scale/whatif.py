@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from explorer.core.errors import BadInput
-from explorer.core.gpu_specs import GPU_SPECS, GpuSpec, match_gpu_spec, normalise_gpu_name
-from explorer.core.units import GIB
+from explorer.core.gpu_specs import GPU_SPECS, MEMORY_UNIT, GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.scale.config import Architecture
 from explorer.scale.interconnect import INTERCONNECTS, Link
 from explorer.scale.params import ParamCounts, bytes_per_element, count_params, kv_bytes_per_token
@@ -64,8 +63,8 @@ class Scenario:
 
     @property
     def memory_bytes(self) -> int:
-        """One GPU's memory (spec): the marketed size read as GiB, as the spec table's matching does."""
-        return self.gpu.memory_gb * GIB
+        """One GPU's memory (spec): the datasheet's GB read as 10^9 bytes (`gpu_specs.MEMORY_UNIT`)."""
+        return self.gpu.memory_bytes
 
     @property
     def link(self) -> Link | None:
@@ -303,14 +302,33 @@ class WhatIf:
                 "peak_flops": s.peak_flops,
                 "bandwidth_bytes_per_s": s.gpu.bandwidth_bytes_per_s,
                 "memory_bytes": s.memory_bytes,
+                "memory_gb": s.gpu.memory_gb,
+                "memory_unit": MEMORY_UNIT,
                 "source": s.gpu.source,
             },
+            "units": dict(UNITS),
             "sources": self.sources,
         }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
 
+
+UNITS = {  # the unit of every memory figure in the JSON (all bytes are counted exactly, none is a GiB)
+    "weight_bytes": "bytes",
+    "kv_bytes_per_token": "bytes",
+    "prefill.weight_bytes": "bytes",
+    "prefill.kv_bytes": "bytes",
+    "prefill.link_bytes": "bytes",
+    "decode_step.weight_bytes": "bytes",
+    "decode_step.kv_bytes": "bytes",
+    "decode_step.link_bytes": "bytes",
+    "tensor_parallel.weight_bytes": "bytes, per GPU",
+    "tensor_parallel.kv_bytes_per_token": "bytes, per GPU",
+    "gpu.memory_bytes": f"bytes: the {MEMORY_UNIT}",
+    "gpu.memory_gb": "GB (10^9 bytes), as the datasheet prints it",
+    "gpu.bandwidth_bytes_per_s": "bytes per second (datasheet GB/s x 10^9)",
+}
 
 SOURCES = {
     "params": "modelled: counted exactly from config.json",
@@ -320,7 +338,7 @@ SOURCES = {
     "decode_step_s_floor": "modelled: max(FLOPs / peak, bytes / bandwidth) + all-reduces, spec figures",
     "decode_tokens_per_s_ceiling": "modelled: batch / decode_step_s_floor",
     "ridge_batch": "modelled: the smallest batch whose decode step is compute-bound",
-    "max_batch": "modelled: (GPU memory - weights) / (context x KV bytes per token), per GPU",
+    "max_batch": f"modelled: (GPU memory - weights) / (context x KV bytes per token), per GPU; memory: {MEMORY_UNIT}",
     "gpu": "spec: explorer.core.gpu_specs and explorer.scale.interconnect (each row cites its datasheet)",
 }
 

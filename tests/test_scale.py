@@ -134,7 +134,7 @@ def test_tensor_parallel_70b_on_four_h100s_by_hand() -> None:
     memory_s = (per_gpu_weights + 2 * 81_920) / 3.35e12  # one position read, one written
     assert result.decode.floor_s == pytest.approx(memory_s + link_s, rel=1e-12)
     assert result.decode_tokens_per_s_ceiling == pytest.approx(1 / (memory_s + link_s), rel=1e-12)
-    assert what_if(scenario("llama-3.1-70b", gpus=1)).max_batch == 0  # 141 GB of weights in 80 GiB: no
+    assert what_if(scenario("llama-3.1-70b", gpus=1)).max_batch == 0  # 141 GB of weights in 80 GB: no
 
 
 def test_tensor_parallel_beyond_the_nvlink_fabric_and_kv_replication() -> None:

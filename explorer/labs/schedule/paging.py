@@ -82,8 +82,9 @@ def paging_sentence(run: ScheduleRun) -> str:
         primary = against(peaks.paged_bytes, peaks.max_length_bytes, max_length)
         parts.append(f"Primary, what PagedAttention's saving is measured against: {primary}.")
     exact = (
-        f"reserving exactly each request's prompt + max new tokens ({human_bytes(peaks.exact_bytes)} at its peak, "
-        "possible only when every length is known in advance)"
+        f"reserving exactly each request's prompt + max new tokens ({human_bytes(peaks.exact_bytes)} at its peak: "
+        "both are known when a request is admitted; only how many tokens it will really write is not, so this "
+        "reserves each request's cap)"
     )
     second = against(peaks.paged_bytes, peaks.exact_bytes, exact)
     if peaks.paged_bytes > peaks.exact_bytes:

@@ -28,10 +28,9 @@ from explorer.checks.machine import (
 from explorer.cli import doctor as doctor_cli
 from explorer.cli import main as cli
 from explorer.core import device as device_module
-from explorer.core.engine import Request
+from explorer.core.engine import Request, check_request, generate
 from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import measure
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.trace import DeviceProfile
 
@@ -263,13 +262,16 @@ def test_a_machine_check_is_judged_against_the_run_it_made() -> None:
     assert without_run["cpu float32 matmul"] == "PASS"  # nothing bounds it then: the line says so
 
 
-def test_the_run_checks_fail_on_broken_input(real_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_run_checks_fail_on_broken_input(
+    tiny_lm: LoadedModel, cpu_figures: DeviceProfile, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """tokens = generate(), TTFT >= prefill and the clocks each see FAIL when their input is broken (the KV formula
-    is broken through the CLI above; a model that does not load below)."""
-    trace = measure(real_lm, Request(doctor.DOCTOR_PROMPT, max_new_tokens=doctor.DOCTOR_TOKENS, stop_at_eos=False))
-    assert doctor.tokens_check(real_lm, trace).status == "PASS"
-    monkeypatch.setattr(doctor, "generate_tokens", lambda lm, ids, n: (*trace.generated_token_ids[:-1], 0))
-    wrong = doctor.tokens_check(real_lm, trace)
+    is broken through the CLI above; a model that does not load below). A tiny model's run: the rules, not the model."""
+    request = Request(doctor.DOCTOR_PROMPT, max_new_tokens=doctor.DOCTOR_TOKENS, stop_at_eos=False)
+    trace = generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)
+    assert doctor.tokens_check(tiny_lm, trace).status == "PASS"
+    monkeypatch.setattr(doctor, "generate_tokens", lambda lm, ids, n: (*trace.generated_token_ids[:-1], -1))
+    wrong = doctor.tokens_check(tiny_lm, trace)
     assert wrong.status == "FAIL" and "differ from generate()" in wrong.line and "all 16 ids" in wrong.line
     first = trace.repeats[0]
     slow_prefill = replace(first[0], wall_s=trace.ttft_s * 2)

@@ -130,7 +130,7 @@ def caveat_lines(result: WhatIf) -> list[str]:
     if not a.tied_embeddings:
         share = c.embeddings / c.total
         lines.append(
-            f"seed 4's rule reads every weight once per step; the untied input table ({share:.1%} of the weights) is "
+            f"the floor reads every weight once per step; the untied input table ({share:.1%} of the weights) is "
             "in fact only gathered row by row, so a stricter floor is that much lower"
         )
     return lines

@@ -2,10 +2,10 @@
 batch where decode turns compute-bound, the largest batch that fits, and the tensor-parallel split. All modelled from
 config.json and the spec tables; `explain.formula_lines` prints every formula with its numbers.
 
-The decode step follows seed 4: every weight is read once per step whatever the batch, each request's KV cache is
-read once (and its new position written), and the matmuls cost 2 FLOPs per weight per token. A serving engine
-pre-allocates its cache (vLLM's paged blocks), so a step writes only the new position; the explorer's own engine
-grows a DynamicCache by copying, which `explorer.core.roofline` models for the local runs.
+The decode step follows the usual roofline rule: every weight is read once per step whatever the batch, each
+request's KV cache is read once (and its new position written), and the matmuls cost 2 FLOPs per weight per token. A
+serving engine pre-allocates its cache (vLLM's paged blocks), so a step writes only the new position; the explorer's
+own engine grows a DynamicCache by copying, which `explorer.core.roofline` models for the local runs.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def utilisation_section(trace: Trace) -> None:
         utilisation,
         "utilisation",
         "Each pass's achieved compute as a share of the peak, and its achieved bandwidth as a share of the device's "
-        "(at most 100 %): the essay's widget, measured on this run.",
+        "(at most 100 %), measured on this run.",
         "achieved = modelled FLOPs or bytes / measured time · device figures as in the table below",
     )
 

@@ -1,9 +1,10 @@
 """Paging's KV memory against contiguous reservations, modelled from a run's measured block tables.
 
-PagedAttention's saving (Kwon et al. 2023; seed 2) is against a server that reserves each request's maximum length
-contiguously, because it cannot know how long the output will be: that is the primary comparison. A server told
-each request's prompt + max new tokens in advance could reserve exactly that; against it, paging's whole blocks
-(each request's last one partly filled) can cost memory rather than save it, and the sentence then says so.
+PagedAttention's saving (Kwon et al. 2023, https://arxiv.org/abs/2309.06180) is against a server that reserves each
+request's maximum length contiguously, because it cannot know how long the output will be: that is the primary
+comparison. A server that reserves each request's prompt + max new tokens at admission (both known then) could
+reserve exactly that; against it, paging's whole blocks (each request's last one partly filled) can cost memory
+rather than save it, and the sentence then says so.
 """
 
 from __future__ import annotations

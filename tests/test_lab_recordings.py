@@ -210,3 +210,20 @@ def test_a_page_without_its_bundled_file_says_so_in_one_line_and_keeps_working(
     assert not at.exception and not at.get("vega_lite_chart")
     lines = [c.value for c in at.caption if "bundled" in c.value]
     assert len(lines) == 1 and "\n" not in lines[0] and any(hint in i.value for i in at.info)
+
+
+def test_the_labs_readme_agrees_with_the_index_and_quotes_the_batch_file() -> None:
+    """The README says what `index.json` says of how the files were recorded (it said both 'nothing else running' and
+    'while other work shared the cores'), and its batch figures are the file's."""
+    readme = " ".join((bundled.LABS_DIR / "README.md").read_text(encoding="utf-8").split())
+    index = json.loads((bundled.LABS_DIR / "index.json").read_text(encoding="utf-8"))
+    machines = {entry["machine"] for entry in index["labs"].values()}
+    assert all("nothing else running" in machine for machine in machines)
+    assert "with nothing else running" in readme and "other work" not in readme and "in that noise" not in readme
+    steps_ms = {
+        r["batch_size"]: r["median_step_s"] * 1e3
+        for r in json.loads((bundled.LABS_DIR / "batch.json").read_text())["results"]
+    }
+    assert f"{steps_ms[1]:.1f} ms at B = 1 and {steps_ms[2]:.1f} ms at B = 2" in readme
+    rest = [steps_ms[b] for b in steps_ms if b >= 2]
+    assert f"within {min(rest):.1f}–{max(rest):.1f} ms up to" in readme

@@ -330,3 +330,11 @@ def test_the_tour_runs_from_each_bundled_recording_with_no_model(name: str, no_m
         )
         if index < tour.SLIDE_COUNT - 1:
             at.button(key="tour-next").click().run()
+
+
+def test_the_attention_slide_explains_the_first_token_column(run: tuple[Trace, AttentionMaps]) -> None:
+    trace, maps = run
+    prefill = tour.slide(1, tour.Run(trace, maps, "", HEIGHT_PX, measured="recorded"))
+    assert "attention sink" in prefill.more and "recorded)" in prefill.more
+    assert "attention sink" not in tour.slide(1, tour.Run(trace, None, "no maps", HEIGHT_PX)).more
+    assert "is_causal=True" in prefill.more and "eager" in prefill.more  # which pass computes all T × T: the replay

@@ -52,6 +52,40 @@ def mask_facts(maps: AttentionMaps, layer: int) -> MaskFacts:
     )
 
 
+SINK_SOURCE = (
+    "Xiao et al. 2023, Efficient Streaming Language Models with Attention Sinks: https://arxiv.org/abs/2309.17453"
+)
+
+
+def first_token_share(maps: AttentionMaps, layer: int, head: int) -> tuple[float, float]:
+    """(measured, even) mean share of attention the prefill's queries after the first put on the first token: as
+    captured, and as it would be if each query spread its attention evenly over the keys it may see (1 / (q + 1))."""
+    probs = maps.prefill[layer][head].astype(np.float32)  # (T, T)
+    T = probs.shape[0]
+    if T < 2:
+        return float(probs[0, 0]), 1.0
+    queries = np.arange(1, T)
+    return float(probs[1:, 0].mean()), float((1.0 / (queries + 1)).mean())
+
+
+def sink_sentence(maps: AttentionMaps, layer: int, head: int, measured_word: str = "measured") -> str:
+    """One sentence on the first-token column (an attention sink), with this head's measured share."""
+    share, even = first_token_share(maps, layer, head)
+    measured = (
+        f"in layer {layer}, head {head} the queries put {share:.0%} of their attention on it ({even:.0%} if spread "
+        f"evenly; {measured_word})"
+    )
+    if share > 2 * even:
+        return (
+            f"The bright first column is an attention sink: many heads park the attention they do not need on the "
+            f"first token, whatever it says; {measured} ({SINK_SOURCE})."
+        )
+    return (
+        f"The first column is where many heads park attention they do not need (an attention sink, {SINK_SOURCE}); "
+        f"this one does not lean on it: {measured}."
+    )
+
+
 def window_bounds(total: int, start: int, size: int = WINDOW_POSITIONS) -> tuple[int, int]:
     """[start, stop) of a window of at most `size` positions, clamped so it always lies inside 0..total."""
     size = min(size, total)

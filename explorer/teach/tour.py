@@ -152,6 +152,7 @@ def prefill_slide(run: Run) -> Slide:
         caption = f"Layer {layer}, head 0: each row is one query's softmax; grey is masked (p = 0)" + (
             f"; each cell is the largest probability in a {block} × {block} block." if block > 1 else "."
         )
+        more_sink = " " + attention_charts.sink_sentence(maps, layer, 0, run.measured)
         source = f"{run.measured}: captured attention probabilities (float16)"
     else:
         frame = charts.mask_frame(T, MAP_SIDE)
@@ -162,13 +163,14 @@ def prefill_slide(run: Run) -> Slide:
         )
         caption = "The shape of the prefill's score map: orange is computed, grey is masked (the future)."
         source = "the run's prompt length (no attention maps)"
+        more_sink = ""
     more = (
         "All prompt tokens are in memory together, yet none may see a later one: prefill is parallel, not "
         "bidirectional. The timed pass uses PyTorch's fused attention (SDPA with is_causal=True), which applies the "
         "mask inside the kernel and skips the tiles wholly above the diagonal, so most future scores are never "
         "computed. The maps drawn here come from a separate, untimed replay with eager attention: it computes all "
         "T × T scores and sets the future ones to 0 before the softmax."
-    )
+    ) + more_sink
     note = "" if full_maps(run) else f"Why no maps: {run.attention_note}"
     return replace(_slide(1, [first, second], chart, frame, caption, source, more), note=note)
 

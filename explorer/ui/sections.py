@@ -191,7 +191,7 @@ def step_attention(current: SteppedRequest) -> None:
         frame,
         "step-attention",
         "The prefill's T × T map with its causal mask (grey), then one row per decode pass appended below it: one "
-        "key longer each time, no mask needed.",
+        "key longer each time, no mask needed. " + attention_charts.sink_sentence(maps, layer, head),
         "measured (captured attention probabilities, untimed eager shadow)",
     )
 

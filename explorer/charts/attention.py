@@ -200,6 +200,8 @@ def pooled_frame(maps: AttentionMaps, layer: int, heads: list[int], max_side: in
 
 def _pooled_encoding(frame: pd.DataFrame) -> dict[str, object]:
     T = int(frame["key_stop"].max())
+    pooled = int(frame["block"].max()) > 1  # an unpooled map's cells are probabilities, not a block's maximum
+    legend_title = "block max (√ scale)" if pooled else "probability (√ scale)"
     return {
         "x": alt.X("key_start:Q", title="key position", scale=alt.Scale(domain=[0, T], nice=False)),
         "x2": "key_stop:Q",
@@ -207,7 +209,7 @@ def _pooled_encoding(frame: pd.DataFrame) -> dict[str, object]:
         "y2": "query_stop:Q",
         "color": alt.when(alt.datum.masked)
         .then(alt.value(MASKED_COLOR))
-        .otherwise(alt.Color("prob_max:Q", scale=PROB_SCALE, title="block max (√ scale)", legend=PROB_LEGEND)),
+        .otherwise(alt.Color("prob_max:Q", scale=PROB_SCALE, title=legend_title, legend=PROB_LEGEND)),
         "tooltip": [
             "head_label",
             alt.Tooltip("query_start:Q", title="queries from"),

@@ -14,6 +14,7 @@ import streamlit as st
 
 from explorer.charts import export, theme
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
+from explorer.charts.tables import human_table
 from explorer.core.errors import BadInput, one_line
 from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
@@ -173,7 +174,9 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
 def table(data: pd.DataFrame, caption: str, source: str) -> None:
     """A table with its caption: the scrollable data grid on a laptop; in presenter mode a static table of the theme's
     first rows, in the large type. Why not the grid for both: it draws its cells on a canvas that no stylesheet
-    reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges."""
+    reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges. Either
+    way its columns get human labels with units and its floats are rounded (`charts.tables.human_table`)."""
+    data = human_table(data)
     if not presenting():
         st.dataframe(data, hide_index=True, width="stretch")
         st.caption(f"{caption} — *{source}*")

@@ -210,26 +210,30 @@ def page_with_run(title: str, caption: str) -> RunResult:
 
 
 def lab_page(
-    title: str, caption: str, inputs: Callable[[], object], key: str, hint: str, recorded: str | None = None
+    title: str, caption: str, inputs: Callable[[Any], object], key: str, hint: str, recorded: str | None = None
 ) -> Any:
     """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`. Without
     one, the lab's bundled result `recorded` (`explorer.labs.bundled`) under a banner saying it is recorded and that
     `hint`'s button replaces it; without that either, `hint` and the page stops here (a lab runs only when its button
-    is pressed, never on a view change). A bundled file that cannot be read is one line."""
+    is pressed, never on a view change). A bundled file that cannot be read is one line. The inputs are given the
+    result shown under them (None without one), so the form shows the parameters that made it, not its defaults."""
     from explorer.labs import bundled
 
     st.title(title)
     st.caption(caption)
-    inputs()
     result = st.session_state.get(key)
+    shown, problem = None, None
     if result is None and recorded is not None:
         try:
             shown = bundled.read(recorded)
         except BadInput as exc:
-            st.caption(escape_markdown(str(exc)))
-        else:
-            st.info(f"{shown.banner} {hint} A live result replaces this recorded one.", icon=":material/history:")
-            return shown.result
+            problem = str(exc)
+    inputs(result if result is not None else shown.result if shown is not None else None)
+    if problem is not None:
+        st.caption(escape_markdown(problem))
+    if shown is not None:
+        st.info(f"{shown.banner} {hint} A live result replaces this recorded one.", icon=":material/history:")
+        return shown.result
     if result is None:
         st.info(hint)
         st.stop()

@@ -229,6 +229,9 @@ def lab_page(
         except BadInput as exc:
             problem = str(exc)
     inputs(result if result is not None else shown.result if shown is not None else None)
+    fresh = st.session_state.get(key)
+    if fresh is not None and fresh is not result:  # the inputs just ran the lab: show its result, not the older one
+        return fresh
     if problem is not None:
         st.caption(escape_markdown(problem))
     if shown is not None:

@@ -1,4 +1,4 @@
-"""By hand: seed 1's three-token attention head worked step by step, editable, beside the same shapes in the run."""
+"""By hand: a three-token attention head worked step by step, editable, beside the same shapes in the run."""
 
 import streamlit as st
 
@@ -8,14 +8,15 @@ from explorer.ui import by_hand_view as view
 
 st.title("By hand: one attention head, three tokens")
 st.caption(
-    "Seed 1's worked example (d = 2): the same softmax(q·kᵀ/√d) runs in both phases; only which keys exist differs."
+    "A worked example (d = 2): the same softmax(q·kᵀ/√d)·V runs in both phases; only which keys exist differs. The "
+    "decode step reuses the prefill's k0–k2 and v0–v2 from the cache and appends its own k3 and v3."
 )
 prefill_inputs, decode_inputs = view.inputs()
 prefill_row = by_hand.work_row(prefill_inputs)
 decode_row = by_hand.work_row(decode_inputs)
 view.worked_section(
     prefill_row,
-    by_hand.SEED_PREFILL_PROBS,
+    by_hand.EXAMPLE_PREFILL_PROBS,
     "Prefill: q1 may not look at k2",
     "All three prompt tokens are in memory, so q1 is scored against k2 too; k2 is q1's future, so the mask sets "
     "its logit to −∞ before the softmax and it gets exactly 0."
@@ -24,9 +25,11 @@ view.worked_section(
 )
 view.worked_section(
     decode_row,
-    by_hand.SEED_DECODE_PROBS,
-    "Decode: q3 against the cache, no mask",
-    "The cache holds only the keys of earlier tokens: no future key exists yet, so there is nothing to mask.",
+    by_hand.EXAMPLE_DECODE_PROBS,
+    "Decode: q3 against the cache and its own key, no mask",
+    "The cache holds the prefill's own k0, k1, k2 and v0, v1, v2, unchanged: the decode computes none of them again. "
+    "It computes only the new token's q3, k3 and v3, appends k3 and v3 to the cache, and then q3 attends over all four "
+    "keys, its own included. No future key exists yet, so there is nothing to mask.",
 )
 view.toy_rows(prefill_row, decode_row)
 

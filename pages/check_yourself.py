@@ -1,4 +1,4 @@
-"""Check yourself: a short quiz from seeds 1 and 3, each answer explained and checked against the user's own run."""
+"""Check yourself: a short quiz on prefill and decode, each answer explained and checked against the user's own run."""
 
 import streamlit as st
 

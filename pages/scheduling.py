@@ -15,10 +15,6 @@ run = ui.lab_page(
     "schedule",  # the bundled result shown until Run replaces it (recordings/labs/)
 )
 
+sections.steps_section(run)  # the main chart first
 sections.summary_section(run)
-sections.steps_section(run)
-sections.requests_section(run)
-sections.blocks_section(run)
-sections.modes_section(run)
-sections.prefix_section(run)
-sections.prompts_section(run)
+sections.other_views(run)

@@ -294,8 +294,8 @@ def test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them(tiny_ll
     table = at.dataframe[0].value.set_index("metric")
     for metric, figure in [("TTFT", "ttft_s"), ("ITL p50", "itl_p50_s"), ("ITL p99", "itl_p99_s")]:
         spread = getattr(trace.spreads, figure)
-        assert table.loc[metric, "value_ms"] == pytest.approx(spread.median * 1e3)  # the metric's own figure
-        assert table.loc[metric, "min_ms"] == pytest.approx(spread.low * 1e3)
+        assert table.loc[metric, "value (ms)"] == pytest.approx(spread.median * 1e3, rel=1e-3)  # its own figure
+        assert table.loc[metric, "min (ms)"] == pytest.approx(spread.low * 1e3, rel=1e-3)  # shown to 4 digits
     assert shown["ITL p50"].value == ui.widgets.short_time(trace.spreads.itl_p50_s.median)
 
 

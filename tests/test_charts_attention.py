@@ -152,3 +152,22 @@ def test_heads_caption_names_grouped_query_attention_only_when_heads_share(run: 
     assert "grouped-query" not in charts.heads_caption(mha)
     frame = charts.pooled_frame(maps, 0, [0, 1], 8, kv_heads=mha.kv_heads)
     assert list(frame.drop_duplicates("head")["head_label"]) == ["head 0", "head 1"]  # no KV head to name
+
+
+def test_the_first_token_column_is_explained_as_an_attention_sink(run: tuple[Trace, AttentionMaps]) -> None:
+    _, maps = run
+    sink = np.zeros((1, 8, 8), dtype=np.float16)  # every query after the first puts 0.7 on token 0
+    sink[0, 0, 0] = 1.0
+    for q in range(1, 8):
+        sink[0, q, 0] = 0.7
+        sink[0, q, 1 : q + 1] = 0.3 / q
+    sinking = replace(maps, prefill={0: sink})
+    share, even = charts.first_token_share(sinking, 0, 0)
+    assert share == pytest.approx(0.7, abs=1e-3) and even == pytest.approx(sum(1 / (q + 1) for q in range(1, 8)) / 7)
+    text = charts.sink_sentence(sinking, 0, 0, "recorded")
+    assert text.startswith("The bright first column is an attention sink") and "70% of their attention" in text
+    assert "recorded" in text and "https://arxiv.org/abs/2309.17453" in text
+    even_rows = np.tril(np.ones((4, 4), dtype=np.float32))
+    even_rows /= even_rows.sum(-1, keepdims=True)
+    flat = replace(maps, prefill={0: even_rows[None].astype(np.float16)})
+    assert "does not lean on it" in charts.sink_sentence(flat, 0, 0)

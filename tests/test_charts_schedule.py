@@ -149,6 +149,8 @@ def test_paging_is_compared_with_the_max_length_first_and_exact_lengths_second(r
     assert "paging saves 10.80 kB (84%) against a contiguous reservation of the model's maximum length (64" in sentence
     assert "Second: paging saves 200 B (9%) against reserving exactly each request's prompt + max new" in sentence
     assert "Primary" not in paging_sentence(run)  # no context recorded: only the line it can compute
+    # the prompt and the max new tokens are known at admission: only the real output length is not
+    assert "known in advance" not in sentence and "both are known when a request is admitted" in sentence
 
 
 def test_a_paging_loss_is_called_a_cost(run: ScheduleRun) -> None:

@@ -57,7 +57,7 @@ def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
     assert at.metric[0].value == "yes" and "Naive loop, estimated" in labels
     sentence = " ".join(m.value for m in at.markdown)
     assert "first 8 decode steps" in sentence and "over 2x the cached growth and over 1 ms" in sentence
-    assert any("bytes_moved" in d.value.columns for d in at.dataframe)  # the per-step table, modelled bytes
+    assert any("bytes moved" in d.value.columns for d in at.dataframe)  # the per-step table, modelled bytes
     result = at.session_state[labs.NOCACHE_RESULT]
     shown = captions(at)
     assert f"took {result.cached_scale:.2f}x their floor with the cache" in shown and "straight-line fit" not in shown

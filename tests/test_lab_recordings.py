@@ -210,3 +210,53 @@ def test_a_page_without_its_bundled_file_says_so_in_one_line_and_keeps_working(
     assert not at.exception and not at.get("vega_lite_chart")
     lines = [c.value for c in at.caption if "bundled" in c.value]
     assert len(lines) == 1 and "\n" not in lines[0] and any(hint in i.value for i in at.info)
+
+
+def test_the_labs_readme_agrees_with_the_index_and_quotes_the_batch_file() -> None:
+    """The README says what `index.json` says of how the files were recorded (it said both 'nothing else running' and
+    'while other work shared the cores'), and its batch figures are the file's."""
+    readme = " ".join((bundled.LABS_DIR / "README.md").read_text(encoding="utf-8").split())
+    index = json.loads((bundled.LABS_DIR / "index.json").read_text(encoding="utf-8"))
+    machines = {entry["machine"] for entry in index["labs"].values()}
+    assert all("nothing else running" in machine for machine in machines)
+    assert "with nothing else running" in readme and "other work" not in readme and "in that noise" not in readme
+    steps_ms = {
+        r["batch_size"]: r["median_step_s"] * 1e3
+        for r in json.loads((bundled.LABS_DIR / "batch.json").read_text())["results"]
+    }
+    assert f"{steps_ms[1]:.1f} ms at B = 1 and {steps_ms[2]:.1f} ms at B = 2" in readme
+    rest = [steps_ms[b] for b in steps_ms if b >= 2]
+    assert f"within {min(rest):.1f}–{max(rest):.1f} ms up to" in readme
+
+
+@pytest.mark.usefixtures("no_model")
+def test_each_lab_form_shows_the_parameters_of_the_result_under_it() -> None:
+    """The No-cache form said 64 new tokens over a result made with 128: a form shows its shown result's settings."""
+    nocache = bundled.read("nocache").result
+    at = open_page(PAGES["nocache"][0])
+    assert next(n for n in at.number_input if n.label == "New tokens").value == nocache.cached_trace.new_tokens == 128
+    assert at.text_input[0].value == nocache.cached_trace.prompt_text
+
+    batch = bundled.read("batch").result
+    at = open_page(PAGES["batch"][0])
+    assert at.text_input[0].value == ",".join(map(str, batch.config.batch_sizes))
+    shown = {n.label: n.value for n in at.number_input}
+    assert (shown["Prompt tokens"], shown["New tokens"]) == (batch.config.prompt_tokens, batch.config.new_tokens)
+
+    schedule = bundled.read("schedule").result
+    at = open_page(PAGES["schedule"][0])
+    shown = {n.label: n.value for n in at.number_input}
+    assert shown["Requests"] == schedule.workload.requests
+    assert shown["Token budget per step"] == schedule.settings.token_budget
+    assert shown["KV blocks"] == schedule.settings.num_blocks
+    assert next(t for t in at.toggle if t.label == "Compare 3 ways").value == bool(schedule.baselines)
+
+
+@pytest.mark.usefixtures("no_model")
+def test_scheduling_leads_with_its_main_chart_and_tabs_the_rest() -> None:
+    at = open_page(PAGES["schedule"][0])
+    assert not at.exception
+    first = at.main.get("vega_lite_chart")[0].proto.spec  # the engine steps: one column per forward pass
+    assert '"request_order"' in first and '"field": "step"' in first
+    assert [t.label for t in at.tabs][:2] == ["Requests over time", "KV blocks"] and len(at.tabs) >= 3
+    assert at.expander[0].label.startswith("Workload and engine settings: the shown run's")

@@ -29,14 +29,14 @@ def test_questions_are_well_formed() -> None:
         assert len(q.choices) == 4 and len(set(q.choices)) == 4
         assert 0 <= q.correct < 4 and q.common_wrong != q.correct
         assert q.common_wrong is None or 0 <= q.common_wrong < 4
-        assert q.explanation and q.origin.startswith(("seed 1", "seed 3"))
+        assert q.explanation and q.origin and "seed" not in q.origin  # plain words a visitor can read
     # The right answer is not always in the same place.
     assert len({q.correct for q in quiz.QUESTIONS}) == 4
 
 
-def test_the_seeds_named_wrong_answers_are_among_the_choices() -> None:
+def test_the_named_wrong_answers_are_among_the_choices() -> None:
     wrong = {q.key: q.choices[q.common_wrong] for q in quiz.QUESTIONS if q.common_wrong is not None}
-    # Only where a seed names one: seed 1's interview answers to avoid and seed 3's three misconceptions.
+    # Only where a source names one: interview answers to avoid and three common misconceptions.
     assert set(wrong) == {
         "decode-mask",
         "prefill-like-training",
@@ -59,7 +59,7 @@ def test_grading() -> None:
     assert quiz.grade(q, q.correct) == quiz.Verdict(True, False, "Right.")
     common = quiz.grade(q, q.common_wrong)
     assert not common.correct and common.common_wrong
-    assert common.headline == "That is a wrong answer commonly given (seed 1 · interview Q&A names it)."
+    assert common.headline == "That is a wrong answer commonly given (it appears in interview Q&A on LLM inference)."
     other = next(i for i in range(4) if i not in (q.correct, q.common_wrong))
     assert quiz.grade(q, other) == quiz.Verdict(False, False, "Not quite.")
     with pytest.raises(ValueError, match="not one of the 4 answers"):
@@ -214,7 +214,7 @@ def test_page_without_a_run_grades_and_explains() -> None:
     at.radio[0].set_value(q0.correct).run()
     at.radio[1].set_value(q1.common_wrong).run()
     assert [s.value for s in at.success] == ["Right."]
-    assert at.warning[0].value.startswith("That is a wrong answer commonly given (seed 1")
+    assert at.warning[0].value.startswith("That is a wrong answer commonly given (it appears in")
     assert q1.choices[q1.correct] in at.warning[0].value
     markdown = [m.value for m in at.markdown]
     assert q0.explanation in markdown and q1.explanation in markdown

@@ -265,3 +265,21 @@ def test_the_four_bundled_recordings_are_there_under_5_mb_and_open() -> None:
     assert shapes["five-repeats"].trace.repeat_count == 5
     assert shapes["short-chat"].meta.attention_layers == tuple(range(30))  # a short prompt keeps every layer
     assert replace(shapes["short-chat"].meta).banner.startswith("Recorded run, not live")
+
+
+def test_the_recordings_readme_quotes_its_recordings() -> None:
+    """The README's sentences on the bfloat16 recording are that recording's own figures, beside short-chat's, and it
+    says nothing about "this CPU" that a run did not measure."""
+    text = (bundled()["bfloat16"].parent / "README.md").read_text(encoding="utf-8")
+    bf16, fp32 = (read_recording(bundled()[name].read_bytes()).trace for name in ("bfloat16", "short-chat"))
+
+    def median_decode_ms(trace: Trace) -> float:
+        return float(np.median([p.wall_s for p in trace.decodes])) * 1e3
+
+    assert bf16.model.dtype == "bfloat16" and fp32.model.dtype == "float32"
+    assert median_decode_ms(bf16) < median_decode_ms(fp32)  # decode ran faster, so the README may not say slower
+    assert f"median {median_decode_ms(bf16):.1f} ms against {median_decode_ms(fp32):.1f} ms" in text
+    assert f"prefill slower ({bf16.prefill.wall_s * 1e3:.1f} ms against {fp32.prefill.wall_s * 1e3:.1f} ms" in text
+    assert f"reached {bf16.device.measured_flops / 1e9:.2f} GFLOP/s" in text
+    assert f"against {fp32.device.peak_flops / 1e9:.1f} GFLOP/s in float32" in text
+    assert "this CPU" not in text and "nothing else running" not in text

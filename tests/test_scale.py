@@ -18,6 +18,7 @@ from explorer.core.gpu_specs import GPU_SPECS
 from explorer.core.loading import LoadedModel
 from explorer.core.units import GIB
 from explorer.scale.config import CONFIG_DIR, load_architecture, parse_config, shipped
+from explorer.scale.explain import formula_lines, knee_text
 from explorer.scale.interconnect import INTERCONNECTS
 from explorer.scale.params import count_params, kv_bytes_per_token, weight_bytes
 from explorer.scale.whatif import Scenario, decode_step, find_gpu, max_batch, ridge_batch, what_if
@@ -139,7 +140,7 @@ def test_tensor_parallel_70b_on_four_h100s_by_hand() -> None:
     memory_s = (per_gpu_weights + 2 * 81_920) / 3.35e12  # one position read, one written
     assert result.decode.floor_s == pytest.approx(memory_s + link_s, rel=1e-12)
     assert result.decode_tokens_per_s_ceiling == pytest.approx(1 / (memory_s + link_s), rel=1e-12)
-    assert what_if(scenario("llama-3.1-70b", gpus=1)).max_batch == 0  # 141 GB of weights in 80 GiB: no
+    assert what_if(scenario("llama-3.1-70b", gpus=1)).max_batch == 0  # 141 GB of weights in 80 GB: no
 
 
 def test_tensor_parallel_beyond_the_nvlink_fabric_and_kv_replication() -> None:
@@ -152,10 +153,50 @@ def test_tensor_parallel_beyond_the_nvlink_fabric_and_kv_replication() -> None:
 
 def test_max_batch_by_hand() -> None:
     s = scenario("llama-3.1-8b", dtype="bfloat16", context=8192)
-    free = 80 * GIB - 8_030_261_248 * 2  # 85,899,345,920 - 16,060,522,496
+    free = 80 * 10**9 - 8_030_261_248 * 2  # the datasheet's 80 GB as 10^9 bytes each - 16,060_522,496 of weights
     per_request = 8192 * 131_072  # 1 GiB of KV at 8K context
-    assert max_batch(s) == free // per_request == 65
-    assert what_if(s).fits and not what_if(scenario("llama-3.1-8b", context=8192, batch=66)).fits
+    assert max_batch(s) == free // per_request == 59
+    assert what_if(s).fits and not what_if(scenario("llama-3.1-8b", context=8192, batch=60)).fits
+
+
+def test_gpu_memory_is_the_datasheets_gb_as_10_9_bytes_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mistral-7B-v0.3 on an L40S in bf16 at 32k context: 48 x 10^9 bytes hold 7 requests (14.5 GB of weights and
+    4.29 GB of KV each); reading the datasheet's 48 GB as GiB would promise an 8th."""
+    out = tmp_path / "w.json"
+    argv = ["whatif", "--model", "mistral-7b-v0.3", "--gpu", "L40S", "--dtype", "bfloat16", "--context", "32768"]
+    assert whatif_main([*argv, "--json", str(out), "--explain"]) == 0
+    written = json.loads(out.read_text())
+    assert written["weight_bytes"] == 14_496_047_104 and written["kv_bytes_per_token"] * 32768 == 4_294_967_296
+    assert written["gpu"]["memory_bytes"] == 48 * 10**9 and written["gpu"]["memory_gb"] == 48
+    assert written["max_batch"] == (48 * 10**9 - 14_496_047_104) // 4_294_967_296 == 7
+    assert (48 * GIB - 14_496_047_104) // 4_294_967_296 == 8  # what the GiB reading gave
+    assert "10^9 bytes" in written["gpu"]["memory_unit"] and "datasheet" in written["gpu"]["memory_unit"]
+    assert written["gpu"]["source"].startswith("NVIDIA L40S GPU datasheet, https://")
+    units = written["units"]  # every memory figure in the JSON says its unit
+    for key in ("weight_bytes", "kv_bytes_per_token", "gpu.memory_bytes", "gpu.memory_gb"):
+        assert units[key], key
+    for part in ("prefill", "decode_step"):
+        assert {f"{part}.{k}" for k in written[part] if k.endswith("_bytes")} <= set(units)
+    assert {f"tensor_parallel.{k}" for k in written["tensor_parallel"] if "bytes" in k} <= set(units)
+    for spec in GPU_SPECS:
+        assert spec.memory_bytes == spec.memory_gb * 10**9 and f"{spec.memory_gb} x 10^9 bytes" in spec.memory_text
+    printed = capsys.readouterr().out
+    assert "48 GB (48 x 10^9 bytes, datasheet)" in printed and "48,000,000,000 - 14,496,047,104" in printed
+
+
+def test_a_knee_beyond_the_memory_is_not_stated_as_one() -> None:
+    fits = what_if(scenario("llama-3.1-8b", dtype="bfloat16", context=1))
+    assert fits.ridge_batch is not None and fits.ridge_batch <= fits.max_batch
+    assert knee_text(fits) == f"the step turns compute-bound at B = {fits.ridge_batch:,} (the roofline's knee)"
+    beyond = what_if(scenario("llama-3.1-8b", gpu=find_gpu("L40S"), dtype="bfloat16", context=256))
+    assert beyond.ridge_batch is not None and beyond.ridge_batch > beyond.max_batch
+    text = knee_text(beyond)
+    assert "stays memory-bound at every batch that fits" in text and "turns compute-bound at" not in text
+    never = what_if(scenario("llama-3.1-8b", dtype="bfloat16", context=32768))
+    assert never.ridge_batch is None and "more KV bytes than its FLOPs can hide" in knee_text(never)
+    assert any("adds more bytes than its FLOPs can hide" in line for line in formula_lines(never))
 
 
 def test_ridge_batch_by_hand_and_on_the_step_itself() -> None:

@@ -416,13 +416,13 @@ def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> 
     assert charts == 9  # steps, timeline, blocks, memory, 3 comparisons (tokens/s, TTFT, ITL), 2 prefix
     downloads = [b.label for b in at.main.get("download_button")]
     assert downloads.count("PNG") == downloads.count("SVG") == charts  # beside each chart's CSV
-    per_request = next(d.value for d in at.dataframe if {"request", "mode", "itl_p99_ms"} <= set(d.value.columns))
-    assert len(per_request) == 9 and per_request["itl_p50_ms"].notna().all()
+    per_request = next(d.value for d in at.dataframe if {"request", "mode", "ITL p99 (ms)"} <= set(d.value.columns))
+    assert len(per_request) == 9 and per_request["ITL p50 (ms)"].notna().all()  # human labels with units
     captions = " ".join(c.value for c in at.caption)
     assert "measured" in captions and "modelled" in captions
     assert paging_sentence(run) in captions and "Primary, what PagedAttention's saving is measured" in captions
     assert explain_sharing(run).sentence in captions  # the cause computed from this run, beside the prefix chart
-    modes_table = next(d.value for d in at.dataframe if "tokens_per_s" in d.value.columns)
+    modes_table = next(d.value for d in at.dataframe if "tokens/s" in d.value.columns)
     assert list(modes_table["mode"]) == [CONTINUOUS, STATIC, SEQUENTIAL]
     for element in at.markdown:  # the prefix is shown only as data, never interpreted
         assert "<b>" not in element.value and "**and**" not in element.value
@@ -438,8 +438,8 @@ def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> 
         handle.remove()
     assert not at.exception and calls == []
     assert at.session_state[RUN_KEY] is run
-    latency = next(d.value for d in at.dataframe if "itl_p99_within_slo" in d.value.columns)
-    assert not latency["itl_p99_within_slo"].any()
+    latency = next(d.value for d in at.dataframe if "ITL p99 within SLO" in d.value.columns)
+    assert not latency["ITL p99 within SLO"].any()
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,10 @@ from explorer.core.attention_maps import AttentionMaps
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.recording import bundled
-from explorer.core.roofline import pass_cost
+from explorer.core.recording_checks import read_recording
+from explorer.core.roofline import pass_cost, pass_flops
 from explorer.core.trace import DeviceProfile, Trace
-from explorer.core.units import ms
+from explorer.core.units import ms, short_time
 from explorer.teach import tour
 from explorer.ui import recordings as ui_recordings
 from explorer.ui import state as ui_state
@@ -173,15 +174,54 @@ def test_the_serving_lanes_by_hand(run: tuple[Trace, AttentionMaps]) -> None:
     frame = charts.serving_frame(prefill_s=0.5, decode_s=0.05, chunks_s=[0.2, 0.15, 0.15, 0.1])
     gaps = charts.longest_gaps_ms(frame)
     assert gaps["one piece"] == pytest.approx(550)  # the prefill, then the decode that brings the next token
-    assert gaps["4 chunks"] == pytest.approx(200)  # each chunk's step brings a token too
+    assert gaps["4 chunks"] == pytest.approx(250)  # each chunk's step does the decode's own work too
     assert gaps["decode GPU"] == pytest.approx(50) and "prefill GPU" not in gaps
-    assert set(frame["lane_label"]) >= {"one piece: 550 ms", "4 chunks: 200 ms", "prefill GPU"}
-    trace, _ = run  # the chunks split the measured prefill in the ratio of their roofline times
+    assert set(frame["lane_label"]) >= {"one piece: 550 ms", "4 chunks: 250 ms", "prefill GPU"}
+    added = frame.drop_duplicates("lane").set_index("lane")["added_ms"]
+    assert added["one piece"] == pytest.approx(500) and added["4 chunks"] == pytest.approx(200)  # the prompt's share
+    assert added["decode GPU"] == pytest.approx(0)
+    trace, _ = run  # the chunks split the measured prefill in the ratio of their FLOPs
     chunks = charts.chunk_times_s(trace, 4)
-    T, model, device = trace.prompt_len, trace.model, trace.device
-    scale = trace.pass_wall_spread(0).median / pass_cost(model, device, T, 0).roofline_time_s
-    assert chunks[0] == pytest.approx(pass_cost(model, device, round(T / 4), 0).roofline_time_s * scale)
+    T, model = trace.prompt_len, trace.model
+    scale = trace.pass_wall_spread(0).median / pass_flops(model, T, T)
+    assert chunks[0] == pytest.approx(pass_flops(model, round(T / 4), round(T / 4)) * scale)
+    assert sum(chunks) <= trace.pass_wall_spread(0).median  # chunks skip the masked blocks a whole pass computes
     assert len(charts.chunk_times_s(one_token(trace), 4)) == 4 and len(charts.chunk_times_s(trace, 10_000)) == T
+
+
+def serving_runs(tiny: Trace) -> list[tuple[str, Trace, str]]:
+    recorded = [(name, read_recording(path.read_bytes()).trace, "recorded") for name, path in bundled().items()]
+    return [("tiny model", tiny, "measured"), *recorded]
+
+
+def test_a_chunk_and_decode_step_is_never_shorter_than_a_decode_step(run: tuple[Trace, AttentionMaps]) -> None:
+    """Over a tiny model's run and every bundled recording: a step that carries a chunk does the decode's own work
+    too, and the stall the sentence names is the prefill's share of the gap, not the whole gap."""
+    assert bundled(), "no bundled recordings to check"
+    for name, trace, word in serving_runs(run[0]):
+        slide = tour.slide(7, tour.Run(trace, None, "", HEIGHT_PX, measured=word))
+        frame, decode_s = slide.frame, charts.median_decode_s(trace)
+        assert decode_s is not None, name
+        mixed = frame[frame["work"] == charts.WORK_DOMAIN[2]]["step_ms"]
+        decode_only = frame[frame["work"] == charts.WORK_DOMAIN[0]]["step_ms"]
+        assert len(mixed) and mixed.min() > decode_only.max() - 1e-9, name
+        prefill_ms = trace.pass_wall_spread(0).median * 1e3
+        lanes = frame.drop_duplicates("lane").set_index("lane")
+        assert lanes.loc["one piece", "added_ms"] == pytest.approx(prefill_ms), name
+        assert lanes.loc["one piece", "longest_gap_ms"] == pytest.approx(prefill_ms + decode_s * 1e3), name
+        stall = short_time(prefill_ms / 1e3)
+        assert f"in one piece it holds a running request's next token back {stall};" in slide.sentences[1], name
+
+
+def test_the_median_decode_is_a_true_median(run: tuple[Trace, AttentionMaps]) -> None:
+    trace, _ = run
+    walls = [0.5, 0.04, 0.01, 0.03, 0.07]  # decodes 0.04 0.01 0.03 0.07: the median is (0.03 + 0.04) / 2
+    even = replace(trace, repeats=(tuple(replace(p, wall_s=w) for p, w in zip(trace.passes, walls)),), shown_repeat=0)
+    assert charts.median_decode_s(even) == pytest.approx(0.035)
+    assert charts.phase_time_frame(even)["ms"].iloc[2] == pytest.approx(35)
+    time_slide = tour.slide(4, tour.Run(even, None, "", HEIGHT_PX))
+    assert "A decode pass: 35.00 ms measured (median)" in time_slide.sentences[1]
+    assert charts.median_decode_s(one_token(trace)) is None
 
 
 def test_each_phases_time_beside_its_bound(run: tuple[Trace, AttentionMaps]) -> None:
@@ -290,3 +330,11 @@ def test_the_tour_runs_from_each_bundled_recording_with_no_model(name: str, no_m
         )
         if index < tour.SLIDE_COUNT - 1:
             at.button(key="tour-next").click().run()
+
+
+def test_the_attention_slide_explains_the_first_token_column(run: tuple[Trace, AttentionMaps]) -> None:
+    trace, maps = run
+    prefill = tour.slide(1, tour.Run(trace, maps, "", HEIGHT_PX, measured="recorded"))
+    assert "attention sink" in prefill.more and "recorded)" in prefill.more
+    assert "attention sink" not in tour.slide(1, tour.Run(trace, None, "no maps", HEIGHT_PX)).more
+    assert "is_causal=True" in prefill.more and "eager" in prefill.more  # which pass computes all T × T: the replay

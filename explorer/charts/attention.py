@@ -52,6 +52,40 @@ def mask_facts(maps: AttentionMaps, layer: int) -> MaskFacts:
     )
 
 
+SINK_SOURCE = (
+    "Xiao et al. 2023, Efficient Streaming Language Models with Attention Sinks: https://arxiv.org/abs/2309.17453"
+)
+
+
+def first_token_share(maps: AttentionMaps, layer: int, head: int) -> tuple[float, float]:
+    """(measured, even) mean share of attention the prefill's queries after the first put on the first token: as
+    captured, and as it would be if each query spread its attention evenly over the keys it may see (1 / (q + 1))."""
+    probs = maps.prefill[layer][head].astype(np.float32)  # (T, T)
+    T = probs.shape[0]
+    if T < 2:
+        return float(probs[0, 0]), 1.0
+    queries = np.arange(1, T)
+    return float(probs[1:, 0].mean()), float((1.0 / (queries + 1)).mean())
+
+
+def sink_sentence(maps: AttentionMaps, layer: int, head: int, measured_word: str = "measured") -> str:
+    """One sentence on the first-token column (an attention sink), with this head's measured share."""
+    share, even = first_token_share(maps, layer, head)
+    measured = (
+        f"in layer {layer}, head {head} the queries put {share:.0%} of their attention on it ({even:.0%} if spread "
+        f"evenly; {measured_word})"
+    )
+    if share > 2 * even:
+        return (
+            f"The bright first column is an attention sink: many heads park the attention they do not need on the "
+            f"first token, whatever it says; {measured} ({SINK_SOURCE})."
+        )
+    return (
+        f"The first column is where many heads park attention they do not need (an attention sink, {SINK_SOURCE}); "
+        f"this one does not lean on it: {measured}."
+    )
+
+
 def window_bounds(total: int, start: int, size: int = WINDOW_POSITIONS) -> tuple[int, int]:
     """[start, stop) of a window of at most `size` positions, clamped so it always lies inside 0..total."""
     size = min(size, total)
@@ -166,6 +200,8 @@ def pooled_frame(maps: AttentionMaps, layer: int, heads: list[int], max_side: in
 
 def _pooled_encoding(frame: pd.DataFrame) -> dict[str, object]:
     T = int(frame["key_stop"].max())
+    pooled = int(frame["block"].max()) > 1  # an unpooled map's cells are probabilities, not a block's maximum
+    legend_title = "block max (√ scale)" if pooled else "probability (√ scale)"
     return {
         "x": alt.X("key_start:Q", title="key position", scale=alt.Scale(domain=[0, T], nice=False)),
         "x2": "key_stop:Q",
@@ -173,7 +209,7 @@ def _pooled_encoding(frame: pd.DataFrame) -> dict[str, object]:
         "y2": "query_stop:Q",
         "color": alt.when(alt.datum.masked)
         .then(alt.value(MASKED_COLOR))
-        .otherwise(alt.Color("prob_max:Q", scale=PROB_SCALE, title="block max (√ scale)", legend=PROB_LEGEND)),
+        .otherwise(alt.Color("prob_max:Q", scale=PROB_SCALE, title=legend_title, legend=PROB_LEGEND)),
         "tooltip": [
             "head_label",
             alt.Tooltip("query_start:Q", title="queries from"),
@@ -296,8 +332,10 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
 
 
 NO_MASK_IN_DECODE = (
-    "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so the scores of a token "
-    "against *later* tokens are computed too and must be masked to 0 before the softmax. In decode the new token's "
+    "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so a token's query could "
+    "meet *later* tokens' keys and the causal mask must remove them (the timed pass's fused kernel skips the tiles "
+    "above the diagonal; the eager replay that draws these maps computes every score and sets the future ones to 0 "
+    "before the softmax). In decode the new token's "
     "query meets only the keys in the KV cache: every one of them is from the past (or the token itself). The future "
     "has not been generated yet, so there is nothing to mask."
 )

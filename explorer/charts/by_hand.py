@@ -18,9 +18,10 @@ from explorer.teach.by_hand import (
     WorkedRow,
     dot_text,
     number,
+    vector_text,
 )
 
-AXES = ("x", "y")  # the seed's two components (d = 2)
+AXES = ("x", "y")  # the example's two components (d = 2)
 VALUE_LABELS_UP_TO = 16  # keys per row up to which each cell prints its probability
 REAL_PREFILL_QUERY = 1  # the real row shown beside q1: the same position, two visible keys, the rest masked
 
@@ -56,8 +57,9 @@ def steps_frame(row: WorkedRow) -> pd.DataFrame:
             f"e^logit to {WRITTEN_EXP_DECIMALS} dp": f"{w:.{WRITTEN_EXP_DECIMALS}f}",
             "probability (exact)": f"{p:.4f}",
             "probability (by hand)": f"{hp:.{SHOWN_DECIMALS}f}",
+            **({"value": f"{vname} = {vector_text(v)}"} if vname else {}),
         }
-        for name, k, raw, scaled, masked, logit, e, w, p, hp in zip(
+        for name, k, raw, scaled, masked, logit, e, w, p, hp, vname, v in zip(
             inputs.key_names,
             inputs.keys,
             row.raw_scores,
@@ -68,6 +70,8 @@ def steps_frame(row: WorkedRow) -> pd.DataFrame:
             row.written_exps,
             row.probs,
             row.written_probs,
+            inputs.value_names or ("",) * len(inputs.keys),
+            inputs.values or ((),) * len(inputs.keys),
         )
     )
 
@@ -76,12 +80,17 @@ def softmax_text(row: WorkedRow) -> str:
     """The last step on one line: each written exponential over their sum."""
     total = f"{row.written_exp_sum:.{WRITTEN_EXP_DECIMALS}f}"
     parts = [f"{w:.{WRITTEN_EXP_DECIMALS}f}/{total}" for w in row.written_exps]
-    return f"sum of e^logit = {total};  probabilities = {', '.join(parts)}"
+    text = f"sum of e^logit = {total};  probabilities = {', '.join(parts)}"
+    if row.output:
+        inputs = row.inputs
+        terms = " + ".join(f"{p:.3f}·{name}" for p, name in zip(row.probs, inputs.value_names))
+        text += f"\noutput = {terms} = {vector_text(tuple(round(x, SHOWN_DECIMALS) for x in row.output))}"
+    return text
 
 
 # --- attention rows as heatmaps -----------------------------------------------------------------------------------
 def toy_rows_frame(prefill: WorkedRow, decode: WorkedRow) -> pd.DataFrame:
-    """The toy's two rows, one cell per key, with the by-hand probability (the seed's numbers for its vectors)."""
+    """The toy's two rows, one cell per key, with the by-hand probability (the printed numbers for the example)."""
     frames = []
     for row in (prefill, decode):
         inputs = row.inputs
@@ -162,8 +171,7 @@ def rows_chart(frame: pd.DataFrame) -> alt.LayerChart:
 
 def shape_links_frame(links: list[ShapeLink]) -> pd.DataFrame:
     return pd.DataFrame(
-        {"quantity": link.quantity, "toy head (seed 1)": link.toy, "your run": link.real, "note": link.note}
-        for link in links
+        {"quantity": link.quantity, "toy head": link.toy, "your run": link.real, "note": link.note} for link in links
     )
 
 

@@ -7,6 +7,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.cost import SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
+from explorer.charts.tables import human_label
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import to_ms
 
@@ -17,10 +18,11 @@ def figures_frame(labelled: list[tuple[str, Trace]]) -> pd.DataFrame:
     """One row per figure, one column per run: medians over each run's repeats, plus size and set-up."""
     rows = []
     for name in FIGURES:
-        row: dict[str, object] = {"figure": name}
+        shown, factor = human_label(name)  # "TTFT (ms)" for ttft_s: a person's name and unit, not the field's
+        row: dict[str, object] = {"figure": shown}
         for label, trace in labelled:
             spread = getattr(trace.spreads, name)
-            row[label] = None if spread is None else spread.median
+            row[label] = None if spread is None else spread.median * factor
         rows.append(row)
     extra = {
         "prompt tokens": lambda t: t.prompt_len,
@@ -41,7 +43,7 @@ def cell_text(value: object) -> str:
         return ""
     if isinstance(value, int):
         return f"{value:,}"
-    return value if isinstance(value, str) else f"{value:.6g}"
+    return value if isinstance(value, str) else f"{value:,.4g}"
 
 
 def _split(label: str, p: PassRecord) -> list[dict[str, object]]:

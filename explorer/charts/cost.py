@@ -92,7 +92,7 @@ def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
             stroke=alt.Stroke(
                 "phase:N",
                 scale=PHASE_COLOR,
-                title="outline",
+                title="outline: pass",
                 legend=alt.Legend(orient="right", symbolFillColor="white", symbolStrokeWidth=2),
             ),
             order=alt.Order("part_order:Q"),

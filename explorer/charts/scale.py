@@ -228,7 +228,7 @@ def memory_chart(frame: pd.DataFrame, result: WhatIf) -> alt.LayerChart:
         )
     )
     s = result.scenario
-    label = f"GPU memory: {s.gpu.memory_gb} GiB = {s.memory_bytes / GB:.1f} GB (spec)"
+    label = f"GPU memory: {s.gpu.memory_text}"
     capacity = pd.DataFrame({"gb": [s.memory_bytes / GB], "label": [label]})
     wall = alt.Chart(capacity).mark_rule(color="#e41a1c").encode(y="gb:Q", tooltip=["label:N", "gb:Q"])
     text = (

@@ -16,7 +16,8 @@ from explorer.charts.attention import MASKED, MASKED_COLOR, block_size
 from explorer.charts.common import MEASURED, MODELLED, PHASE_RANGE, display_token
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
 from explorer.charts.run import ROLE_DOMAIN, TOKENS_PER_ROW
-from explorer.core.roofline import pass_cost
+from explorer.core.roofline import pass_cost, pass_flops
+from explorer.core.stats import percentile
 from explorer.core.trace import DeviceProfile, ModelInfo, Trace
 from explorer.core.units import short_time, to_ms
 
@@ -35,9 +36,9 @@ def sized(chart: alt.TopLevelMixin, height_px: int) -> alt.TopLevelMixin:
 
 
 def median_decode_s(trace: Trace) -> float | None:
-    """The median decode pass's measured time (the shown repeat), None without a decode pass."""
-    index = median_decode_index(trace)
-    return None if index is None else trace.passes[index].wall_s
+    """The median of the decode passes' measured times (the shown repeat; the mean of the two middle passes for an
+    even count), None without a decode pass."""
+    return percentile([p.wall_s for p in trace.decodes], 50)
 
 
 # --- slide 1: the prompt as tokens ---------------------------------------------------------------------------------
@@ -146,13 +147,14 @@ def decode_rows_chart(frame: pd.DataFrame, prompt_len: int, height_px: int) -> a
 
 # --- slide 5: each phase's time beside its roofline bound ------------------------------------------------------------
 def phase_time_frame(trace: Trace, measured: str = MEASURED) -> pd.DataFrame:
-    """The prefill and the median decode pass: measured time (median over repeats for the prefill; `measured` names
-    it, "recorded" for a recording) and the roofline bound (modelled), one row each."""
+    """The prefill and a decode pass: measured time (the prefill's median over repeats, the decode passes' median;
+    `measured` names it, "recorded" for a recording) and the roofline bound (modelled; the decode's at the pass
+    nearest the median), one row each."""
     rows = []
     chosen = [(f"prefill, {trace.prompt_len} tokens (ms)", trace.prefill, trace.pass_wall_spread(0).median)]
     index = median_decode_index(trace)
     if index is not None:
-        chosen.append(("decode, median pass (ms)", trace.passes[index], trace.passes[index].wall_s))
+        chosen.append(("decode, median pass (ms)", trace.passes[index], median_decode_s(trace)))
     for label, p, wall_s in chosen:
         for kind, value_s in ((measured, wall_s), (f"roofline ({MODELLED})", p.cost.roofline_time_s)):
             rows.append({"phase": label, "kind": kind, "ms": to_ms(value_s), "bound": p.cost.bound, "pass": p.index})
@@ -280,14 +282,17 @@ def decode_ridge_batch(model: ModelInfo, device: DeviceProfile, context: int) ->
 
 # --- slide 8: one prefill on a serving timeline ---------------------------------------------------------------------
 def chunk_times_s(trace: Trace, chunks: int) -> list[float]:
-    """Modelled time of each of `chunks` pieces of this prompt's prefill: the run's measured prefill time split in
-    the ratio of the pieces' roofline times (each piece re-reads every weight, so small chunks cost more in all)."""
-    T, model, device = trace.prompt_len, trace.model, trace.device
+    """Modelled time each of `chunks` pieces of this prompt's prefill adds to the step it shares with a running
+    request's decode: the run's measured prefill time split in the ratio of the pieces' FLOPs. The weights are read
+    once per step, and the decode step (measured on its own) already reads them, so what a chunk adds is its maths
+    (and the KV it writes), which the prefill's FLOPs stand for; small chunks re-attend over the earlier ones, so
+    later pieces cost a little more."""
+    T, model = trace.prompt_len, trace.model
     chunks = max(1, min(chunks, T))
     bounds = [round(i * T / chunks) for i in range(chunks + 1)]
-    roofs = [pass_cost(model, device, b - a, a).roofline_time_s for a, b in zip(bounds, bounds[1:])]
-    scale = trace.pass_wall_spread(0).median / pass_cost(model, device, T, 0).roofline_time_s
-    return [r * scale for r in roofs]
+    flops = [pass_flops(model, b - a, b) for a, b in zip(bounds, bounds[1:])]
+    scale = trace.pass_wall_spread(0).median / pass_flops(model, T, T)
+    return [f * scale for f in flops]
 
 
 def _lane(lane: str, steps: list[tuple[str, float]], start_s: float = 0.0) -> list[dict[str, object]]:
@@ -300,14 +305,15 @@ def _lane(lane: str, steps: list[tuple[str, float]], start_s: float = 0.0) -> li
 
 def serving_frame(prefill_s: float, decode_s: float, chunks_s: list[float]) -> pd.DataFrame:
     """A running request decodes one token per step when a new prompt arrives; three ways to serve its prefill:
-    in one piece between two decode steps, in chunks each sharing a step with the running request's decode, or on
+    in one piece between two decode steps, in chunks each sharing a step with the running request's decode (the
+    step's time: the decode's own plus what the chunk adds, `chunks_s`, so never shorter than a decode step), or on
     another machine. Every step but a whole prefill ends with one of the running request's tokens; each lane's label
-    says the longest wait between two of them."""
+    says the longest wait between two of them, and `added_ms` how much of that wait the new prompt caused."""
     decode, prefill, mixed = WORK_DOMAIN
     before, after = [(decode, decode_s)] * STEPS_BEFORE, [(decode, decode_s)] * STEPS_AFTER
     rows = [
         *_lane("one piece", [*before, (prefill, prefill_s), *after]),
-        *_lane(f"{len(chunks_s)} chunks", [*before, *[(mixed, c) for c in chunks_s], *after]),
+        *_lane(f"{len(chunks_s)} chunks", [*before, *[(mixed, decode_s + c) for c in chunks_s], *after]),
         *_lane("decode GPU", [*before, *[(decode, decode_s)] * (len(chunks_s) + STEPS_AFTER)]),
         *_lane("prefill GPU", [(prefill, prefill_s)], start_s=STEPS_BEFORE * decode_s),
     ]
@@ -315,6 +321,7 @@ def serving_frame(prefill_s: float, decode_s: float, chunks_s: list[float]) -> p
     frame["step_ms"] = frame["end_ms"] - frame["start_ms"]
     gaps = longest_gaps_ms(frame)
     frame["longest_gap_ms"] = frame["lane"].map(gaps)
+    frame["added_ms"] = frame["longest_gap_ms"] - to_ms(decode_s)  # the new prompt's share of that longest wait
     frame["lane_label"] = [
         lane if lane not in gaps else f"{lane}: {short_time(gaps[lane] / 1e3)}" for lane in frame["lane"]
     ]

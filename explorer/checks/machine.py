@@ -24,11 +24,35 @@ from explorer.core.units import human_bandwidth, human_bytes, human_flops_per_s,
 Status = Literal["PASS", "FAIL", "SKIP"]
 PACKAGES = ("torch", "transformers", "streamlit")  # what a run (torch, transformers) and the app (streamlit) need
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
-# A measurement may beat a datasheet or NVML peak by this much before the peak is called wrong (the run's own rule).
+# Every check below states its threshold and where it comes from in its own line; the constants say why.
+# A measurement may beat a datasheet or NVML peak by this much before the peak is called wrong (the run's own rule,
+# `explorer.core.trace.PLAUSIBLE_SLACK`: timers and clocks wobble by a few percent).
 PEAK_SLACK = 1.1
 # Read-only over copy: 0.98-1.22x measured on the project's CPUs, near 1x on GPUs (a copy counts read + write). Outside
 # this generous window the sum is not streaming from memory (cached, or compute-bound), so its figure can't be used.
 READ_OVER_COPY = (0.5, 3.0)
+# A large matmul on a healthy GPU reaches well over half of the dense datasheet peak (cuBLAS at n = 8192 on H100 and
+# A100 boards: 60-80 %); under a quarter, the board is throttled, shared, or not the row it was matched to.
+SPEC_FLOOR = 0.25
+# A dtype the doctor's run does not use has no pass to bound it: its matmul must reach at least this share of the same
+# device's float32 figure. A software bfloat16 path on a CPU without bfloat16 instructions measured 1/600 of float32
+# (recordings/bfloat16.pdx: 0.29 against 176 GFLOP/s), so below 1/1000 the figure is broken, not merely slow.
+OTHER_DTYPE_FLOOR = 1e-3
+# A copy counts read + write; a decode pass mostly reads. Reads ran 0.98-1.22x the copy figure on the project's CPUs,
+# so a copy under half what a pass of the run read per second was measured on a busy or throttled machine.
+COPY_FLOOR_OF_RUN = 0.5
+ROOFLINE_RULE = "no pass runs faster than the device's peak (the roofline)"
+
+
+@dataclass(frozen=True)
+class RunFloor:
+    """What the doctor's own run achieved on one device and dtype: its best pass's FLOP/s and bytes moved per second.
+    The roofline says no pass beats the device's peak, so these are lower bounds on the device's figures."""
+
+    device: str  # "cpu", "cuda:0", ...
+    dtype: str
+    flops_per_s: float
+    bytes_per_s: float
 
 
 @dataclass(frozen=True)
@@ -131,6 +155,9 @@ def environment() -> Environment:
 
 
 def versions_check(env: Environment) -> Check:
+    """Every package installed at the version requirements.txt pins: the versions every figure and test here was
+    verified on (a local build tag such as +cpu or +cu128 is allowed)."""
+    rule = "threshold: torch, transformers and streamlit at requirements.txt's pins (the verified versions)"
     missing = [name for name, version in env.packages.items() if version is None]
     found = ", ".join(f"{name} {version}" for name, version in env.packages.items() if version is not None)
     if missing:
@@ -140,9 +167,11 @@ def versions_check(env: Environment) -> Check:
         for name, pin in env.pinned.items()
         if str(env.packages[name]).split("+")[0] != pin
     ]
-    pins = f"; differs from the pins the figures were verified on: {', '.join(differ)}" if differ else ""
-    same = "; as requirements.txt pins them" if env.pinned and not differ else ""
-    return verdict(True, "versions", f"Python {env.python}, {found}{pins or same}", found)
+    if differ:
+        line = f"{', '.join(differ)}: pip install -r requirements.txt ({rule})"
+        return verdict(False, "versions", line, found)
+    same = "as requirements.txt pins them" if env.pinned else "no requirements.txt beside this checkout to compare"
+    return verdict(True, "versions", f"Python {env.python}, {found}; {same} ({rule})", found)
 
 
 def cuda_check(env: Environment) -> Check:
@@ -158,14 +187,32 @@ def cuda_check(env: Environment) -> Check:
 
 
 def nvml_check(env: Environment) -> Check:
+    """NVML, where a GPU is: it must see every GPU torch uses, and its driver must support the CUDA major version
+    torch was built for (NVIDIA's CUDA compatibility rule: https://docs.nvidia.com/deploy/cuda-compatibility/)."""
     nvml = env.nvml
+    rule = (
+        "threshold: NVML sees at least torch's GPUs, and the driver's CUDA major version is at least the build's "
+        "(NVIDIA's CUDA compatibility guide)"
+    )
     if nvml.available:
         line = f"driver {nvml.driver}, NVML {nvml.nvml_version}, CUDA driver {nvml.cuda_driver}, {nvml.gpus} GPU(s)"
-        return verdict(True, "nvml", line, nvml.driver)
+        problems = []
+        if nvml.gpus < env.cuda_devices:
+            problems.append(f"NVML sees {nvml.gpus} GPU(s) where torch uses {env.cuda_devices}")
+        if env.cuda_build and nvml.cuda_driver and _major(nvml.cuda_driver) < _major(env.cuda_build):
+            problems.append(f"the driver supports CUDA {nvml.cuda_driver}, torch was built for {env.cuda_build}")
+        line += f": {'; '.join(problems)}" if problems else ""
+        return verdict(not problems, "nvml", f"{line} ({rule})", nvml.driver)
+    if env.cuda_devices and nvml.reason.startswith("NVML started but"):
+        return verdict(False, "nvml", f"{nvml.reason}: the driver answers torch but not NVML ({rule})")
     if env.cuda_devices:
         why = f"NVML unavailable ({nvml.reason}): peak bandwidth comes from the spec table, else the copy benchmark"
         return Check("nvml", "SKIP", why)
     return Check("nvml", "SKIP", f"no GPU, so no NVML to read ({nvml.reason})")
+
+
+def _major(version: str) -> int:
+    return int(version.split(".")[0])
 
 
 # --- each device's figures -------------------------------------------------------------------------------------------
@@ -227,23 +274,45 @@ def measure_devices(progress: Report = silent) -> tuple[DeviceFigures, ...]:
     )
 
 
-def matmul_check(target: str, p: DeviceProfile) -> Check:
+def matmul_check(
+    target: str, p: DeviceProfile, run: RunFloor | None = None, float32_flops: float | None = None
+) -> Check:
+    """The matmul figure, judged against what bounds it: the datasheet (at most 110 %, at least a quarter), a pass of
+    the doctor's own run on this device and dtype (the figure at least what that pass achieved: the roofline), and
+    for a dtype no pass ran in, at least 1/1000 of the device's float32 figure."""
     name = f"{target} {p.dtype} matmul"
     if p.measured_flops is None or not math.isfinite(p.measured_flops) or p.measured_flops <= 0:
         return verdict(False, name, f"no FLOP/s measured ({p.notes or 'the matmul benchmark gave nothing'})")
-    line = f"{human_flops_per_s(p.measured_flops)} (best of {len(p.flops_samples)} {p.matmul_n}x{p.matmul_n} matmuls)"
-    if p.peak_flops_source != "spec":
-        return verdict(True, name, line, p.measured_flops, "FLOP/s")
-    share = p.measured_flops / p.peak_flops
-    line += f", {percent(share)} of the spec's {human_flops_per_s(p.peak_flops)}"
-    if share > PEAK_SLACK:
-        line += ": above the datasheet, so the spec row does not fit this board"
-    return verdict(share <= PEAK_SLACK, name, line, p.measured_flops, "FLOP/s")
+    measured = p.measured_flops
+    line = f"{human_flops_per_s(measured)} (best of {len(p.flops_samples)} {p.matmul_n}x{p.matmul_n} matmuls)"
+    problems, rules = [], []
+    if p.peak_flops_source == "spec":
+        share = measured / p.peak_flops
+        line += f", {percent(share)} of the spec's {human_flops_per_s(p.peak_flops)}"
+        rules.append(f"{percent(SPEC_FLOOR)} to {percent(PEAK_SLACK)} of the datasheet's dense peak")
+        if share > PEAK_SLACK:
+            problems.append("above the datasheet, so the spec row does not fit this board")
+        elif share < SPEC_FLOOR:
+            problems.append("under a quarter of the datasheet: a throttled, shared or mismatched board")
+    if run is not None:
+        line += f"; the run's best pass reached {human_flops_per_s(run.flops_per_s)}"
+        rules.append(f"at least the run's best pass / {PEAK_SLACK:g}: {ROOFLINE_RULE}")
+        if run.flops_per_s > PEAK_SLACK * measured:
+            problems.append("a pass of the run beat it, so the figure is too low (taken while the machine was busy?)")
+    elif float32_flops is not None and p.dtype != "float32":
+        rules.append(f"at least {OTHER_DTYPE_FLOOR:g} x float32 (a software bfloat16 path measured 1/600)")
+        if measured < OTHER_DTYPE_FLOOR * float32_flops:
+            problems.append(f"under {OTHER_DTYPE_FLOOR:g} x float32's {human_flops_per_s(float32_flops)}: broken")
+    if not rules:
+        rules.append("a finite, positive figure (no run and no datasheet to bound it)")
+    line += (f": {'; '.join(problems)}" if problems else "") + f" (threshold: {'; '.join(rules)})"
+    return verdict(not problems, name, line, measured, "FLOP/s")
 
 
-def bandwidth_checks(target: str, p: DeviceProfile) -> list[Check]:
-    """The copy and the read-only stream: each measured, under any datasheet or NVML peak, and the read figure
-    plausible beside the copy."""
+def bandwidth_checks(target: str, p: DeviceProfile, run: RunFloor | None = None) -> list[Check]:
+    """The copy and the read-only stream: each measured, under any datasheet or NVML peak, over what a pass of the
+    doctor's run moved per second (the read at least that, the copy at least half), and the read figure plausible
+    beside the copy."""
     peak = p.bandwidth_bytes_per_s if p.bandwidth_source in ("nvml", "spec") else None
     checks = []
     for what, measured, samples, counts in (
@@ -256,15 +325,28 @@ def bandwidth_checks(target: str, p: DeviceProfile) -> list[Check]:
             continue
         size = human_bytes(p.copy_bytes or 0)
         line = f"{human_bandwidth(measured)} ({counts} of {size}, best of {len(samples)})"
-        ok = True
+        problems, rules = [], []
         if what == "read" and p.measured_bandwidth_bytes_per_s:
             ratio = measured / p.measured_bandwidth_bytes_per_s
-            ok = READ_OVER_COPY[0] <= ratio <= READ_OVER_COPY[1]
-            line += f", {ratio:.2f}x the copy" + ("" if ok else f": outside {READ_OVER_COPY}, not a memory stream")
+            line += f", {ratio:.2f}x the copy"
+            rules.append(f"{READ_OVER_COPY[0]:g}-{READ_OVER_COPY[1]:g}x the copy (0.98-1.22x on the project's CPUs)")
+            if not READ_OVER_COPY[0] <= ratio <= READ_OVER_COPY[1]:
+                problems.append(f"outside {READ_OVER_COPY}, not a memory stream")
         if peak is not None:
-            ok = ok and measured <= PEAK_SLACK * peak
             line += f", {percent(measured / peak)} of the {p.bandwidth_source} peak {human_bandwidth(peak)}"
-        checks.append(verdict(ok, name, line, measured, "B/s"))
+            rules.append(f"at most {percent(PEAK_SLACK)} of the {p.bandwidth_source} peak")
+            if measured > PEAK_SLACK * peak:
+                problems.append(f"above the {p.bandwidth_source} peak")
+        if run is not None:
+            share = 1 / PEAK_SLACK if what == "read" else COPY_FLOOR_OF_RUN
+            line += f"; the run's best pass moved {human_bandwidth(run.bytes_per_s)}"
+            rules.append(f"at least {share:.2g} x the run's best pass: {ROOFLINE_RULE}")
+            if measured < share * run.bytes_per_s:
+                problems.append("a pass of the run moved bytes faster, so the figure is too low (a busy machine?)")
+        if not rules:
+            rules.append("a finite, positive figure (no run and no peak to bound it)")
+        line += (f": {'; '.join(problems)}" if problems else "") + f" (threshold: {'; '.join(rules)})"
+        checks.append(verdict(not problems, name, line, measured, "B/s"))
     return checks
 
 
@@ -282,19 +364,31 @@ def spec_check(figures: DeviceFigures) -> Check:
     return verdict(agree, name, line, row)
 
 
-def device_checks(figures: DeviceFigures) -> list[Check]:
+def run_floor_for(floors: tuple[RunFloor, ...], device: str, dtype: str) -> RunFloor | None:
+    return next((f for f in floors if f.device == device and f.dtype == dtype), None)
+
+
+def device_checks(figures: DeviceFigures, floors: tuple[RunFloor, ...] = ()) -> list[Check]:
     checks = [spec_check(figures)] if figures.device != "cpu" else []
     checks += [
         verdict(False, f"{figures.device} {failure.split(':')[0]} figures", failure) for failure in figures.failures
     ]
-    checks += [matmul_check(figures.device, p) for p in figures.profiles]
+    float32 = next((p.measured_flops for p in figures.profiles if p.dtype == "float32"), None)
+    checks += [
+        matmul_check(figures.device, p, run_floor_for(floors, figures.device, p.dtype), float32)
+        for p in figures.profiles
+    ]
     if figures.profiles:  # one dtype's bandwidths speak for the device: the copy and the sum are float32 at any dtype
-        checks += bandwidth_checks(figures.device, figures.profiles[0])
+        first = figures.profiles[0]
+        run = next((f for f in floors if f.device == figures.device), None)  # bytes/s whatever the run's dtype
+        checks += bandwidth_checks(figures.device, first, run)
     return checks
 
 
-def machine_checks(env: Environment, devices: tuple[DeviceFigures, ...]) -> list[Check]:
+def machine_checks(
+    env: Environment, devices: tuple[DeviceFigures, ...], floors: tuple[RunFloor, ...] = ()
+) -> list[Check]:
     checks = [versions_check(env), cuda_check(env), nvml_check(env)]
     for figures in devices:
-        checks += device_checks(figures)
+        checks += device_checks(figures, floors)
     return checks

@@ -12,7 +12,7 @@ from explorer.cli.common import StderrProgress, check_output_paths
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
     from explorer.core.loading import LoadedModel
 
-HELP = "check this machine end to end: versions, devices, figures, a 4-token run"
+HELP = "check this machine end to end: versions, devices, figures, a 16-token run"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "doctor",
         help=HELP,
         description="What to run first on a new machine: Python, torch, transformers and streamlit versions, CUDA "
-        "and NVML, each device's spec and measured figures, then a 4-token run of the embedded model checked end to "
+        "and NVML, each device's spec and measured figures, then a 16-token run of the embedded model checked end to "
         "end. Each check prints PASS, FAIL or SKIP (not applicable here) with its figure.",
     )
     parser.add_argument("--json", type=Path, default=None, help="write every check with its figure as JSON")

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("explorer.cli.schedule", "serve a workload with continuous batching and print every engine step"),
     "remote": ("explorer.cli.remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server"),
     "soak": ("explorer.cli.soak", "RSS over many in-process runs"),
-    "doctor": ("explorer.cli.doctor", "check this machine end to end: versions, devices, figures, a 4-token run"),
+    "doctor": ("explorer.cli.doctor", "check this machine end to end: versions, devices, figures, a 16-token run"),
     "whatif": ("explorer.cli.whatif", "what-if roofline of a model on a GPU: floors, ceilings, batch and memory"),
 }
 

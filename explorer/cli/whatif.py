@@ -136,7 +136,7 @@ def format_whatif(result: WhatIf) -> str:
         _row(
             "GPU (each)",
             f"{human_flops_per_s(s.peak_flops)} {s.dtype}, {human_bandwidth(s.gpu.bandwidth_bytes_per_s)}, "
-            f"{s.gpu.memory_gb} GB",
+            f"{s.gpu.memory_text}",
             f"spec: {s.gpu.source}",
         ),
     ]

@@ -15,6 +15,10 @@ from explorer.core.units import GIB
 
 TERA = 1e12
 GIGA = 1e9
+# How every row's memory is read: the datasheet's "GB" as SI gigabytes, as the same sheets print bandwidth in GB/s.
+# One stated figure per GPU, never more than a user can fill: a driver reports a little more usable memory than this on
+# the cards it was checked on (an L40S with ECC on: 45 GiB = 48.3 x 10^9 bytes, against 48 x 10^9).
+MEMORY_UNIT = "datasheet GB read as 10^9 bytes"
 
 A100_DATASHEET = (
     "NVIDIA A100 Tensor Core GPU datasheet, "
@@ -30,12 +34,22 @@ class GpuSpec:
 
     name: str  # our label for the row, e.g. "H100 SXM"
     pattern: str  # regex searched in the normalised device name (upper case, '-' and '_' turned into spaces)
-    memory_gb: int  # as marketed; NVML and torch report a little less, in bytes
+    memory_gb: int  # the datasheet's figure in GB; `memory_bytes` reads it as 10^9 bytes each (MEMORY_UNIT)
     fp32_flops: float  # non-tensor-core FP32, FLOP/s
     bf16_flops: float | None  # dense tensor-core BF16 with FP32 accumulate, FLOP/s; None: no bf16 tensor cores
     fp16_flops: float  # dense tensor-core FP16 with FP32 accumulate, FLOP/s
     bandwidth_bytes_per_s: float
     source: str  # the vendor document the figures come from
+
+    @property
+    def memory_bytes(self) -> int:
+        """The datasheet's memory in bytes: its GB as 10^9 bytes (MEMORY_UNIT), cited by `source`."""
+        return int(self.memory_gb * GIGA)
+
+    @property
+    def memory_text(self) -> str:
+        """'48 GB (48 x 10^9 bytes, datasheet)': the figure with its unit, for a table or a caption."""
+        return f"{self.memory_gb} GB ({self.memory_gb} x 10^9 bytes, datasheet)"
 
     def peak_flops(self, dtype: str) -> float | None:
         """The peak FLOP/s for a run's dtype, or None where the table has no figure for it."""

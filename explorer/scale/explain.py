@@ -133,18 +133,37 @@ def batch_lines(result: WhatIf) -> list[str]:
     ridge = (
         f"{result.ridge_batch:,}"
         if result.ridge_batch is not None
-        else "none: at this context each request adds as many bytes as its FLOPs can hide"
+        else "none: at this context each request adds more bytes than its FLOPs can hide"
     )
     crossover = result.kv_crossover_context
-    beyond = f" (beyond the model's {s.arch.max_context:,})" if crossover > s.arch.max_context else ""
+    beyond = f" (beyond the model's {s.arch.max_context:,})" if (crossover or 0) > s.arch.max_context else ""
+    overtake = f"{crossover:,}{beyond}" if crossover is not None else "never (every layer slides)"
     return [
         "ridge_batch = the smallest B with B x compute per request >= weights + B x KV per request (in time) = "
         f"{ridge} [modelled]",
-        f"max_batch = floor((GPU memory - weights per GPU) / (T x KV per token per GPU)) = floor(({_n(s.memory_bytes)} "
-        f"- {_n(part.weight_bytes)}) / ({s.context:,} x {_n(part.kv_bytes_per_token)})) = {result.max_batch:,} "
-        f"[memory spec: {s.gpu.memory_gb} GB read as GiB; an engine keeps some for activations, so fewer in practice]",
-        f"KV reads overtake the weights at context T >= weights / (B x KV per token) - 1 = {crossover:,}{beyond}",
+        f"max_batch = floor((GPU memory - weights per GPU) / (one request's KV at T per GPU)) = floor(("
+        f"{_n(s.memory_bytes)} - {_n(part.weight_bytes)}) / {_n(part.kv_bytes_at(s, s.context))}) = "
+        f"{result.max_batch:,} "
+        f"[memory spec: {s.gpu.memory_text}; an engine keeps some for activations, so fewer in practice]",
+        f"KV reads overtake the weights at context T >= weights / (B x KV per token) - 1 = {overtake}",
     ]
+
+
+def knee_text(result: WhatIf) -> str:
+    """Where the decode step turns compute-bound, said only where a batch that fits reaches it: a knee beyond the
+    memory's max batch cannot be reached on this GPU, so it is named as out of reach, not as a knee."""
+    s, ridge = result.scenario, result.ridge_batch
+    if ridge is None:
+        return (
+            f"at context {s.context:,} each request brings more KV bytes than its FLOPs can hide, so no batch turns "
+            "the step compute-bound: the curve flattens instead"
+        )
+    if ridge > result.max_batch:
+        return (
+            f"the step stays memory-bound at every batch that fits: it would turn compute-bound only at "
+            f"B = {ridge:,}, beyond the memory's {result.max_batch:,}"
+        )
+    return f"the step turns compute-bound at B = {ridge:,} (the roofline's knee)"
 
 
 def caveat_lines(result: WhatIf) -> list[str]:
@@ -158,7 +177,7 @@ def caveat_lines(result: WhatIf) -> list[str]:
     if not a.tied_embeddings:
         share = c.embeddings / c.total
         lines.append(
-            f"seed 4's rule reads every weight once per step; the untied input table ({share:.1%} of the weights) is "
+            f"the floor reads every weight once per step; the untied input table ({share:.1%} of the weights) is "
             "in fact only gathered row by row, so a stricter floor is that much lower"
         )
     return lines

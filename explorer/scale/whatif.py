@@ -2,10 +2,10 @@
 batch where decode turns compute-bound, the largest batch that fits, and the tensor-parallel split. All modelled from
 config.json and the spec tables; `explain.formula_lines` prints every formula with its numbers.
 
-The decode step follows seed 4: every weight is read once per step whatever the batch, each request's KV cache is
-read once (and its new position written), and the matmuls cost 2 FLOPs per weight per token. A serving engine
-pre-allocates its cache (vLLM's paged blocks), so a step writes only the new position; the explorer's own engine
-grows a DynamicCache by copying, which `explorer.core.roofline` models for the local runs.
+The decode step follows the usual roofline rule: every weight is read once per step whatever the batch, each
+request's KV cache is read once (and its new position written), and the matmuls cost 2 FLOPs per weight per token. A
+serving engine pre-allocates its cache (vLLM's paged blocks), so a step writes only the new position; the explorer's
+own engine grows a DynamicCache by copying, which `explorer.core.roofline` models for the local runs.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from explorer.core.errors import BadInput
-from explorer.core.gpu_specs import GPU_SPECS, GpuSpec, match_gpu_spec, normalise_gpu_name
-from explorer.core.units import GIB
+from explorer.core.gpu_specs import GPU_SPECS, MEMORY_UNIT, GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.scale.attention import attention_flops, attention_pairs
 from explorer.scale.config import Architecture
+from explorer.scale.figure_sources import SOURCES, UNITS
 from explorer.scale.interconnect import INTERCONNECTS, Link
 from explorer.scale.params import (
     ParamCounts,
@@ -85,8 +85,8 @@ class Scenario:
 
     @property
     def memory_bytes(self) -> int:
-        """One GPU's memory (spec): the marketed size read as GiB, as the spec table's matching does."""
-        return self.gpu.memory_gb * GIB
+        """One GPU's memory (spec): the datasheet's GB read as 10^9 bytes (`gpu_specs.MEMORY_UNIT`)."""
+        return self.gpu.memory_bytes
 
     @property
     def link(self) -> Link | None:
@@ -390,8 +390,11 @@ class WhatIf:
                 "peak_flops": s.peak_flops,
                 "bandwidth_bytes_per_s": s.gpu.bandwidth_bytes_per_s,
                 "memory_bytes": s.memory_bytes,
+                "memory_gb": s.gpu.memory_gb,
+                "memory_unit": MEMORY_UNIT,
                 "source": s.gpu.source,
             },
+            "units": dict(UNITS),
             "sources": self.sources,
         }
 
@@ -411,24 +414,6 @@ class WhatIf:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
-
-
-SOURCES = {
-    "params": "modelled: counted exactly from config.json",
-    "active_params": "modelled: params less the experts a token's router does not pick (= params for a dense model)",
-    "weight_bytes": "modelled: params x bytes per element of the weights' storage type (int4: half a byte)",
-    "kv_bytes_per_token": "modelled: one request's KV cache at the context / the context; a sliding layer keeps at "
-    "most its window",
-    "kv_bytes_per_new_token": "modelled: 2 x layers x kv_heads x head_dim x bytes per element (every layer growing)",
-    "prefill_s_floor": "modelled: max(FLOPs / peak, bytes / bandwidth) + all-reduces, spec figures",
-    "decode_step_s_floor": "modelled: max(FLOPs / peak, bytes / bandwidth) + all-reduces, spec figures",
-    "decode_tokens_per_s_ceiling": "modelled: batch / decode_step_s_floor",
-    "ridge_batch": "modelled: the smallest batch whose decode step is compute-bound",
-    "max_batch": "modelled: (GPU memory - weights) / (one request's KV cache at the context), per GPU",
-    "quantization": "modelled: weights and KV stored in the given types change only bytes (memory floors, the memory "
-    "wall); compute runs at the dtype's spec peak; a format's scales are not counted",
-    "gpu": "spec: explorer.core.gpu_specs and explorer.scale.interconnect (each row cites its datasheet)",
-}
 
 
 def what_if(s: Scenario) -> WhatIf:

@@ -1,1 +1,1 @@
-"""Teaching aids read beside a run: seed 1's attention head by hand, and the quiz."""
+"""Teaching aids read beside a run: a tiny attention head by hand, and the quiz."""

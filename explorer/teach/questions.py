@@ -1,6 +1,7 @@
-"""The quiz's question bank, in our own words after seeds 1 and 3: each question's choices, its right answer, the
-common wrong answer where a seed names one (None elsewhere: no answer is called common without a source), the general
-rule it teaches, and where it comes from. Grading and the evidence from a run are in `explorer.teach.quiz`."""
+"""The quiz's question bank, in our own words after teaching notes on prefill and decode: each question's choices, its
+right answer, the common wrong answer where the notes name one (None elsewhere: no answer is called common without a
+source), the general rule it teaches, and what kind of question it is. Grading and the evidence from a run are in
+`explorer.teach.quiz`."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ class Question:
     prompt: str
     choices: tuple[str, ...]
     correct: int  # index into choices
-    common_wrong: int | None  # the answer people commonly give; None where the seeds name none
+    common_wrong: int | None  # the answer people commonly give; None where no source names one
     explanation: str
-    origin: str  # which seed section it comes from
+    origin: str  # the kind of question, in plain words ("interview Q&A on LLM inference")
 
 
 QUESTIONS: tuple[Question, ...] = (
@@ -38,7 +39,7 @@ QUESTIONS: tuple[Question, ...] = (
             "earlier ones: the future has not been generated, so causality holds by construction. Some libraries "
             "still pass a mask to keep one code path; the result does not depend on it."
         ),
-        origin="seed 1 · interview Q&A",
+        origin="interview Q&A on LLM inference",
     ),
     Question(
         key="prefill-like-training",
@@ -57,7 +58,7 @@ QUESTIONS: tuple[Question, ...] = (
             "with the prompt. Parallel is not the same as bidirectional: an early prompt token still cannot see a "
             "later one. Decode, by contrast, feeds one position per pass."
         ),
-        origin="seed 1 · interview Q&A",
+        origin="interview Q&A on LLM inference",
     ),
     Question(
         key="bound",
@@ -77,7 +78,7 @@ QUESTIONS: tuple[Question, ...] = (
             "single token, a couple of FLOPs per weight. Below the device's ridge point (peak FLOP/s divided by "
             "bandwidth) a pass waits on memory."
         ),
-        origin="seed 1 · pause and recall",
+        origin="a recall question",
     ),
     Question(
         key="score-shapes",
@@ -93,14 +94,14 @@ QUESTIONS: tuple[Question, ...] = (
             "[1, H, 5, 5], then [1, H, 1, 6]",
         ),
         correct=3,
-        common_wrong=None,  # no seed names a common wrong answer here (choice 0 is what recomputing would give)
+        common_wrong=None,  # no source names a common wrong answer here (choice 0 is what recomputing would give)
         explanation=(
             "Prefill scores every prompt query against every prompt key: T × T. Decode has one query, scored "
             "against every key in the cache. The first decode pass feeds the token the prefill sampled; its own key "
             "and value join the cache before attention, so its row covers 5 + 1 = 6 keys, and each later pass one "
             "more. A square 6 × 6 would mean recomputing the whole sequence, which the cache exists to avoid."
         ),
-        origin="seed 1 · pause and recall, apply now",
+        origin="a recall question, applied",
     ),
     Question(
         key="decode-slow",
@@ -120,7 +121,7 @@ QUESTIONS: tuple[Question, ...] = (
             "its bytes take to arrive, and the cache adds more bytes at every step. That is a floor, not the "
             "measured time: your run below says how far above it its passes sat."
         ),
-        origin="seed 1 · interview Q&A",
+        origin="interview Q&A on LLM inference",
     ),
     Question(
         key="decode-cheap",
@@ -141,7 +142,7 @@ QUESTIONS: tuple[Question, ...] = (
             "dominates the end-to-end latency unless the prompt is long and the output short: your run below says "
             "which it was."
         ),
-        origin="seed 3 · common misconceptions",
+        origin="common misconceptions about prefill and decode",
     ),
     Question(
         key="prefill-once",
@@ -161,7 +162,7 @@ QUESTIONS: tuple[Question, ...] = (
             "square, so a long prompt makes it the largest pass by far. It sets the time to first token, and with "
             "long prompts or big batches it can take most of the compute."
         ),
-        origin="seed 3 · common misconceptions",
+        origin="common misconceptions about prefill and decode",
     ),
     Question(
         key="same-model",
@@ -180,7 +181,7 @@ QUESTIONS: tuple[Question, ...] = (
             "and an empty cache; decode hands it one token and a filled cache. That difference in input is what "
             "changes the cost."
         ),
-        origin="seed 3 · common misconceptions",
+        origin="common misconceptions about prefill and decode",
     ),
     Question(
         key="kv-growth",
@@ -198,6 +199,6 @@ QUESTIONS: tuple[Question, ...] = (
             "Each new token appends its key and value vectors, in every layer and every KV head, and nothing else: "
             "a query is used once and dropped."
         ),
-        origin="seed 3 · KV cache update",
+        origin="how the KV cache is updated",
     ),
 )

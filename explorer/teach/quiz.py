@@ -1,7 +1,7 @@
 """Check yourself: a short quiz on prefill and decode, with the evidence for each answer read from the user's own run.
 
-The questions follow the recall questions, interview Q&A and common misconceptions of seeds 1 and 3, in our own words.
-Where a seed names a common wrong answer it is among the choices and grading says so; where none is named, no answer
+The questions follow common recall questions, interview Q&A and misconceptions about the two phases, in our own words.
+Where a source names a common wrong answer it is among the choices and grading says so; where none is named, no answer
 is called common. Explanations state the general rule (and say so); evidence is computed from a `Trace` (and its
 attention maps when they were captured): measured shapes, bytes and times, and the roofline model's predictions.
 Nothing here keeps state: the page holds the answers in the session only.
@@ -46,7 +46,7 @@ def grade(q: Question, choice: int) -> Verdict:
     if choice == q.correct:
         return Verdict(True, False, "Right.")
     if choice == q.common_wrong:
-        return Verdict(False, True, f"That is a wrong answer commonly given ({q.origin} names it).")
+        return Verdict(False, True, f"That is a wrong answer commonly given (it appears in {q.origin}).")
     return Verdict(False, False, "Not quite.")
 
 

@@ -145,13 +145,15 @@ def prefill_slide(run: Run) -> Slide:
         frame = attention_charts.pooled_frame(maps, layer, [0], MAP_SIDE, trace.model.kv_heads)
         chart = charts.sized(attention_charts.pooled_chart(frame), run.height_px)
         second = (
-            f"The {masked:,} cells above the diagonal are the future, masked before the softmax: the largest "
+            f"The {masked:,} cells above the diagonal are the future, masked before the softmax (drawn from an eager "
+            "replay): the largest "
             f"probability there is {facts.max_masked_prob:g} ({run.measured})."
         )
         block = int(frame["block"].iloc[0])
         caption = f"Layer {layer}, head 0: each row is one query's softmax; grey is masked (p = 0)" + (
             f"; each cell is the largest probability in a {block} × {block} block." if block > 1 else "."
         )
+        more_sink = " " + attention_charts.sink_sentence(maps, layer, 0, run.measured)
         source = f"{run.measured}: captured attention probabilities (float16)"
     else:
         frame = charts.mask_frame(T, MAP_SIDE)
@@ -162,10 +164,14 @@ def prefill_slide(run: Run) -> Slide:
         )
         caption = "The shape of the prefill's score map: orange is computed, grey is masked (the future)."
         source = "the run's prompt length (no attention maps)"
+        more_sink = ""
     more = (
-        "All prompt tokens are in memory together, so their scores against later tokens are computed too and must be "
-        "masked before the softmax: prefill is parallel, not bidirectional."
-    )
+        "All prompt tokens are in memory together, yet none may see a later one: prefill is parallel, not "
+        "bidirectional. The timed pass uses PyTorch's fused attention (SDPA with is_causal=True), which applies the "
+        "mask inside the kernel and skips the tiles wholly above the diagonal, so most future scores are never "
+        "computed. The maps drawn here come from a separate, untimed replay with eager attention: it computes all "
+        "T × T scores and sets the future ones to 0 before the softmax."
+    ) + more_sink
     note = "" if full_maps(run) else f"Why no maps: {run.attention_note}"
     return replace(_slide(1, [first, second], chart, frame, caption, source, more), note=note)
 
@@ -240,16 +246,17 @@ def time_slide(run: Run) -> Slide:
     ]
     more = prefill_ridge_sentence(trace)
     index = median_decode_index(trace)
-    if index is not None:
-        d = trace.passes[index]
+    median_s = charts.median_decode_s(trace)
+    if index is not None and median_s is not None:
+        d = trace.passes[index]  # the pass nearest the median: its modelled bound (every decode's is near the same)
         sentences.append(
-            f"A decode pass: {ms(d.wall_s)} {run.measured}, bound {ms(d.cost.roofline_time_s)} (modelled, "
+            f"A decode pass: {ms(median_s)} {run.measured} (median), bound {ms(d.cost.roofline_time_s)} (modelled, "
             f"{marked_bound(d.cost.bound, device)}): it reads all {human_bytes(d.cost.weight_bytes_read)} of weights "
             "for one token."
         )
         more += (
-            f" Per token, the prefill took {ms(wall0 / trace.prompt_len)} and a decode pass {ms(d.wall_s)} "
-            f"({run.measured}): the same weights, {d.wall_s / (wall0 / trace.prompt_len):,.0f}× the time per token."
+            f" Per token, the prefill took {ms(wall0 / trace.prompt_len)} and a decode pass {ms(median_s)} "
+            f"({run.measured}): the same weights, {median_s / (wall0 / trace.prompt_len):,.0f}× the time per token."
         )
     return _slide(
         4,
@@ -337,13 +344,14 @@ def serving_slide(run: Run) -> Slide:
         decode_word = "modelled"
     chunks = charts.chunk_times_s(trace, charts.CHUNKS)
     frame = charts.serving_frame(prefill_s, decode_s, chunks)
-    gaps = frame.drop_duplicates("lane").set_index("lane")["longest_gap_ms"]
+    lanes = frame.drop_duplicates("lane").set_index("lane")
+    gaps, added = lanes["longest_gap_ms"], lanes["added_ms"]
     sentences = [
         f"This {trace.prompt_len}-token prefill took {ms(prefill_s)} ({run.measured}): {prefill_s / decode_s:,.1f} "
         f"decode steps' time ({decode_word}).",
-        f"Modelled: in one piece it stalls a running request {short_time(gaps.iloc[0] / 1e3)}; chunked (Sarathi, "
-        f"vLLM) {short_time(gaps.iloc[1] / 1e3)}; on its own GPU (DistServe) {short_time(gaps.iloc[2] / 1e3)}, "
-        f"shipping {human_bytes(trace.prefill.kv_cache_bytes)} of KV.",
+        f"Modelled: in one piece it holds a running request's next token back {short_time(added.iloc[0] / 1e3)}; "
+        f"chunked (Sarathi, vLLM) at most {short_time(added.iloc[1] / 1e3)} a step; on its own GPU (DistServe) "
+        f"not at all, shipping {human_bytes(trace.prefill.kv_cache_bytes)} of KV.",
     ]
     return _slide(
         7,
@@ -352,12 +360,14 @@ def serving_slide(run: Run) -> Slide:
         frame,
         "Three ways to serve a new prompt while another request decodes; each lane's label: the longest wait "
         "between that request's tokens.",
-        f"prefill and decode times {run.measured}; chunk times modelled (the measured prefill split in the ratio of "
-        "the chunks' roofline times)",
-        f"Run in one piece, the prefill holds a running request's next token for {gaps.iloc[0]:,.0f} ms; split into "
-        f"{len(chunks)} chunks that each share a step with that request's decode (chunked prefill: Sarathi-Serve, "
-        f"vLLM), the longest gap is {gaps.iloc[1]:,.0f} ms; on separate prefill machines (disaggregation: DistServe, "
-        f"Splitwise) decode keeps its {gaps.iloc[2]:,.0f} ms, and the prompt's KV cache "
+        f"prefill and decode times {run.measured}; chunk + decode steps modelled (a decode step plus the chunk's "
+        "share of the measured prefill, in the ratio of the chunks' FLOPs)",
+        f"Run in one piece, the prefill holds a running request's next token back {added.iloc[0]:,.0f} ms: its gap "
+        f"grows from one decode step ({decode_s * 1e3:,.0f} ms) to {gaps.iloc[0]:,.0f} ms. Split into {len(chunks)} "
+        f"chunks that each share a step with that request's decode (chunked prefill: Sarathi-Serve, vLLM), each "
+        f"step is the decode's own work plus the chunk's, and the longest gap is {gaps.iloc[1]:,.0f} ms "
+        f"({added.iloc[1]:,.0f} ms more than a decode step); on separate prefill machines (disaggregation: "
+        f"DistServe, Splitwise) decode keeps its {gaps.iloc[2]:,.0f} ms, and the prompt's KV cache "
         f"({human_bytes(trace.prefill.kv_cache_bytes)}) travels between machines. All modelled from the times "
         f"{run.measured} above. Sources: {SOURCES}.",
     )

@@ -69,7 +69,8 @@ def prefill_section(maps: AttentionMaps, layer: int, head: int, kv_heads: int, l
         frame,
         f"prefill-layer{layer}-head{head}-{start}",
         "Each row is one query's softmax and sums to 1; the grey upper triangle is the causal mask: "
-        "a token may not look at later tokens, so those probabilities are exactly 0.",
+        "a token may not look at later tokens, so those probabilities are exactly 0. "
+        + charts.sink_sentence(maps, layer, head),
         "measured (captured attention probabilities, float16)",
         title,
     )

@@ -10,38 +10,45 @@ from explorer.teach import by_hand
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, escape_markdown, table
 
-EDITOR_VERSION = "by_hand_editor_version"  # bumped by Reset: new widget keys start from the seed's values
+EDITOR_VERSION = "by_hand_editor_version"  # bumped by Reset: new widget keys start from the example's values
 
 
 def reset() -> None:
     st.session_state[EDITOR_VERSION] = st.session_state.get(EDITOR_VERSION, 0) + 1
 
 
-def vector_editor(seed: by_hand.RowInputs, title: str, version: int) -> by_hand.RowInputs:
+def vector_editor(start: by_hand.RowInputs, title: str, version: int) -> by_hand.RowInputs:
     st.markdown(title)
     column = st.column_config.NumberColumn(
         min_value=-by_hand.VECTOR_LIMIT, max_value=by_hand.VECTOR_LIMIT, step=0.5, format="%g", required=True
     )
     edited = st.data_editor(
-        charts.vectors_frame(seed.vector_names, seed.vectors),
-        key=f"by-hand-{seed.phase}-{version}",
+        charts.vectors_frame(start.vector_names, start.vectors),
+        key=f"by-hand-{start.phase}-{version}",
         hide_index=True,
         disabled=["vector"],
         num_rows="fixed",
         column_config={axis: column for axis in charts.AXES},
     )
-    return seed.with_vectors(charts.vectors_from_frame(edited))
+    return start.with_vectors(charts.vectors_from_frame(edited))
 
 
 def inputs() -> tuple[by_hand.RowInputs, by_hand.RowInputs]:
-    """The prefill and decode rows as edited (the seed's until edited), the mask switch, Reset, and what changed."""
+    """The prefill and decode rows as edited (the worked example's until edited), the mask switch, Reset, and what
+    changed. The decode row is built from the prefill's keys and values: the cache holds them, the decode only adds
+    its own."""
     version = st.session_state.get(EDITOR_VERSION, 0)
     left, right = st.columns(2)
     with left:
-        prefill = vector_editor(by_hand.SEED_PREFILL, "**Prefill**: query q1 and the prompt's keys k0, k1, k2", version)
+        prefill = vector_editor(
+            by_hand.EXAMPLE_PREFILL, "**Prefill**: query q1, the prompt's keys k0–k2 and values v0–v2", version
+        )
     with right:
-        decode = vector_editor(
-            by_hand.SEED_DECODE, "**Decode**: the new query q3 and the cached keys k0, k1, k2", version
+        new_token = vector_editor(
+            by_hand.EXAMPLE_NEW_TOKEN,
+            "**Decode**: the new token's query q3, key k3 and value v3 (k0–k2 and v0–v2 come from the cache: the "
+            "prefill's, edited on the left)",
+            version,
         )
     mask_on = st.toggle(
         "Causal mask on the prefill row",
@@ -49,30 +56,30 @@ def inputs() -> tuple[by_hand.RowInputs, by_hand.RowInputs]:
         key=f"by-hand-mask-{version}",
         help="Switch it off to see what would leak.",
     )
-    st.button("Reset to the seed's vectors", on_click=reset)
-    changed = by_hand.changes(prefill, decode, mask_on)
+    st.button("Reset to the example's vectors", on_click=reset)
+    changed = by_hand.changes(prefill, new_token, mask_on)
     if changed:
         # Line breaks survive markdown as two trailing spaces; the escaping keeps the typed numbers literal.
-        st.info("  \n".join(escape_markdown(line) for line in ["Changed from seed 1's example:", *changed]))
+        st.info("  \n".join(escape_markdown(line) for line in ["Changed from the worked example:", *changed]))
     else:
-        st.caption("These are seed 1's vectors: the rows below reproduce its worked example.")
-    return prefill.with_mask(mask_on), decode
+        st.caption("These are the worked example's vectors: the rows below reproduce its printed numbers.")
+    return prefill.with_mask(mask_on), by_hand.decode_inputs(prefill, new_token)
 
 
-def worked_section(row: by_hand.WorkedRow, seed_probs: tuple[float, ...], heading: str, text: str) -> None:
+def worked_section(row: by_hand.WorkedRow, example_probs: tuple[float, ...], heading: str, text: str) -> None:
     st.subheader(heading)
     st.markdown(text)
     table(
         charts.steps_frame(row),
         "Left to right: the dot product, the division by √d, the mask, the exponential, the probability. 'By hand' "
-        f"divides the exponentials written to {by_hand.WRITTEN_EXP_DECIMALS} decimals by their sum, as the seed does; "
-        "'exact' keeps every digit.",
+        f"divides the exponentials written to {by_hand.WRITTEN_EXP_DECIMALS} decimals by their sum, as on paper; "
+        "'exact' keeps every digit. The output weighs each value by its exact probability.",
         "computed live with numpy from the vectors above",
     )
     phase = row.inputs.phase
     st.code(
         f"{charts.softmax_text(row)}\n"
-        f"{phase} row, by hand: {by_hand.row_text(row.shown_probs)}   (seed 1: {by_hand.row_text(seed_probs)})\n"
+        f"{phase} row, by hand: {by_hand.row_text(row.shown_probs)}   (example: {by_hand.row_text(example_probs)})\n"
         f"{phase} row, exact:   {by_hand.row_text(row.probs, 4)}",
         language=None,
     )

@@ -15,8 +15,9 @@ from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize
 from explorer.labs import batch, nocache
-from explorer.labs.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
+from explorer.labs.batch import BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
 from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
+from explorer.labs.nocache_result import NoCacheResult
 from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
 from explorer.ui.state import current_run
@@ -26,6 +27,7 @@ NOCACHE_RESULT = "explorer_nocache_result"
 BATCH_RESULT = "explorer_batch_result"
 CHARS_PER_TOKEN = 4  # English runs ~4 characters a token: enough for an estimate before anything is tokenized
 NOCACHE_MOST_S = 1800.0  # the largest time budget the page offers (a hosted server's cap, if lower)
+DEFAULT_PROMPT = "The history of the printing press"
 
 
 def last_figures() -> tuple[ModelInfo, DeviceProfile] | None:
@@ -61,15 +63,20 @@ def nocache_estimate_line(prompt: str, new_tokens: int, budget_s: float) -> str:
     )
 
 
-def nocache_inputs() -> None:
-    """The prompt, new tokens and budget, the modelled estimate for them, and the button that runs both loops."""
-    prompt = st.text_input("Prompt (no chat template)", value="The history of the printing press")
+def nocache_inputs(shown: NoCacheResult | None = None) -> None:
+    """The prompt, new tokens and budget (the shown result's, where one is shown), the modelled estimate for them,
+    and the button that runs both loops."""
+    prompt_default, tokens_default = DEFAULT_PROMPT, DEFAULT_NEW_TOKENS
+    if shown is not None:
+        prompt_default, tokens_default = shown.cached_trace.prompt_text, shown.cached_trace.new_tokens
+        st.caption("The settings of the result shown below; change them and run for a new one.")
+    prompt = st.text_input("Prompt (no chat template)", value=prompt_default)
     new_tokens = int(
         st.number_input(
             "New tokens",
             min_value=MIN_NEW_TOKENS,
             max_value=MAX_NEW_TOKENS_LIMIT,
-            value=DEFAULT_NEW_TOKENS,
+            value=max(MIN_NEW_TOKENS, min(MAX_NEW_TOKENS_LIMIT, tokens_default)),
             help="Up to the model's context (prompt + new tokens), if the naive loop's estimate fits the budget. "
             f"The growth is compared over the first and last {EDGE_STEPS} decode steps: ask for "
             f"{2 * EDGE_STEPS + 1} or more.",
@@ -124,13 +131,21 @@ def batch_plan_line(config: BatchConfig) -> str:
     )
 
 
-def batch_inputs() -> None:
-    """Batch sizes, prompt and new tokens, one prompt or many, the caps and estimate, and the button for the sweep."""
-    sizes = st.text_input("Batch sizes", value=",".join(map(str, DEFAULT_BATCH_SIZES)))
+def batch_inputs(shown: BatchResult | None = None) -> None:
+    """Batch sizes, prompt and new tokens, one prompt or many (the shown result's, where one is shown), the caps and
+    estimate, and the button for the sweep."""
+    start = shown.config if shown is not None else BatchConfig()
+    if shown is not None:
+        st.caption("The settings of the result shown below; change them and run for a new one.")
+    sizes = st.text_input("Batch sizes", value=",".join(map(str, start.batch_sizes)))
     left, right = st.columns(2)
-    prompt_tokens = int(left.number_input("Prompt tokens", min_value=1, max_value=1024, value=32))
-    new_tokens = int(right.number_input("New tokens", min_value=2, max_value=256, value=16))
-    distinct = st.toggle("Different prompts of equal length (off: one prompt repeated)", value=True)
+    prompt_tokens = int(
+        left.number_input("Prompt tokens", min_value=1, max_value=1024, value=min(1024, start.prompt_tokens))
+    )
+    new_tokens = int(
+        right.number_input("New tokens", min_value=2, max_value=256, value=max(2, min(256, start.new_tokens)))
+    )
+    distinct = st.toggle("Different prompts of equal length (off: one prompt repeated)", value=start.distinct_prompts)
     budget_s = hosting_policy().lab_budget_s(batch.DEFAULT_BUDGET_S)  # a hosted server's cap, if lower
     try:
         config = BatchConfig(parse_batch_sizes(sizes), prompt_tokens, new_tokens, distinct, budget_s=budget_s)

@@ -11,7 +11,7 @@ from explorer.core.gpu_specs import GPU_SPECS
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
 from explorer.scale.config import DEFAULT_MODEL, load_architecture, shipped, shipped_key
-from explorer.scale.explain import formula_lines
+from explorer.scale.explain import formula_lines, knee_text
 from explorer.scale.local import LocalGap, local_gap
 from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
 from explorer.scale.whatif import Scenario, WhatIf, find_gpu, what_if
@@ -150,14 +150,14 @@ def headline(result: WhatIf) -> None:
     link = f"; {s.link.name} {s.link.bytes_per_s / GB:,.1f} GB/s both ways between them" if s.link else ""
     st.caption(
         f"Spec, per GPU: {s.gpu.name}, {s.peak_flops / 1e12:,.1f} TFLOP/s dense {s.dtype}, "
-        f"{s.gpu.bandwidth_bytes_per_s / GB:,.0f} GB/s, {s.gpu.memory_gb} GB ({s.gpu.source}){link}. Model: "
+        f"{s.gpu.bandwidth_bytes_per_s / GB:,.0f} GB/s, {s.gpu.memory_text} ({s.gpu.source}){link}. Model: "
         f"{escape_markdown(s.arch.display_name)}, config from {escape_markdown(s.arch.source)}."
     )
     if not result.fits:
         need = result.shard.weight_bytes + s.batch * result.shard.kv_bytes_at(s, s.context)
         st.warning(
             f"Does not fit: the weights and {s.batch:,} requests' KV at context {s.context:,} need "
-            f"{human_bytes(need)} per GPU, more than its {s.memory_bytes / GB:.1f} GB. Add GPUs, or lower the batch "
+            f"{human_bytes(need)} per GPU, more than its {s.gpu.memory_text}. Add GPUs, or lower the batch "
             "or the context; the floors below assume it fit."
         )
 
@@ -210,12 +210,7 @@ def tokens_vs_batch(result: WhatIf, gap: LocalGap | None) -> None:
     s = result.scenario
     factor = gap.factor if gap else None
     frame = charts.batch_frame(result, factor)
-    knee = (
-        f"the step turns compute-bound at B = {result.ridge_batch:,} (the roofline's knee)"
-        if result.ridge_batch is not None
-        else f"at context {s.context:,} each request brings more KV bytes than its FLOPs can hide, so no batch "
-        "turns the step compute-bound: the curve flattens instead"
-    )
+    knee = knee_text(result)
     experts = ""
     if s.arch.is_moe:
         a = s.arch

@@ -88,12 +88,17 @@ def serve(workload: Workload, settings: EngineSettings, compare: bool) -> None:
     run_lab(RUN_KEY, "Serving the workload", work, lab_size(workload))
 
 
-def workload_form() -> None:
-    """The workload, the engine's settings and the comparisons; submitting serves it."""
-    defaults, engine = Workload(), EngineSettings()
-    with st.form("schedule-form"):
+def workload_form(shown: ScheduleRun | None = None) -> None:
+    """The workload, the engine's settings and the comparisons (the shown run's, where one is shown), folded away so
+    the page leads with its result; submitting serves it."""
+    defaults, engine = (shown.workload, shown.settings) if shown is not None else (Workload(), EngineSettings())
+    compare_default = bool(shown.baselines) if shown is not None else True
+    label = "Workload and engine settings" + (": the shown run's (change them and Run)" if shown is not None else "")
+    with st.expander(label, expanded=shown is None), st.form("schedule-form"):
         left, middle, right = st.columns(3)
-        requests = left.number_input("Requests", min_value=1, max_value=MAX_REQUESTS, value=defaults.requests, step=1)
+        requests = left.number_input(
+            "Requests", min_value=1, max_value=MAX_REQUESTS, value=min(MAX_REQUESTS, defaults.requests), step=1
+        )
         prompt_tokens = left.text_input(
             "Prompt tokens (cycled over the requests)",
             value=",".join(map(str, defaults.prompt_tokens)),
@@ -102,6 +107,7 @@ def workload_form() -> None:
         new_tokens = left.text_input("New tokens (cycled)", value=",".join(map(str, defaults.new_tokens)))
         prompts = left.text_area(
             "Prompt texts (optional, one per line)",
+            value="\n".join(defaults.prompts),
             height=100,
             help="One line per request, sent as typed (no chat template); replaces the prompt-token targets.",
         )
@@ -110,15 +116,24 @@ def workload_form() -> None:
         )
         arrivals = middle.text_input(
             "Arrival times (ms, optional)",
+            value=", ".join(f"{a:g}" for a in defaults.arrivals_ms),
             help="One per request, comma-separated, earliest first (e.g. 0, 0, 250, 400): replaces the stagger.",
         )
-        use_prefix = middle.toggle("Shared system prompt", value=False)
-        prefix = middle.text_area("System prompt", value=DEFAULT_PREFIX, height=100)
-        compare = middle.toggle("Compare 3 ways", True, help="Also serve it with static batching and one at a time.")
-        scheduler = right.selectbox("Scheduler", list(SCHEDULERS), help="fifo: decodes first; prefill-first")
-        budget = right.number_input("Token budget per step", 4, 8192, engine.token_budget, 16)
-        block_size = right.number_input("KV block size (tokens)", 4, 256, engine.block_size)
-        num_blocks = right.number_input("KV blocks", 1, 4096, engine.num_blocks)
+        use_prefix = middle.toggle("Shared system prompt", value=bool(defaults.prefix))
+        prefix = middle.text_area("System prompt", value=defaults.prefix or DEFAULT_PREFIX, height=100)
+        compare = middle.toggle(
+            "Compare 3 ways", compare_default, help="Also serve it with static batching and one at a time."
+        )
+        schedulers = list(SCHEDULERS)
+        scheduler = right.selectbox(
+            "Scheduler",
+            schedulers,
+            index=schedulers.index(engine.scheduler) if engine.scheduler in schedulers else 0,
+            help="fifo: decodes first; prefill-first",
+        )
+        budget = right.number_input("Token budget per step", 4, 8192, min(8192, max(4, engine.token_budget)), 16)
+        block_size = right.number_input("KV block size (tokens)", 4, 256, min(256, max(4, engine.block_size)))
+        num_blocks = right.number_input("KV blocks", 1, 4096, min(4096, max(1, engine.num_blocks)))
         prefix_sharing = right.toggle("Prefix sharing", value=engine.prefix_sharing)
         if not st.form_submit_button("Run", type="primary"):
             return
@@ -168,11 +183,25 @@ def steps_section(run: ScheduleRun) -> None:
         "'mixed' steps carry both; 'chunk' marks a prompt split by the token budget. Below: each step's time.",
         "measured: tokens from the engine's scheduled batch, time around its forward and sampling",
     )
-    table(
-        charts.step_table_frame(run),
-        "Every step: p = prompt tokens computed for a request, d = its one decode token.",
-        "measured",
-    )
+    with st.expander("Every step as a table"):
+        table(
+            charts.step_table_frame(run),
+            "Every step: p = prompt tokens computed for a request, d = its one decode token.",
+            "measured",
+        )
+
+
+def other_views(run: ScheduleRun) -> None:
+    """Everything after the main chart, one tab each, so the page is one screen of result and not a long scroll."""
+    views = [("Requests over time", requests_section), ("KV blocks", blocks_section)]
+    if run.baselines:
+        views.append(("Three ways", modes_section))
+    if run.prefix_off is not None:
+        views.append(("Prefix sharing", prefix_section))
+    views.append(("Prompts", prompts_section))
+    for tab, (_, draw) in zip(st.tabs([name for name, _ in views]), views):
+        with tab:
+            draw(run)
 
 
 def requests_section(run: ScheduleRun) -> None:

@@ -91,7 +91,7 @@ def utilisation_section(trace: Trace) -> None:
         utilisation,
         "utilisation",
         "Each pass's achieved compute as a share of the peak, and its achieved bandwidth as a share of the device's "
-        "(at most 100 %): the essay's widget, measured on this run.",
+        "(at most 100 %), measured on this run.",
         "achieved = modelled FLOPs or bytes / measured time · device figures as in the table below",
     )
 
@@ -191,7 +191,7 @@ def step_attention(current: SteppedRequest) -> None:
         frame,
         "step-attention",
         "The prefill's T × T map with its causal mask (grey), then one row per decode pass appended below it: one "
-        "key longer each time, no mask needed.",
+        "key longer each time, no mask needed. " + attention_charts.sink_sentence(maps, layer, head),
         "measured (captured attention probabilities, untimed eager shadow)",
     )
 

@@ -14,6 +14,7 @@ import streamlit as st
 
 from explorer.charts import export, theme
 from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
+from explorer.charts.tables import human_table
 from explorer.core.errors import BadInput, one_line
 from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
@@ -178,7 +179,9 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
 def table(data: pd.DataFrame, caption: str, source: str) -> None:
     """A table with its caption: the scrollable data grid on a laptop; in presenter mode a static table of the theme's
     first rows, in the large type. Why not the grid for both: it draws its cells on a canvas that no stylesheet
-    reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges."""
+    reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges. Either
+    way its columns get human labels with units and its floats are rounded (`charts.tables.human_table`)."""
+    data = human_table(data)
     if not presenting():
         st.dataframe(data, hide_index=True, width="stretch")
         st.caption(f"{caption} — *{source}*")
@@ -212,26 +215,33 @@ def page_with_run(title: str, caption: str) -> RunResult:
 
 
 def lab_page(
-    title: str, caption: str, inputs: Callable[[], object], key: str, hint: str, recorded: str | None = None
+    title: str, caption: str, inputs: Callable[[Any], object], key: str, hint: str, recorded: str | None = None
 ) -> Any:
     """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`. Without
     one, the lab's bundled result `recorded` (`explorer.labs.bundled`) under a banner saying it is recorded and that
     `hint`'s button replaces it; without that either, `hint` and the page stops here (a lab runs only when its button
-    is pressed, never on a view change). A bundled file that cannot be read is one line."""
+    is pressed, never on a view change). A bundled file that cannot be read is one line. The inputs are given the
+    result shown under them (None without one), so the form shows the parameters that made it, not its defaults."""
     from explorer.labs import bundled
 
     st.title(title)
     st.caption(caption)
-    inputs()
     result = st.session_state.get(key)
+    shown, problem = None, None
     if result is None and recorded is not None:
         try:
             shown = bundled.read(recorded)
         except BadInput as exc:
-            st.caption(escape_markdown(str(exc)))
-        else:
-            st.info(f"{shown.banner} {hint} A live result replaces this recorded one.", icon=":material/history:")
-            return shown.result
+            problem = str(exc)
+    inputs(result if result is not None else shown.result if shown is not None else None)
+    fresh = st.session_state.get(key)
+    if fresh is not None and fresh is not result:  # the inputs just ran the lab: show its result, not the older one
+        return fresh
+    if problem is not None:
+        st.caption(escape_markdown(problem))
+    if shown is not None:
+        st.info(f"{shown.banner} {hint} A live result replaces this recorded one.", icon=":material/history:")
+        return shown.result
     if result is None:
         st.info(hint)
         st.stop()

@@ -1,5 +1,5 @@
 """The doctor on a GPU: torch and NVML see the device, every CUDA device is measured in each dtype it runs, the
-4-token run matches generate(), and CUDA events agree with the host clock."""
+16-token run matches generate(), and CUDA events agree with the host clock."""
 
 from __future__ import annotations
 

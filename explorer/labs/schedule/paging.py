@@ -1,9 +1,10 @@
 """Paging's KV memory against contiguous reservations, modelled from a run's measured block tables.
 
-PagedAttention's saving (Kwon et al. 2023; seed 2) is against a server that reserves each request's maximum length
-contiguously, because it cannot know how long the output will be: that is the primary comparison. A server told
-each request's prompt + max new tokens in advance could reserve exactly that; against it, paging's whole blocks
-(each request's last one partly filled) can cost memory rather than save it, and the sentence then says so.
+PagedAttention's saving (Kwon et al. 2023, https://arxiv.org/abs/2309.06180) is against a server that reserves each
+request's maximum length contiguously, because it cannot know how long the output will be: that is the primary
+comparison. A server that reserves each request's prompt + max new tokens at admission (both known then) could
+reserve exactly that; against it, paging's whole blocks (each request's last one partly filled) can cost memory
+rather than save it, and the sentence then says so.
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def paging_sentence(run: ScheduleRun) -> str:
         primary = against(peaks.paged_bytes, peaks.max_length_bytes, max_length)
         parts.append(f"Primary, what PagedAttention's saving is measured against: {primary}.")
     exact = (
-        f"reserving exactly each request's prompt + max new tokens ({human_bytes(peaks.exact_bytes)} at its peak, "
-        "possible only when every length is known in advance)"
+        f"reserving exactly each request's prompt + max new tokens ({human_bytes(peaks.exact_bytes)} at its peak: "
+        "both are known when a request is admitted; only how many tokens it will really write is not, so this "
+        "reserves each request's cap)"
     )
     second = against(peaks.paged_bytes, peaks.exact_bytes, exact)
     if peaks.paged_bytes > peaks.exact_bytes:

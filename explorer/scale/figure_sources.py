@@ -14,6 +14,7 @@ UNITS = {  # the unit of every memory figure in the JSON (all bytes are counted 
     "decode_step.link_bytes": "bytes",
     "tensor_parallel.weight_bytes": "bytes, per GPU",
     "tensor_parallel.kv_bytes_per_token": "bytes, per GPU",
+    "tensor_parallel.expert_bytes": "bytes, per GPU",
     "gpu.memory_bytes": f"bytes: the {MEMORY_UNIT}",
     "gpu.memory_gb": "GB (10^9 bytes), as the datasheet prints it",
     "gpu.bandwidth_bytes_per_s": "bytes per second (datasheet GB/s x 10^9)",

@@ -19,6 +19,7 @@ from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
+from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
 from explorer.ui.state import RunResult, current_run
 
 LOG = logging.getLogger(__name__)
@@ -285,50 +286,6 @@ def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> No
         return
     for column, (label, value, help_text) in zip(st.columns(columns or len(items)), items):
         column.metric(label, value, help=help_text)
-
-
-# --- presenter mode ------------------------------------------------------------------------------------------------
-PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: read, never written
-# Larger type for text, metrics, code, plain text and static tables, from one fixed stylesheet (no user text, no
-# script); charts take their sizes from the presenter chart theme instead. A data grid (st.dataframe) draws on a
-# canvas that no stylesheet reaches: pages show tables through `table`, a static table when presenting. The header
-# (less space above and under the title) and notes (a recording's banner) are compact, so that a "One request" page's
-# main chart fits the first 1280 × 720 screen (`ChartFirst`).
-PRESENTER_CSS = """<style>
-[data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
-[data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
-[data-testid="stMetricValue"] { font-size: 2.8rem; }
-[data-testid="stMetricLabel"] p { font-size: 1.3rem; }
-[data-testid="stMain"] h1 { font-size: 2.6rem; padding: 0 0 0.25rem 0; }
-[data-testid="stMainBlockContainer"] { padding-top: 2.5rem; }
-[data-testid="stMain"] [data-testid="stAlert"] p { font-size: 1.15rem; }
-[data-testid="stMain"] [data-testid="stAlertContainer"] { padding: 0.5rem 1rem; }
-[data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
-[data-testid="stMain"] [data-testid="stCode"] pre,
-[data-testid="stMain"] [data-testid="stCode"] code,
-[data-testid="stMain"] [data-testid="stText"],
-[data-testid="stMain"] [data-testid="stTable"] th,
-[data-testid="stMain"] [data-testid="stTable"] td { font-size: 1.3rem; }
-</style>"""
-
-
-def presenter_toggle() -> None:
-    """A sidebar switch that makes every page readable from the back of a room; it persists across pages."""
-    on = st.sidebar.toggle(
-        "Presenter mode",
-        key=PRESENTER_KEY,
-        help="Larger type and chart labels (at least 18 px), fewer table rows, secondary sections collapsed.",
-    )
-    if on:
-        st.html(PRESENTER_CSS)
-
-
-def presenting() -> bool:
-    return bool(st.session_state.get(PRESENTER_KEY, False))
-
-
-def current_theme() -> theme.Theme:
-    return theme.PRESENTER if presenting() else theme.NORMAL
 
 
 def secondary(title: str) -> st.delta_generator.DeltaGenerator:

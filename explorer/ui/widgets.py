@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer.charts import export, theme
-from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
+from explorer.core import slo
 from explorer.core.errors import BadInput, one_line
 from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
@@ -234,40 +234,65 @@ def lab_page(
     return result
 
 
-# The SLOs live in the session, not in a page: the Latency page sets them and every other page reads the same ones.
+# The SLOs live in the session, not in a page: set on the Latency page (or the Endpoint's), read by every other page.
+# A key holds a value only once the user has set it; until then each view starts from defaults chosen from what it
+# shows (`explorer.core.slo`: a round figure 1.2 × above the run's own median), said under the inputs.
 TTFT_SLO_MS = "explorer_ttft_slo_ms"
 ITL_SLO_MS = "explorer_itl_slo_ms"
-DEFAULT_TTFT_SLO_MS = DEFAULT_TTFT_SLO_S * 1e3
-DEFAULT_ITL_SLO_MS = DEFAULT_ITL_SLO_S * 1e3
 
 
-def slo_inputs() -> tuple[float, float]:
-    """TTFT and ITL SLO inputs side by side; returns both in seconds. Changing one only re-reads stored timings."""
+def run_slo_defaults() -> slo.SloDefaults:
+    """The current run's defaults; the chat reference before any run."""
+    run = current_run()
+    return slo.REFERENCE if run is None else slo.from_trace(run.trace)
+
+
+def keep_slo(key: str) -> None:
+    """An SLO input's callback: the user's value, under our own key, which every page reads."""
+    st.session_state[key] = st.session_state[f"{key}-input"]
+
+
+def slo_inputs(defaults: slo.SloDefaults | None = None) -> tuple[float, float]:
+    """TTFT and ITL SLO inputs side by side, starting from `defaults` (the current run's when None) until the user
+    sets one; returns both in seconds. Changing one only re-reads stored timings."""
+    defaults = defaults or run_slo_defaults()
     left, right = st.columns(2)
     fields = [
-        (left, "TTFT SLO (ms)", TTFT_SLO_MS, DEFAULT_TTFT_SLO_MS, 1.0, 600_000.0, 100.0, "Checked against TTFT."),
-        (right, "ITL SLO (ms)", ITL_SLO_MS, DEFAULT_ITL_SLO_MS, 0.1, 60_000.0, 5.0, "Checked against the p99 ITL."),
+        (left, "TTFT SLO (ms)", TTFT_SLO_MS, defaults.ttft_s, 1.0, 600_000.0, 100.0, "Checked against TTFT."),
+        (right, "ITL SLO (ms)", ITL_SLO_MS, defaults.itl_s, 0.1, 60_000.0, 5.0, "Checked against the p99 ITL."),
     ]
     values = []
-    for column, label, key, default, low, high, step, meaning in fields:
+    for column, label, key, default_s, low, high, step, meaning in fields:
+        # The widget has its own key, set before it is drawn from ours (the user's value) or the default: a value
+        # that moves with the run never re-creates the widget, so no edit is lost to a new widget identity.
+        st.session_state[f"{key}-input"] = float(st.session_state.get(key, default_s * 1e3))
         value = column.number_input(
             label,
             min_value=low,
             max_value=high,
-            value=float(st.session_state.get(key, default)),
             step=step,
+            key=f"{key}-input",
+            on_change=keep_slo,
+            args=(key,),
             help=f"{meaning} Changing an SLO only re-reads stored timings: nothing is run again.",
         )
-        st.session_state[key] = value  # our own key, not the widget's: other pages read it
         values.append(value / 1e3)
+    if TTFT_SLO_MS not in st.session_state or ITL_SLO_MS not in st.session_state:
+        st.caption(
+            f"Default SLOs, chosen from what this page shows: {defaults.source}. Set your own above. For reference, a "
+            f"common chat target is p99 ITL under {slo.REFERENCE_ITL_SLO_S * 1e3:.0f} ms (the grey dotted line where "
+            "a chart draws it)."
+        )
     return values[0], values[1]
 
 
-def current_slos_s() -> tuple[float, float]:
-    """The session's SLOs (seconds) for pages that show them without editing them."""
+def current_slos_s(defaults: slo.SloDefaults | None = None) -> tuple[float, float]:
+    """The session's SLOs (seconds) for pages that show them without editing them: the user's where set, else
+    `defaults` (the current run's when None)."""
+    defaults = defaults or run_slo_defaults()
     return (
-        st.session_state.get(TTFT_SLO_MS, DEFAULT_TTFT_SLO_MS) / 1e3,
-        st.session_state.get(ITL_SLO_MS, DEFAULT_ITL_SLO_MS) / 1e3,
+        st.session_state.get(TTFT_SLO_MS, defaults.ttft_s * 1e3) / 1e3,
+        st.session_state.get(ITL_SLO_MS, defaults.itl_s * 1e3) / 1e3,
     )
 
 

@@ -298,18 +298,23 @@ def _lane(lane: str, steps: list[tuple[str, float]], start_s: float = 0.0) -> li
     return rows
 
 
-def serving_frame(prefill_s: float, decode_s: float, chunks_s: list[float]) -> pd.DataFrame:
+def machine_word(device_kind: str) -> str:
+    """What the disaggregated lanes are called: the kind of device the run was on ("cpu" → CPU, "cuda" → GPU)."""
+    return "CPU" if device_kind == "cpu" else "GPU"
+
+
+def serving_frame(prefill_s: float, decode_s: float, chunks_s: list[float], machine: str = "GPU") -> pd.DataFrame:
     """A running request decodes one token per step when a new prompt arrives; three ways to serve its prefill:
     in one piece between two decode steps, in chunks each sharing a step with the running request's decode, or on
-    another machine. Every step but a whole prefill ends with one of the running request's tokens; each lane's label
-    says the longest wait between two of them."""
+    another machine (a `machine`, named by the run's device kind). Every step but a whole prefill ends with one of
+    the running request's tokens; each lane's label says the longest wait between two of them."""
     decode, prefill, mixed = WORK_DOMAIN
     before, after = [(decode, decode_s)] * STEPS_BEFORE, [(decode, decode_s)] * STEPS_AFTER
     rows = [
         *_lane("one piece", [*before, (prefill, prefill_s), *after]),
         *_lane(f"{len(chunks_s)} chunks", [*before, *[(mixed, c) for c in chunks_s], *after]),
-        *_lane("decode GPU", [*before, *[(decode, decode_s)] * (len(chunks_s) + STEPS_AFTER)]),
-        *_lane("prefill GPU", [(prefill, prefill_s)], start_s=STEPS_BEFORE * decode_s),
+        *_lane(f"decode {machine}", [*before, *[(decode, decode_s)] * (len(chunks_s) + STEPS_AFTER)]),
+        *_lane(f"prefill {machine}", [(prefill, prefill_s)], start_s=STEPS_BEFORE * decode_s),
     ]
     frame = pd.DataFrame(rows)
     frame["step_ms"] = frame["end_ms"] - frame["start_ms"]

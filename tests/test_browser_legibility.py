@@ -8,8 +8,9 @@ group whose class names its role (`role-axis-title`, `role-axis-label`, `role-le
 `role-title-text`, `role-mark` for value labels, headers). For each visible chart the script takes the SVG's box and
 every drawn text's box (`getBoundingClientRect`, texts Vega hid for overlap skipped) and fails a chart where:
   - a text's box pokes outside the chart's box by more than 1 px (cut off: the y-axis title above the plot);
-  - a text ends in "…" (Vega truncated a title, label or legend entry to its limit);
-  - two labels of one axis overlap by more than 2 px (the 39 token labels of an attention map);
+  - a title, axis title, legend entry or header ends in "…" (Vega truncated it to its limit; a token's label on an
+    axis or in a token strip may be cut to its cell, its tooltip names it whole);
+  - two labels of one axis run into each other by more than 3 px both ways (the 39 token labels of an attention map);
   - an axis title, legend entry or chart title overlaps a bar of the data (a label drawn over data);
   - a vertical axis is under 100 px long (a plot squeezed flat by what surrounds it).
 The findings are printed per page and slide, and kept in `legibility.json` (in `$EXPLORER_SCREENSHOTS` if set, else
@@ -52,11 +53,19 @@ MEASURE_JS = """() => {
     return {left: r.left, top: r.top, right: r.right, bottom: r.bottom, width: r.width, height: r.height}; };
   const overlap = (a, b) => Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left))
     * Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+  // How far two boxes run into each other, the lesser of the two directions: glyph boxes include line spacing, so
+  // neighbouring labels a clean pixel apart can share a sliver; a real overlap runs into both directions.
+  const crossing = (a, b) => Math.min(Math.min(a.right, b.right) - Math.max(a.left, b.left),
+    Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
   const role = el => { const g = el.closest("g[class*='role-']");
     const m = g ? g.getAttribute("class").match(/role-([a-z-]+)/) : null; return m ? m[1] : "?"; };
   const hidden = el => { for (let e = el; e && e.tagName !== "svg"; e = e.parentElement) {
-      const o = e.getAttribute("opacity"); if (o !== null && Number(o) === 0) return true; }
-    return el.getAttribute("fill-opacity") === "0"; };
+      const style = getComputedStyle(e);
+      if (Number(style.opacity) === 0 || Number(style.fillOpacity) === 0 || style.visibility === "hidden"
+          || style.display === "none") return true; }
+    return false; };
+  const WHOLE = ["axis-title", "legend-label", "legend-title", "title-text", "column-header", "row-header",
+    "facet-header", "column-title", "row-title"];
   const charts = [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stVegaLiteChart']")];
   return charts.map((chart, index) => {
     const svg = chart.querySelector("svg.marks");
@@ -71,13 +80,13 @@ MEASURE_JS = """() => {
       const b = t.box;
       if (b.left < frame.left - 1 || b.top < frame.top - 1 || b.right > frame.right + 1 || b.bottom > frame.bottom + 1)
         problems.push(`${t.role} "${t.text}" outside the chart`);
-      if (t.text.endsWith("…")) problems.push(`${t.role} "${t.text}" truncated`);
+      if (t.text.endsWith("…") && WHOLE.includes(t.role)) problems.push(`${t.role} "${t.text}" truncated`);
     }
     const axisLabels = texts.filter(t => t.role === "axis-label");
     let overlaps = 0, example = "";
     for (let i = 0; i < axisLabels.length; i++) for (let j = i + 1; j < axisLabels.length; j++) {
       const a = axisLabels[i], b = axisLabels[j];
-      if (a.group !== b.group || overlap(a.box, b.box) <= 2) continue;
+      if (a.group !== b.group || crossing(a.box, b.box) <= 3) continue;
       overlaps++; example = example || `"${a.text}"/"${b.text}"`;
     }
     if (overlaps) problems.push(`${overlaps} overlapping axis labels, e.g. ${example}`);

@@ -108,7 +108,7 @@ def prefill_chart(frame: pd.DataFrame, height_px: int | None = None) -> alt.Laye
     order = frame.drop_duplicates("query_pos").sort_values("query_pos")["query"].tolist()
     # Labels that would overlap are dropped by Vega-Lite (tooltips still name each cell): how many fit depends on the
     # rows, the height and the theme's type size (18 px when presenting), so the drawing decides, not a row count.
-    axis = {"labelLimit": 90, "labelOverlap": "greedy"}
+    axis = {"labelLimit": 90, "labelOverlap": "parity"}  # parity: every other label, until none overlap
     base = alt.Chart(frame).encode(
         x=alt.X("key:N", sort=order, title="key position (what is attended to)", axis=alt.Axis(labelAngle=-90, **axis)),
         y=alt.Y("query:N", sort=order, title="query position (who attends)", axis=alt.Axis(**axis)),

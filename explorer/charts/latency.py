@@ -282,7 +282,7 @@ def runs_itl_chart(frame: pd.DataFrame, labels: Sequence[str], itl_slo_s: float)
             scale=alt.Scale(domain=list(labels), range=run_colors(len(labels))),
             sort=list(labels),
             title="run",
-            legend=alt.Legend(orient="top", columns=2, labelLimit=320),
+            legend=alt.Legend(orient="top", columns=2, labelLimit=0),
         ),
         tooltip=["label:N", "token_index:Q", alt.Tooltip("itl_ms:Q", format=".2f")],
     )

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import altair as alt
 
+PRESENTER_PADDING_PX = 10  # around a presenter chart: a rotated axis title's glyphs overran the drawing by 3 px
+
 
 @dataclass(frozen=True)
 class Theme:
@@ -41,6 +43,9 @@ def apply(chart: alt.TopLevelMixin, theme: Theme) -> alt.TopLevelMixin:
         .configure_text(fontSize=theme.mark_text_px)
         .configure_header(labelFontSize=theme.label_px, titleFontSize=theme.title_px, labelLimit=0)
     )
-    if theme.renderer is not None:
-        themed = themed.properties(usermeta={"embedOptions": {"renderer": theme.renderer}})
+    if theme.renderer is not None:  # presenting: a margin too, as the browser's type runs a few px past Vega's estimate
+        embed = {"embedOptions": {"renderer": theme.renderer}}
+        # A padding per side: Streamlit's front end fails on a bare number ("Cannot create property 'bottom'").
+        sides = dict.fromkeys(("left", "top", "right", "bottom"), PRESENTER_PADDING_PX)
+        themed = themed.properties(usermeta=embed, padding=sides)
     return themed

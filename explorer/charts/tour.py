@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.attention import MASKED, MASKED_COLOR, block_size
-from explorer.charts.common import MEASURED, MODELLED, PHASE_RANGE, display_token
+from explorer.charts.common import MEASURED, MODELLED, PHASE_RANGE, TWO_LINE_LABEL, display_token
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
 from explorer.charts.run import ROLE_DOMAIN, TOKENS_PER_ROW
 from explorer.core.roofline import pass_cost
@@ -237,7 +237,7 @@ def batch_chart(frame: pd.DataFrame, height_px: int) -> alt.LayerChart:
     """Stacked modelled step times by B, tokens/s written above each bar; a black tick is this run's measured step."""
     parts = SEGMENT_COLUMNS[:3]
     labels = SEGMENT_LABELS[:3]
-    x = alt.X("batch:O", title="batch B: sequences decoded together in one step", axis=alt.Axis(labelAngle=0))
+    x = alt.X("batch:O", title="batch B (sequences per step)", axis=alt.Axis(labelAngle=0))
     lookup = "{" + ", ".join(f"'{c}': '{lab}'" for c, lab in zip(parts, labels)) + "}"
     bars = (
         alt.Chart(frame)
@@ -251,12 +251,18 @@ def batch_chart(frame: pd.DataFrame, height_px: int) -> alt.LayerChart:
                 "part:N",
                 scale=alt.Scale(domain=labels, range=SEGMENT_RANGE[:3]),
                 title=None,
-                legend=alt.Legend(orient="top", columns=1, labelLimit=360),
+                legend=alt.Legend(orient="top", columns=1, labelLimit=0, labelExpr=TWO_LINE_LABEL),
             ),
             tooltip=["batch", "part:N", alt.Tooltip("segment_ms:Q", format=".3f"), "bound"],
         )
     )
-    rate = alt.Chart(frame).mark_text(dy=-8).encode(x=x, y="step_ms:Q", text=alt.Text("tokens_per_s:Q", format=",.0f"))
+    # The rate says its unit: a bare number above a bar on an axis in ms read as ms.
+    rate = (
+        alt.Chart(frame)
+        .transform_calculate(rate="format(datum.tokens_per_s, ',.0f') + ' tok/s'")
+        .mark_text(dy=-8)
+        .encode(x=x, y="step_ms:Q", text="rate:N")
+    )
     tick = (
         alt.Chart(frame)
         .transform_filter("isValid(datum.measured_ms)")
@@ -353,7 +359,7 @@ def serving_chart(frame: pd.DataFrame, height_px: int) -> alt.Chart:
                 "work:N",
                 scale=alt.Scale(domain=WORK_DOMAIN, range=WORK_RANGE),
                 title=None,
-                legend=alt.Legend(orient="top", columns=3, labelLimit=200),
+                legend=alt.Legend(orient="top", columns=2, labelLimit=0),  # 3 columns overflowed a narrow slide
             ),
             tooltip=["lane", "work", alt.Tooltip("step_ms:Q", format=".1f", title="step (ms)")],
         )

@@ -135,7 +135,9 @@ def spread_metric(
         f"{fmt(spread.low)} – {fmt(spread.high)}" if ranged else None,
         delta_color="off",
         delta_arrow="off",
-        delta_description=f"min–max of {spread.samples}" if ranged else None,
+        # When presenting, the range alone: its words were cut to "m." beside large figures; the note under the
+        # figures says they are medians with their min–max.
+        delta_description=f"min–max of {spread.samples}" if ranged and not presenting() else None,
         help=f"measured: {meaning}; " + (f"median of {spread.samples} repeats" if ranged else "one sample"),
     )
 

@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import compare as charts
+from explorer.ui.recordings import COMPARE_QUERY, compared_indices
 
 current, layout = ui.chart_first_page(
     "Compare two runs",
@@ -12,13 +13,17 @@ current, layout = ui.chart_first_page(
 )
 runs = {r.label: r.trace for r in ui.history()} | {current.label: current.trace}
 if len(runs) < 2:
-    st.info("Only one run so far: change a setting in the sidebar and run again, then compare.")
+    st.info(
+        "Only one run so far: change a setting in the sidebar and run again, or open a second recording there, then "
+        f"compare. A link can open two recordings at once: `?recording=A&{COMPARE_QUERY}=B`."
+    )
     st.stop()
 labels = list(runs)
+first_index, second_index = compared_indices(labels)  # a ?recording=A&compare=B link's pair, else the last two
 picked = layout.controls()  # the two runs, and their figures: above the chart on a laptop, below it when presenting
 left, right = picked.columns(2)
-first = left.selectbox("First run", labels, index=len(labels) - 2)
-second = right.selectbox("Second run", labels, index=len(labels) - 1)
+first = left.selectbox("First run", labels, index=first_index)
+second = right.selectbox("Second run", labels, index=second_index)
 chosen = [(first, runs[first]), (second, runs[second])]
 with picked:
     ui.table(

@@ -165,7 +165,7 @@ def test_charts_serialise_with_the_slo_rules(trace: Trace) -> None:
         assert isinstance(chart, alt.TopLevelMixin)
         specs[name] = json.dumps(chart.to_dict())
     assert "ITL SLO 50 ms" in specs["itl"] and "ITL SLO 50 ms" in specs["runs_itl"]
-    assert "TTFT SLO 1000 ms" in specs["runs_ttft"]
+    assert "TTFT SLO 1,000 ms" in specs["runs_ttft"]
     assert '"slo_ms": 50.0' in specs["histogram"] and '"metric": "ITL p99"' in specs["histogram"]
 
 

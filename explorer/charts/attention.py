@@ -140,10 +140,9 @@ def prefill_chart(frame: pd.DataFrame, height_px: int | None = None) -> alt.Laye
     """Rows are queries, columns keys, both labelled with their tokens; the grey upper triangle is the causal mask.
     `height_px` fixes the height (presenter mode's first screen) instead of one that grows with the rows."""
     order = frame.drop_duplicates("query_pos").sort_values("query_pos")["query"].tolist()
-    # Every token label fits up to 64 rows at the growing height; beyond that, or at a fixed height too low for 16 px
-    # a row, Vega-Lite drops overlapping ones (tooltips still name each).
-    thin = len(order) > 64 or (height_px is not None and 16 * len(order) > height_px)
-    axis = {"labelLimit": 90, "labelOverlap": "greedy" if thin else False}
+    # Labels that would overlap are dropped by Vega-Lite (tooltips still name each cell): how many fit depends on the
+    # rows, the height and the theme's type size (18 px when presenting), so the drawing decides, not a row count.
+    axis = {"labelLimit": 90, "labelOverlap": "parity"}  # parity: every other label, until none overlap
     base = alt.Chart(frame).encode(
         x=alt.X("key:N", sort=order, title="key position (what is attended to)", axis=alt.Axis(labelAngle=-90, **axis)),
         y=alt.Y("query:N", sort=order, title="query position (who attends)", axis=alt.Axis(**axis)),
@@ -313,7 +312,7 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
                 "row:N",
                 sort=order,
                 title="decode step (token fed)",
-                axis=alt.Axis(labelLimit=160, labelOverlap=False if len(order) <= 48 else "greedy"),
+                axis=alt.Axis(labelLimit=160, labelOverlap="greedy"),  # the drawing thins what overlaps
             ),
             color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=PROB_LEGEND),
             tooltip=["row", "key", "cache_len", alt.Tooltip("prob:Q", format=".4f", title="probability")],

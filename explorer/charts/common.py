@@ -9,6 +9,17 @@ PHASE_RANGE = ["#d95f02", "#1b9e77"]  # prefill orange, decode green: the same i
 PHASE_COLOR = alt.Scale(domain=PHASE_DOMAIN, range=PHASE_RANGE)
 
 MEASURED, MODELLED = "measured", "modelled"
+# A long legend entry "what (source)" on two lines, "what" over "(source)": whole, and narrow enough for a slide.
+TWO_LINE_LABEL = (
+    "indexof(datum.label, ' (') > 0 ? [slice(datum.label, 0, indexof(datum.label, ' (')), "
+    "slice(datum.label, indexof(datum.label, ' (') + 1)] : datum.label"
+)
+
+
+def two_lines(title: str) -> list[str] | str:
+    """An axis title "what (unit, source)" as two lines, so a long one fits along a short axis."""
+    head, sep, tail = title.partition(" (")
+    return [head, f"({tail}"] if sep else title
 
 
 def phase_color(title: str = "phase") -> alt.Color:

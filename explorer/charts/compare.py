@@ -46,7 +46,12 @@ def cell_text(value: object) -> str:
     return value if isinstance(value, str) else f"{value:,.4g}"
 
 
-def _split(label: str, p: PassRecord) -> list[dict[str, object]]:
+PREFILL = "prefill"
+MEDIAN_DECODE = "median decode pass"
+PHASES = [PREFILL, MEDIAN_DECODE]  # one panel each, top to bottom: each run's bar in both
+
+
+def _split(label: str, phase: str, p: PassRecord) -> list[dict[str, object]]:
     c = p.cost
     parts = [
         c.t_weight_read_s,
@@ -55,33 +60,47 @@ def _split(label: str, p: PassRecord) -> list[dict[str, object]]:
         max(0.0, p.wall_s - c.roofline_time_s),
     ]
     return [
-        {"run": label, "pass": f"{p.phase} (pass {p.index})", "part": part, "ms": to_ms(value), "order": k}
+        {"run": label, "phase": phase, "pass index": p.index, "part": part, "ms": to_ms(value), "order": k}
         for k, (part, value) in enumerate(zip(SEGMENT_LABELS, parts))
     ]
 
 
 def split_frame(labelled: list[tuple[str, Trace]]) -> pd.DataFrame:
-    """Each run's prefill and its median decode, split into modelled weight/KV/compute time and the overhead."""
+    """Each run's prefill and its median decode pass, split into modelled weight/KV/compute time and the overhead.
+    The decode rows are grouped by what they are (each run's median pass), not by pass index: two runs' medians are
+    rarely the same index, and one panel per index held one run each."""
     rows = []
     for label, trace in labelled:
-        rows += _split(label, trace.prefill)
+        rows += _split(label, PREFILL, trace.prefill)
         k = median_decode_index(trace)
         if k is not None:
-            rows += _split(label, trace.passes[k])
+            rows += _split(label, MEDIAN_DECODE, trace.passes[k])
     return pd.DataFrame(rows)
 
 
 def split_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Two panels, prefill above the median decode pass, each with one bar per run; panel titles above their panel,
+    run names and the legend whole (one legend row per part, below the plot)."""
     return (
         alt.Chart(frame)
         .mark_bar()
         .encode(
             x=alt.X("ms:Q", title="time (ms): modelled parts + measured overhead"),
-            y=alt.Y("run:N", title=None),
-            row=alt.Row("pass:N", title=None),
-            color=alt.Color("part:N", scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE), title=None),
+            y=alt.Y("run:N", title=None, axis=alt.Axis(labelLimit=0)),
+            row=alt.Row(
+                "phase:N",
+                title=None,
+                sort=PHASES,
+                header=alt.Header(labelOrient="top", labelAnchor="start", labelAngle=0, labelLimit=0),
+            ),
+            color=alt.Color(
+                "part:N",
+                scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
+                title=None,
+                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),
+            ),
             order="order:Q",
-            tooltip=["run", "pass", "part", alt.Tooltip("ms:Q", format=".3f")],
+            tooltip=["run", "phase", "pass index", "part", alt.Tooltip("ms:Q", format=".3f")],
         )
-        .properties(height=alt.Step(26))
+        .properties(height=alt.Step(34))
     )

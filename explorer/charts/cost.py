@@ -8,7 +8,15 @@ from collections.abc import Callable, Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED, PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
+from explorer.charts.common import (
+    MEASURED,
+    MODELLED,
+    PHASE_COLOR,
+    PHASE_DOMAIN,
+    TWO_LINE_LABEL,
+    phase_color,
+    phase_points,
+)
 from explorer.core.figure_trust import UNDER_LOAD, caveat, marked_bound
 from explorer.core.profiles import READ_BANDWIDTH_COUNTS
 from explorer.core.roofline import attainable_flops, pass_bandwidth_bytes_per_s, prefill_ridge_tokens
@@ -87,7 +95,7 @@ def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
                 "part:N",
                 scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
                 title=None,
-                legend=alt.Legend(orient="top", columns=2, labelLimit=320),
+                legend=alt.Legend(orient="top", columns=2, labelLimit=0, labelExpr=TWO_LINE_LABEL),
             ),
             stroke=alt.Stroke(
                 "phase:N",

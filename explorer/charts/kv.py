@@ -152,7 +152,8 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
         alt.Chart(frame)
         .mark_bar()
         .encode(
-            x=alt.X("layer:O", title="layer"),
+            # 30 layer numbers at presenter sizes overlap: the drawing keeps every other one
+            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, labelOverlap="greedy")),
             y=alt.Y("measured_kb:Q", title="K + V (kB)"),
             color=alt.Color(
                 "kind:N",

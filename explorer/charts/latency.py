@@ -11,11 +11,13 @@ import pandas as pd
 
 from explorer.charts.common import display_token
 from explorer.core.roofline import pass_cost
+from explorer.core.slo import REFERENCE_ITL_SLO_S, REFERENCE_TTFT_SLO_S, figure_ms
 from explorer.core.trace import PassCost, Trace, percentile
 from explorer.core.units import human_bytes, to_ms
 
-DEFAULT_TTFT_SLO_S = 1.0
-DEFAULT_ITL_SLO_S = 0.050
+DEFAULT_TTFT_SLO_S = REFERENCE_TTFT_SLO_S  # the CLI sweep's defaults; the app's views start from the run's own
+DEFAULT_ITL_SLO_S = REFERENCE_ITL_SLO_S  # (explorer.core.slo), with this one drawn as a named reference line
+REFERENCE_COLOR = "#777777"
 SLO_DOMAIN = ["under the SLO", "at or over the SLO"]
 SLO_RANGE = ["#1b9e77", "#e41a1c"]  # decode green when within the ITL SLO, red when not
 SLO_RULE_COLOR = "#e41a1c"
@@ -117,7 +119,7 @@ def repeats_ttft_chart(frame: pd.DataFrame, ttft_slo_s: float) -> alt.LayerChart
             tooltip=["repeat:O", alt.Tooltip("ttft_ms:Q", format=".2f"), alt.Tooltip("e2e_ms:Q", format=".2f")],
         )
     )
-    return (bars + _slo_rule(to_ms(ttft_slo_s), "TTFT SLO")).properties(height=220)
+    return (bars + _slo_rule(to_ms(ttft_slo_s), slo_label("TTFT", to_ms(ttft_slo_s)))).properties(height=220)
 
 
 # The figures checked against an SLO, each read per repeat (core.trace.RepeatSpreads) as the metrics show them.
@@ -165,15 +167,34 @@ def slo_verdict(metric: str, value_ms: float | None, slo_ms: float) -> str:
     return f"{metric} {value_ms:.2f} ms ≥ {slo_ms:.2f} ms: FAIL"
 
 
-def _slo_rule(slo_ms: float, label: str) -> alt.LayerChart:
-    frame = pd.DataFrame({"slo_ms": [slo_ms], "label": [label]})
-    rule = alt.Chart(frame).mark_rule(color=SLO_RULE_COLOR, strokeDash=[6, 3], strokeWidth=2).encode(y="slo_ms:Q")
-    text = (
+def slo_label(metric: str, slo_ms: float) -> str:
+    return f"{metric} SLO {figure_ms(slo_ms)} ms"
+
+
+def _slo_rule(slo_ms: float, label: str, reference_ms: float | None = None) -> alt.Chart:
+    """The SLO as a red dashed rule and, given `reference_ms`, the chat reference as a grey dotted one: named in a
+    legend of their own, never by text drawn over the data."""
+    lines = [(label, slo_ms, SLO_RULE_COLOR, [6, 3])]
+    if reference_ms is not None:
+        lines.append((f"chat reference {reference_ms:.0f} ms", reference_ms, REFERENCE_COLOR, [2, 3]))
+    frame = pd.DataFrame({"line": [n for n, *_ in lines], "slo_ms": [v for _, v, *_ in lines]})
+    names = [n for n, *_ in lines]
+    return (
         alt.Chart(frame)
-        .mark_text(align="left", baseline="bottom", dx=4, dy=-2, color=SLO_RULE_COLOR)
-        .encode(x=alt.value(0), y="slo_ms:Q", text="label:N")
+        .mark_rule(strokeWidth=2)
+        .encode(
+            y="slo_ms:Q",
+            stroke=alt.Stroke(
+                "line:N",
+                scale=alt.Scale(domain=names, range=[c for *_, c, _ in lines]),
+                legend=alt.Legend(title=None, orient="top", labelLimit=0, symbolType="stroke"),
+            ),
+            strokeDash=alt.StrokeDash(
+                "line:N", scale=alt.Scale(domain=names, range=[d for *_, d in lines]), legend=None
+            ),
+            tooltip=["line:N", alt.Tooltip("slo_ms:Q", format=".1f")],
+        )
     )
-    return rule + text
 
 
 def itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
@@ -194,7 +215,9 @@ def itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
         )
     )
     slo_ms = to_ms(itl_slo_s)
-    return (bars + _slo_rule(slo_ms, f"ITL SLO {slo_ms:.0f} ms")).properties(height=280)
+    reference_ms = to_ms(REFERENCE_ITL_SLO_S)
+    rules = _slo_rule(slo_ms, slo_label("ITL", slo_ms), None if reference_ms == slo_ms else reference_ms)
+    return (bars + rules).properties(height=280)
 
 
 def itl_histogram_chart(frame: pd.DataFrame, percentiles: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
@@ -259,7 +282,7 @@ def runs_itl_chart(frame: pd.DataFrame, labels: Sequence[str], itl_slo_s: float)
             scale=alt.Scale(domain=list(labels), range=run_colors(len(labels))),
             sort=list(labels),
             title="run",
-            legend=alt.Legend(orient="top", columns=2, labelLimit=320),
+            legend=alt.Legend(orient="top", columns=2, labelLimit=0),
         ),
         tooltip=["label:N", "token_index:Q", alt.Tooltip("itl_ms:Q", format=".2f")],
     )
@@ -268,7 +291,7 @@ def runs_itl_chart(frame: pd.DataFrame, labels: Sequence[str], itl_slo_s: float)
     current = base.transform_filter("datum.current").mark_line(point=True, strokeWidth=3)
     lines = earlier + current
     slo_ms = to_ms(itl_slo_s)
-    return (lines + _slo_rule(slo_ms, f"ITL SLO {slo_ms:.0f} ms")).properties(height=280)
+    return (lines + _slo_rule(slo_ms, slo_label("ITL", slo_ms))).properties(height=280)
 
 
 def runs_ttft_frame(runs: Sequence[LabelledTrace], ttft_slo_s: float) -> pd.DataFrame:
@@ -300,4 +323,4 @@ def runs_ttft_chart(frame: pd.DataFrame, ttft_slo_s: float) -> alt.LayerChart:
         )
     )
     slo_ms = to_ms(ttft_slo_s)
-    return (bars + _slo_rule(slo_ms, f"TTFT SLO {slo_ms:.0f} ms")).properties(height=240)
+    return (bars + _slo_rule(slo_ms, slo_label("TTFT", slo_ms))).properties(height=240)

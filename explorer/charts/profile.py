@@ -149,7 +149,7 @@ def profile_chart(frame: pd.DataFrame, roofline: RooflineParts) -> alt.LayerChar
                 scale=alt.Scale(domain=domain, range=colours),
                 sort=domain,
                 title=None,
-                legend=alt.Legend(orient="top", columns=2, labelLimit=320),
+                legend=alt.Legend(orient="top", columns=2, labelLimit=0),
             ),
             order=alt.Order("part_order:Q"),
             tooltip=["bar:N", "part:N", alt.Tooltip("ms:Q", title="ms", format=".3f")],
@@ -165,7 +165,7 @@ def profile_chart(frame: pd.DataFrame, roofline: RooflineParts) -> alt.LayerChar
                 "wall:N",
                 scale=alt.Scale(domain=WALL_DOMAIN, range=WALL_RANGE),
                 title="measured wall",
-                legend=alt.Legend(orient="bottom", labelLimit=320),
+                legend=alt.Legend(orient="bottom", labelLimit=0),
             ),
             tooltip=["bar:N", "wall:N", alt.Tooltip("ms:Q", title="ms (measured)", format=".3f")],
         )

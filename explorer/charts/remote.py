@@ -141,7 +141,7 @@ def _tradeoff_panel(frame: pd.DataFrame, field: str, metric: str, slo_ms: float)
         color=alt.Color(
             "goodput:N",
             scale=alt.Scale(domain=GOODPUT_DOMAIN, range=SLO_RANGE),
-            legend=alt.Legend(orient="top", title=None, labelLimit=260),
+            legend=alt.Legend(orient="top", title=None, labelLimit=0),
         ),
         tooltip=[
             "concurrency:Q",

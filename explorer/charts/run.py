@@ -79,7 +79,10 @@ def step_tokens_chart(frame: pd.DataFrame) -> alt.LayerChart:
     )
     boxes = base.mark_rect(stroke="white", strokeWidth=2, cornerRadius=3).encode(
         color=alt.Color(
-            "role:N", scale=alt.Scale(domain=ROLE_DOMAIN, range=ROLE_RANGE), title=None, legend=alt.Legend(orient="top")
+            "role:N",
+            scale=alt.Scale(domain=ROLE_DOMAIN, range=ROLE_RANGE),
+            title=None,
+            legend=alt.Legend(orient="top", columns=1),  # one row overflowed a slide
         )
     )
     labels = base.mark_text(limit=80).encode(text="token:N")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MODELLED
+from explorer.charts.common import MODELLED, two_lines
 from explorer.core.units import GB, to_ms
 from explorer.scale.params import expected_experts_read
 from explorer.scale.whatif import WhatIf, decode_step
@@ -167,7 +167,9 @@ def moe_columns(result: WhatIf, batch: int) -> dict[str, float]:
 def batch_chart(frame: pd.DataFrame, result: WhatIf, factor: float | None = None) -> alt.LayerChart:
     lines = _floor_lines(frame, "batch", "tokens_per_s", "scaled_tokens_per_s", factor).encode(
         x=alt.X("batch:Q", scale=log_scale(frame["batch"]), title="batch B: requests decoded together (log)"),
-        y=alt.Y("value:Q", scale=alt.Scale(type="log"), title="decode tokens/s, all streams (modelled ceiling)"),
+        y=alt.Y(
+            "value:Q", scale=alt.Scale(type="log"), title=two_lines("decode tokens/s, all streams (modelled ceiling)")
+        ),
     )
     layers = [lines]
     if "tokens_per_s_every_expert" in frame:  # the dense curve an MoE bends away from as B touches more experts

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import PHASE_COLOR, PHASE_RANGE
+from explorer.charts.common import PHASE_COLOR, PHASE_RANGE, two_lines
 from explorer.core.trace import percentile
 from explorer.core.units import MB, to_ms
 from explorer.labs.schedule.paging import memory_steps
@@ -37,7 +37,7 @@ def legend_color(
     field: str, domain: Sequence[str], colors: Sequence[str], title: str | None, *, legend: bool = True
 ) -> alt.Color:
     """A nominal field coloured from a fixed palette, its legend on the right (long labels kept whole)."""
-    shown = alt.Legend(orient="right", labelLimit=260) if legend else None
+    shown = alt.Legend(orient="right", labelLimit=0) if legend else None
     return alt.Color(f"{field}:N", scale=alt.Scale(domain=list(domain), range=list(colors)), title=title, legend=shown)
 
 
@@ -249,7 +249,7 @@ def memory_chart(frame: pd.DataFrame) -> alt.Chart:
         .mark_line(point=True, interpolate="step-after")
         .encode(
             x=alt.X("step:Q", title="engine step", axis=alt.Axis(tickMinStep=1)),
-            y=alt.Y("mb:Q", title="KV cache (MB, modelled, log scale)", scale=alt.Scale(type="log")),
+            y=alt.Y("mb:Q", title=two_lines("KV cache (MB, modelled, log)"), scale=alt.Scale(type="log")),
             color=legend_color("layout", LAYOUT_DOMAIN, LAYOUT_RANGE, None),
             tooltip=["step:Q", "layout:N", alt.Tooltip("mb:Q", format=".2f")],
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import MEASURED, MODELLED
+from explorer.charts.common import MEASURED, MODELLED, two_lines
 from explorer.core.roofline import attainable_flops
 from explorer.core.trace import percentile
 from explorer.core.units import GB, MB, to_ms
@@ -45,7 +45,7 @@ def nocache_frame(result: NoCacheResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _loop_lines(frame: pd.DataFrame, y: str, title: str) -> alt.Chart:
+def _loop_lines(frame: pd.DataFrame, y: str, title: str | list[str]) -> alt.Chart:
     return (
         alt.Chart(frame)
         .mark_line(point=True)
@@ -68,7 +68,7 @@ def cumulative_time_chart(frame: pd.DataFrame) -> alt.Chart:
 
 
 def cumulative_flops_chart(frame: pd.DataFrame) -> alt.Chart:
-    return _loop_lines(frame, "cumulative_gflop", "total work so far (GFLOP, modelled)")
+    return _loop_lines(frame, "cumulative_gflop", two_lines("total work so far (GFLOP, modelled)"))
 
 
 def cache_memory_frame(result: NoCacheResult) -> pd.DataFrame:
@@ -85,7 +85,7 @@ def cache_memory_chart(frame: pd.DataFrame) -> alt.Chart:
         .mark_area(color=LOOP_RANGE[0], opacity=0.4, line=True)
         .encode(
             x=alt.X("position:Q", title="sequence length (tokens)"),
-            y=alt.Y("kv_cache_mb:Q", title="KV cache held (MB, measured)"),
+            y=alt.Y("kv_cache_mb:Q", title=two_lines("KV cache held (MB, measured)")),
             tooltip=["position:Q", alt.Tooltip("kv_cache_mb:Q", format=".3f")],
         )
         .properties(height=200)
@@ -179,7 +179,7 @@ def experts_columns(run: BatchRun) -> dict[str, float]:
     return {"distinct_experts_per_step": sum(step.experts_touched), "expert_read_mb": step.cost.expert_bytes_read / MB}
 
 
-def _measured_and_modelled(frame: pd.DataFrame, measured: str, modelled: str, title: str) -> alt.LayerChart:
+def _measured_and_modelled(frame: pd.DataFrame, measured: str, modelled: str, title: str | list[str]) -> alt.LayerChart:
     x = alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch size B")
     points = (
         alt.Chart(frame)
@@ -199,7 +199,9 @@ def step_time_vs_batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
 
 
 def tokens_per_s_vs_batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    return _measured_and_modelled(frame, "tokens_per_s", "modelled_tokens_per_s", "decode tokens/s (all requests)")
+    return _measured_and_modelled(
+        frame, "tokens_per_s", "modelled_tokens_per_s", two_lines("decode tokens/s (all requests)")
+    )
 
 
 def batch_roofline_frame(result: BatchResult, frame: pd.DataFrame) -> pd.DataFrame:
@@ -244,7 +246,7 @@ def tradeoff_chart(frame: pd.DataFrame, itl_slo_ms: float) -> alt.LayerChart:
         .mark_line(point=alt.OverlayMarkDef(filled=True, size=80), color="#1b9e77")
         .encode(
             x=alt.X("itl_p99_ms:Q", title="each request's ITL (ms, p99, measured)"),
-            y=alt.Y("tokens_per_s:Q", title="decode tokens/s, all requests (measured)"),
+            y=alt.Y("tokens_per_s:Q", title=two_lines("decode tokens/s, all requests (measured)")),
             order="batch_size:Q",
             tooltip=[
                 "batch_size",

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import altair as alt
 
+PRESENTER_PADDING_PX = 10  # around a presenter chart: a rotated axis title's glyphs overran the drawing by 3 px
+
 
 @dataclass(frozen=True)
 class Theme:
@@ -19,18 +21,31 @@ class Theme:
     mark_text_px: int  # text drawn inside charts (token labels, values)
     table_rows: int | None  # rows a table shows before it scrolls; None: all
     main_chart_px: int | None = None  # a "One request" page's main chart (axes and legend included); None: its own
+    renderer: str | None = None  # how the browser draws it: "svg" when presenting (crisp on a projector, and every
+    # drawn text is an element whose box a test can measure); None: Streamlit's choice (canvas for large data)
 
 
 NORMAL = Theme("normal", label_px=11, title_px=12, mark_text_px=11, table_rows=None)
 # 1280 × 720 with the sidebar open: a compact header, the key figures and a main chart of this height fit the screen.
-PRESENTER = Theme("presenter", label_px=18, title_px=20, mark_text_px=18, table_rows=8, main_chart_px=320)
+PRESENTER = Theme(
+    "presenter", label_px=18, title_px=20, mark_text_px=18, table_rows=8, main_chart_px=320, renderer="svg"
+)
 
 
 def apply(chart: alt.TopLevelMixin, theme: Theme) -> alt.TopLevelMixin:
-    return (
+    """The theme's sizes over a finished chart. Legend entries and titles are never cut short (Vega's default cuts a
+    legend label at 160 px, "read from the KV c…" at presenter sizes): a chart whose legend would not fit lays it out
+    in rows or columns of its own instead."""
+    themed = (
         chart.configure_axis(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
-        .configure_legend(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
+        .configure_legend(labelFontSize=theme.label_px, titleFontSize=theme.title_px, labelLimit=0, titleLimit=0)
         .configure_title(fontSize=theme.title_px)
         .configure_text(fontSize=theme.mark_text_px)
-        .configure_header(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
+        .configure_header(labelFontSize=theme.label_px, titleFontSize=theme.title_px, labelLimit=0)
     )
+    if theme.renderer is not None:  # presenting: a margin too, as the browser's type runs a few px past Vega's estimate
+        embed = {"embedOptions": {"renderer": theme.renderer}}
+        # A padding per side: Streamlit's front end fails on a bare number ("Cannot create property 'bottom'").
+        sides = dict.fromkeys(("left", "top", "right", "bottom"), PRESENTER_PADDING_PX)
+        themed = themed.properties(usermeta=embed, padding=sides)
+    return themed

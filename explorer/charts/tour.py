@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.attention import MASKED, MASKED_COLOR, block_size
-from explorer.charts.common import MEASURED, MODELLED, PHASE_RANGE, display_token
+from explorer.charts.common import MEASURED, MODELLED, PHASE_RANGE, TWO_LINE_LABEL, display_token
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
 from explorer.charts.run import ROLE_DOMAIN, TOKENS_PER_ROW
 from explorer.core.roofline import pass_cost, pass_flops
@@ -239,7 +239,7 @@ def batch_chart(frame: pd.DataFrame, height_px: int) -> alt.LayerChart:
     """Stacked modelled step times by B, tokens/s written above each bar; a black tick is this run's measured step."""
     parts = SEGMENT_COLUMNS[:3]
     labels = SEGMENT_LABELS[:3]
-    x = alt.X("batch:O", title="batch B: sequences decoded together in one step", axis=alt.Axis(labelAngle=0))
+    x = alt.X("batch:O", title="batch B (sequences per step)", axis=alt.Axis(labelAngle=0))
     lookup = "{" + ", ".join(f"'{c}': '{lab}'" for c, lab in zip(parts, labels)) + "}"
     bars = (
         alt.Chart(frame)
@@ -253,12 +253,18 @@ def batch_chart(frame: pd.DataFrame, height_px: int) -> alt.LayerChart:
                 "part:N",
                 scale=alt.Scale(domain=labels, range=SEGMENT_RANGE[:3]),
                 title=None,
-                legend=alt.Legend(orient="top", columns=1, labelLimit=360),
+                legend=alt.Legend(orient="top", columns=1, labelLimit=0, labelExpr=TWO_LINE_LABEL),
             ),
             tooltip=["batch", "part:N", alt.Tooltip("segment_ms:Q", format=".3f"), "bound"],
         )
     )
-    rate = alt.Chart(frame).mark_text(dy=-8).encode(x=x, y="step_ms:Q", text=alt.Text("tokens_per_s:Q", format=",.0f"))
+    # The rate says its unit: a bare number above a bar on an axis in ms read as ms.
+    rate = (
+        alt.Chart(frame)
+        .transform_calculate(rate="format(datum.tokens_per_s, ',.0f') + ' tok/s'")
+        .mark_text(dy=-8)
+        .encode(x=x, y="step_ms:Q", text="rate:N")
+    )
     tick = (
         alt.Chart(frame)
         .transform_filter("isValid(datum.measured_ms)")
@@ -303,19 +309,25 @@ def _lane(lane: str, steps: list[tuple[str, float]], start_s: float = 0.0) -> li
     return rows
 
 
-def serving_frame(prefill_s: float, decode_s: float, chunks_s: list[float]) -> pd.DataFrame:
+def machine_word(device_kind: str) -> str:
+    """What the disaggregated lanes are called: the kind of device the run was on ("cpu" → CPU, "cuda" → GPU)."""
+    return "CPU" if device_kind == "cpu" else "GPU"
+
+
+def serving_frame(prefill_s: float, decode_s: float, chunks_s: list[float], machine: str = "GPU") -> pd.DataFrame:
     """A running request decodes one token per step when a new prompt arrives; three ways to serve its prefill:
     in one piece between two decode steps, in chunks each sharing a step with the running request's decode (the
     step's time: the decode's own plus what the chunk adds, `chunks_s`, so never shorter than a decode step), or on
-    another machine. Every step but a whole prefill ends with one of the running request's tokens; each lane's label
-    says the longest wait between two of them, and `added_ms` how much of that wait the new prompt caused."""
+    another machine (a `machine`, named by the run's device kind). Every step but a whole prefill ends with one of
+    the running request's tokens; each lane's label says the longest wait between two of them, and `added_ms` how
+    much of that wait the new prompt caused."""
     decode, prefill, mixed = WORK_DOMAIN
     before, after = [(decode, decode_s)] * STEPS_BEFORE, [(decode, decode_s)] * STEPS_AFTER
     rows = [
         *_lane("one piece", [*before, (prefill, prefill_s), *after]),
         *_lane(f"{len(chunks_s)} chunks", [*before, *[(mixed, decode_s + c) for c in chunks_s], *after]),
-        *_lane("decode GPU", [*before, *[(decode, decode_s)] * (len(chunks_s) + STEPS_AFTER)]),
-        *_lane("prefill GPU", [(prefill, prefill_s)], start_s=STEPS_BEFORE * decode_s),
+        *_lane(f"decode {machine}", [*before, *[(decode, decode_s)] * (len(chunks_s) + STEPS_AFTER)]),
+        *_lane(f"prefill {machine}", [(prefill, prefill_s)], start_s=STEPS_BEFORE * decode_s),
     ]
     frame = pd.DataFrame(rows)
     frame["step_ms"] = frame["end_ms"] - frame["start_ms"]
@@ -355,7 +367,7 @@ def serving_chart(frame: pd.DataFrame, height_px: int) -> alt.Chart:
                 "work:N",
                 scale=alt.Scale(domain=WORK_DOMAIN, range=WORK_RANGE),
                 title=None,
-                legend=alt.Legend(orient="top", columns=3, labelLimit=200),
+                legend=alt.Legend(orient="top", columns=2, labelLimit=0),  # 3 columns overflowed a narrow slide
             ),
             tooltip=["lane", "work", alt.Tooltip("step_ms:Q", format=".1f", title="step (ms)")],
         )

@@ -17,8 +17,19 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
+import torch
+
 from explorer.core.attention import AttentionMaps, AttentionReplay, check_capture
-from explorer.core.engine import CheckedRequest, LiveRequest, Request, finished_trace, seeded
+from explorer.core.engine import (
+    CheckedRequest,
+    LiveRequest,
+    Request,
+    decode_one_token,
+    finished_trace,
+    new_cache,
+    prefill,
+    seeded,
+)
 from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import keep_figures_honest, prepare_device
@@ -84,6 +95,7 @@ class SteppedRequest:
         """ONE real pass (prefill first, then one decode), timed by the engine, then its attention (untimed); the
         last one also finishes the request (its trace kept, both caches freed)."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
+            self.warm_up()
             self.live.clock.resume()
             try:
                 record = self.live.step()
@@ -95,6 +107,25 @@ class SteppedRequest:
                 self._free()
             self.last_used_s = time.monotonic()
         return record
+
+    def warm_up(self) -> None:
+        """One untimed pass of the same shape as the timed one, right before it, with the request's clock paused.
+
+        Why: a Run's passes follow each other, each one warmed by the last; a stepped pass follows a pause of seconds
+        (the room reading the slide, the page redrawn, the attention replay on the other path), after which the
+        thread pool has gone to sleep and the weights have left the caches. Timed cold, stepped decode passes came out
+        2-6x a Run's (100-305 ms against 45-60 ms). The prefill's twin runs into a throwaway cache; a decode's twin
+        into the request's own cache, then cut back by its one position (`Cache.crop(-1)`): same tokens, same cache.
+        """
+        live = self.live
+        if live.cache is None or live.done:
+            return
+        if not live.passes:
+            prefill(self.lm.model, torch.tensor(live.rows, device=self.lm.torch_device), new_cache(self.lm.model))
+            return
+        ids = torch.tensor([[t] for t in live.passes[-1].batch_token_ids], device=self.lm.torch_device)  # (B, 1)
+        decode_one_token(self.lm.model, ids, live.cache)
+        live.cache.crop(-1)  # transformers 5: a negative count drops that many positions from the end
 
     def idle_for_s(self) -> float:
         return time.monotonic() - self.last_used_s

@@ -343,14 +343,15 @@ def serving_slide(run: Run) -> Slide:
         decode_s = pass_cost(trace.model, trace.device, 1, trace.prompt_len).roofline_time_s
         decode_word = "modelled"
     chunks = charts.chunk_times_s(trace, charts.CHUNKS)
-    frame = charts.serving_frame(prefill_s, decode_s, chunks)
+    machine = charts.machine_word(trace.device.kind)  # a run on a CPU is not drawn on GPUs
+    frame = charts.serving_frame(prefill_s, decode_s, chunks, machine)
     lanes = frame.drop_duplicates("lane").set_index("lane")
     gaps, added = lanes["longest_gap_ms"], lanes["added_ms"]
     sentences = [
         f"This {trace.prompt_len}-token prefill took {ms(prefill_s)} ({run.measured}): {prefill_s / decode_s:,.1f} "
         f"decode steps' time ({decode_word}).",
         f"Modelled: in one piece it holds a running request's next token back {short_time(added.iloc[0] / 1e3)}; "
-        f"chunked (Sarathi, vLLM) at most {short_time(added.iloc[1] / 1e3)} a step; on its own GPU (DistServe) "
+        f"chunked (Sarathi, vLLM) at most {short_time(added.iloc[1] / 1e3)} a step; on its own {machine} (DistServe) "
         f"not at all, shipping {human_bytes(trace.prefill.kv_cache_bytes)} of KV.",
     ]
     return _slide(

@@ -11,6 +11,7 @@ import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from explorer.charts import remote as charts
+from explorer.core import slo
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting import settings
 from explorer.labs import bundled
@@ -246,14 +247,28 @@ def sweep_header(result: SweepResult) -> None:
         st.warning(escape_markdown(result.tokens_note))  # it names the file's token sources: text, never markdown
 
 
+def sweep_slo_defaults(result: SweepResult) -> slo.SloDefaults:
+    """1.2 × the p99 TTFT and ITL at the sweep's lightest load, rounded: that level meets them and heavier ones can
+    miss them (a fixed 50 ms is missed at every level by a server on a small CPU)."""
+    if not result.levels:
+        return slo.REFERENCE
+    lightest = min(result.levels, key=lambda level: level.concurrency)
+    return slo.chosen_from(
+        lightest.ttft_percentile_s(99),
+        lightest.itl_percentile_s(99),
+        f"the p99s at this sweep's lightest load (concurrency {lightest.concurrency}):",
+    )
+
+
 def against_slos(result: SweepResult) -> tuple[float, float]:
     """The levels table and the two charts against the session's SLOs; returns the SLOs (seconds)."""
     st.subheader("Against your SLOs")
     st.caption(
-        "The same SLOs as the Latency page. A request is good when its TTFT and the p99 of its ITLs are both "
-        "strictly under them; changing an SLO re-reads the stored requests: nothing is sent again."
+        "The same SLOs as the Latency page once you set one; until then defaults chosen from this sweep. A request is "
+        "good when its TTFT and the p99 of its ITLs are both strictly under them; changing an SLO re-reads the stored "
+        "requests: nothing is sent again."
     )
-    ttft_slo_s, itl_slo_s = slo_inputs()
+    ttft_slo_s, itl_slo_s = slo_inputs(sweep_slo_defaults(result))
     tables = sweep_tables(result, ttft_slo_s, itl_slo_s)
     table(
         tables.levels,

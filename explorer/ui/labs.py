@@ -7,10 +7,12 @@ import math
 
 import streamlit as st
 
+from explorer.core import slo
 from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, Request
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
+from explorer.core.stats import percentile
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize
@@ -21,7 +23,7 @@ from explorer.labs.nocache_result import NoCacheResult
 from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
 from explorer.ui.state import current_run
-from explorer.ui.widgets import escape_markdown, show_error
+from explorer.ui.widgets import ITL_SLO_MS, current_slos_s, escape_markdown, show_error
 
 NOCACHE_RESULT = "explorer_nocache_result"
 BATCH_RESULT = "explorer_batch_result"
@@ -172,3 +174,15 @@ def batch_mismatches(result: BatchResult) -> None:
     st.warning(f"{len(notes)} batched request(s) differ from their solo run in the same dtype: which token, and why.")
     for note in notes:
         st.text(note)  # token texts come from the model: never markdown
+
+
+def batch_itl_slo_s(result: BatchResult) -> tuple[float, str]:
+    """The ITL SLO the Batching page checks each batch size against: the user's from the Latency page where set, else
+    1.2 × the smallest batch's p99 ITL, rounded (so the lightest load meets it and heavier ones can miss it); with the
+    line that says which."""
+    lightest = min(result.runs, key=lambda run: run.batch_size)
+    p99_s = percentile(lightest.itl_s, 99) if lightest.itl_s else None
+    defaults = slo.chosen_from(None, p99_s, f"batch size {lightest.batch_size}'s p99")
+    itl_slo_s = current_slos_s(defaults)[1]
+    said = "yours, from the Latency page" if ITL_SLO_MS in st.session_state else f"default, {defaults.source}"
+    return itl_slo_s, said

@@ -21,6 +21,8 @@ UPLOADED = "explorer_recording_uploaded"  # the file id of the upload last opene
 UPLOAD_KEY = "recording-upload"  # the uploader's own key
 NO_MAPS = "This recording holds no attention maps."
 QUERY = "recording"
+COMPARE_QUERY = "compare"  # ?recording=A&compare=B: B opens first, then A, so Compare sets the two side by side
+LINKED_PAIR = "explorer_recording_linked_pair"  # the (A, B) a link opened in this session: opened once
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -44,7 +46,7 @@ def bundled_recording(path: Path) -> Recording:
 def as_result(recording: Recording) -> RunResult:
     note = recording.meta.attention_note or ("" if recording.attention else NO_MAPS)
     return RunResult(
-        recording.trace, recording.attention, note, f"recorded: {recording.meta.name}", recorded=recording.meta
+        recording.trace, recording.attention, note, recorded_label(recording.meta.name), recorded=recording.meta
     )
 
 
@@ -64,12 +66,35 @@ def open_bundled(name: str) -> bool:
 
 
 def open_from_link() -> None:
-    """`?recording=NAME` opens that recording once per session: a later Run is not replaced on the next click."""
+    """`?recording=NAME` opens that recording once per session: a later Run is not replaced on the next click. With
+    `&compare=OTHER`, OTHER opens first and NAME after it: NAME is the current run, OTHER the one before it, the pair
+    Compare two runs shows."""
     name = st.query_params.get(QUERY)
+    other = st.query_params.get(COMPARE_QUERY)
+    if name and other and other != name and st.session_state.get(LINKED_PAIR) != (name, other):
+        st.session_state[LINKED_PAIR] = (name, other)
+        st.session_state[LINKED] = name
+        if open_bundled(other):
+            open_bundled(name)
+        return
     if not name or st.session_state.get(LINKED) == name:
         return
     st.session_state[LINKED] = name
     open_bundled(name)
+
+
+def compared_indices(labels: list[str]) -> tuple[int, int]:
+    """Which of the session's runs (`labels`, oldest first) Compare shows first: the two a `?recording=A&compare=B`
+    link opened (A, then B) while both are still there, else the last two."""
+    pair = st.session_state.get(LINKED_PAIR)
+    wanted = None if pair is None else [recorded_label(pair[0]), recorded_label(pair[1])]
+    if wanted is not None and set(wanted) <= set(labels):
+        return labels.index(wanted[0]), labels.index(wanted[1])
+    return len(labels) - 2, len(labels) - 1
+
+
+def recorded_label(name: str) -> str:
+    return f"recorded: {name}"
 
 
 def recordings_sidebar() -> None:

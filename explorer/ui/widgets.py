@@ -13,13 +13,14 @@ import pandas as pd
 import streamlit as st
 
 from explorer.charts import export, theme
-from explorer.charts.latency import DEFAULT_ITL_SLO_S, DEFAULT_TTFT_SLO_S
 from explorer.charts.tables import human_table
+from explorer.core import slo
 from explorer.core.errors import BadInput, one_line
 from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
+from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
 from explorer.ui.state import RunResult, current_run
 
 LOG = logging.getLogger(__name__)
@@ -140,7 +141,9 @@ def spread_metric(
         f"{fmt(spread.low)} – {fmt(spread.high)}" if ranged else None,
         delta_color="off",
         delta_arrow="off",
-        delta_description=f"min–max of {spread.samples}" if ranged else None,
+        # When presenting, the range alone: its words were cut to "m." beside large figures; the note under the
+        # figures says they are medians with their min–max.
+        delta_description=f"min–max of {spread.samples}" if ranged and not presenting() else None,
         help=f"measured: {meaning}; " + (f"median of {spread.samples} repeats" if ranged else "one sample"),
     )
 
@@ -248,40 +251,65 @@ def lab_page(
     return result
 
 
-# The SLOs live in the session, not in a page: the Latency page sets them and every other page reads the same ones.
+# The SLOs live in the session, not in a page: set on the Latency page (or the Endpoint's), read by every other page.
+# A key holds a value only once the user has set it; until then each view starts from defaults chosen from what it
+# shows (`explorer.core.slo`: a round figure 1.2 × above the run's own median), said under the inputs.
 TTFT_SLO_MS = "explorer_ttft_slo_ms"
 ITL_SLO_MS = "explorer_itl_slo_ms"
-DEFAULT_TTFT_SLO_MS = DEFAULT_TTFT_SLO_S * 1e3
-DEFAULT_ITL_SLO_MS = DEFAULT_ITL_SLO_S * 1e3
 
 
-def slo_inputs() -> tuple[float, float]:
-    """TTFT and ITL SLO inputs side by side; returns both in seconds. Changing one only re-reads stored timings."""
+def run_slo_defaults() -> slo.SloDefaults:
+    """The current run's defaults; the chat reference before any run."""
+    run = current_run()
+    return slo.REFERENCE if run is None else slo.from_trace(run.trace)
+
+
+def keep_slo(key: str) -> None:
+    """An SLO input's callback: the user's value, under our own key, which every page reads."""
+    st.session_state[key] = st.session_state[f"{key}-input"]
+
+
+def slo_inputs(defaults: slo.SloDefaults | None = None) -> tuple[float, float]:
+    """TTFT and ITL SLO inputs side by side, starting from `defaults` (the current run's when None) until the user
+    sets one; returns both in seconds. Changing one only re-reads stored timings."""
+    defaults = defaults or run_slo_defaults()
     left, right = st.columns(2)
     fields = [
-        (left, "TTFT SLO (ms)", TTFT_SLO_MS, DEFAULT_TTFT_SLO_MS, 1.0, 600_000.0, 100.0, "Checked against TTFT."),
-        (right, "ITL SLO (ms)", ITL_SLO_MS, DEFAULT_ITL_SLO_MS, 0.1, 60_000.0, 5.0, "Checked against the p99 ITL."),
+        (left, "TTFT SLO (ms)", TTFT_SLO_MS, defaults.ttft_s, 1.0, 600_000.0, 100.0, "Checked against TTFT."),
+        (right, "ITL SLO (ms)", ITL_SLO_MS, defaults.itl_s, 0.1, 60_000.0, 5.0, "Checked against the p99 ITL."),
     ]
     values = []
-    for column, label, key, default, low, high, step, meaning in fields:
+    for column, label, key, default_s, low, high, step, meaning in fields:
+        # The widget has its own key, set before it is drawn from ours (the user's value) or the default: a value
+        # that moves with the run never re-creates the widget, so no edit is lost to a new widget identity.
+        st.session_state[f"{key}-input"] = float(st.session_state.get(key, default_s * 1e3))
         value = column.number_input(
             label,
             min_value=low,
             max_value=high,
-            value=float(st.session_state.get(key, default)),
             step=step,
+            key=f"{key}-input",
+            on_change=keep_slo,
+            args=(key,),
             help=f"{meaning} Changing an SLO only re-reads stored timings: nothing is run again.",
         )
-        st.session_state[key] = value  # our own key, not the widget's: other pages read it
         values.append(value / 1e3)
+    if TTFT_SLO_MS not in st.session_state or ITL_SLO_MS not in st.session_state:
+        st.caption(
+            f"Default SLOs, chosen from what this page shows: {defaults.source}. Set your own above. For reference, a "
+            f"common chat target is p99 ITL under {slo.REFERENCE_ITL_SLO_S * 1e3:.0f} ms (the grey dotted line where "
+            "a chart draws it)."
+        )
     return values[0], values[1]
 
 
-def current_slos_s() -> tuple[float, float]:
-    """The session's SLOs (seconds) for pages that show them without editing them."""
+def current_slos_s(defaults: slo.SloDefaults | None = None) -> tuple[float, float]:
+    """The session's SLOs (seconds) for pages that show them without editing them: the user's where set, else
+    `defaults` (the current run's when None)."""
+    defaults = defaults or run_slo_defaults()
     return (
-        st.session_state.get(TTFT_SLO_MS, DEFAULT_TTFT_SLO_MS) / 1e3,
-        st.session_state.get(ITL_SLO_MS, DEFAULT_ITL_SLO_MS) / 1e3,
+        st.session_state.get(TTFT_SLO_MS, defaults.ttft_s * 1e3) / 1e3,
+        st.session_state.get(ITL_SLO_MS, defaults.itl_s * 1e3) / 1e3,
     )
 
 
@@ -300,50 +328,6 @@ def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> No
         return
     for column, (label, value, help_text) in zip(st.columns(columns or len(items)), items):
         column.metric(label, value, help=help_text)
-
-
-# --- presenter mode ------------------------------------------------------------------------------------------------
-PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: read, never written
-# Larger type for text, metrics, code, plain text and static tables, from one fixed stylesheet (no user text, no
-# script); charts take their sizes from the presenter chart theme instead. A data grid (st.dataframe) draws on a
-# canvas that no stylesheet reaches: pages show tables through `table`, a static table when presenting. The header
-# (less space above and under the title) and notes (a recording's banner) are compact, so that a "One request" page's
-# main chart fits the first 1280 × 720 screen (`ChartFirst`).
-PRESENTER_CSS = """<style>
-[data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
-[data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
-[data-testid="stMetricValue"] { font-size: 2.8rem; }
-[data-testid="stMetricLabel"] p { font-size: 1.3rem; }
-[data-testid="stMain"] h1 { font-size: 2.6rem; padding: 0 0 0.25rem 0; }
-[data-testid="stMainBlockContainer"] { padding-top: 2.5rem; }
-[data-testid="stMain"] [data-testid="stAlert"] p { font-size: 1.15rem; }
-[data-testid="stMain"] [data-testid="stAlertContainer"] { padding: 0.5rem 1rem; }
-[data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
-[data-testid="stMain"] [data-testid="stCode"] pre,
-[data-testid="stMain"] [data-testid="stCode"] code,
-[data-testid="stMain"] [data-testid="stText"],
-[data-testid="stMain"] [data-testid="stTable"] th,
-[data-testid="stMain"] [data-testid="stTable"] td { font-size: 1.3rem; }
-</style>"""
-
-
-def presenter_toggle() -> None:
-    """A sidebar switch that makes every page readable from the back of a room; it persists across pages."""
-    on = st.sidebar.toggle(
-        "Presenter mode",
-        key=PRESENTER_KEY,
-        help="Larger type and chart labels (at least 18 px), fewer table rows, secondary sections collapsed.",
-    )
-    if on:
-        st.html(PRESENTER_CSS)
-
-
-def presenting() -> bool:
-    return bool(st.session_state.get(PRESENTER_KEY, False))
-
-
-def current_theme() -> theme.Theme:
-    return theme.PRESENTER if presenting() else theme.NORMAL
 
 
 def secondary(title: str) -> st.delta_generator.DeltaGenerator:

@@ -1,0 +1,90 @@
+"""Presenter mode: the sidebar switch, its link (`?presenter=1` on any page), the stylesheet for large type, and the
+chart theme it picks."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer.charts import theme
+
+PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: written only before the toggle is drawn
+PRESENTER_PARAM = "presenter"  # ?presenter=1 turns presenter mode on from a link, ?presenter=0 off
+PARAM_SEEN = "explorer_presenter_param_seen"  # the ?presenter value last applied: a stale one never undoes the switch
+JUST_SWITCHED = "explorer_presenter_switched"  # set by the switch's callback: the next draw gives the page the keys
+ON_VALUES = {"1", "true", "on", "yes"}
+# Larger type for text, metrics, code, plain text and static tables, from one fixed stylesheet (no user text, no
+# script); charts take their sizes from the presenter chart theme instead. A data grid (st.dataframe) draws on a
+# canvas that no stylesheet reaches: pages show tables through `table`, a static table when presenting. The header
+# (less space above and under the title) and notes (a recording's banner) are compact, so that a "One request" page's
+# main chart fits the first 1280 × 720 screen (`ChartFirst`).
+PRESENTER_CSS = """<style>
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
+[data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
+[data-testid="stMetricValue"] { font-size: 2.8rem; }
+[data-testid="stMetricLabel"] p { font-size: 1.3rem; }
+[data-testid="stMain"] h1 { font-size: 2.6rem; padding: 0 0 0.25rem 0; }
+[data-testid="stMainBlockContainer"] { padding-top: 2.5rem; }
+[data-testid="stMain"] [data-testid="stAlert"] p { font-size: 1.15rem; }
+[data-testid="stMain"] [data-testid="stAlertContainer"] { padding: 0.5rem 1rem; }
+[data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
+[data-testid="stMain"] [data-testid="stCode"] pre,
+[data-testid="stMain"] [data-testid="stCode"] code,
+[data-testid="stMain"] [data-testid="stText"],
+[data-testid="stMain"] [data-testid="stTable"] th,
+[data-testid="stMain"] [data-testid="stTable"] td { font-size: 1.3rem; }
+</style>"""
+# Streamlit's key shortcuts (the Tour's ← and →) ignore keys while focus is in an <input>, and the switch is one: after
+# a click on it the arrows did nothing until the page was clicked. A fixed script (no user text) hands focus back.
+GIVE_KEYS_TO_PAGE_JS = """<script>
+setTimeout(() => { const el = document.activeElement; if (el && el.tagName === "INPUT") el.blur(); }, 0);
+</script>"""
+
+
+def apply_link() -> None:
+    """`?presenter=1` (or 0) sets the switch, once per new value: a link opens a talk in presenter mode."""
+    raw = st.query_params.get(PRESENTER_PARAM)
+    if raw is None or raw == st.session_state.get(PARAM_SEEN):
+        return
+    st.session_state[PARAM_SEEN] = raw
+    st.session_state[PRESENTER_KEY] = raw.strip().lower() in ON_VALUES  # before the toggle exists in this run
+
+
+def keep_in_link() -> None:
+    """The address bar says presenter mode while it is on (a page switch drops query parameters), so a link copied
+    from any page opens the same way; off, the parameter goes."""
+    on = presenting()
+    if on and st.query_params.get(PRESENTER_PARAM) != "1":
+        st.query_params[PRESENTER_PARAM] = "1"
+    elif not on and PRESENTER_PARAM in st.query_params:
+        del st.query_params[PRESENTER_PARAM]
+    st.session_state[PARAM_SEEN] = st.query_params.get(PRESENTER_PARAM)
+
+
+def switched() -> None:
+    st.session_state[JUST_SWITCHED] = True
+
+
+def presenter_toggle() -> None:
+    """A sidebar switch that makes every page readable from the back of a room; it persists across pages, and a link
+    with `?presenter=1` turns it on."""
+    apply_link()
+    on = st.sidebar.toggle(
+        "Presenter mode",
+        key=PRESENTER_KEY,
+        on_change=switched,
+        help="Larger type and chart labels (at least 18 px), fewer table rows, secondary sections collapsed. "
+        "A link with ?presenter=1 opens any page in presenter mode.",
+    )
+    keep_in_link()
+    if on:
+        st.html(PRESENTER_CSS)
+    if st.session_state.pop(JUST_SWITCHED, False):
+        st.sidebar.html(GIVE_KEYS_TO_PAGE_JS, unsafe_allow_javascript=True)
+
+
+def presenting() -> bool:
+    return bool(st.session_state.get(PRESENTER_KEY, False))
+
+
+def current_theme() -> theme.Theme:
+    return theme.PRESENTER if presenting() else theme.NORMAL

@@ -1,0 +1,192 @@
+"""Every chart legible in presenter mode at 1280 × 720, measured in a real browser, and the Tour's arrow keys working
+right after the presenter switch.
+
+How it measures: the tab opens `/?recording=short-chat&presenter=1` (presenter mode and the recording from one link),
+then every page of the sidebar and every Tour slide (→ through them). Presenter mode draws charts as SVG
+(`explorer.charts.theme`), so every piece of text Vega drew is a `<text>` element in the chart's `svg.marks`, inside a
+group whose class names its role (`role-axis-title`, `role-axis-label`, `role-legend-label`, `role-legend-title`,
+`role-title-text`, `role-mark` for value labels, headers). For each visible chart the script takes the SVG's box and
+every drawn text's box (`getBoundingClientRect`, texts Vega hid for overlap skipped) and fails a chart where:
+  - a text's box pokes outside the chart's box by more than 1 px (cut off: the y-axis title above the plot);
+  - a title, axis title, legend entry or header ends in "…" (Vega truncated it to its limit; a token's label on an
+    axis or in a token strip may be cut to its cell, its tooltip names it whole);
+  - two labels of one axis run into each other by more than 3 px both ways (the 39 token labels of an attention map);
+  - an axis title, legend entry or chart title overlaps a bar of the data (a label drawn over data);
+  - a vertical axis is under 100 px long (a plot squeezed flat by what surrounds it).
+The findings are printed per page and slide, and kept in `legibility.json` (in `$EXPLORER_SCREENSHOTS` if set, else
+pytest's temporary folder) with a screenshot of each first screen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from explorer.core.recording import bundled
+from explorer.teach.tour import SLIDE_COUNT, TITLES
+from tests.browser_support import (
+    HostedApp,
+    mark_run_state,
+    skip_module_without_browser,
+    wait_for_charts,
+    wait_until_rerun_done,
+)
+
+skip_module_without_browser("presenter legibility")
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
+
+VIEWPORT = {"width": 1280, "height": 720}
+RECORDING = "short-chat"
+PAGE_TIMEOUT_S = 60
+CHART_DRAW_TIMEOUT_S = 20
+APP = (Path(__file__).parents[1] / "app.py").read_text()
+PAGES = re.findall(r'st\.Page\("pages/[a-z_]+\.py", title="([^"]+)"', APP)
+
+# Every visible chart's drawn text against its own box; see the module docstring for each rule.
+MEASURE_JS = """() => {
+  const box = el => { const r = el.getBoundingClientRect();
+    return {left: r.left, top: r.top, right: r.right, bottom: r.bottom, width: r.width, height: r.height}; };
+  const overlap = (a, b) => Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left))
+    * Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+  // How far two boxes run into each other, the lesser of the two directions: glyph boxes include line spacing, so
+  // neighbouring labels a clean pixel apart can share a sliver; a real overlap runs into both directions.
+  const crossing = (a, b) => Math.min(Math.min(a.right, b.right) - Math.max(a.left, b.left),
+    Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+  const role = el => { const g = el.closest("g[class*='role-']");
+    const m = g ? g.getAttribute("class").match(/role-([a-z-]+)/) : null; return m ? m[1] : "?"; };
+  const hidden = el => { for (let e = el; e && e.tagName !== "svg"; e = e.parentElement) {
+      const style = getComputedStyle(e);
+      if (Number(style.opacity) === 0 || Number(style.fillOpacity) === 0 || style.visibility === "hidden"
+          || style.display === "none") return true; }
+    return false; };
+  const WHOLE = ["axis-title", "legend-label", "legend-title", "title-text", "column-header", "row-header",
+    "facet-header", "column-title", "row-title"];
+  const charts = [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stVegaLiteChart']")];
+  return charts.map((chart, index) => {
+    const svg = chart.querySelector("svg.marks");
+    const canvas = chart.querySelector("canvas");
+    if (!svg) return {index, renderer: canvas ? "canvas" : "none", problems: canvas ? ["drawn on a canvas"] : []};
+    const frame = box(svg);
+    if (frame.width === 0 || frame.height === 0) return {index, renderer: "svg", hidden: true, problems: []};
+    const texts = [...svg.querySelectorAll("text")].filter(t => !hidden(t) && t.textContent.trim())
+      .map(t => ({text: t.textContent, role: role(t), box: box(t), group: t.closest("g[class*='role-axis']")}));
+    const problems = [];
+    for (const t of texts) {
+      const b = t.box;
+      if (b.left < frame.left - 1 || b.top < frame.top - 1 || b.right > frame.right + 1 || b.bottom > frame.bottom + 1)
+        problems.push(`${t.role} "${t.text}" outside the chart`);
+      if (t.text.endsWith("…") && WHOLE.includes(t.role)) problems.push(`${t.role} "${t.text}" truncated`);
+    }
+    const axisLabels = texts.filter(t => t.role === "axis-label");
+    let overlaps = 0, example = "";
+    for (let i = 0; i < axisLabels.length; i++) for (let j = i + 1; j < axisLabels.length; j++) {
+      const a = axisLabels[i], b = axisLabels[j];
+      if (a.group !== b.group || crossing(a.box, b.box) <= 3) continue;
+      overlaps++; example = example || `"${a.text}"/"${b.text}"`;
+    }
+    if (overlaps) problems.push(`${overlaps} overlapping axis labels, e.g. ${example}`);
+    const bars = [...svg.querySelectorAll("g.mark-rect.role-mark path, g.mark-rect.role-mark rect")].map(box)
+      .filter(b => b.width > 0 && b.height > 0);
+    for (const t of texts.filter(t => ["axis-title", "legend-label", "legend-title", "title-text"].includes(t.role))) {
+      const hit = bars.find(b => overlap(t.box, b) > 4);
+      if (hit) problems.push(`${t.role} "${t.text}" over the data`);
+    }
+    for (const d of svg.querySelectorAll("g.role-axis-domain path, g.role-axis-domain line")) {
+      const b = box(d);
+      if (b.height > b.width && b.height < 100) problems.push(`a vertical axis only ${Math.round(b.height)} px long`);
+    }
+    return {index, renderer: "svg", width: Math.round(frame.width), height: Math.round(frame.height),
+            texts: texts.length, problems};
+  });
+}"""
+
+
+def _shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("EXPLORER_SCREENSHOTS")
+    folder = Path(wanted).expanduser().resolve() if wanted else tmp_path_factory.mktemp("legibility")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tab(hosted_app: HostedApp, chromium) -> Iterator[object]:  # noqa: ANN001 - playwright's Browser
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
+        yield page
+    finally:
+        context.close()
+
+
+def _rerun(page, act) -> None:  # noqa: ANN001
+    mark = mark_run_state(page)
+    act()
+    wait_until_rerun_done(page, mark, PAGE_TIMEOUT_S, start_timeout_s=2)
+
+
+def _open_link(page, url: str) -> None:  # noqa: ANN001
+    page.goto(url)
+    page.wait_for_selector("[data-testid='stApp']")
+    mark = mark_run_state(page)
+    wait_until_rerun_done(page, mark, PAGE_TIMEOUT_S, start_timeout_s=2)
+
+
+def _goto(page, label: str) -> None:  # noqa: ANN001
+    link = page.locator("[data-testid='stSidebarNavLink']").filter(has_text=re.compile(f"^{re.escape(label)}$"))
+    _rerun(page, link.first.click)
+
+
+def _measure(page, where: str, rows: list[dict]) -> None:  # noqa: ANN001
+    wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+    for chart in page.evaluate(MEASURE_JS):
+        rows.append({"where": where, **chart})
+
+
+needs_recording = pytest.mark.skipif(RECORDING not in bundled(), reason=f"{RECORDING} is not bundled")
+
+
+@needs_recording
+def test_every_chart_is_legible_in_presenter_mode_at_1280x720(
+    tab, hosted_app: HostedApp, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # noqa: ANN001
+    page, shots, rows = tab, _shots(tmp_path_factory), []
+    _open_link(page, f"{hosted_app.url}/?recording={RECORDING}&presenter=1")
+    for label in PAGES:
+        _goto(page, label)
+        _measure(page, label, rows)
+        page.screenshot(path=str(shots / f"legible-{re.sub(r'[^a-z]+', '-', label.lower())}.png"))
+        if label == "Tour":
+            for index in range(1, SLIDE_COUNT):
+                _rerun(page, lambda: page.keyboard.press("ArrowRight"))
+                title = page.locator("[data-testid='stMain'] h1").first.inner_text().strip()
+                assert title == TITLES[index], (index, title)
+                _measure(page, f"Tour slide {index + 1}", rows)
+                page.screenshot(path=str(shots / f"legible-tour-{index + 1}.png"))
+    (shots / "legibility.json").write_text(json.dumps(rows, indent=1))
+    measured = [r for r in rows if not r.get("hidden")]
+    print(f"\n[legibility] {len(measured)} charts measured on {len(PAGES)} pages and {SLIDE_COUNT} slides; {shots}")
+    for r in measured:
+        print(
+            f"  {r['where']:<24} chart {r['index']} {r.get('width')}×{r.get('height')} {r.get('texts')} texts "
+            + ("ok" if not r["problems"] else "; ".join(r["problems"]))
+        )
+    bad = [r for r in measured if r["problems"]]
+    assert len(measured) >= 20, f"too few charts measured: {len(measured)}"
+    assert not bad, "illegible charts:\n" + "\n".join(f"{r['where']} #{r['index']}: {r['problems']}" for r in bad)
+
+
+@needs_recording
+def test_arrow_keys_work_right_after_the_presenter_switch(tab, hosted_app: HostedApp) -> None:  # noqa: ANN001
+    page = tab
+    _open_link(page, f"{hosted_app.url}/tour?recording={RECORDING}&slide=1")
+    switch = page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode")
+    _rerun(page, switch.click)  # focus is on the switch's <input> now: Streamlit's shortcuts ignore keys there
+    _rerun(page, lambda: page.keyboard.press("ArrowRight"))
+    assert page.locator("[data-testid='stMain'] h1").first.inner_text().strip() == TITLES[1]
+    assert "presenter=1" in page.url

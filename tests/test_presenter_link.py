@@ -1,0 +1,83 @@
+"""Presenter mode by link: `?presenter=1` turns it on from whatever page a link opens, on the Tour together with a
+recording opened by the same link; it stays on over page switches (the address bar keeps saying so) and `?presenter=0`
+or the switch turns it off. AppTest, no model loaded."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from explorer.core.recording import bundled
+from explorer.teach.tour import TITLES
+from explorer.ui import state as ui_state
+from explorer.ui.presenter import PRESENTER_CSS, PRESENTER_KEY, PRESENTER_PARAM
+from explorer.ui.recordings import QUERY
+from tests.apptest_support import ROOT, navigation_like_a_server  # noqa: F401 - an autouse fixture
+
+PAGES = re.findall(r'st\.Page\("(pages/[a-z_]+\.py)"', (ROOT / "app.py").read_text())
+RECORDING = "short-chat"
+
+
+def fresh_app() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def presenter_on(at: AppTest) -> bool:
+    styled = any(PRESENTER_CSS in getattr(el.proto, "body", "") for el in at.get("html"))
+    return at.sidebar.toggle(key=PRESENTER_KEY).value is True and at.session_state[PRESENTER_KEY] is True and styled
+
+
+def test_every_page_is_listed() -> None:
+    assert len(PAGES) == 15 and all(Path(ROOT / p).exists() for p in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_link_with_presenter_1_turns_presenter_mode_on_on_every_page(page: str) -> None:
+    at = fresh_app()
+    assert at.sidebar.toggle(key=PRESENTER_KEY).value is False
+    at.query_params[PRESENTER_PARAM] = "1"
+    at.switch_page(page).run()
+    assert not at.exception, at.exception
+    assert presenter_on(at), page
+
+
+def test_presenter_mode_survives_page_switches_and_a_link_can_turn_it_off() -> None:
+    at = fresh_app()
+    at.query_params[PRESENTER_PARAM] = "1"
+    at.switch_page("pages/latency.py").run()
+    assert presenter_on(at)
+    at.query_params.clear()  # a page switch in the browser drops the query parameters
+    at.switch_page("pages/attention.py").run()
+    assert presenter_on(at) and at.query_params[PRESENTER_PARAM] == "1"  # the address bar says so again
+    at.query_params[PRESENTER_PARAM] = "0"
+    at.run()
+    assert at.sidebar.toggle(key=PRESENTER_KEY).value is False and PRESENTER_PARAM not in at.query_params
+
+
+def test_the_switch_wins_over_a_link_already_applied() -> None:
+    at = fresh_app()
+    at.query_params[PRESENTER_PARAM] = "1"
+    at.run()
+    at.sidebar.toggle(key=PRESENTER_KEY).set_value(False).run()
+    at.run()  # the link's old value is not applied again over the switch
+    assert at.sidebar.toggle(key=PRESENTER_KEY).value is False and PRESENTER_PARAM not in at.query_params
+
+
+@pytest.mark.skipif(RECORDING not in bundled(), reason="the short chat recording is not bundled")
+def test_the_tour_opens_a_recording_in_presenter_mode_from_one_link() -> None:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.query_params.update({QUERY: RECORDING, PRESENTER_PARAM: "1", "slide": "3"})
+    at.switch_page("pages/tour.py").run()
+    assert not at.exception, at.exception
+    assert presenter_on(at)
+    result = at.session_state[ui_state.RUN]
+    assert result.recorded is not None and result.recorded.name == RECORDING
+    assert len(at.main.columns) == 2 and at.main.columns[0].get("vega_lite_chart")  # the slide's presenter layout
+    assert at.title[0].value == TITLES[2] and at.query_params["slide"] == "3"

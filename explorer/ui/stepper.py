@@ -12,11 +12,12 @@ from explorer.core.engine import Request, check_request
 from explorer.core.errors import ExplorerError
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui.queue import count_run, device_turn, hosting_policy, live_steps
-from explorer.ui.runner import get_model, progress_bar
+from explorer.ui.runner import get_model, progress_bar, wait_for_warming
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, remember
 from explorer.ui.widgets import failure_line, show_error
 
 STEPPED = "explorer_stepped"  # the session's SteppedRequest, or absent
+DEFAULT_STEP = Request("What is the capital of France?", max_new_tokens=16)  # what the Step page's form starts with
 
 
 def stepped() -> SteppedRequest | None:
@@ -54,6 +55,7 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
         inputs = replace(inputs, model=policy.check_model(inputs.model))
         policy.check_request(prompt, max_new_tokens, 1)
         count_run(policy)
+        wait_for_warming()
         with device_turn("step"):
             lm = get_model(inputs)
             checked = check_request(lm, request)  # once, as a run's

@@ -17,7 +17,7 @@ from explorer.core.errors import BadInput
 from explorer.hosting.queue import DeviceQueue, ScriptActivity, Ticket, wait_sentence
 from explorer.hosting.settings import HostedPolicy
 from explorer.labs.stepping import LiveSteps
-from explorer.ui.state import HELD_TICKET, LEFT_QUEUE, RUN_STARTS
+from explorer.ui.state import LEFT_QUEUE, RUN_STARTS
 
 DRAW_HOLD_S = 30.0  # a finished run keeps the device while its page is drawn, at most this long
 POLL_S = 0.5  # how often a waiting page redraws its place in line (each redraw is also where a click can cancel)
@@ -162,27 +162,26 @@ def device_turn(what: str = "run") -> Iterator[DeviceTurn]:
     """Hold the device for a whole run, waiting in line (and saying so) while other sessions hold it.
 
     The turn outlives the `with` block: it ends when this session's script run ends, so the page this run is about
-    to draw never competes with the next session's passes (at most DRAW_HOLD_S). Outside a script run, or when the
-    block raises, it ends at once. Taking a turn also frees any session's stepped request left idle: a session that
-    walked away must not keep its cache on the device others are queuing for.
+    to draw never competes with the next session's passes (at most DRAW_HOLD_S), or when this session takes its next
+    turn (a rerun, a second click). Outside a script run, or when the block raises, it ends at once. Streamlit raises
+    its rerun or stop exception at the next draw or session-state access after a click or a closed tab, wherever
+    that falls: so the turn is handed to the queue in `finally`, with no Streamlit call between the block and that.
+    Taking a turn also frees any session's stepped request left idle: a session that walked away must not keep its
+    cache on the device others are queuing for.
     """
     queue = device_queue()
-    earlier = st.session_state.pop(HELD_TICKET, None)
-    if earlier is not None:  # this session is still drawing after its last run: give that turn back, queue again
-        queue.release(earlier)
-    turn = DeviceTurn(queue, queue.enter(what, _session_label()))
+    turn = DeviceTurn(queue, queue.enter(what, _session_label()))  # gives back this session's turn kept for drawing
+    finished = False
     try:
         _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
         live_steps().sweep()
         yield turn
-    except BaseException:  # an error, a refusal, or a click that stops the script: nothing left to draw for this run
-        queue.release(turn.ticket)
-        raise
-    if get_script_run_ctx(suppress_warning=True) is None:
-        queue.release(turn.ticket)
-        return
-    st.session_state[HELD_TICKET] = turn.ticket
-    queue.release_when_done(turn.ticket, threading.current_thread(), DRAW_HOLD_S)
+        finished = True
+    finally:
+        if finished and get_script_run_ctx(suppress_warning=True) is not None:
+            queue.release_when_done(turn.ticket, threading.current_thread(), DRAW_HOLD_S)
+        else:  # an error, a refusal, a click or a closed tab: nothing left to draw for this run
+            queue.release(turn.ticket)
 
 
 class ContentionProbe:

@@ -17,7 +17,6 @@ HISTORY = "explorer_history"  # earlier RunResults of this session, oldest first
 RUN_COUNT = "explorer_run_count"  # how many runs this session started
 LAST_INPUTS = "explorer_last_inputs"  # the RunInputs of the sidebar's last Run: the labs use its model and dtype
 RUN_STARTS = "explorer_run_starts"  # monotonic times this session took the device in the last minute (rate limit)
-HELD_TICKET = "explorer_held_ticket"  # a finished turn still held while this session's page is drawn
 LEFT_QUEUE = "explorer_left_queue"  # set by the "Leave the queue" button, read once by the next script run
 HISTORY_LENGTH = 5
 

@@ -10,12 +10,12 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
-from explorer.ui import queue as ui_queue
-from explorer.ui import runner as ui_runner
 from explorer.ui import state as ui_state
+from explorer.ui.shared import device_session
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +35,7 @@ class ForwardCounter:
 
     def __init__(self) -> None:
         self.calls = 0
-        lm = ui_runner.model_store().get("embedded", "auto", "float32")
-        self.handle = lm.model.register_forward_hook(self.count)
+        self.handle = torch.nn.modules.module.register_module_forward_hook(self.count)  # any model, any session
 
     def count(self, *_: object) -> None:
         self.calls += 1
@@ -197,9 +196,10 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
 
 def test_a_second_session_waits_for_the_device() -> None:
     at = new_app()
-    lock = ui_queue.device_lock()
-    lock.acquire()
-    releaser = threading.Timer(1.0, lock.release)  # the "other session" finishes after a second
+    queue = device_session().queue
+    other = queue.enter("run", owner="other session")
+    assert queue.wait(other, 30)
+    releaser = threading.Timer(1.0, queue.release, args=(other,))  # the "other session" finishes after a second
     releaser.start()
     try:
         run_from_sidebar(at, max_new_tokens=2)
@@ -309,7 +309,7 @@ def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pyt
         seen.append((kind, dtype))
         raise BadInput("stop here")  # what was asked for is all this test needs
 
-    monkeypatch.setattr(ui.runner, "device_profile", figures)
+    monkeypatch.setattr(device_session().figures, "get", figures)
     at = new_app()
     at.sidebar.selectbox(key="sidebar-dtype").set_value("bfloat16")
     run_from_sidebar(at, prompt="   ")  # commits the form; an empty prompt runs nothing

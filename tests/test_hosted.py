@@ -16,11 +16,11 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 from streamlit.testing.v1 import AppTest
 
-from explorer import ui
 from explorer.core import engine
 from explorer.core.errors import BadInput
 from explorer.core.loading import load_model
 from explorer.hosting.queue import DeviceQueue, QueueStatus, ScriptActivity, read_turn_log, wait_sentence
+from explorer.hosting.session import DeviceSession, ModelStore
 from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
@@ -28,9 +28,9 @@ from explorer.hosting.settings import (
     HostedPolicy,
     LabSize,
 )
-from explorer.labs.stepping import LiveSteps
 from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
+from explorer.ui.shared import device_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -333,8 +333,7 @@ def test_a_kept_turn_ends_when_its_session_takes_the_next() -> None:
 def script_queue(monkeypatch: pytest.MonkeyPatch) -> DeviceQueue:
     """`device_turn` as in a script run of one session, on a fresh queue."""
     queue = DeviceQueue()
-    monkeypatch.setattr(ui_queue, "device_queue", lambda: queue)
-    monkeypatch.setattr(ui_queue, "live_steps", LiveSteps)
+    monkeypatch.setattr(ui_queue, "device_session", lambda: DeviceSession(queue=queue))
     monkeypatch.setattr(ui_queue, "get_script_run_ctx", lambda **_: SimpleNamespace(session_id="visitor"))
     return queue
 
@@ -461,7 +460,7 @@ class Calls:
         self.tokenized: list[int] = []
 
     def patches(self) -> contextlib.ExitStack:
-        store_get = ui.runner.ModelStore.get
+        store_get = ModelStore.get
         real_tokenize = engine.tokenize
 
         def get(store: object, *args: object, **kwargs: object) -> object:
@@ -473,7 +472,7 @@ class Calls:
             return real_tokenize(lm, prompt, use_chat_template)
 
         stack = contextlib.ExitStack()
-        stack.enter_context(mock.patch.object(ui.runner.ModelStore, "get", get))
+        stack.enter_context(mock.patch.object(ModelStore, "get", get))
         stack.enter_context(mock.patch.object(engine, "tokenize", tokenize))
         return stack
 
@@ -534,7 +533,7 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 @contextlib.contextmanager
 def device_held_elsewhere() -> Iterator[DeviceQueue]:
     """Another session holds the device for the whole block."""
-    queue = ui_queue.device_queue()
+    queue = device_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     try:

@@ -15,11 +15,12 @@ from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
+from explorer.hosting import session as hosting_session
 from explorer.labs.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
 from explorer.ui import queue as ui_queue
-from explorer.ui import runner as ui_runner
 from explorer.ui import state as ui_state
 from explorer.ui import stepper
+from explorer.ui.shared import device_session
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.test_hosted import device_held_elsewhere
 from tests.test_warm import tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
@@ -248,7 +249,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     real_sentence = ui_queue.wait_sentence
     monkeypatch.setattr(ui_queue, "wait_sentence", lambda *a: said.append(real_sentence(*a)) or said[-1])
     at = step_page_on(tiny_llama_dir)
-    queue = ui_queue.device_queue()
+    queue = device_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     releaser = threading.Timer(1.0, queue.release, args=(other,))  # the other session's run ends after a second
@@ -267,19 +268,19 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
 def test_a_prefill_while_the_server_warms_up_waits_then_runs(
     tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_load = ui_runner.load_model
+    real_load = hosting_session.load_model
 
     def slow(name: str, *args: object, **kwargs: object) -> object:
         threading.Event().wait(3.0)  # warming is still under way when Prefill is pressed
         return real_load(name, *args, **kwargs)
 
-    monkeypatch.setattr(ui_runner, "load_model", slow)
+    monkeypatch.setattr(hosting_session, "load_model", slow)
     at = step_page_on(tiny_llama_dir)  # its first script run started warming, as a server's start does
-    assert ui_runner.warmer().status().state == "warming"
+    assert device_session().warmer.status().state == "warming"
     press_prefill(at, "hi there")
     assert_first_pass_without_error(at)
-    assert ui_runner.warmer().status().state == "warm"
-    turns = ui_queue.device_queue().turns
+    assert device_session().warmer.status().state == "warm"
+    turns = device_session().queue.turns
     warm = next(t for t in turns if t.what == "warm-up")
     step = next(t for t in turns if t.what == "step" and t.number > warm.number)
     assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended

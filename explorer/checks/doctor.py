@@ -21,6 +21,7 @@ from explorer.checks.machine import (
     measure_devices,
     verdict,
 )
+from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, decode_one_token, new_cache, prefill
 from explorer.core.errors import ExplorerError, one_line
 from explorer.core.lab_progress import Report, part_of, silent
@@ -144,10 +145,10 @@ def clocks_check(lm: LoadedModel, trace: Trace) -> Check:
     return verdict(gaps[worst] <= CLOCKS_TOLERANCE, name, line, gaps[worst], "fraction")
 
 
-def run_checks(lm: LoadedModel) -> list[Check]:
+def run_checks(lm: LoadedModel, figures: FiguresStore | None = None) -> list[Check]:
     """A 4-token greedy run as the app makes it (device figures, warm-up, run, figures kept honest), checked."""
     try:
-        trace = measure(lm, Request(DOCTOR_PROMPT, max_new_tokens=DOCTOR_TOKENS, stop_at_eos=False))
+        trace = measure(lm, Request(DOCTOR_PROMPT, max_new_tokens=DOCTOR_TOKENS, stop_at_eos=False), figures)
     except (ExplorerError, RuntimeError) as exc:
         return [verdict(False, "4-token run", f"the run failed: {one_line(exc)}")]
     return [tokens_check(lm, trace), kv_check(trace), ttft_check(trace), clocks_check(lm, trace)]
@@ -167,14 +168,15 @@ def load_check(load: Callable[[], LoadedModel]) -> tuple[LoadedModel | None, Che
 def run_doctor(load: Callable[[], LoadedModel], progress: Report = silent) -> DoctorReport:
     """Every check in order: versions, CUDA, NVML, each device's figures, then the model and its 4-token run."""
     env = environment()
-    devices = measure_devices(part_of(progress, 0.0, 0.6))
+    figures = FiguresStore()  # this command's: the run below reuses the figures the device checks took
+    devices = measure_devices(part_of(progress, 0.0, 0.6), figures)
     checks = machine_checks(env, devices)
     progress(0.6, "Loading the embedded model…")
     lm, loaded = load_check(load)
     checks.append(loaded)
     if lm is not None:
         progress(0.7, f"A {DOCTOR_TOKENS}-token run on {lm.torch_device.type}, checked end to end…")
-        checks += run_checks(lm)
+        checks += run_checks(lm, figures)
     return DoctorReport(
         environment=env,
         devices=devices,

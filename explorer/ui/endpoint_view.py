@@ -17,8 +17,9 @@ from explorer.labs import bundled
 from explorer.remote import sweep, tokens, upload
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
-from explorer.ui.queue import count_run, hosting_policy
+from explorer.ui.queue import count_run
 from explorer.ui.runner import execute_run
+from explorer.ui.shared import device_session, hosting_policy
 from explorer.ui.state import APP_MAX_NEW_TOKENS, DEFAULT_PROMPT, LAST_INPUTS, RunInputs, current_run
 from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, slo_inputs, table
 
@@ -112,10 +113,13 @@ def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
     )  # fmt: skip
 
 
-@st.cache_resource(show_spinner="Loading the embedded tokenizer…")
 def embedded_chunk_counter() -> tokens.ChunkCounter:
-    """One per server process: read-only, and the counter serializes its own calls."""
-    return tokens.load_chunk_counter("embedded")
+    """One per server (the `DeviceSession`'s): read-only, and the counter serializes its own calls."""
+    with st.spinner("Loading the embedded tokenizer…"):
+        counter = device_session().read_once.get(
+            "embedded chunk counter", lambda: tokens.load_chunk_counter("embedded")
+        )
+    return counter  # type: ignore[return-value]
 
 
 def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:

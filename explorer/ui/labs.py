@@ -17,8 +17,8 @@ from explorer.hosting.settings import LabSize
 from explorer.labs import batch, nocache
 from explorer.labs.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
 from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
-from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
+from explorer.ui.shared import hosting_policy
 from explorer.ui.state import current_run
 from explorer.ui.widgets import escape_markdown, show_error
 

@@ -12,6 +12,7 @@ import streamlit as st
 from explorer.core.errors import ExplorerError
 from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.core.recording_checks import read_recording
+from explorer.ui.shared import device_session
 from explorer.ui.state import RunResult, current_run, make_current
 from explorer.ui.widgets import show_error
 
@@ -22,15 +23,11 @@ NO_MAPS = "This recording holds no attention maps."
 QUERY = "recording"
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def read_bundled(path: Path, size: int, mtime_ns: int) -> Recording:
-    """A bundled file, read and checked once per process (and again if it changes on disk)."""
-    return read_recording(path.read_bytes())
-
-
 def bundled_recording(path: Path) -> Recording:
+    """A bundled file, read and checked once per server (and again if it changes on disk)."""
     stat = path.stat()
-    return read_bundled(path, stat.st_size, stat.st_mtime_ns)
+    key = ("recording", path, stat.st_size, stat.st_mtime_ns)
+    return device_session().read_once.get(key, lambda: read_recording(path.read_bytes()))  # type: ignore[return-value]
 
 
 def as_result(recording: Recording) -> RunResult:

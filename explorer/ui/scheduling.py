@@ -28,8 +28,8 @@ from explorer.labs.schedule.workload import (
     parse_int_list,
     validate,
 )
-from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
+from explorer.ui.shared import hosting_policy
 from explorer.ui.widgets import chart, current_slos_s, metrics, show_error, table
 
 RUN_KEY = "explorer_schedule_run"  # the last ScheduleRun of this session (not a widget key)

@@ -16,9 +16,9 @@ from explorer.core.trace import Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
 from explorer.hosting.settings import LabSize
 from explorer.labs.stepping import SteppedRequest
-from explorer.ui.queue import hosting_policy
 from explorer.ui.recordings import needs_live_run
 from explorer.ui.runner import run_lab
+from explorer.ui.shared import hosting_policy
 from explorer.ui.state import RunResult
 from explorer.ui.widgets import chart, current_slos_s, metrics, secondary, slo_inputs, table
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import cost as charts
-from explorer.ui.sections import profile_section, utilisation_section
+from explorer.ui.cost_view import profile_section, utilisation_section
 
 result, layout = ui.chart_first_page(
     "Where the time goes",

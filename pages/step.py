@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from explorer.ui import sections, stepper
+from explorer.ui import step_view, stepper
 
 st.title("Step by step")
 st.caption(
@@ -53,7 +53,7 @@ if current is None or not current.passes:
 def live_view() -> None:
     if autoplay and not current.done and stepper.step_once() and current.done:
         st.rerun()  # the whole page, so the buttons drawn above it show the request as finished
-    sections.step_view(current)
+    step_view.step_view(current)
 
 
 live_view()

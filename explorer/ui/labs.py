@@ -19,11 +19,9 @@ from explorer.labs.batch import DEFAULT_BATCH_SIZES, BatchConfig, BatchResult, p
 from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
-from explorer.ui.state import current_run
+from explorer.ui.state import BATCH_RESULT, NOCACHE_RESULT, current_run
 from explorer.ui.widgets import escape_markdown, show_error
 
-NOCACHE_RESULT = "explorer_nocache_result"
-BATCH_RESULT = "explorer_batch_result"
 CHARS_PER_TOKEN = 4  # English runs ~4 characters a token: enough for an estimate before anything is tokenized
 NOCACHE_MOST_S = 1800.0  # the largest time budget the page offers (a hosted server's cap, if lower)
 

@@ -30,7 +30,7 @@ CONTENTION_NOTE = (
 def count_run(policy: HostedPolicy | None = None) -> None:
     """Count one turn on the device against this session's rate limit; raises the limit's ExplorerError when over."""
     policy = hosting_policy() if policy is None else policy
-    st.session_state[RUN_STARTS] = policy.check_rate(st.session_state.get(RUN_STARTS, ()), time.monotonic())
+    RUN_STARTS.set(policy.check_rate(RUN_STARTS.get() or (), time.monotonic()))
 
 
 def note_script() -> None:
@@ -47,7 +47,7 @@ def _session_label() -> str:
 
 
 def _left_queue() -> None:
-    st.session_state[LEFT_QUEUE] = True
+    LEFT_QUEUE.set(True)
 
 
 def _wait_for_turn(queue: DeviceQueue, ticket: Ticket, max_wait_s: float | None) -> None:

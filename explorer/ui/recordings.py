@@ -13,7 +13,7 @@ from explorer.core.errors import ExplorerError
 from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.core.recording_checks import read_recording
 from explorer.ui.shared import device_session
-from explorer.ui.state import RunResult, current_run, make_current
+from explorer.ui.state import RECORDING_LINKED, RECORDING_UPLOADED, RunResult, current_run, make_current
 from explorer.ui.widgets import show_error
 
 LINKED = "explorer_recording_linked"  # the recording a link opened in this session: a link opens it once
@@ -55,9 +55,9 @@ def open_bundled(name: str) -> bool:
 def open_from_link() -> None:
     """`?recording=NAME` opens that recording once per session: a later Run is not replaced on the next click."""
     name = st.query_params.get(QUERY)
-    if not name or st.session_state.get(LINKED) == name:
+    if not name or RECORDING_LINKED.get() == name:
         return
-    st.session_state[LINKED] = name
+    RECORDING_LINKED.set(name)
     open_bundled(name)
 
 
@@ -75,8 +75,8 @@ def recordings_sidebar() -> None:
                 open_bundled(name)
         # Any type: a type filter makes Streamlit refuse a wrong file with its own message; this says one line.
         uploaded = st.file_uploader(f"…or upload a {SUFFIX} file", key=UPLOAD_KEY)
-        if uploaded is not None and st.session_state.get(UPLOADED) != uploaded.file_id:
-            st.session_state[UPLOADED] = uploaded.file_id
+        if uploaded is not None and RECORDING_UPLOADED.get() != uploaded.file_id:
+            RECORDING_UPLOADED.set(uploaded.file_id)
             open_upload(uploaded.name, uploaded.getvalue())
 
 

@@ -38,7 +38,7 @@ from explorer.hosting.settings import LabSize
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
 from explorer.ui.queue import ContentionProbe
 from explorer.ui.shared import device_session
-from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_run, remember
+from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
 from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import failure_line
 
@@ -88,7 +88,7 @@ def attach_attention(lm: LoadedModel, result: RunResult, cap_bytes: int | None =
     except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
         note = str(exc) if isinstance(exc, ExplorerError) else failure_line("Attention capture", exc)
         result = replace(result, attention_note=note)
-    st.session_state[RUN] = result
+    RUN.set(result)
     return result
 
 
@@ -106,17 +106,17 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
 
 
 def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
-    st.session_state[LAST_INPUTS] = inputs  # a model that loaded: the labs run on the sidebar's last one
+    LAST_INPUTS.set(inputs)  # a model that loaded: the labs run on the sidebar's last one
     assert admitted.checked is not None
     probe = ContentionProbe()
     trace = run_streaming(admitted.model, admitted.checked, admitted.session.figures, probe)
     result = replace(remember(trace, inputs.prompt), contention_note=probe.note)
-    st.session_state[RUN] = result
+    RUN.set(result)
     if result.contention_note:
         st.warning(result.contention_note)
     if not inputs.capture_attention:
         result = replace(result, attention_note=ATTENTION_OFF)
-        st.session_state[RUN] = result
+        RUN.set(result)
         return result
     return attach_attention(admitted.model, result, admitted.policy.attention_cap_bytes)
 
@@ -139,12 +139,12 @@ def remeasure_device(device_choice: str, dtype: str) -> None:
         return
     if run is not None:
         figures = device_session().figures
-        st.session_state[RUN] = replace(run, trace=keep_figures_honest(recost(run.trace, fresh), figures))
+        RUN.set(replace(run, trace=keep_figures_honest(recost(run.trace, fresh), figures)))
     st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
 
 
 def run_lab(
-    key: str,
+    key: Slot[object],
     what: str,
     work: Callable[[LoadedModel, DeviceProfile, LabProgress], object],
     size: LabSize | None = None,
@@ -154,13 +154,13 @@ def run_lab(
     caps before it waits for the device (a hosted server refuses a lab without one). `work` gets a `LabProgress`:
     calling it only moves the bar; its `between_units()` lets anyone waiting go first, and the lab calls it only
     where no measured span crosses it (`core.lab_progress`). Errors are one line and keep the previous result."""
-    inputs = st.session_state.get(LAST_INPUTS, RunInputs())
+    inputs = last_inputs()
 
     def lab(admitted: Admitted) -> object:
         with progress_bar(what) as report:  # the figures, then the warm-up: once, before the lab
             profile = prepare_device(admitted.model, admitted.session.figures, progress=report)
             result = work(admitted.model, profile, LabProgress(report, admitted.turn.pass_on))
-        st.session_state[key] = result
+        key.set(result)
         return result
 
     return on_device(DeviceAsk("lab", what, inputs, lab=size), lab)

@@ -55,7 +55,7 @@ def sidebar() -> RunInputs | None:
     """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
     note_script()  # every script run counts as drawing until it ends: a run timed meanwhile is flagged
     device_session().steps.sweep()  # a session that walked away from a stepped request never comes back to free it
-    if st.session_state.pop(LEFT_QUEUE, False):
+    if LEFT_QUEUE.pop():
         st.sidebar.info("You left the queue: nothing ran.")
     policy = sidebar_policy()
     tokens_cap = min(APP_MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT, policy.max_new_tokens or MAX_NEW_TOKENS_LIMIT)

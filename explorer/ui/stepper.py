@@ -10,16 +10,15 @@ from explorer.core.engine import Request
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
 from explorer.ui.shared import device_session
-from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, remember
+from explorer.ui.state import RUN, STEPPED, RunResult, last_inputs, remember
 from explorer.ui.waiting import progress_bar
 
-STEPPED = "explorer_stepped"  # the session's SteppedRequest, or absent
 DEFAULT_STEP = Request("What is the capital of France?", max_new_tokens=16)  # what the Step page's form starts with
 
 
 def stepped() -> SteppedRequest | None:
     """The session's stepped request; one left idle past the timeout is freed first (if no sweep did already)."""
-    current = st.session_state.get(STEPPED)
+    current = STEPPED.get()
     if current is None or current.done:
         return current
     if current.freed or current.free_if_idle(device_session().steps.idle_timeout_s):
@@ -29,13 +28,13 @@ def stepped() -> SteppedRequest | None:
 
 
 def say_freed_when_idle() -> None:
-    st.session_state.pop(STEPPED, None)
+    STEPPED.pop()
     minutes = device_session().steps.idle_timeout_s / 60
     st.info(f"The stepped request was idle for over {minutes:.0f} minutes: its cache was freed. Press Prefill again.")
 
 
 def reset_stepping() -> None:
-    current = st.session_state.pop(STEPPED, None)
+    current = STEPPED.pop()
     if current is not None:
         current.free()
 
@@ -44,7 +43,7 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
     """A new stepped request on the sidebar's model and sampling (a new prompt frees the old one's cache first); it
     meets the same caps and rate limit as a run."""
     reset_stepping()
-    inputs = st.session_state.get(LAST_INPUTS, RunInputs())
+    inputs = last_inputs()
     request = Request(
         prompt, max_new_tokens=max_new_tokens, use_chat_template=use_chat_template, sampling=inputs.sampling
     )
@@ -55,7 +54,7 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
             cap_bytes, figures = admitted.policy.attention_cap_bytes, admitted.session.figures
             started = SteppedRequest.start(admitted.model, admitted.checked, cap_bytes, report, figures)
         admitted.session.steps.add(started)
-        st.session_state[STEPPED] = started
+        STEPPED.set(started)
 
     on_device(DeviceAsk("step", "Step mode's start", inputs, request), start)
 
@@ -95,7 +94,7 @@ def step_once() -> bool:
         return False
     if current.done:  # the finished request becomes the session's current run, as if it had been run at once
         result = remember(current.to_trace(), current.request.prompt)
-        st.session_state[RUN] = RunResult(result.trace, current.attention(), "", result.label)
+        RUN.set(RunResult(result.trace, current.attention(), "", result.label))
     return True
 
 

@@ -19,7 +19,7 @@ from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
-from explorer.ui.state import RunResult, current_run
+from explorer.ui.state import ITL_SLO_MS, TTFT_SLO_MS, RunResult, Slot, current_run
 
 LOG = logging.getLogger(__name__)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
@@ -207,7 +207,7 @@ def page_with_run(title: str, caption: str) -> RunResult:
 
 
 def lab_page(
-    title: str, caption: str, inputs: Callable[[], object], key: str, hint: str, recorded: str | None = None
+    title: str, caption: str, inputs: Callable[[], object], key: Slot[object], hint: str, recorded: str | None = None
 ) -> Any:
     """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`. Without
     one, the lab's bundled result `recorded` (`explorer.labs.bundled`) under a banner saying it is recorded and that
@@ -218,7 +218,7 @@ def lab_page(
     st.title(title)
     st.caption(caption)
     inputs()
-    result = st.session_state.get(key)
+    result = key.get()
     if result is None and recorded is not None:
         try:
             shown = bundled.read(recorded)
@@ -234,8 +234,6 @@ def lab_page(
 
 
 # The SLOs live in the session, not in a page: the Latency page sets them and every other page reads the same ones.
-TTFT_SLO_MS = "explorer_ttft_slo_ms"
-ITL_SLO_MS = "explorer_itl_slo_ms"
 DEFAULT_TTFT_SLO_MS = DEFAULT_TTFT_SLO_S * 1e3
 DEFAULT_ITL_SLO_MS = DEFAULT_ITL_SLO_S * 1e3
 
@@ -253,11 +251,11 @@ def slo_inputs() -> tuple[float, float]:
             label,
             min_value=low,
             max_value=high,
-            value=float(st.session_state.get(key, default)),
+            value=float(key.get(default) or default),
             step=step,
             help=f"{meaning} Changing an SLO only re-reads stored timings: nothing is run again.",
         )
-        st.session_state[key] = value  # our own key, not the widget's: other pages read it
+        key.set(value)  # our own key, not the widget's: other pages read it
         values.append(value / 1e3)
     return values[0], values[1]
 
@@ -265,8 +263,8 @@ def slo_inputs() -> tuple[float, float]:
 def current_slos_s() -> tuple[float, float]:
     """The session's SLOs (seconds) for pages that show them without editing them."""
     return (
-        st.session_state.get(TTFT_SLO_MS, DEFAULT_TTFT_SLO_MS) / 1e3,
-        st.session_state.get(ITL_SLO_MS, DEFAULT_ITL_SLO_MS) / 1e3,
+        (TTFT_SLO_MS.get() or DEFAULT_TTFT_SLO_MS) / 1e3,
+        (ITL_SLO_MS.get() or DEFAULT_ITL_SLO_MS) / 1e3,
     )
 
 

@@ -382,7 +382,7 @@ def by_label(elements: object, label: str) -> object:
 def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from explorer.ui.widgets import ITL_SLO_MS
+    from explorer.ui.state import ITL_SLO_MS
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=APP_TIMEOUT_S)
     at.run()

@@ -4,12 +4,11 @@ import streamlit as st
 
 from explorer import ui
 from explorer.teach import quiz
-
-QUIZ_VERSION = "quiz_version"  # bumped by Start over: new radio keys start unanswered
+from explorer.ui.state import QUIZ_VERSION
 
 
 def start_over() -> None:
-    st.session_state[QUIZ_VERSION] = st.session_state.get(QUIZ_VERSION, 0) + 1
+    QUIZ_VERSION.set((QUIZ_VERSION.get() or 0) + 1)
 
 
 st.title("Check yourself")
@@ -24,7 +23,7 @@ if result is None:
     st.info("No run yet: the questions work without one; press **Run** in the sidebar to see each answer in your run.")
 
 summary = st.empty()  # filled once every answer below is known
-version = st.session_state.get(QUIZ_VERSION, 0)
+version = QUIZ_VERSION.get() or 0
 answers: dict[str, int] = {}
 for number, q in enumerate(quiz.QUESTIONS, start=1):
     with st.container(border=True):

@@ -7,7 +7,7 @@ from explorer.charts import cost as charts
 from explorer.charts import experts
 from explorer.core.figure_trust import figures_line
 from explorer.ui import operators_view
-from explorer.ui.sections import profile_section, utilisation_section
+from explorer.ui.cost_view import profile_section, utilisation_section
 
 result, layout = ui.chart_first_page(
     "Where the time goes",

@@ -4,7 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import latency as charts
-from explorer.ui import sections
+from explorer.ui import latency_view
 
 result, layout = ui.chart_first_page(
     "Latency: TTFT and ITL",
@@ -16,7 +16,7 @@ trace = result.trace
 layout.run_metrics(trace)
 
 with layout.explanation("Against your SLOs"):
-    ttft_slo_s, itl_slo_s = sections.slo_section(trace)
+    ttft_slo_s, itl_slo_s = latency_view.slo_section(trace)
 
 itl = charts.itl_frame(trace, itl_slo_s)
 if itl.empty:

@@ -10,7 +10,7 @@ run = ui.lab_page(
     "each step, splits long prompts to fit a token budget, keeps the KV cache in fixed-size blocks, and reuses the "
     "blocks of a shared prefix. This page runs it on the real model and records every step.",
     sections.workload_form,
-    sections.RUN_KEY,
+    sections.SCHEDULE_RUN,
     "No scheduling run yet: set a workload above and press **Run** (the defaults take about a minute).",
     "schedule",  # the bundled result shown until Run replaces it (recordings/labs/)
 )

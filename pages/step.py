@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from explorer.ui import sections, stepper
+from explorer.ui import step_view, stepper
 
 st.title("Step by step")
 st.caption(
@@ -11,15 +11,17 @@ st.caption(
 )
 current = stepper.stepped()
 active = current is not None
+shown = current.request if active else stepper.DEFAULT_STEP  # a locked form shows the request being stepped
 with st.form("step-form", border=False):
-    prompt = st.text_input("Prompt", value="What is the capital of France?", disabled=active)
+    prompt = st.text_input("Prompt", value=shown.prompt, disabled=active)
     left, right = st.columns(2)
-    new_tokens = left.number_input("Max new tokens", 1, 256, 16, disabled=active)
-    template = right.toggle("Use the chat template", value=True, disabled=active)
-    if st.form_submit_button("Prefill", type="primary", disabled=active):
-        if stepper.prefill(prompt, int(new_tokens), template):
-            st.rerun()  # the form is drawn again, locked, above the request's first pass
-        # else its one-line error stays on screen (a rerun would wipe it) and the form stays usable
+    new_tokens = left.number_input("Max new tokens", 1, 256, shown.max_new_tokens, disabled=active)
+    template = right.toggle("Use the chat template", value=shown.use_chat_template, disabled=active)
+    prefill_pressed = st.form_submit_button("Prefill", type="primary", disabled=active)
+# Acted on after the form: waiting in line draws a "Leave the queue" button (a callback), which no form may hold.
+if prefill_pressed and stepper.prefill(prompt, int(new_tokens), template):
+    st.rerun()  # the form is drawn again, locked, above the request's first pass
+# else its one-line error stays on screen (a rerun would wipe it) and the form stays usable
 
 steps_disabled = current is None or current.done  # nothing to step, or the request has finished
 buttons = st.columns(4)
@@ -51,7 +53,7 @@ if current is None or not current.passes:
 def live_view() -> None:
     if autoplay and not current.done and stepper.step_once() and current.done:
         st.rerun()  # the whole page, so the buttons drawn above it show the request as finished
-    sections.step_view(current)
+    step_view.step_view(current)
 
 
 live_view()

@@ -17,10 +17,11 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ["EXPLORER_WARM"] = "0"
 
 from explorer.core import device as device_module  # noqa: E402
-from explorer.core.device import device_profile  # noqa: E402
+from explorer.core.device import FiguresStore, device_profile  # noqa: E402
 from explorer.core.lab_progress import Report, silent  # noqa: E402
 from explorer.core.loading import LoadedModel, load_model  # noqa: E402
 from explorer.core.trace import DeviceProfile  # noqa: E402
+from explorer.ui.shared import device_session  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -84,21 +85,27 @@ def cpu_measured_once_per_session() -> Iterator[None]:
         yield
 
 
-def forget_profiles() -> None:
-    """Drop the figures this process keeps (`device._profiles`), so the next ask measures (or takes the session's)."""
-    with device_module._profiles_lock:
-        device_module._profiles.clear()
+@pytest.fixture(autouse=True)
+def device_figures_per_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `device_figures` test gets the real microbenchmarks; every other test's stores (each `FiguresStore` starts
+    empty) are seeded from the session's figures when they first ask."""
+    if request.node.get_closest_marker("device_figures"):
+        monkeypatch.setattr(device_module, "cpu_profile", MEASURE_CPU)
+
+
+@pytest.fixture
+def figures() -> FiguresStore:
+    """A fresh store of device figures, as one CLI command or one app server has."""
+    return FiguresStore()
 
 
 @pytest.fixture(autouse=True)
-def device_figures_per_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test starts from the session's figures: one test's raised or busy figures (the process keeps the best it
-    has seen) never leak into the next. A `device_figures` test gets the real microbenchmarks."""
-    if request.node.get_closest_marker("device_figures"):
-        monkeypatch.setattr(device_module, "cpu_profile", MEASURE_CPU)
-        forget_profiles()
+def fresh_device_session() -> Iterator[None]:
+    """Every test starts the app (AppTest) on a new DeviceSession: no model, turn, warm-up or figures that another
+    test left behind, whatever the order or the worker."""
+    device_session.clear()
     yield
-    forget_profiles()
+    device_session.clear()
 
 
 @pytest.fixture(scope="session")

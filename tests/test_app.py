@@ -7,16 +7,17 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
-from explorer.ui import queue as ui_queue
-from explorer.ui import runner as ui_runner
 from explorer.ui import state as ui_state
-from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
+from explorer.ui.shared import device_session
+from tests.apptest_support import navigation_like_a_server, new_app, open_page  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -35,8 +36,7 @@ class ForwardCounter:
 
     def __init__(self) -> None:
         self.calls = 0
-        lm = ui_runner.model_store().get("embedded", "auto", "float32")
-        self.handle = lm.model.register_forward_hook(self.count)
+        self.handle = torch.nn.modules.module.register_module_forward_hook(self.count)  # any model, any session
 
     def count(self, *_: object) -> None:
         self.calls += 1
@@ -63,10 +63,26 @@ def assert_page_renders(at: AppTest, page: str) -> None:
     assert any(word in captions for word in ("measured", "modelled", "spec")), f"{page} names no source"
 
 
+@dataclass(frozen=True)
+class FirstRun:
+    """One real run with the default prompt, and what its page showed right after it."""
+
+    result: ui_state.RunResult
+    metric_labels: list[str]
+    texts: list[str]
+
+
 @pytest.fixture(scope="module")
-def ran() -> AppTest:
-    """One real run with the default prompt, shared by the page tests."""
-    return run_from_sidebar(new_app())
+def first_run() -> FirstRun:
+    at = run_from_sidebar(new_app())
+    return FirstRun(at.session_state[ui_state.RUN], [m.label for m in at.metric], [t.value for t in at.text])
+
+
+@pytest.fixture
+def ran(first_run: FirstRun) -> AppTest:
+    """A new visitor's app holding that run, on its first page: every test starts from the same view, whatever the
+    tests before it clicked (the run itself is made once per module)."""
+    return open_page("pages/run.py", first_run.result, timeout_s=180)
 
 
 def test_app_starts_without_a_run() -> None:
@@ -75,13 +91,13 @@ def test_app_starts_without_a_run() -> None:
     assert at.sidebar.text_area[0].value == ui_state.DEFAULT_PROMPT
 
 
-def test_a_run_from_the_sidebar_produces_a_trace(ran: AppTest) -> None:
-    result = ran.session_state[ui_state.RUN]
+def test_a_run_from_the_sidebar_produces_a_trace(first_run: FirstRun) -> None:
+    result = first_run.result
     trace = result.trace
     assert trace.prompt_text == ui_state.DEFAULT_PROMPT and 1 <= trace.new_tokens <= 8
     assert trace.passes[0].phase == "prefill" and result.attention is not None
-    assert [m.label for m in ran.metric][:3] == ["Prompt tokens", "New tokens", "TTFT"]
-    assert any(trace.passes[0].token_text.strip() in t.value for t in ran.text)  # the live stream's final state
+    assert first_run.metric_labels[:3] == ["Prompt tokens", "New tokens", "TTFT"]
+    assert any(trace.passes[0].token_text.strip() in t for t in first_run.texts)  # the live stream's final state
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -197,9 +213,10 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
 
 def test_a_second_session_waits_for_the_device() -> None:
     at = new_app()
-    lock = ui_queue.device_lock()
-    lock.acquire()
-    releaser = threading.Timer(1.0, lock.release)  # the "other session" finishes after a second
+    queue = device_session().queue
+    other = queue.enter("run", owner="other session")
+    assert queue.wait(other, 30)
+    releaser = threading.Timer(1.0, queue.release, args=(other,))  # the "other session" finishes after a second
     releaser.start()
     try:
         run_from_sidebar(at, max_new_tokens=2)
@@ -309,7 +326,7 @@ def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pyt
         seen.append((kind, dtype))
         raise BadInput("stop here")  # what was asked for is all this test needs
 
-    monkeypatch.setattr(ui.runner, "device_profile", figures)
+    monkeypatch.setattr(device_session().figures, "get", figures)
     at = new_app()
     at.sidebar.selectbox(key="sidebar-dtype").set_value("bfloat16")
     run_from_sidebar(at, prompt="   ")  # commits the form; an empty prompt runs nothing

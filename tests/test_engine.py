@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer.core import device as device_module
 from explorer.core import engine as engine_module
 from explorer.core.engine import OnPass, Request, check_request, generate, tokenize
 from explorer.core.errors import BadInput
@@ -129,9 +128,9 @@ def test_a_measured_run_is_checked_and_warmed_up_once_and_says_what_it_is_doing(
     monkeypatch.setattr(engine_module, "warm_up", counting_warm_up)
     monkeypatch.setattr("explorer.core.measure.warm_up", counting_warm_up)
     monkeypatch.setattr(engine_module, "validate", counting_validate)
-    monkeypatch.setattr(device_module, "_profiles", {})  # none measured yet: the microbenchmarks run and report too
     said: list[str] = []
-    trace = measure(tiny_lm, Request("abc", max_new_tokens=3, repeats=2), progress=lambda _f, text: said.append(text))
+    request = Request("abc", max_new_tokens=3, repeats=2)
+    trace = measure(tiny_lm, request, progress=lambda _f, text: said.append(text))  # a new store: figures measured
     assert calls == {"warm_up": 1, "validate": 1}
     assert trace.warmup_ran and trace.repeat_count == 2
     assert said[:4] == [

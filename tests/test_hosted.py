@@ -9,16 +9,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 from streamlit.testing.v1 import AppTest
 
-from explorer import ui
 from explorer.core import engine
 from explorer.core.errors import BadInput
 from explorer.core.loading import load_model
 from explorer.hosting.queue import DeviceQueue, QueueStatus, ScriptActivity, read_turn_log, wait_sentence
+from explorer.hosting.session import DeviceSession, ModelStore
 from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
@@ -28,6 +30,7 @@ from explorer.hosting.settings import (
 )
 from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
+from explorer.ui.shared import device_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -292,6 +295,89 @@ def test_a_kept_turn_ends_at_its_limit() -> None:
         stuck.set()
 
 
+def in_a_thread(work: object) -> None:
+    """Run `work` in a thread of its own to its end (a script thread that finished or died)."""
+    thread = threading.Thread(target=work)  # type: ignore[arg-type]
+    thread.start()
+    thread.join(30)
+
+
+def test_a_turn_whose_thread_is_gone_is_taken_back() -> None:
+    queue = DeviceQueue()
+    in_a_thread(lambda: queue.wait(queue.enter("run"), 10))  # took the device and ended without giving it back
+    nxt = queue.enter("run")
+    assert queue.wait(nxt, 5)  # within the queue's poll (1 s), not never
+    assert queue.turns[-1].ended == "owner gone"
+
+
+def test_a_place_in_line_whose_thread_is_gone_is_dropped() -> None:
+    queue = DeviceQueue()
+    holder = queue.enter("run")
+    in_a_thread(lambda: queue.enter("run"))  # queued behind the holder, then its thread ended
+    nxt = queue.enter("run")
+    queue.release(holder)
+    assert queue.wait(nxt, 5) and queue.turns[-1].ended == "owner gone"
+
+
+def test_a_kept_turn_ends_when_its_session_takes_the_next() -> None:
+    queue = DeviceQueue()
+    first = queue.enter("step", owner="session-a")
+    queue.release_when_done(first, threading.current_thread(), limit_s=30)  # this thread goes on (a rerun)
+    second = queue.enter("step", owner="session-a")
+    assert queue.wait(second, 0) and queue.turns[-1].ended == "after drawing"
+    queue.release(second)
+
+
+# --- a turn in a script run that Streamlit stops or reruns (a double click, a closed tab) ---------------------------
+@pytest.fixture
+def script_queue(monkeypatch: pytest.MonkeyPatch) -> DeviceQueue:
+    """`device_turn` as in a script run of one session, on a fresh queue."""
+    queue = DeviceQueue()
+    monkeypatch.setattr(ui_queue, "device_session", lambda: DeviceSession(queue=queue))
+    monkeypatch.setattr(ui_queue, "get_script_run_ctx", lambda **_: SimpleNamespace(session_id="visitor"))
+    return queue
+
+
+@pytest.mark.parametrize("control", [RerunException(None), StopException()], ids=["rerun", "stop"])
+def test_a_rerun_or_stop_inside_the_turn_gives_it_back_at_once(script_queue: DeviceQueue, control: Exception) -> None:
+    def script() -> None:
+        with ui_queue.device_turn("step"):
+            raise control  # a click or a closed tab, noticed at a draw during the pass
+
+    with pytest.raises(type(control)):
+        script()
+    other = script_queue.enter("run", owner="another session")
+    assert script_queue.wait(other, 0)
+
+
+@pytest.mark.parametrize("control", [RerunException(None), StopException()], ids=["rerun", "stop"])
+def test_a_rerun_or_stop_after_the_turn_gives_it_back_when_the_script_ends(
+    script_queue: DeviceQueue, control: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class SessionState(dict):  # type: ignore[type-arg]
+        def __setitem__(self, key: str, value: object) -> None:
+            raise control  # Streamlit checks for a click or a closed tab on every session-state write, as on a draw
+
+    monkeypatch.setattr(ui_queue, "st", SimpleNamespace(session_state=SessionState()))
+
+    def script() -> None:
+        with ui_queue.device_turn("step"):
+            pass  # the pass ran
+        raise control  # the first draw after it
+
+    in_a_thread(lambda: pytest.raises(type(control), script))
+    other = script_queue.enter("run", owner="another session")
+    assert script_queue.wait(other, 5)
+
+
+def test_a_double_click_reruns_into_the_next_turn_at_once(script_queue: DeviceQueue) -> None:
+    with ui_queue.device_turn("step"):
+        pass  # the first click's pass; its page is drawing when the second click reruns the script in this thread
+    with ui_queue.device_turn("step") as turn:  # the second click's pass: this session's kept turn is given back
+        assert script_queue.holds(turn.ticket)
+    assert [t.ended for t in script_queue.turns] == ["after drawing"]
+
+
 def test_the_turn_log_has_one_line_per_turn(tmp_path: Path) -> None:
     log = tmp_path / "turns.jsonl"
     queue = DeviceQueue(log_path=log)
@@ -374,7 +460,7 @@ class Calls:
         self.tokenized: list[int] = []
 
     def patches(self) -> contextlib.ExitStack:
-        store_get = ui.runner.ModelStore.get
+        store_get = ModelStore.get
         real_tokenize = engine.tokenize
 
         def get(store: object, *args: object, **kwargs: object) -> object:
@@ -386,7 +472,7 @@ class Calls:
             return real_tokenize(lm, prompt, use_chat_template)
 
         stack = contextlib.ExitStack()
-        stack.enter_context(mock.patch.object(ui.runner.ModelStore, "get", get))
+        stack.enter_context(mock.patch.object(ModelStore, "get", get))
         stack.enter_context(mock.patch.object(engine, "tokenize", tokenize))
         return stack
 
@@ -447,7 +533,7 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 @contextlib.contextmanager
 def device_held_elsewhere() -> Iterator[DeviceQueue]:
     """Another session holds the device for the whole block."""
-    queue = ui_queue.device_queue()
+    queue = device_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     try:

@@ -26,8 +26,9 @@ from explorer.labs.batch_result import BatchResult
 from explorer.labs.nocache_result import NoCacheResult
 from explorer.labs.schedule.records import ScheduleRun
 from explorer.remote.records import SweepResult
-from explorer.ui import endpoint_view, labs
+from explorer.ui import labs
 from explorer.ui import scheduling as schedule_view
+from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,8 +158,8 @@ PAGES = {
 SESSION_KEYS = {
     "nocache": labs.NOCACHE_RESULT,
     "batch": labs.BATCH_RESULT,
-    "schedule": schedule_view.RUN_KEY,
-    "endpoint": endpoint_view.RESULT,
+    "schedule": schedule_view.SCHEDULE_RUN,
+    "endpoint": ui_state.ENDPOINT_RESULT,
 }
 
 

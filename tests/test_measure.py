@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from explorer.core import measure as measure_module
+from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, decode_one_token, new_cache, prefill
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import higher_figures, keep_figures_honest, measure, raised_to_achieved, recost
@@ -52,13 +52,14 @@ def test_a_run_that_beats_the_figures_remeasures_and_never_exceeds_the_device(
     assert any(p.beats_model for p in trace.passes)  # the busy figures predict more time than the passes took
     calls: list[bool] = []
 
-    def still_busy(kind: str, dtype: str, fresh: bool = False) -> DeviceProfile:
-        calls.append(fresh)
+    def still_busy(kind: str, dtype: str, _progress: object) -> DeviceProfile:
+        calls.append(True)
         return slow_device(cpu_figures)  # the re-measurement is no better: the figures must be raised to the run
 
-    monkeypatch.setattr(measure_module, "device_profile", still_busy)
-    honest = keep_figures_honest(trace)
+    figures = FiguresStore(still_busy)
+    honest = keep_figures_honest(trace, figures)
     assert calls == [True]
+    assert figures.kept("cpu", "float32").profile == replace(honest.device, busy_note="")  # kept for later runs
     for passes in honest.repeats:
         for p in passes:
             assert p.cost.roofline_time_s <= PLAUSIBLE_SLACK * p.wall_s * (1 + 1e-9)
@@ -75,8 +76,7 @@ def test_a_better_remeasurement_is_used_and_figures_that_held_are_left_alone(
     trace = measure(tiny_lm, Request("abc", max_new_tokens=4))
     assert keep_figures_honest(trace) is trace  # nothing beat the model: nothing re-measured
     busy = recost(trace, slow_device(cpu_figures))
-    monkeypatch.setattr(measure_module, "device_profile", lambda kind, dtype, fresh=False: cpu_figures)
-    honest = keep_figures_honest(busy)
+    honest = keep_figures_honest(busy, FiguresStore(lambda kind, dtype, _progress: cpu_figures))
     assert honest.device.peak_flops == cpu_figures.peak_flops and honest.device.peak_flops_source == "measured"
     assert "measured again" in honest.device.busy_note and "raised" not in honest.device.busy_note
 
@@ -118,7 +118,6 @@ def test_remeasured_figures_keep_the_higher_read_and_copy_figures_apart() -> Non
 def test_a_remeasure_keeps_the_figures_sound_if_either_set_was(
     tiny_lm: LoadedModel,
     cpu_figures: DeviceProfile,
-    monkeypatch: pytest.MonkeyPatch,
     old_flagged: bool,
     new_flagged: bool,
     kept_flagged: bool,
@@ -127,7 +126,6 @@ def test_a_remeasure_keeps_the_figures_sound_if_either_set_was(
     busy = replace(slow_device(cpu_figures), figures_taken_under_load=old_flagged, figures_note="old")
     trace = recost(measure(tiny_lm, Request("abc", max_new_tokens=3)), busy)
     remeasured = replace(cpu_figures, figures_taken_under_load=new_flagged, figures_note="new")
-    monkeypatch.setattr(measure_module, "device_profile", lambda kind, dtype, fresh=False: remeasured)
-    honest = keep_figures_honest(trace)
+    honest = keep_figures_honest(trace, FiguresStore(lambda kind, dtype, _progress: remeasured))
     assert honest.device.figures_taken_under_load is kept_flagged
     assert honest.device.figures_note == ("new" if old_flagged and not new_flagged else "old")

@@ -10,7 +10,7 @@ from explorer.core.loading import load_model
 from explorer.core.profiler import profile_pass
 from explorer.core.trace import DeviceProfile
 from explorer.ui import state as ui_state
-from explorer.ui.sections import PROFILE
+from explorer.ui.state import PROFILE
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny_zoo import BY_NAME, save_tiny
 

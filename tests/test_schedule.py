@@ -29,8 +29,8 @@ from explorer.labs.schedule.workload import (
     plan_requests,
     validate,
 )
-from explorer.ui import runner as ui_runner
 from explorer.ui import state as ui_state
+from explorer.ui.shared import device_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 from tests.cli_support import run_cli
 
@@ -382,7 +382,7 @@ def by_label(elements: object, label: str) -> object:
 def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from explorer.ui.widgets import ITL_SLO_MS
+    from explorer.ui.state import ITL_SLO_MS
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=APP_TIMEOUT_S)
     at.run()
@@ -427,7 +427,7 @@ def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> 
     for element in at.markdown:  # the prefix is shown only as data, never interpreted
         assert "<b>" not in element.value and "**and**" not in element.value
 
-    lm = ui_runner.model_store().get(str(tiny_llama_dir), "cpu", "float32")
+    lm = device_session().models.get(str(tiny_llama_dir), "cpu", "float32")
     calls = []
     handle = lm.model.register_forward_hook(lambda *_: calls.append(1))
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from unittest import mock
@@ -14,11 +15,15 @@ from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
+from explorer.hosting import session as hosting_session
 from explorer.labs.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
+from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
 from explorer.ui import stepper
+from explorer.ui.shared import device_session
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.test_hosted import device_held_elsewhere
+from tests.test_warm import tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
 
 
 def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
@@ -38,16 +43,21 @@ def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
     assert stepped.freed and stepped.replay.cache is None
 
 
+def step_page_on(model_dir: Path, sampling: Sampling | None = None) -> AppTest:
+    """The step page of a new visitor whose sidebar's last run was on `model_dir`."""
+    at: AppTest = new_app()
+    at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(
+        model=str(model_dir), device="cpu", sampling=sampling or Sampling()
+    )
+    return at.switch_page("pages/step.py").run()
+
+
 def prefill_on_the_step_page(
     model_dir: Path, prompt: str, sampling: Sampling | None = None, max_new_tokens: int = 16
 ) -> AppTest:
     """The step page after Prefill, on `model_dir` with the sidebar's `sampling`, no chat template (as the CLI's
     --no-chat-template)."""
-    at: AppTest = new_app()
-    at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(
-        model=str(model_dir), device="cpu", sampling=sampling or Sampling()
-    )
-    at.switch_page("pages/step.py").run()
+    at = step_page_on(model_dir, sampling)
     at.text_input[0].input(prompt)
     at.number_input[0].set_value(max_new_tokens)
     at.toggle[0].set_value(False)
@@ -215,3 +225,62 @@ def test_autoplay_that_finishes_redraws_the_buttons(tiny_llama_dir: Path, tiny_l
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.session_state[stepper.STEPPED].done
     assert at.button(key="step-next").disabled and at.button(key="step-end").disabled  # drawn after it finished
+
+
+# --- Prefill while it has to wait (issue 23): the waiting UI is drawn outside the form ------------------------------
+def press_prefill(at: AppTest, prompt: str) -> AppTest:
+    at.text_input[0].input(prompt)
+    at.number_input[0].set_value(4)
+    at.toggle[0].set_value(False)
+    return at.button[0].click().run()
+
+
+def assert_first_pass_without_error(at: AppTest) -> None:
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.session_state[stepper.STEPPED].passes) == 1
+    assert at.text_input[0].value == "hi there" and at.text_input[0].disabled  # the locked form shows what stepped
+
+
+def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said: list[str] = []
+    real_sentence = ui_queue.wait_sentence
+    monkeypatch.setattr(ui_queue, "wait_sentence", lambda *a: said.append(real_sentence(*a)) or said[-1])
+    at = step_page_on(tiny_llama_dir)
+    queue = device_session().queue
+    other = queue.enter("run", owner="other session")
+    assert queue.wait(other, 30)
+    releaser = threading.Timer(1.0, queue.release, args=(other,))  # the other session's run ends after a second
+    releaser.start()
+    try:
+        press_prefill(at, "hi there")
+    finally:
+        releaser.join()
+    assert_first_pass_without_error(at)
+    assert said and said[0].startswith("Another session is using the device")  # it said so while it waited
+    start = next(t for t in queue.turns if t.what == "step" and t.number > other.number)
+    assert start.waited_s >= 0.5  # its turn came when the other session's ended
+
+
+@pytest.mark.usefixtures("warming_app")
+def test_a_prefill_while_the_server_warms_up_waits_then_runs(
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_load = hosting_session.load_model
+
+    def slow(name: str, *args: object, **kwargs: object) -> object:
+        threading.Event().wait(3.0)  # warming is still under way when Prefill is pressed
+        return real_load(name, *args, **kwargs)
+
+    monkeypatch.setattr(hosting_session, "load_model", slow)
+    at = step_page_on(tiny_llama_dir)  # its first script run started warming, as a server's start does
+    assert device_session().warmer.status().state == "warming"
+    press_prefill(at, "hi there")
+    assert_first_pass_without_error(at)
+    assert device_session().warmer.status().state == "warm"
+    turns = device_session().queue.turns
+    warm = next(t for t in turns if t.what == "warm-up")
+    step = next(t for t in turns if t.what == "step" and t.number > warm.number)
+    assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended

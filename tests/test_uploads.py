@@ -20,6 +20,7 @@ from explorer.hosting import settings
 from explorer.remote import records, upload
 from explorer.remote.endpoint import make_endpoint
 from explorer.ui import endpoint_view
+from explorer.ui import state as ui_state
 from explorer.ui.widgets import PRESENTER_KEY
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
@@ -295,4 +296,4 @@ def test_the_page_hands_the_uploaded_bytes_to_the_checks(monkeypatch: pytest.Mon
     monkeypatch.setattr(upload, "read_sweep", lambda raw, limits: seen.append(raw) or read(raw, limits))
     at = open_page("pages/endpoint.py")
     upload_file(at, GOOD.encode())
-    assert seen == [GOOD.encode()] and at.session_state[endpoint_view.RESULT] == small_sweep()
+    assert seen == [GOOD.encode()] and at.session_state[ui_state.ENDPOINT_RESULT] == small_sweep()

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from explorer.core.errors import BadInput
-from explorer.hosting.queue import DeviceQueue
+from explorer.hosting import session as hosting_session
+from explorer.hosting.session import DeviceSession
 from explorer.hosting.settings import WARM_ENV, warming_on
 from explorer.hosting.warm import Warmer, WarmStatus
-from explorer.ui import runner as ui_runner
 from explorer.ui import warm as ui_warm
+from explorer.ui.shared import device_session
 from explorer.ui.state import RUN, RunInputs
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
@@ -77,10 +78,11 @@ def tiny_target(tiny_llama_dir: Path) -> RunInputs:
 
 
 def test_warming_loads_the_target_once_in_a_turn_on_the_device(tiny_target: RunInputs) -> None:
-    store, queue, warmer = ui_runner.ModelStore(), DeviceQueue(), Warmer()
+    session = DeviceSession()
+    store, queue, warmer = session.models, session.queue, session.warmer
     visitor = queue.enter("run", "visitor")  # a run on the device before warming: warming waits its turn
     assert queue.wait(visitor, 0)
-    warmer.start(ui_warm.warm_work(tiny_target, store, queue))
+    warmer.start(ui_warm.warm_work(tiny_target, session))
     threading.Event().wait(0.3)
     assert warmer.status().doing == "waiting for the device" and not store.models
     queue.release(visitor)
@@ -93,16 +95,17 @@ def test_a_run_entering_during_warming_gets_the_device_after_it_and_the_loaded_m
     tiny_target: RunInputs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loads: list[str] = []
-    real_load = ui_runner.load_model
+    real_load = hosting_session.load_model
 
     def counted(name: str, *args: object, **kwargs: object) -> object:
         loads.append(name)
         threading.Event().wait(0.5)  # a slow load: the run arrives while it is under way
         return real_load(name, *args, **kwargs)
 
-    monkeypatch.setattr(ui_runner, "load_model", counted)
-    store, queue, warmer = ui_runner.ModelStore(), DeviceQueue(), Warmer()
-    warmer.start(ui_warm.warm_work(tiny_target, store, queue))
+    monkeypatch.setattr(hosting_session, "load_model", counted)
+    session = DeviceSession()
+    store, queue, warmer = session.models, session.queue, session.warmer
+    warmer.start(ui_warm.warm_work(tiny_target, session))
     threading.Event().wait(0.1)
     run = queue.enter("run", "visitor")
     assert not queue.wait(run, 0.1)  # warming holds the device
@@ -116,30 +119,26 @@ def test_a_run_entering_during_warming_gets_the_device_after_it_and_the_loaded_m
 # --- in the app -------------------------------------------------------------------------------------------------------
 @pytest.fixture
 def warming_app(tiny_target: RunInputs, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunInputs]:
-    """Warming switched on for this test, pointed at the tiny model, on a fresh process-wide warmer; the tiny model is
-    taken out of the shared store afterwards."""
+    """Warming switched on for this test, pointed at the tiny model (each test has a fresh DeviceSession: conftest)."""
     monkeypatch.setenv(WARM_ENV, "1")
     monkeypatch.setattr(ui_warm, "warm_target", lambda: tiny_target)
-    ui_runner.warmer.clear()
     yield tiny_target
-    ui_runner.warmer.clear()
-    ui_runner.model_store().models.pop((tiny_target.model, tiny_target.device, tiny_target.dtype), None)
 
 
 def test_the_sidebar_says_the_server_is_warming_then_warm_and_a_run_loads_nothing_again(
     warming_app: RunInputs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loads: list[str] = []
-    real_load = ui_runner.load_model
+    real_load = hosting_session.load_model
 
     def counted(name: str, *args: object, **kwargs: object) -> object:
         loads.append(name)
         return real_load(name, *args, **kwargs)
 
-    monkeypatch.setattr(ui_runner, "load_model", counted)
+    monkeypatch.setattr(hosting_session, "load_model", counted)
     at = new_app()  # no server lifespan in AppTest: the first script run starts warming
-    assert ui_runner.warmer().status().state in ("warming", "warm")
-    assert ui_runner.warmer().wait(WAIT_S)
+    assert device_session().warmer.status().state in ("warming", "warm")
+    assert device_session().warmer.wait(WAIT_S)
     at.run()
     captions = [c.value for c in at.sidebar.caption]
     assert any(c.startswith("Server warm: model loaded and device figures taken at") for c in captions), captions
@@ -156,7 +155,7 @@ def test_a_warming_failure_is_one_line_in_the_sidebar_and_runs_still_work(
 ) -> None:
     monkeypatch.setattr(ui_warm, "warm_target", lambda: replace(warming_app, model=str(tiny_llama_dir / "missing")))
     at = new_app()
-    assert ui_runner.warmer().wait(WAIT_S)
+    assert device_session().warmer.wait(WAIT_S)
     at.run()
     warnings = [w.value for w in at.sidebar.warning]
     assert len(warnings) == 1 and warnings[0].startswith("Warming up at server start failed:"), warnings
@@ -169,6 +168,5 @@ def test_a_warming_failure_is_one_line_in_the_sidebar_and_runs_still_work(
 
 def test_warming_stays_off_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(WARM_ENV, "0")
-    ui_runner.warmer.clear()
     assert not ui_warm.start_warming()
-    assert ui_runner.warmer().status().state == "not started"
+    assert device_session().warmer.status().state == "not started"

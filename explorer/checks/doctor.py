@@ -24,6 +24,7 @@ from explorer.checks.machine import (
     measure_devices,
     verdict,
 )
+from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, decode_one_token, new_cache, prefill
 from explorer.core.errors import ExplorerError, one_line
 from explorer.core.lab_progress import Report, part_of, silent
@@ -163,10 +164,10 @@ def clocks_verdict(pairs: list[tuple[float, float]]) -> Check:
     return verdict(gaps[worst] <= CLOCKS_TOLERANCE, RUN_CHECKS[3], line, gaps[worst], "fraction")
 
 
-def run_checks(lm: LoadedModel) -> tuple[Trace | None, list[Check]]:
+def run_checks(lm: LoadedModel, figures: FiguresStore | None = None) -> tuple[Trace | None, list[Check]]:
     """A greedy run as the app makes it (device figures, warm-up, run, figures kept honest), checked."""
     try:
-        trace = measure(lm, Request(DOCTOR_PROMPT, max_new_tokens=DOCTOR_TOKENS, stop_at_eos=False))
+        trace = measure(lm, Request(DOCTOR_PROMPT, max_new_tokens=DOCTOR_TOKENS, stop_at_eos=False), figures)
     except (ExplorerError, RuntimeError) as exc:
         return None, [verdict(False, f"{DOCTOR_TOKENS}-token run", f"the run failed: {one_line(exc)}")]
     return trace, [tokens_check(lm, trace), kv_check(trace), ttft_check(trace), clocks_check(lm, trace)]
@@ -201,13 +202,14 @@ def run_doctor(load: Callable[[], LoadedModel], progress: Report = silent) -> Do
     """Every check in order: versions, CUDA, NVML, each device's figures (bounded below by the run's passes), then
     the model and its run."""
     env = environment()
-    devices = measure_devices(part_of(progress, 0.0, 0.6))
+    figures = FiguresStore()  # this command's: the run below reuses the figures the device checks took
+    devices = measure_devices(part_of(progress, 0.0, 0.6), figures)
     progress(0.6, "Loading the embedded model…")
     lm, loaded = load_check(load)
     trace, run = None, []
     if lm is not None:
         progress(0.7, f"A {DOCTOR_TOKENS}-token run on {lm.torch_device.type}, checked end to end…")
-        trace, run = run_checks(lm)
+        trace, run = run_checks(lm, figures)
     floors = (run_floor(lm, trace),) if lm is not None and trace is not None else ()
     return DoctorReport(
         environment=env,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 
 from explorer.core import device as device_module
-from explorer.core.device import cuda_profile, device_profile
+from explorer.core.device import FiguresStore, cuda_profile
 from explorer.core.errors import ExplorerError, one_line
 from explorer.core.gpu_specs import match_gpu_spec
 from explorer.core.lab_progress import Report, part_of, silent
@@ -236,24 +236,26 @@ def dtypes_for(target: str) -> tuple[str, ...]:
     return ("float32", "bfloat16", "float16") if bf16 else ("float32", "float16")
 
 
-def profile_for(target: str, dtype: str, progress: Report) -> DeviceProfile:
-    """The app's own device figures. The default GPU's are cached for the run that follows; another GPU is made
-    current while measured, because CUDA events record on the current device."""
+def profile_for(target: str, dtype: str, progress: Report, store: FiguresStore) -> DeviceProfile:
+    """The app's own device figures. The CPU's and the default GPU's are kept in `store` for the run that follows;
+    another GPU is made current while measured, because CUDA events record on the current device."""
     if target == "cpu":
-        return device_profile("cpu", dtype, progress=progress)
+        return store.get("cpu", dtype, progress=progress)
     index = int(target.split(":")[1])
     if index == torch.cuda.current_device():
-        return device_profile("cuda", dtype, progress=progress)
+        return store.get("cuda", dtype, progress=progress)
     with torch.cuda.device(index):
         return cuda_profile(dtype, progress, index=index)
 
 
-def measure_device(target: str, progress: Report = silent) -> DeviceFigures:
+def measure_device(target: str, progress: Report = silent, store: FiguresStore | None = None) -> DeviceFigures:
+    store = FiguresStore() if store is None else store
     dtypes = dtypes_for(target)
     profiles, failures = [], []
     for j, dtype in enumerate(dtypes):
         try:
-            profiles.append(profile_for(target, dtype, part_of(progress, j / len(dtypes), (j + 1) / len(dtypes))))
+            part = part_of(progress, j / len(dtypes), (j + 1) / len(dtypes))
+            profiles.append(profile_for(target, dtype, part, store))
         except (ExplorerError, RuntimeError) as exc:  # a dtype the device lacks, out of memory: a failed check
             failures.append(f"{dtype}: {one_line(exc)}")
     if target == "cpu":
@@ -265,11 +267,11 @@ def measure_device(target: str, progress: Report = silent) -> DeviceFigures:
     return DeviceFigures(target, name, row, bandwidth, tuple(profiles), tuple(failures))
 
 
-def measure_devices(progress: Report = silent) -> tuple[DeviceFigures, ...]:
+def measure_devices(progress: Report = silent, store: FiguresStore | None = None) -> tuple[DeviceFigures, ...]:
     """The CPU, then every CUDA device torch can use."""
     targets = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)]
     return tuple(
-        measure_device(target, part_of(progress, k / len(targets), (k + 1) / len(targets)))
+        measure_device(target, part_of(progress, k / len(targets), (k + 1) / len(targets)), store)
         for k, target in enumerate(targets)
     )
 

@@ -133,6 +133,7 @@ def run_soak(
 ) -> SoakResult:
     """Load once, then `config.runs` requests the way the app runs them; RSS is read after every run."""
     from explorer.core.attention import capture_attention
+    from explorer.core.device import FiguresStore
     from explorer.core.engine import OnPass, Request
     from explorer.core.loading import load_model
     from explorer.core.measure import measure
@@ -143,6 +144,7 @@ def run_soak(
     cap_bytes = HostedPolicy.from_env().attention_cap_bytes  # the app's cap: the hosted one, or None (the default)
     before_load = rss_bytes()
     lm = load_model(model, device, dtype, on_progress=on_progress)
+    figures = FiguresStore()  # the soak's own, as a server's session keeps one: measured once, then reused
     started = time.perf_counter()
     samples = [RssSample(0, rss_bytes(), 0.0, 0, False)]
     current: tuple[object, object | None] | None = None  # (trace, attention maps): the app's current RunResult
@@ -154,7 +156,7 @@ def run_soak(
             streamed.append(p.token_text)  # the app draws each token as its pass finishes
 
         request = Request(prompt=config.prompt_for(run), max_new_tokens=config.max_new_tokens)
-        trace = measure(lm, request, on_pass=OnPass(see=on_pass))
+        trace = measure(lm, request, figures, on_pass=OnPass(see=on_pass))
         if current is not None:
             history.append(current[0])
         current = (trace, None)

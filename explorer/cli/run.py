@@ -18,8 +18,9 @@ if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m e
     from explorer.core.loading import LoadedModel
     from explorer.core.trace import Trace
 
-# Device figures are kept per process (device.device_profile) and `measure` takes them once, before the first repeat;
-# a `run` is a new process, so it always measures them: the flag matters only where figures are reused (the app).
+# Device figures are kept by their owner (a `device.FiguresStore`: one per command, one per app server) and `measure`
+# takes them once, before the first repeat; a `run` has a store of its own, so it always measures them: the flag
+# matters only where figures are reused (the app).
 REMEASURE_HELP = (
     "take the device figures afresh; they are taken once per process, before the first repeat, so a `run` (a new "
     "process) always measures them and this changes nothing here (the app reuses them across runs)"

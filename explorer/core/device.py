@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
@@ -46,31 +46,65 @@ GPU_MATMUL_N = 8192  # fills every SM
 REPEATS = 5
 RETAKE_PAUSE_S = 2.0  # before taking figures again that looked taken under load: a burst of other work may pass
 
-_profiles: dict[tuple[str, str], DeviceProfile] = {}  # per process: hardware does not change, only how busy it is
-_profiles_lock = threading.Lock()
 
-
-def device_profile(kind: str, dtype: str, *, fresh: bool = False, progress: Report | None = None) -> DeviceProfile:
-    """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`: measured once per process and reused,
-    or measured again when `fresh` (a user's "re-measure", or a run that beat them). `progress` hears of each
-    microbenchmark while it runs (seconds); figures already measured are returned at once, unreported."""
+def device_profile(kind: str, dtype: str, progress: Report | None = None) -> DeviceProfile:
+    """The device figures for a run on `kind` ("cpu" | "cuda") in `dtype`, measured now (seconds); `progress` hears of
+    each microbenchmark. Nothing is kept here: a `FiguresStore` keeps them for whoever owns it."""
     if kind not in DEVICE_KINDS:
         raise BadInput(f"Unknown device '{kind}': use cpu, cuda or auto.")
     if dtype not in DTYPES:
         raise BadInput(f"Unknown dtype '{dtype}': use one of {', '.join(DTYPES)}.")
     if kind == "cuda" and not torch.cuda.is_available():
         raise BadInput("CUDA requested but no GPU is available: use --device cpu or auto")
-    with _profiles_lock:  # two sessions asking at once measure once, and never at the same time
-        if fresh or (kind, dtype) not in _profiles:
-            report = progress or silent
-            _profiles[(kind, dtype)] = cpu_profile(dtype, report) if kind == "cpu" else cuda_profile(dtype, report)
-        return _profiles[(kind, dtype)]
+    report = progress or silent
+    return cpu_profile(dtype, report) if kind == "cpu" else cuda_profile(dtype, report)
 
 
-def remember_profile(profile: DeviceProfile) -> None:
-    """Keep better figures (a re-measurement, or raised to what a run achieved) for later runs in this process."""
-    with _profiles_lock:
-        _profiles[(profile.kind, profile.dtype)] = replace(profile, busy_note="")
+MeasureFigures = Callable[[str, str, Report | None], DeviceProfile]  # (kind, dtype, progress) -> figures
+
+
+@dataclass(frozen=True)
+class KeptFigures:
+    """Figures a store holds, with how they came to be there."""
+
+    profile: DeviceProfile
+    how: str  # "measured", "re-measured", "kept from a run" (raised or re-taken after a pass beat them)
+    kept_at: str  # ISO time, UTC
+
+
+class FiguresStore:
+    """The device figures of one owner (a CLI command, a server's `DeviceSession`, a test), per (kind, dtype):
+    measured on first ask and reused (hardware does not change, only how busy it is), measured again on request, or
+    replaced by better ones a run found. Thread-safe: two sessions asking at once measure once, never at once."""
+
+    def __init__(self, measure: MeasureFigures = device_profile) -> None:
+        self._measure = measure
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[str, str], KeptFigures] = {}
+
+    def get(self, kind: str, dtype: str, *, fresh: bool = False, progress: Report | None = None) -> DeviceProfile:
+        """The figures for `kind` in `dtype`: the kept ones, or measured now when none are kept or `fresh`
+        (a user's "re-measure", or a run that beat them); figures already kept are returned at once, unreported."""
+        with self._lock:
+            kept = self._kept.get((kind, dtype))
+            if fresh or kept is None:
+                profile = self._measure(kind, dtype, progress)
+                kept = self._set(profile, "re-measured" if kept is not None else "measured")
+            return kept.profile
+
+    def keep(self, profile: DeviceProfile, how: str = "kept from a run") -> None:
+        """Keep better figures (a re-measurement, or raised to what a run achieved) for later runs of this owner."""
+        with self._lock:
+            self._set(replace(profile, busy_note=""), how)
+
+    def kept(self, kind: str, dtype: str) -> KeptFigures | None:
+        with self._lock:
+            return self._kept.get((kind, dtype))
+
+    def _set(self, profile: DeviceProfile, how: str) -> KeptFigures:
+        kept = KeptFigures(profile, how, datetime.now(UTC).isoformat(timespec="seconds"))
+        self._kept[(profile.kind, profile.dtype)] = kept
+        return kept
 
 
 def benchmark_record(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from explorer.core.device import device_profile, remember_profile
+from explorer.core.device import FiguresStore
 from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loading import LoadedModel
@@ -20,32 +20,39 @@ from explorer.core.roofline import pass_cost
 from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile, PassRecord, Trace
 
 
-def prepare_device(lm: LoadedModel, *, remeasure: bool = False, progress: Report | None = None) -> DeviceProfile:
-    """What every entry point does once before its timed passes: take the device figures (fresh ones if `remeasure`),
-    then warm up, so the warm-up's passes are the last before the timed ones (see `warm_up`)."""
+def prepare_device(
+    lm: LoadedModel, figures: FiguresStore | None = None, *, remeasure: bool = False, progress: Report | None = None
+) -> DeviceProfile:
+    """What every entry point does once before its timed passes: take the device figures from `figures` (fresh ones
+    if `remeasure`; None: a store of this call's own, which measures), then warm up, so the warm-up's passes are the
+    last before the timed ones (see `warm_up`)."""
     report = progress or silent
     kind, dtype = lm.torch_device.type, lm.info.dtype
-    device = device_profile(kind, dtype, fresh=remeasure, progress=part_of(report, 0.0, 0.8))
+    figures = FiguresStore() if figures is None else figures
+    profile = figures.get(kind, dtype, fresh=remeasure, progress=part_of(report, 0.0, 0.8))
     warm_up(lm, part_of(report, 0.8, 1.0))
-    return device
+    return profile
 
 
 def measure(
     lm: LoadedModel,
     request: Request | CheckedRequest,
+    figures: FiguresStore | None = None,
     *,
     on_pass: OnPass = UNWATCHED,
     remeasure: bool = False,
     progress: Report | None = None,
 ) -> Trace:
     """Check the request (unless the caller did: the app holds its token count to a hosted server's cap), take the
-    device figures and warm up (`prepare_device`, reported to `progress`), run, keep the figures honest."""
+    device figures from `figures` and warm up (`prepare_device`, reported to `progress`), run, keep the figures
+    honest. `figures` None: a store of this call's own (the figures are measured for it, and forgotten)."""
     checked = request if isinstance(request, CheckedRequest) else check_request(lm, request)
-    device = prepare_device(lm, remeasure=remeasure, progress=progress)
+    figures = FiguresStore() if figures is None else figures
+    profile = prepare_device(lm, figures, remeasure=remeasure, progress=progress)
     if progress is not None:
         progress(1.0, "Running the request: the timed passes…")
-    trace = generate(lm, checked, device, on_pass, warmed_up=True)
-    return keep_figures_honest(trace)
+    trace = generate(lm, checked, profile, on_pass, warmed_up=True)
+    return keep_figures_honest(trace, figures)
 
 
 def recost(trace: Trace, device: DeviceProfile) -> Trace:
@@ -120,7 +127,10 @@ def raised_to_achieved(device: DeviceProfile, beaten: list[PassRecord]) -> Devic
     )
 
 
-def keep_figures_honest(trace: Trace) -> Trace:
+def keep_figures_honest(trace: Trace, figures: FiguresStore | None = None) -> Trace:
+    """`trace` re-costed if a pass beat its floor (see the module's docstring); `figures` (None: a store of this call's
+    own) is where the fresh figures are taken and the better ones kept."""
+    figures = FiguresStore() if figures is None else figures
     beaten = beaten_passes(trace)
     if not beaten:
         return trace
@@ -131,7 +141,7 @@ def keep_figures_honest(trace: Trace) -> Trace:
         f"{fastest.cost.roofline_time_s * 1e3:.2f} ms, faster than the device figures predict: the figures may "
         "have been taken while the device was busy, so they were measured again"
     )
-    fresh = device_profile(kind, dtype, fresh=True)
+    fresh = figures.get(kind, dtype, fresh=True)
     # Each figure kept is the higher of the two sets, so if either set looked sound, what is kept is at least as good.
     sound = fresh if not fresh.figures_taken_under_load else trace.device
     device = replace(higher_figures(trace.device, fresh), **{name: getattr(sound, name) for name in TRUST_FIELDS})
@@ -141,5 +151,5 @@ def keep_figures_honest(trace: Trace) -> Trace:
         device = raised_to_achieved(device, still)
         note += f"; {len(still)} passes still beat them, so the figures were raised to what those passes achieved"
         trace = recost(trace, device)
-    remember_profile(device)  # later runs in this process start from the better figures
+    figures.keep(device)  # later runs of the figures' owner start from the better figures
     return replace(trace, device=replace(device, busy_note=note + "."))

@@ -49,13 +49,14 @@ class TurnRecord:
     held_s: float
     granted_unix_s: float
     released_unix_s: float
-    ended: str  # "released", "cancelled" (never held), "after drawing", "hold limit"
+    ended: str  # "released", "cancelled" (never held), "after drawing", "hold limit", "owner gone" (its thread ended)
 
 
 @dataclass
 class _Entry:
     ticket: Ticket
     first_ahead: int
+    thread: threading.Thread  # the thread that took the ticket: once it is gone, nobody can give the turn back
     granted_s: float | None = None
     granted_unix_s: float | None = None
     hold_until_s: float | None = None  # a finished turn kept while its session draws, at most until then
@@ -86,11 +87,17 @@ class DeviceQueue:
 
     # --- taking and giving back turns ----------------------------------------------------------------------------
     def enter(self, what: str, owner: str = "") -> Ticket:
+        """A ticket at the back of the line, owned by the calling thread. A turn that `owner` still keeps while its
+        page draws (`release_when_done`) is given back first: that session has moved on (a rerun, a second click)."""
         with self._cond:
+            holder = self._holder
+            if owner and holder is not None and holder.hold_until_s is not None and holder.ticket.owner == owner:
+                self._finish(holder, "after drawing")
+                self._holder = None
             ticket = Ticket(self._next_number, what, owner, self.clock(), threading.get_ident())
             self._next_number += 1
             ahead = len(self._line) + (self._holder is not None)
-            self._line.append(_Entry(ticket, ahead))
+            self._line.append(_Entry(ticket, ahead, threading.current_thread()))
             self._promote()
             return ticket
 
@@ -185,12 +192,19 @@ class DeviceQueue:
         return self._holder.hold_until_s - self.clock()
 
     def _expire_holds(self) -> None:
-        """A kept turn past its limit is given back here too, in case its watcher never ran."""
+        """A kept turn past its limit is given back here too, in case its watcher never ran; so is a turn whose thread
+        is gone (nothing can give it back any more), and a place in line whose thread is gone."""
+        for entry in [e for e in self._line if not e.thread.is_alive()]:
+            self._line.remove(entry)
+            self._record(entry, "owner gone")
         left = self._hold_left_s()
-        if left is not None and left <= 0 and self._holder is not None:
+        if self._holder is not None and left is not None and left <= 0:
             self._finish(self._holder, "hold limit")
             self._holder = None
-            self._promote()
+        elif self._holder is not None and self._holder.hold_until_s is None and not self._holder.thread.is_alive():
+            self._finish(self._holder, "owner gone")
+            self._holder = None
+        self._promote()
 
     def _finish(self, entry: _Entry, ended: str) -> None:
         now = self.clock()

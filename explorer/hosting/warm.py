@@ -47,8 +47,8 @@ class WarmStatus:
 class Warmer:
     """Runs one piece of work once, in a daemon thread, and keeps what it says. `start` again does nothing."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self) -> None:
+        self.clock = time.monotonic
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from explorer.core.attention import AttentionMaps, AttentionReplay, check_capture
+from explorer.core.device import FiguresStore
 from explorer.core.engine import (
     CheckedRequest,
     LiveRequest,
@@ -47,6 +48,7 @@ class SteppedRequest:
     live: LiveRequest
     replay: AttentionReplay
     last_used_s: float  # time.monotonic() of the last claim or step
+    figures: FiguresStore  # where its device figures came from: the finished run is checked against them there
     finished: Trace | None = None  # set by the step that finishes the request
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)  # held while stepping or freeing
 
@@ -57,6 +59,7 @@ class SteppedRequest:
         checked: CheckedRequest,
         attention_cap_bytes: int | None = None,
         progress: Report | None = None,
+        figures: FiguresStore | None = None,
     ) -> SteppedRequest:
         """A checked request (`engine.check_request`, as a run's) held to the attention cap, then the device figures
         and the warm-up (`prepare_device`, once), ready for the prefill."""
@@ -64,10 +67,11 @@ class SteppedRequest:
         # The attention shadow keeps every layer; it is refused up front if the whole request would pass the cap.
         decode_lens = [prompt_len + k for k in range(1, new_tokens)]
         layers = check_capture(lm.info, None, prompt_len, decode_lens, attention_cap_bytes)
-        device = prepare_device(lm, progress=progress)
-        live = LiveRequest(lm, checked, device, seeded(checked.request.sampling))
+        figures = FiguresStore() if figures is None else figures  # the owner's; kept to check the finished run
+        profile = prepare_device(lm, figures, progress=progress)
+        live = LiveRequest(lm, checked, profile, seeded(checked.request.sampling))
         live.clock.pause()  # nothing runs until the first click
-        return cls(lm, checked, live, AttentionReplay(lm, layers), time.monotonic())
+        return cls(lm, checked, live, AttentionReplay(lm, layers), time.monotonic(), figures)
 
     @property
     def request(self) -> Request:
@@ -103,7 +107,7 @@ class SteppedRequest:
                 self.live.clock.pause()
             self.replay.step(list(record.input_token_ids))
             if self.done:
-                self.finished = keep_figures_honest(self.to_trace())
+                self.finished = keep_figures_honest(self.to_trace(), self.figures)
                 self._free()
             self.last_used_s = time.monotonic()
         return record

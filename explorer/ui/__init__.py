@@ -1,9 +1,10 @@
-"""The one bridge to Streamlit, split by idea: what a session keeps (`state`), its turn on the shared device
-(`queue`), runs on that device (`runner`), recordings opened instead of a run (`recordings`), step mode (`stepper`),
-the shared sidebar (`sidebar`) and page building blocks (`widgets`, `sections`). Pages call these and the pure
-builders in `explorer.charts`; nothing outside this package in `explorer` imports streamlit."""
+"""The one bridge to Streamlit, split by idea: what a session keeps (`state`), what every session shares (`shared`:
+the one `DeviceSession`), the one way onto the device (`admission`), a turn on it (`queue`), runs, labs and
+re-measuring (`runner`), recordings opened instead of a run (`recordings`), step mode (`stepper`), the shared sidebar
+(`sidebar`), page building blocks (`widgets`) and one `*_view` module per page that needs more than a few lines.
+Pages call these and the pure builders in `explorer.charts`; nothing outside this package in `explorer` imports
+streamlit."""
 
-from explorer.ui import sections
 from explorer.ui.guard import one_line_errors
 from explorer.ui.recordings import open_from_link, recordings_sidebar
 from explorer.ui.runner import execute_run
@@ -45,7 +46,6 @@ __all__ = [
     "require_run",
     "run_metrics",
     "secondary",
-    "sections",
     "sidebar",
     "sidebar_downloads",
     "table",

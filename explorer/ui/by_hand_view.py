@@ -7,14 +7,12 @@ import streamlit as st
 
 from explorer.charts import by_hand as charts
 from explorer.teach import by_hand
-from explorer.ui.state import RunResult
+from explorer.ui.state import EDITOR_VERSION, RunResult
 from explorer.ui.widgets import chart, escape_markdown, table
-
-EDITOR_VERSION = "by_hand_editor_version"  # bumped by Reset: new widget keys start from the example's values
 
 
 def reset() -> None:
-    st.session_state[EDITOR_VERSION] = st.session_state.get(EDITOR_VERSION, 0) + 1
+    EDITOR_VERSION.set((EDITOR_VERSION.get() or 0) + 1)
 
 
 def vector_editor(start: by_hand.RowInputs, title: str, version: int) -> by_hand.RowInputs:
@@ -37,7 +35,7 @@ def inputs() -> tuple[by_hand.RowInputs, by_hand.RowInputs]:
     """The prefill and decode rows as edited (the worked example's until edited), the mask switch, Reset, and what
     changed. The decode row is built from the prefill's keys and values: the cache holds them, the decode only adds
     its own."""
-    version = st.session_state.get(EDITOR_VERSION, 0)
+    version = EDITOR_VERSION.get() or 0
     left, right = st.columns(2)
     with left:
         prefill = vector_editor(

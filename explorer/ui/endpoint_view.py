@@ -18,15 +18,22 @@ from explorer.labs import bundled
 from explorer.remote import sweep, tokens, upload
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
-from explorer.ui.queue import count_run, hosting_policy
+from explorer.ui.queue import count_run
 from explorer.ui.runner import execute_run
-from explorer.ui.state import APP_MAX_NEW_TOKENS, DEFAULT_PROMPT, LAST_INPUTS, RunInputs, current_run
+from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.state import (
+    APP_MAX_NEW_TOKENS,
+    DEFAULT_PROMPT,
+    ENDPOINT_LOADED_FILE,
+    ENDPOINT_RESULT,
+    ENDPOINT_TABLES,
+    ENDPOINT_UPLOAD,
+    RunInputs,
+    current_run,
+    last_inputs,
+)
 from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, slo_inputs, table
 
-RESULT = "endpoint_result"  # the SweepResult shown: measured here or loaded from a file
-LOADED_FILE = "endpoint_loaded_file"  # (file id, its refusal or "") of the upload read: a rerun reads nothing again
-UPLOAD = "endpoint_upload"  # (sha256 of the bytes, the sweep or the refusal): the same content is read once
-TABLES = "endpoint_tables"  # (the sweep, its SLOs, the tables derived from both): derived once, not on every rerun
 PERCENTILES_CAPTION = (
     "TTFT and ITL tails as concurrency rises: more requests in flight queue behind each other's prefills (TTFT) and "
     "share each decode step (ITL). Red dashed lines are the SLOs."
@@ -113,10 +120,13 @@ def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
     )  # fmt: skip
 
 
-@st.cache_resource(show_spinner="Loading the embedded tokenizer…")
 def embedded_chunk_counter() -> tokens.ChunkCounter:
-    """One per server process: read-only, and the counter serializes its own calls."""
-    return tokens.load_chunk_counter("embedded")
+    """One per server (the `DeviceSession`'s): read-only, and the counter serializes its own calls."""
+    with st.spinner("Loading the embedded tokenizer…"):
+        counter = device_session().read_once.get(
+            "embedded chunk counter", lambda: tokens.load_chunk_counter("embedded")
+        )
+    return counter  # type: ignore[return-value]
 
 
 def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:
@@ -138,13 +148,14 @@ def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:
         count_run()  # a sweep loads a server: it counts against this session's rate limit like a run
         counter = embedded_chunk_counter() if inputs.embedded_tokenizer else None
         bar = st.progress(0.0, text="Connecting…")
-        st.session_state[RESULT] = sweep.run_sweep(
+        result = sweep.run_sweep(
             config,
             api_key=inputs.api_key or None,
             counter=counter,
             on_progress=lambda f, text: bar.progress(f, text=text),
             policy=policy,
         )
+        ENDPOINT_RESULT.set(result)
         bar.empty()
     except ExplorerError as exc:
         show_error(str(exc))
@@ -153,18 +164,18 @@ def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:
 def load_recorded(uploaded: UploadedFile) -> None:
     """A recorded sweep, read once per upload: a rerun with the same file reads, checks and derives nothing again,
     and a refusal (one line) stays on the page while its file does."""
-    seen = st.session_state.get(LOADED_FILE)
+    seen = ENDPOINT_LOADED_FILE.get()
     if seen is not None and seen[0] == uploaded.file_id:
         if seen[1]:
             show_error(seen[1])
         return
     refusal = ""
     try:
-        st.session_state[RESULT] = read_upload(uploaded.getvalue())
+        ENDPOINT_RESULT.set(read_upload(uploaded.getvalue()))
     except ExplorerError as exc:
         refusal = str(exc)
         show_error(refusal)
-    st.session_state[LOADED_FILE] = (uploaded.file_id, refusal)
+    ENDPOINT_LOADED_FILE.set((uploaded.file_id, refusal))
 
 
 def read_upload(raw: bytes) -> SweepResult:
@@ -172,7 +183,7 @@ def read_upload(raw: bytes) -> SweepResult:
     session (keyed by its sha256); new content counts against the hosted rate limit like a run (reading a file is
     the server's CPU), then is checked field by field before anything is built (`explorer.remote.upload`)."""
     digest = hashlib.sha256(raw).hexdigest()
-    cached = st.session_state.get(UPLOAD)
+    cached = ENDPOINT_UPLOAD.get()
     if cached is None or cached[0] != digest:
         policy = hosting_policy()
         count_run(policy)  # a refusal here is not remembered: the same file may be tried again in a minute
@@ -181,7 +192,7 @@ def read_upload(raw: bytes) -> SweepResult:
         except ExplorerError as exc:
             outcome = str(exc)
         cached = (digest, outcome)
-        st.session_state[UPLOAD] = cached
+        ENDPOINT_UPLOAD.set(cached)
     if isinstance(cached[1], str):
         raise BadInput(cached[1])
     return cached[1]
@@ -200,7 +211,7 @@ class SweepTables:
 def sweep_tables(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> SweepTables:
     """The session's tables for this sweep and these SLOs, derived only when either changed."""
     slos = (ttft_slo_s, itl_slo_s)
-    cached = st.session_state.get(TABLES)
+    cached = ENDPOINT_TABLES.get()
     if cached is not None and cached[0] is result and cached[1] == slos:
         return cached[2]
     tables = SweepTables(
@@ -209,7 +220,7 @@ def sweep_tables(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> Sw
         tradeoff=charts.tradeoff_frame(result, *slos),
         requests=charts.requests_frame(result, *slos),
     )
-    st.session_state[TABLES] = (result, slos, tables)
+    ENDPOINT_TABLES.set((result, slos, tables))
     return tables
 
 
@@ -219,7 +230,7 @@ def require_sweep(show_bundled: bool = True) -> SweepResult:
     (`explorer.labs.bundled`); without either, a hint and the page stops here. A bundled file that cannot be read is
     one line."""
     hint = "No sweep yet: fill in an endpoint and press **Measure**, or load a recorded JSON."
-    result: SweepResult | None = st.session_state.get(RESULT)
+    result: SweepResult | None = ENDPOINT_RESULT.get()
     if result is not None:
         return result
     if show_bundled:
@@ -299,7 +310,7 @@ def every_request(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> N
 
 def local_inputs(result: SweepResult) -> RunInputs:
     """The sidebar's last settings with the sweep's prompt: the chat API's prompt goes through the chat template."""
-    last: RunInputs = st.session_state.get(LAST_INPUTS, RunInputs())
+    last: RunInputs = last_inputs()
     return replace(
         last,
         prompt=result.prompt,

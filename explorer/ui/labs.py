@@ -20,13 +20,11 @@ from explorer.labs import batch, nocache
 from explorer.labs.batch import BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
 from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
 from explorer.labs.nocache_result import NoCacheResult
-from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
-from explorer.ui.state import current_run
+from explorer.ui.shared import hosting_policy
+from explorer.ui.state import BATCH_RESULT, NOCACHE_RESULT, current_run
 from explorer.ui.widgets import ITL_SLO_MS, current_slos_s, escape_markdown, show_error
 
-NOCACHE_RESULT = "explorer_nocache_result"
-BATCH_RESULT = "explorer_batch_result"
 CHARS_PER_TOKEN = 4  # English runs ~4 characters a token: enough for an estimate before anything is tokenized
 NOCACHE_MOST_S = 1800.0  # the largest time budget the page offers (a hosted server's cap, if lower)
 DEFAULT_PROMPT = "The history of the printing press"

@@ -1,6 +1,6 @@
-"""The device queue of this server process as a session meets it: this server's limits, a turn on the device (first
-come first served, see `explorer.hosting.queue.DeviceQueue`) with the session's place in line while it waits, the
-per-session rate limit, what other sessions draw meanwhile, and the sweep of stepped requests left idle."""
+"""The device queue of this server process as a session meets it: a turn on the device (first come first served, see
+`explorer.hosting.queue.DeviceQueue`) with the session's place in line while it waits, the per-session rate limit,
+and what other sessions draw meanwhile. The queue itself is the shared `DeviceSession`'s (`explorer.ui.shared`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.core.errors import BadInput
-from explorer.hosting.queue import DeviceQueue, ScriptActivity, Ticket, wait_sentence
+from explorer.hosting.queue import DeviceQueue, Ticket, wait_sentence
 from explorer.hosting.settings import HostedPolicy
-from explorer.labs.stepping import LiveSteps
-from explorer.ui.state import HELD_TICKET, LEFT_QUEUE, RUN_STARTS
+from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.state import LEFT_QUEUE, RUN_STARTS
 
 DRAW_HOLD_S = 30.0  # a finished run keeps the device while its page is drawn, at most this long
 POLL_S = 0.5  # how often a waiting page redraws its place in line (each redraw is also where a click can cancel)
@@ -27,74 +27,16 @@ CONTENTION_NOTE = (
 )
 
 
-def hosting_policy() -> HostedPolicy:
-    """This server's limits, read from the environment on every call (cheap; tests change it between runs)."""
-    return HostedPolicy.from_env()
-
-
 def count_run(policy: HostedPolicy | None = None) -> None:
     """Count one turn on the device against this session's rate limit; raises the limit's ExplorerError when over."""
     policy = hosting_policy() if policy is None else policy
-    st.session_state[RUN_STARTS] = policy.check_rate(st.session_state.get(RUN_STARTS, ()), time.monotonic())
-
-
-# --- shared, process-wide resources (st.cache_resource: one per server process, never module state) --------------
-@st.cache_resource
-def device_queue() -> DeviceQueue:
-    """Runs are serialized on the device, first come first served, so two sessions never disturb each other's
-    timings; the queue also tells a waiting session its place and expected wait."""
-    return DeviceQueue(log_path=hosting_policy().turn_log)
-
-
-@st.cache_resource
-def script_activity() -> ScriptActivity:
-    return ScriptActivity()
-
-
-@st.cache_resource
-def live_steps() -> LiveSteps:
-    """Every session's live stepped request (weakly held), so that any session can free the ones left idle."""
-    return LiveSteps()
-
-
-class QueueLock:
-    """The device queue as a lock (`acquire`/`release`), for code that only needs to hold the device: it waits in the
-    same line as every session. Like `threading.Lock`, any thread may release it."""
-
-    def __init__(self, queue: DeviceQueue) -> None:
-        self.queue = queue
-        self.ticket: Ticket | None = None
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        ticket = self.queue.enter("lock")
-        if self.queue.wait(ticket, None if blocking and timeout < 0 else (timeout if blocking else 0)):
-            self.ticket = ticket
-            return True
-        self.queue.release(ticket)
-        return False
-
-    def release(self) -> None:
-        ticket, self.ticket = self.ticket, None
-        if ticket is None:
-            raise RuntimeError("release of an unheld device lock")
-        self.queue.release(ticket)
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *_: object) -> None:
-        self.release()
-
-
-@st.cache_resource
-def device_lock() -> QueueLock:
-    return QueueLock(device_queue())
+    RUN_STARTS.set(policy.check_rate(RUN_STARTS.get() or (), time.monotonic()))
 
 
 def note_script() -> None:
     """Count this script run as drawing until its thread ends (the sidebar calls it on every script run)."""
     if get_script_run_ctx(suppress_warning=True) is not None:
-        script_activity().note(threading.current_thread())
+        device_session().activity.note(threading.current_thread())
 
 
 # --- a turn ----------------------------------------------------------------------------------------------------------
@@ -105,7 +47,7 @@ def _session_label() -> str:
 
 
 def _left_queue() -> None:
-    st.session_state[LEFT_QUEUE] = True
+    LEFT_QUEUE.set(True)
 
 
 def _wait_for_turn(queue: DeviceQueue, ticket: Ticket, max_wait_s: float | None) -> None:
@@ -162,27 +104,27 @@ def device_turn(what: str = "run") -> Iterator[DeviceTurn]:
     """Hold the device for a whole run, waiting in line (and saying so) while other sessions hold it.
 
     The turn outlives the `with` block: it ends when this session's script run ends, so the page this run is about
-    to draw never competes with the next session's passes (at most DRAW_HOLD_S). Outside a script run, or when the
-    block raises, it ends at once. Taking a turn also frees any session's stepped request left idle: a session that
-    walked away must not keep its cache on the device others are queuing for.
+    to draw never competes with the next session's passes (at most DRAW_HOLD_S), or when this session takes its next
+    turn (a rerun, a second click). Outside a script run, or when the block raises, it ends at once. Streamlit raises
+    its rerun or stop exception at the next draw or session-state access after a click or a closed tab, wherever
+    that falls: so the turn is handed to the queue in `finally`, with no Streamlit call between the block and that.
+    Taking a turn also frees any session's stepped request left idle: a session that walked away must not keep its
+    cache on the device others are queuing for.
     """
-    queue = device_queue()
-    earlier = st.session_state.pop(HELD_TICKET, None)
-    if earlier is not None:  # this session is still drawing after its last run: give that turn back, queue again
-        queue.release(earlier)
-    turn = DeviceTurn(queue, queue.enter(what, _session_label()))
+    session = device_session()
+    queue = session.queue
+    turn = DeviceTurn(queue, queue.enter(what, _session_label()))  # gives back this session's turn kept for drawing
+    finished = False
     try:
         _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
-        live_steps().sweep()
+        session.steps.sweep()
         yield turn
-    except BaseException:  # an error, a refusal, or a click that stops the script: nothing left to draw for this run
-        queue.release(turn.ticket)
-        raise
-    if get_script_run_ctx(suppress_warning=True) is None:
-        queue.release(turn.ticket)
-        return
-    st.session_state[HELD_TICKET] = turn.ticket
-    queue.release_when_done(turn.ticket, threading.current_thread(), DRAW_HOLD_S)
+        finished = True
+    finally:
+        if finished and get_script_run_ctx(suppress_warning=True) is not None:
+            queue.release_when_done(turn.ticket, threading.current_thread(), DRAW_HOLD_S)
+        else:  # an error, a refusal, a click or a closed tab: nothing left to draw for this run
+            queue.release(turn.ticket)
 
 
 class ContentionProbe:
@@ -194,7 +136,8 @@ class ContentionProbe:
         self.sample()
 
     def sample(self) -> None:
-        others = script_activity().others_drawing(self.me, device_queue().waiting_thread_ids())
+        session = device_session()
+        others = session.activity.others_drawing(self.me, session.queue.waiting_thread_ids())
         self.most = max(self.most, others)
 
     @property

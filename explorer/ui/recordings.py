@@ -13,22 +13,26 @@ from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.core.recording_checks import read_recording
 from explorer.ui.queue import count_run
-from explorer.ui.state import RunResult, current_run, make_current
+from explorer.ui.shared import device_session
+from explorer.ui.state import (
+    RECORDING_LINKED,
+    RECORDING_LINKED_PAIR,
+    RECORDING_UPLOADED,
+    RunResult,
+    current_run,
+    make_current,
+)
 from explorer.ui.widgets import show_error
 
-LINKED = "explorer_recording_linked"  # the recording a link opened in this session: a link opens it once
-UPLOADED = "explorer_recording_uploaded"  # the file id of the upload last opened: a rerun does not reopen it
 UPLOAD_KEY = "recording-upload"  # the uploader's own key
 NO_MAPS = "This recording holds no attention maps."
 QUERY = "recording"
 COMPARE_QUERY = "compare"  # ?recording=A&compare=B: B opens first, then A, so Compare sets the two side by side
-LINKED_PAIR = "explorer_recording_linked_pair"  # the (A, B) a link opened in this session: opened once
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def read_bundled(path: Path, size: int, mtime_ns: int) -> Recording | str:
-    """A bundled file, read and checked once per process (and again if it changes on disk); a refusal is kept too, so
-    a damaged file is not read again on every rerun (the sidebar names every bundled recording's title)."""
+def read_checked(path: Path) -> Recording | str:
+    """A bundled file read and checked; a refusal is its line, kept like a recording, so a damaged file is not read
+    again on every rerun (the sidebar names every bundled recording's title)."""
     try:
         return read_recording(path.read_bytes())
     except ExplorerError as exc:
@@ -36,11 +40,13 @@ def read_bundled(path: Path, size: int, mtime_ns: int) -> Recording | str:
 
 
 def bundled_recording(path: Path) -> Recording:
+    """A bundled file, read and checked once per server (and again if it changes on disk)."""
     stat = path.stat()
-    opened = read_bundled(path, stat.st_size, stat.st_mtime_ns)
+    key = ("recording", path, stat.st_size, stat.st_mtime_ns)
+    opened = device_session().read_once.get(key, lambda: read_checked(path))
     if isinstance(opened, str):
         raise BadInput(opened)
-    return opened
+    return opened  # type: ignore[return-value]
 
 
 def as_result(recording: Recording) -> RunResult:
@@ -71,22 +77,22 @@ def open_from_link() -> None:
     Compare two runs shows."""
     name = st.query_params.get(QUERY)
     other = st.query_params.get(COMPARE_QUERY)
-    if name and other and other != name and st.session_state.get(LINKED_PAIR) != (name, other):
-        st.session_state[LINKED_PAIR] = (name, other)
-        st.session_state[LINKED] = name
+    if name and other and other != name and RECORDING_LINKED_PAIR.get() != (name, other):
+        RECORDING_LINKED_PAIR.set((name, other))
+        RECORDING_LINKED.set(name)
         if open_bundled(other):
             open_bundled(name)
         return
-    if not name or st.session_state.get(LINKED) == name:
+    if not name or RECORDING_LINKED.get() == name:
         return
-    st.session_state[LINKED] = name
+    RECORDING_LINKED.set(name)
     open_bundled(name)
 
 
 def compared_indices(labels: list[str]) -> tuple[int, int]:
     """Which of the session's runs (`labels`, oldest first) Compare shows first: the two a `?recording=A&compare=B`
     link opened (A, then B) while both are still there, else the last two."""
-    pair = st.session_state.get(LINKED_PAIR)
+    pair = RECORDING_LINKED_PAIR.get()
     wanted = None if pair is None else [recorded_label(pair[0]), recorded_label(pair[1])]
     if wanted is not None and set(wanted) <= set(labels):
         return labels.index(wanted[0]), labels.index(wanted[1])
@@ -111,8 +117,8 @@ def recordings_sidebar() -> None:
                 open_bundled(name)
         # Any type: a type filter makes Streamlit refuse a wrong file with its own message; this says one line.
         uploaded = st.file_uploader(f"…or upload a {SUFFIX} file", key=UPLOAD_KEY)
-        if uploaded is not None and st.session_state.get(UPLOADED) != uploaded.file_id:
-            st.session_state[UPLOADED] = uploaded.file_id
+        if uploaded is not None and RECORDING_UPLOADED.get() != uploaded.file_id:
+            RECORDING_UPLOADED.set(uploaded.file_id)
             open_upload(uploaded.name, uploaded.getvalue())
 
 

@@ -1,15 +1,15 @@
-"""Runs on the shared device: the loaded models of this server process, and a run from the sidebar's inputs (check
-the server's limits, wait in line for the device (`explorer.ui.queue`), load, run with live streaming, capture
-attention).
+"""Work on the shared device, each through the one way onto it (`explorer.ui.admission.on_device`): a run from the
+sidebar's inputs (run with live streaming, capture attention), a lab's run, and re-measuring the device figures.
 
 What holds the device and for how long (one turn each, first come first served, see
 `explorer.hosting.queue.DeviceQueue`):
 - the server's warm-up at start (`explorer.ui.warm`): loading the default model, the device figures and the
-  warm-up, once per process; a run pressed meanwhile waits for it (`wait_for_warming`) and then starts warm;
-- a sidebar run: loading (once per model), the device figures (measured once per process) and the warm-up, the
-  timed passes of every repeat, the untimed attention replay, then the drawing of that session's page: the turn
-  ends when the session's script run ends (at most `DRAW_HOLD_S`), so the next run's passes never share the cores
-  with that drawing;
+  warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
+  then starts warm;
+- a sidebar run: loading (once per model), the device figures (measured once per server, kept in its
+  `DeviceSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay, then the
+  drawing of that session's page: the turn ends when the session's script run ends (at most `DRAW_HOLD_S`), so the
+  next run's passes never share the cores with that drawing;
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
@@ -21,101 +21,28 @@ Changing a view takes no turn: it only reads the session's stored run.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 
 import streamlit as st
 
 from explorer.core.attention import capture_attention
-from explorer.core.device import device_profile
-from explorer.core.engine import CheckedRequest, OnPass, Request, check_request, validate
+from explorer.core.device import FiguresStore
+from explorer.core.engine import CheckedRequest, OnPass, Request
 from explorer.core.errors import ExplorerError
-from explorer.core.lab_progress import LabProgress, Report
-from explorer.core.loading import EMBEDDED, LoadedModel, Progress, load_model, resolve_device
+from explorer.core.lab_progress import LabProgress
+from explorer.core.loading import LoadedModel, resolve_device
 from explorer.core.measure import keep_figures_honest, measure, prepare_device, recost
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
-from explorer.hosting.settings import ALLOWED_MODELS_ENV as ALLOWED_MODELS_ENV  # older code imports it from here
 from explorer.hosting.settings import LabSize
-from explorer.hosting.warm import Warmer
-from explorer.ui.queue import ContentionProbe, count_run, device_turn, hosting_policy
-from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_run, remember
-from explorer.ui.widgets import escape_markdown, failure_line, show_error
+from explorer.ui.admission import Admitted, DeviceAsk, on_device
+from explorer.ui.queue import ContentionProbe
+from explorer.ui.shared import device_session
+from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
+from explorer.ui.waiting import progress_bar
+from explorer.ui.widgets import failure_line
 
 ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
-
-
-def check_model_allowed(name: str) -> str:
-    """The model to load for what was typed, or a one-line refusal that names the allowed models."""
-    return hosting_policy().check_model(name)
-
-
-# --- shared, process-wide resources ------------------------------------------------------------------------------
-class ModelStore:
-    """Loaded models for every session of this server process, at most `capacity`, oldest evicted first.
-
-    Not `st.cache_resource` on the loader itself: a cached function may not draw into the caller's progress bar.
-    """
-
-    def __init__(self, capacity: int = 2) -> None:
-        self.capacity = capacity
-        self.models: dict[tuple[str, str, str], LoadedModel] = {}
-        self.lock = threading.Lock()
-
-    def get(self, name: str, device: str, dtype: str, on_progress: Progress | None = None) -> LoadedModel:
-        key = (name, device, dtype)
-        with self.lock:  # two sessions asking for the same new model load it once
-            if key not in self.models:
-                loaded = load_model(name, device, dtype, on_progress=on_progress)
-                while len(self.models) >= self.capacity:
-                    self.models.pop(next(iter(self.models)))
-                self.models[key] = loaded
-            return self.models[key]
-
-
-@st.cache_resource
-def model_store() -> ModelStore:
-    return ModelStore()
-
-
-@st.cache_resource
-def warmer() -> Warmer:
-    """The server's warm-up at start (`explorer.ui.warm`): the default model loaded, the device figures taken."""
-    return Warmer()
-
-
-def wait_for_warming(poll_s: float = 0.5) -> None:
-    """A run pressed while the server warms up waits for it, saying so: the warm-up holds the device and is loading
-    the very model the run needs (once: the store's lock), so the run then starts warm. A click meanwhile reruns the
-    script, which stops this wait at its next redraw."""
-    if warmer().status().state != "warming":
-        return
-    line = st.empty()
-    while not warmer().wait(0):
-        line.info(warmer().status().line())
-        warmer().wait(poll_s)
-    line.empty()
-
-
-@contextmanager
-def progress_bar(text: str) -> Iterator[Report]:
-    """A progress bar while the block runs, drawn by any progress report (loading, the device figures, the warm-up, a
-    lab), and removed when the block ends."""
-    bar = st.progress(0.0, text=escape_markdown(text))
-
-    def report(fraction: float, what: str) -> None:
-        bar.progress(min(1.0, fraction), text=escape_markdown(what))
-
-    try:
-        yield report
-    finally:
-        bar.empty()
-
-
-def get_model(inputs: RunInputs) -> LoadedModel:
-    with progress_bar(f"Loading {inputs.model} …") as report:
-        return model_store().get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, report)
 
 
 # --- the run -------------------------------------------------------------------------------------------------------
@@ -127,7 +54,9 @@ def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
     return "  ".join(parts)
 
 
-def run_streaming(lm: LoadedModel, checked: CheckedRequest, probe: ContentionProbe | None = None) -> Trace:
+def run_streaming(
+    lm: LoadedModel, checked: CheckedRequest, figures: FiguresStore, probe: ContentionProbe | None = None
+) -> Trace:
     """The device figures and the warm-up on a progress bar, then the timed run, drawing each token with its gap as its
     pass finishes (the drawing falls inside the ITL)."""
     live = st.container(border=True)
@@ -145,7 +74,7 @@ def run_streaming(lm: LoadedModel, checked: CheckedRequest, probe: ContentionPro
         stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
 
     with progress_bar("Preparing the device…") as report:
-        trace = measure(lm, checked, on_pass=OnPass(see=on_pass), progress=report)
+        trace = measure(lm, checked, figures, on_pass=OnPass(see=on_pass), progress=report)
     stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
     return trace
 
@@ -159,7 +88,7 @@ def attach_attention(lm: LoadedModel, result: RunResult, cap_bytes: int | None =
     except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
         note = str(exc) if isinstance(exc, ExplorerError) else failure_line("Attention capture", exc)
         result = replace(result, attention_note=note)
-    st.session_state[RUN] = result
+    RUN.set(result)
     return result
 
 
@@ -173,59 +102,49 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         sampling=inputs.sampling,
         repeats=inputs.repeats,
     )
-    try:
-        policy = hosting_policy()
-        model = policy.check_model(inputs.model)  # by name alone: a path never reaches the filesystem
-        policy.check_request(inputs.prompt, inputs.max_new_tokens, inputs.repeats)  # characters before tokens
-        validate(request)  # its numbers, before anything loads
-        count_run(policy)
-        wait_for_warming()
-        with device_turn("run"):
-            lm = get_model(replace(inputs, model=model))
-            st.session_state[LAST_INPUTS] = inputs  # a model that loaded: the labs run on the sidebar's last one
-            checked = check_request(lm, request)  # once: the run takes it as checked
-            if policy.max_prompt_tokens is not None:  # a few thousand characters at most, after the check above
-                policy.check_prompt_tokens(len(checked.prompt_ids))
-            probe = ContentionProbe()
-            trace = run_streaming(lm, checked, probe)
-            result = replace(remember(trace, inputs.prompt), contention_note=probe.note)
-            st.session_state[RUN] = result
-            if result.contention_note:
-                st.warning(result.contention_note)
-            if not inputs.capture_attention:
-                result = replace(result, attention_note=ATTENTION_OFF)
-                st.session_state[RUN] = result
-                return result
-            return attach_attention(lm, result, policy.attention_cap_bytes)
-    except ExplorerError as exc:
-        show_error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        show_error(failure_line("The run", exc))
-    return None
+    return on_device(DeviceAsk("run", "The run", inputs, request), lambda admitted: _run(admitted, inputs))
 
 
-def remeasure_device(device: str, dtype: str) -> None:
+def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
+    LAST_INPUTS.set(inputs)  # a model that loaded: the labs run on the sidebar's last one
+    assert admitted.checked is not None
+    probe = ContentionProbe()
+    trace = run_streaming(admitted.model, admitted.checked, admitted.session.figures, probe)
+    result = replace(remember(trace, inputs.prompt), contention_note=probe.note)
+    RUN.set(result)
+    if result.contention_note:
+        st.warning(result.contention_note)
+    if not inputs.capture_attention:
+        result = replace(result, attention_note=ATTENTION_OFF)
+        RUN.set(result)
+        return result
+    return attach_attention(admitted.model, result, admitted.policy.attention_cap_bytes)
+
+
+def remeasure_device(device_choice: str, dtype: str) -> None:
     """Take the device figures again now and re-cost the current run with them: no model call. Without a run, the
-    figures are those of the device and dtype the sidebar would run on (`device` may be "auto")."""
+    figures are those of the device and dtype the sidebar would run on (`device_choice` may be "auto")."""
     run = current_run()
-    try:
-        count_run()
-        kind, dtype = (run.trace.device.kind, run.trace.device.dtype) if run else (resolve_device(device).type, dtype)
-        with (
-            device_turn("device figures"),
-            progress_bar("Measuring the device (best of 5 matmuls, copies and reads)…") as bar,
-        ):
-            fresh = device_profile(kind, dtype, fresh=True, progress=bar)
-    except ExplorerError as exc:  # the rate limit, a refusal in line, or a device this server does not have
-        show_error(str(exc))
+
+    def remeasure(admitted: Admitted) -> DeviceProfile:
+        if run is not None:  # the figures the current run was costed with
+            kind, of_dtype = run.trace.device.kind, run.trace.device.dtype
+        else:
+            kind, of_dtype = resolve_device(device_choice).type, dtype
+        with progress_bar("Measuring the device (best of 5 matmuls, copies and reads)…") as bar:
+            return admitted.session.figures.get(kind, of_dtype, fresh=True, progress=bar)
+
+    fresh = on_device(DeviceAsk("device figures", "Re-measuring the device"), remeasure)
+    if fresh is None:  # the rate limit, a refusal in line, or a device this server does not have: said on screen
         return
     if run is not None:
-        st.session_state[RUN] = replace(run, trace=keep_figures_honest(recost(run.trace, fresh)))
+        figures = device_session().figures
+        RUN.set(replace(run, trace=keep_figures_honest(recost(run.trace, fresh), figures)))
     st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
 
 
 def run_lab(
-    key: str,
+    key: Slot[object],
     what: str,
     work: Callable[[LoadedModel, DeviceProfile, LabProgress], object],
     size: LabSize | None = None,
@@ -235,22 +154,13 @@ def run_lab(
     caps before it waits for the device (a hosted server refuses a lab without one). `work` gets a `LabProgress`:
     calling it only moves the bar; its `between_units()` lets anyone waiting go first, and the lab calls it only
     where no measured span crosses it (`core.lab_progress`). Errors are one line and keep the previous result."""
-    inputs = st.session_state.get(LAST_INPUTS, RunInputs())
-    try:
-        policy = hosting_policy()
-        model = policy.check_model(inputs.model)
-        policy.check_lab(size)
-        count_run(policy)
-        wait_for_warming()
-        with device_turn("lab") as turn:
-            lm = get_model(replace(inputs, model=model))
-            with progress_bar(what) as report:
-                device = prepare_device(lm, progress=report)  # the figures, then the warm-up: once, before the lab
-                result = work(lm, device, LabProgress(report, turn.pass_on))
-        st.session_state[key] = result
+    inputs = last_inputs()
+
+    def lab(admitted: Admitted) -> object:
+        with progress_bar(what) as report:  # the figures, then the warm-up: once, before the lab
+            profile = prepare_device(admitted.model, admitted.session.figures, progress=report)
+            result = work(admitted.model, profile, LabProgress(report, admitted.turn.pass_on))
+        key.set(result)
         return result
-    except ExplorerError as exc:
-        show_error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        show_error(failure_line(what, exc))
-    return None
+
+    return on_device(DeviceAsk("lab", what, inputs, lab=size), lab)

@@ -28,11 +28,11 @@ from explorer.labs.schedule.workload import (
     parse_int_list,
     validate,
 )
-from explorer.ui.queue import hosting_policy
 from explorer.ui.runner import run_lab
+from explorer.ui.shared import hosting_policy
+from explorer.ui.state import SCHEDULE_RUN
 from explorer.ui.widgets import chart, current_slos_s, metrics, show_error, table
 
-RUN_KEY = "explorer_schedule_run"  # the last ScheduleRun of this session (not a widget key)
 LAB_BUDGET_S = 600.0
 DEFAULT_PREFIX = (
     "You are a careful assistant for a small public library. Answer in plain words, in two or three sentences, and "
@@ -78,14 +78,14 @@ def lab_size(workload: Workload) -> LabSize:
 
 
 def serve(workload: Workload, settings: EngineSettings, compare: bool) -> None:
-    """Refuse bad input in a blink, then serve the workload on the device in turn (kept under RUN_KEY)."""
+    """Refuse bad input in a blink, then serve the workload on the device in turn (kept under SCHEDULE_RUN)."""
     validate(workload, settings)
     check_prompt_chars(workload, hosting_policy().max_prompt_chars)
 
     def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> ScheduleRun:
         return run_schedule(lm, device, workload, settings, compare=compare, progress=progress)
 
-    run_lab(RUN_KEY, "Serving the workload", work, lab_size(workload))
+    run_lab(SCHEDULE_RUN, "Serving the workload", work, lab_size(workload))
 
 
 def workload_form(shown: ScheduleRun | None = None) -> None:

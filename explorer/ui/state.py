@@ -1,8 +1,10 @@
-"""What a session keeps: the keys of st.session_state, the run's inputs and result, the current run and history."""
+"""What a session keeps: every key of st.session_state (one registry, typed accessors), the run's inputs and result,
+the current run and history."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import streamlit as st
 
@@ -11,14 +13,52 @@ from explorer.core.loading import EMBEDDED
 from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Sampling, Trace
 
-# --- session-state keys (never the key of a widget: Streamlit forbids writing those after the widget exists) -------
-RUN = "explorer_run"  # the current RunResult
-HISTORY = "explorer_history"  # earlier RunResults of this session, oldest first
-RUN_COUNT = "explorer_run_count"  # how many runs this session started
-LAST_INPUTS = "explorer_last_inputs"  # the RunInputs of the sidebar's last Run: the labs use its model and dtype
-RUN_STARTS = "explorer_run_starts"  # monotonic times this session took the device in the last minute (rate limit)
-HELD_TICKET = "explorer_held_ticket"  # a finished turn still held while this session's page is drawn
-LEFT_QUEUE = "explorer_left_queue"  # set by the "Leave the queue" button, read once by the next script run
+if TYPE_CHECKING:
+    from explorer.core.profiler import PassProfile
+    from explorer.labs.stepping import SteppedRequest
+
+T = TypeVar("T")
+
+
+class Slot(str, Generic[T]):
+    """One session-state key and the type of what it holds. A `str` (the key itself, as AppTest reads it) with typed
+    accessors. Never the key of a widget: Streamlit forbids writing those after the widget exists."""
+
+    def get(self, default: T | None = None) -> T | None:
+        return st.session_state.get(str(self), default)
+
+    def set(self, value: T) -> None:
+        st.session_state[str(self)] = value
+
+    def pop(self) -> T | None:
+        return st.session_state.pop(str(self), None)
+
+
+# --- every session-state key of the app, in one place (widget keys stay with their widgets) -------------------------
+RUN: Slot[RunResult] = Slot("explorer_run")  # the current RunResult
+HISTORY: Slot[list[RunResult]] = Slot("explorer_history")  # earlier RunResults of this session, oldest first
+RUN_COUNT: Slot[int] = Slot("explorer_run_count")  # how many runs this session started
+LAST_INPUTS: Slot[RunInputs] = Slot("explorer_last_inputs")  # the sidebar's last Run: the labs use its model and dtype
+RUN_STARTS: Slot[tuple[float, ...]] = Slot("explorer_run_starts")  # monotonic times of its turns (rate limit)
+LEFT_QUEUE: Slot[bool] = Slot("explorer_left_queue")  # set by "Leave the queue", read once by the next script run
+STEPPED: Slot[SteppedRequest] = Slot("explorer_stepped")  # the session's stepped request (explorer.ui.stepper)
+PROFILE: Slot[tuple[str, PassProfile]] = Slot("explorer_profile")  # the last "Profile this pass" (cost_view)
+NOCACHE_RESULT: Slot[object] = Slot("explorer_nocache_result")  # the no-cache lab's last result
+BATCH_RESULT: Slot[object] = Slot("explorer_batch_result")  # the batching lab's last result
+SCHEDULE_RUN: Slot[object] = Slot("explorer_schedule_run")  # the scheduling lab's last ScheduleRun
+TOUR_SLIDE: Slot[int] = Slot("explorer_tour_slide")  # the Tour's 0-based slide
+TOUR_PARAM_SEEN: Slot[str] = Slot("explorer_tour_param_seen")  # the ?slide value last applied: a stale one is ignored
+RECORDING_LINKED: Slot[str] = Slot("explorer_recording_linked")  # the recording a link opened: a link opens it once
+RECORDING_LINKED_PAIR: Slot[tuple[str, str]] = Slot("explorer_recording_linked_pair")  # ?recording=A&compare=B, once
+RECORDING_UPLOADED: Slot[str] = Slot("explorer_recording_uploaded")  # the upload last opened: a rerun keeps it
+TTFT_SLO_MS: Slot[float] = Slot("explorer_ttft_slo_ms")  # the SLOs: the Latency page sets them, every page reads them
+ITL_SLO_MS: Slot[float] = Slot("explorer_itl_slo_ms")
+ENDPOINT_RESULT: Slot[object] = Slot("endpoint_result")  # the SweepResult shown: measured here or loaded from a file
+ENDPOINT_LOADED_FILE: Slot[tuple[str, str]] = Slot("endpoint_loaded_file")  # (file id, refusal or ""): read once
+ENDPOINT_UPLOAD: Slot[tuple[str, object]] = Slot("endpoint_upload")  # (sha256, sweep or refusal): same bytes read once
+ENDPOINT_TABLES: Slot[tuple[object, ...]] = Slot("endpoint_tables")  # (sweep, SLOs, tables): derived once
+EDITOR_VERSION: Slot[int] = Slot("by_hand_editor_version")  # bumped by Reset: new widget keys start from the seed's
+QUIZ_VERSION: Slot[int] = Slot("quiz_version")  # bumped by Start over: new radio keys start unanswered
 HISTORY_LENGTH = 5
 
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
@@ -54,17 +94,22 @@ class RunResult:
 
 
 def current_run() -> RunResult | None:
-    return st.session_state.get(RUN)
+    return RUN.get()
 
 
 def history() -> list[RunResult]:
-    return list(st.session_state.get(HISTORY, []))
+    return list(HISTORY.get() or [])
+
+
+def last_inputs() -> RunInputs:
+    """The sidebar's last Run's inputs (the defaults before any): labs and Step mode run on its model and sampling."""
+    return LAST_INPUTS.get() or RunInputs()
 
 
 def remember(trace: Trace, prompt: str) -> RunResult:
     """Keep a finished run at once, before anything else can interrupt the script (a click reruns it)."""
-    count = st.session_state.get(RUN_COUNT, 0) + 1
-    st.session_state[RUN_COUNT] = count
+    count = (RUN_COUNT.get() or 0) + 1
+    RUN_COUNT.set(count)
     preview = prompt.strip().replace("\n", " ")
     result = RunResult(
         trace, None, "Capturing attention…", f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
@@ -77,6 +122,6 @@ def make_current(result: RunResult) -> RunResult:
     previous = current_run()
     if previous is not None:  # earlier runs keep their trace; their attention maps (up to the cap each) are dropped
         kept = replace(previous, attention=None, attention_note="Attention maps are kept for the current run only.")
-        st.session_state[HISTORY] = (history() + [kept])[-HISTORY_LENGTH:]
-    st.session_state[RUN] = result
+        HISTORY.set((history() + [kept])[-HISTORY_LENGTH:])
+    RUN.set(result)
     return result

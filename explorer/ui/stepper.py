@@ -1,77 +1,68 @@
 """Step mode in a session: the session's stepped request, one pass per click under the device lock, freed on reset,
 on a new prompt, when it finishes (its trace and maps are kept), after an idle timeout (swept by any session, see
-`explorer.ui.queue.live_steps`), or with the session itself (its state, tensors included, goes with it)."""
+`DeviceSession.steps`), or with the session itself (its state, tensors included, goes with it)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import streamlit as st
 
-from explorer.core.engine import Request, check_request
-from explorer.core.errors import ExplorerError
+from explorer.core.engine import Request
 from explorer.labs.stepping import SteppedRequest
-from explorer.ui.queue import count_run, device_turn, hosting_policy, live_steps
-from explorer.ui.runner import get_model, progress_bar
-from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, remember
-from explorer.ui.widgets import failure_line, show_error
+from explorer.ui.admission import Admitted, DeviceAsk, on_device
+from explorer.ui.shared import device_session
+from explorer.ui.state import RUN, STEPPED, RunResult, last_inputs, remember
+from explorer.ui.waiting import progress_bar
 
-STEPPED = "explorer_stepped"  # the session's SteppedRequest, or absent
+DEFAULT_STEP = Request("What is the capital of France?", max_new_tokens=16)  # what the Step page's form starts with
 
 
 def stepped() -> SteppedRequest | None:
     """The session's stepped request; one left idle past the timeout is freed first (if no sweep did already)."""
-    current = st.session_state.get(STEPPED)
+    current = STEPPED.get()
     if current is None or current.done:
         return current
-    if current.freed or current.free_if_idle(live_steps().idle_timeout_s):
+    if current.freed or current.free_if_idle(device_session().steps.idle_timeout_s):
         say_freed_when_idle()
         return None
     return current
 
 
 def say_freed_when_idle() -> None:
-    st.session_state.pop(STEPPED, None)
-    minutes = live_steps().idle_timeout_s / 60
+    STEPPED.pop()
+    minutes = device_session().steps.idle_timeout_s / 60
     st.info(f"The stepped request was idle for over {minutes:.0f} minutes: its cache was freed. Press Prefill again.")
 
 
 def reset_stepping() -> None:
-    current = st.session_state.pop(STEPPED, None)
+    current = STEPPED.pop()
     if current is not None:
         current.free()
 
 
 def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) -> None:
-    """A new stepped request on the sidebar's model and sampling (a new prompt frees the old one's cache first)."""
+    """A new stepped request on the sidebar's model and sampling (a new prompt frees the old one's cache first); it
+    meets the same caps and rate limit as a run."""
     reset_stepping()
-    inputs = st.session_state.get(LAST_INPUTS, RunInputs())
+    inputs = last_inputs()
     request = Request(
         prompt, max_new_tokens=max_new_tokens, use_chat_template=use_chat_template, sampling=inputs.sampling
     )
-    try:
-        policy = hosting_policy()  # a stepped request meets the same caps and rate limit as a run
-        inputs = replace(inputs, model=policy.check_model(inputs.model))
-        policy.check_request(prompt, max_new_tokens, 1)
-        count_run(policy)
-        with device_turn("step"):
-            lm = get_model(inputs)
-            checked = check_request(lm, request)  # once, as a run's
-            if policy.max_prompt_tokens is not None:
-                policy.check_prompt_tokens(len(checked.prompt_ids))
-            with progress_bar("Preparing the device…") as report:
-                started = SteppedRequest.start(lm, checked, policy.attention_cap_bytes, report)
-            live_steps().add(started)
-            st.session_state[STEPPED] = started
-    except ExplorerError as exc:
-        show_error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        show_error(failure_line("Step mode's start", exc))
+
+    def start(admitted: Admitted) -> None:
+        assert admitted.checked is not None
+        with progress_bar("Preparing the device…") as report:
+            cap_bytes, figures = admitted.policy.attention_cap_bytes, admitted.session.figures
+            started = SteppedRequest.start(admitted.model, admitted.checked, cap_bytes, report, figures)
+        admitted.session.steps.add(started)
+        STEPPED.set(started)
+
+    on_device(DeviceAsk("step", "Step mode's start", inputs, request), start)
 
 
 def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
     """Start a stepped request and run its prefill; whether both happened. On a failure its one-line error is on
-    screen and no request is kept: one without a pass has nothing to show, and it would keep the prompt form locked."""
+    screen and no request is kept: one without a pass has nothing to show, and it would keep the prompt form locked.
+    Never call it inside a form: waiting in line draws a button with a callback."""
     start_stepping(prompt, max_new_tokens, use_chat_template)
     if stepped() is None:  # refused or failed to start: its error is on screen
         return False
@@ -82,30 +73,28 @@ def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
 
 
 def step_once() -> bool:
-    """ONE real pass under the device lock (held for this pass only: other sessions run between clicks); whether it
+    """ONE real pass in a turn on the device (held for this pass only: other sessions run between clicks); whether it
     stepped. A refusal in line leaves the request as it was; a failed pass frees it."""
     current = stepped()
     if current is None or current.done:
         return False
-    try:
-        with device_turn("step"):  # one pass: other sessions go between clicks
-            if not current.claim():  # freed by an idle sweep while this click waited in line
-                say_freed_when_idle()
-                return False
-            try:
-                current.step()
-            except Exception:
-                reset_stepping()  # a pass that failed half-way leaves a cache no later pass may extend
-                raise
-    except ExplorerError as exc:
-        show_error(str(exc))
-        return False
-    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
-        show_error(failure_line("The step", exc))
+
+    def step(_admitted: Admitted) -> bool:
+        if not current.claim():  # freed by an idle sweep while this click waited in line
+            say_freed_when_idle()
+            return False
+        try:
+            current.step()
+        except Exception:
+            reset_stepping()  # a pass that failed half-way leaves a cache no later pass may extend
+            raise
+        return True
+
+    if not on_device(DeviceAsk("step", "The step", counts=False), step):  # admitted once, at its start
         return False
     if current.done:  # the finished request becomes the session's current run, as if it had been run at once
         result = remember(current.to_trace(), current.request.prompt)
-        st.session_state[RUN] = RunResult(result.trace, current.attention(), "", result.label)
+        RUN.set(RunResult(result.trace, current.attention(), "", result.label))
     return True
 
 

@@ -7,10 +7,9 @@ import streamlit as st
 
 from explorer.core.recording import RecordingMeta
 from explorer.teach import tour
-from explorer.ui.state import RunResult, current_run
+from explorer.ui.state import TOUR_PARAM_SEEN, TOUR_SLIDE, RunResult, current_run
 from explorer.ui.widgets import chart, escape_markdown, presenting, require_run, secondary
 
-SLIDE = "explorer_tour_slide"  # the 0-based slide shown; our own key, never a widget's
 SLIDE_PARAM = "slide"  # ?slide=N (1-based) opens slide N; other query parameters are left as they are
 PARAM_SEEN = "explorer_tour_param_seen"  # the ?slide value last applied, so a stale one does not undo a key press
 # Chart heights: in presenter mode the chart's box (plot, axes, legend) must end above 720 px with the title and the
@@ -22,9 +21,9 @@ NORMAL_HEIGHT_PX = 380
 def slide_from_query() -> int | None:
     """The 0-based slide a ?slide=N link asks for, once per new value; None when absent, unchanged or not a slide."""
     raw = st.query_params.get(SLIDE_PARAM)
-    if raw is None or raw == st.session_state.get(PARAM_SEEN):
+    if raw is None or raw == TOUR_PARAM_SEEN.get():
         return None
-    st.session_state[PARAM_SEEN] = raw
+    TOUR_PARAM_SEEN.set(raw)
     try:
         wanted = int(raw) - 1
     except ValueError:
@@ -35,16 +34,16 @@ def slide_from_query() -> int | None:
 def current_slide() -> int:
     wanted = slide_from_query()
     if wanted is not None:
-        st.session_state[SLIDE] = wanted
-    return min(max(0, int(st.session_state.get(SLIDE, 0))), tour.SLIDE_COUNT - 1)
+        TOUR_SLIDE.set(wanted)
+    return min(max(0, int(TOUR_SLIDE.get() or 0)), tour.SLIDE_COUNT - 1)
 
 
 def move(step: int) -> None:
     """A button's callback: runs before the script, so the slide it leads to is drawn in the same rerun."""
     index = min(max(0, current_slide() + step), tour.SLIDE_COUNT - 1)
-    st.session_state[SLIDE] = index
+    TOUR_SLIDE.set(index)
     st.query_params[SLIDE_PARAM] = str(index + 1)  # a link to this slide; other parameters are untouched
-    st.session_state[PARAM_SEEN] = str(index + 1)
+    TOUR_PARAM_SEEN.set(str(index + 1))
 
 
 def navigation(index: int, recorded: RecordingMeta | None) -> None:

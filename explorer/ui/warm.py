@@ -8,8 +8,8 @@ before any browser connects. A process that never enters it (an AppTest, an olde
 its first script run instead (`warming_line`). `EXPLORER_WARM=0` switches it off.
 
 The warm-up takes a turn on the device like a run (`explorer.hosting.queue.DeviceQueue`), so it never shares the
-cores with a visitor's timed passes; a Run pressed meanwhile waits for it (`explorer.ui.runner.wait_for_warming`) and
-finds the model in the shared store: it is loaded once.
+cores with a visitor's timed passes; a Run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
+finds the model in the session's store: it is loaded once.
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ import streamlit as st
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.measure import prepare_device
-from explorer.hosting.queue import DeviceQueue
+from explorer.hosting.session import DeviceSession
 from explorer.hosting.settings import warming_on
 from explorer.hosting.warm import LOG, Say, WarmStatus, Work
-from explorer.ui.queue import device_queue, hosting_policy
-from explorer.ui.runner import ModelStore, model_store, warmer
+from explorer.ui.shared import device_session, hosting_policy
 from explorer.ui.state import RunInputs
 
 POLL_S = 1.0  # how often a sidebar that saw the server warming redraws its line (that fragment only)
@@ -50,9 +49,11 @@ def warm_target() -> RunInputs:
         return replace(target, model=policy.allowed_models[0])
 
 
-def warm_work(target: RunInputs, store: ModelStore, queue: DeviceQueue) -> Work:
-    """The warm-up: in a turn on the device, load `target`'s model into the shared store, tokenize the default prompt,
-    take the device figures (once per process) and run the warm-up passes that every run's `prepare_device` runs."""
+def warm_work(target: RunInputs, session: DeviceSession) -> Work:
+    """The warm-up: in a turn on the device, load `target`'s model into the session's store, tokenize the default
+    prompt, take the device figures (into the session's) and run the warm-up passes that every run's `prepare_device`
+    runs."""
+    queue = session.queue
 
     def work(say: Say) -> None:
         ticket = queue.enter("warm-up", "server")
@@ -60,14 +61,14 @@ def warm_work(target: RunInputs, store: ModelStore, queue: DeviceQueue) -> Work:
             say("waiting for the device")
             queue.wait(ticket, None)
             say(f"loading the model ({target.model}, device {target.device}, {target.dtype})")
-            lm = store.get(target.model, target.device, target.dtype)
+            lm = session.models.get(target.model, target.device, target.dtype)
             request = Request(prompt=target.prompt, max_new_tokens=target.max_new_tokens)
             check_request(lm, request)  # the chat template compiled once here, not in the first run
 
             def report(fraction: float, _what: str) -> None:
                 say("taking the device figures (microbenchmarks)" if fraction < 0.8 else "running warm-up passes")
 
-            prepare_device(lm, progress=report)
+            prepare_device(lm, session.figures, progress=report)
         finally:
             queue.release(ticket)
 
@@ -76,7 +77,7 @@ def warm_work(target: RunInputs, store: ModelStore, queue: DeviceQueue) -> Work:
 
 class _NoContextWarning(logging.Filter):
     """Outside any script run by design: the server importing app.py (its `st.Page`s, in the main thread) and the
-    warm-up thread reaching the process-wide resources (`st.cache_resource`). Streamlit's "missing
+    warm-up thread reaching the shared `DeviceSession` (`explorer.ui.shared`). Streamlit's "missing
     ScriptRunContext" warning for those two threads says nothing an operator needs; script threads keep it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -89,7 +90,8 @@ logging.getLogger(CONTEXT_LOGGER).addFilter(_NoContextWarning())  # once, when a
 
 def start_warming(target: RunInputs | None = None) -> bool:
     """Start the warm-up once per process (unless `EXPLORER_WARM=0`); True if this call started it."""
-    if not warming_on() or warmer().status().state != "not started":
+    session = device_session()
+    if not warming_on() or session.warmer.status().state != "not started":
         return False
     if not LOG.handlers:  # the server log says when warming starts and ends, as Streamlit's own lines do
         handler = logging.StreamHandler()
@@ -97,8 +99,7 @@ def start_warming(target: RunInputs | None = None) -> bool:
         LOG.addHandler(handler)
         LOG.setLevel(logging.INFO)
         LOG.propagate = False
-    work = warm_work(target or warm_target(), model_store(), device_queue())
-    started = warmer().start(work, THREAD_NAME)
+    started = session.warmer.start(warm_work(target or warm_target(), session), THREAD_NAME)
     if started:
         LOG.info("Warming up: loading the default model and taking the device figures in the background.")
     return started
@@ -139,7 +140,7 @@ def _stop_polling() -> None:
 
 
 def _warming_fragment() -> None:
-    status = warmer().status()
+    status = device_session().warmer.status()
     _draw(status)
     if status.ended:
         _stop_polling()
@@ -152,7 +153,7 @@ def warming_line() -> None:
     if not warming_on():
         return
     start_warming()
-    status = warmer().status()
+    status = device_session().warmer.status()
     with st.sidebar:
         if status.state == "warming":
             st.fragment(_warming_fragment, run_every=POLL_S)()

@@ -21,7 +21,7 @@ from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
 from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
-from explorer.ui.state import RunResult, current_run
+from explorer.ui.state import ITL_SLO_MS, TTFT_SLO_MS, RunResult, Slot, current_run
 
 LOG = logging.getLogger(__name__)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
@@ -218,7 +218,7 @@ def page_with_run(title: str, caption: str) -> RunResult:
 
 
 def lab_page(
-    title: str, caption: str, inputs: Callable[[Any], object], key: str, hint: str, recorded: str | None = None
+    title: str, caption: str, inputs: Callable[[Any], object], key: Slot[object], hint: str, recorded: str | None = None
 ) -> Any:
     """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`. Without
     one, the lab's bundled result `recorded` (`explorer.labs.bundled`) under a banner saying it is recorded and that
@@ -253,9 +253,7 @@ def lab_page(
 
 # The SLOs live in the session, not in a page: set on the Latency page (or the Endpoint's), read by every other page.
 # A key holds a value only once the user has set it; until then each view starts from defaults chosen from what it
-# shows (`explorer.core.slo`: a round figure 1.2 × above the run's own median), said under the inputs.
-TTFT_SLO_MS = "explorer_ttft_slo_ms"
-ITL_SLO_MS = "explorer_itl_slo_ms"
+# shows (`explorer.core.slo`: a round figure a little above what the run itself measured), said under the inputs.
 
 
 def run_slo_defaults() -> slo.SloDefaults:

@@ -1,0 +1,100 @@
+"""The one way onto the device: everything that runs the model (the sidebar's Run, every lab's Run or Measure, Step
+mode's prefill and each step, "Re-measure device figures") asks here, in one order:
+
+this server's policy (the model by name, the request's characters and numbers, a lab's size) → the session's rate
+limit → waiting for the server's warm-up → a turn on the device (its place in line and "Leave the queue", drawn
+wherever the caller is: never call this inside an `st.form`) → the model, loaded with progress → the request,
+tokenized and held to the prompt-token cap → the work. Any refusal or failure is one line on screen and the work
+returns None; Streamlit's rerun and stop pass through (the turn is given back, see `device_turn`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from explorer.core.engine import CheckedRequest, Request, check_request, validate
+from explorer.core.errors import ExplorerError
+from explorer.core.loading import EMBEDDED, LoadedModel
+from explorer.hosting.session import DeviceSession
+from explorer.hosting.settings import HostedPolicy, LabSize
+from explorer.ui.queue import DeviceTurn, count_run, device_turn
+from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.state import RunInputs
+from explorer.ui.waiting import progress_bar, wait_for_warming
+from explorer.ui.widgets import failure_line, show_error
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DeviceAsk:
+    """What a piece of work asks of the device, for the checks before its turn."""
+
+    what: str  # "run", "lab", "step", "device figures": for the queue's wait message and log
+    failure: str  # names the work in a one-line failure: "The run", "Step mode's start"
+    inputs: RunInputs | None = None  # the model to load (the sidebar's); None: the work needs no model
+    request: Request | None = None  # checked against the caps before the turn, tokenized in it
+    lab: LabSize | None = None  # a lab's size (what == "lab"): a hosted server refuses a lab without one
+    counts: bool = True  # against the session's rate limit: new work does, a step of an admitted request does not
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What the work gets, on the device in its turn."""
+
+    session: DeviceSession
+    policy: HostedPolicy
+    turn: DeviceTurn
+    lm: LoadedModel | None  # loaded when the ask named inputs
+    checked: CheckedRequest | None  # when the ask named a request
+
+    @property
+    def model(self) -> LoadedModel:
+        assert self.lm is not None, "the ask named no model"
+        return self.lm
+
+
+def check_ask(ask: DeviceAsk, policy: HostedPolicy) -> RunInputs | None:
+    """The policy's checks, by name and numbers alone (a path never reaches the filesystem, a prompt is counted in
+    characters before any tokenizer runs); the inputs with the model to load."""
+    inputs = ask.inputs
+    if inputs is not None:
+        inputs = replace(inputs, model=policy.check_model(inputs.model))
+    if ask.request is not None:
+        request = ask.request
+        policy.check_request(request.prompt, request.max_new_tokens, request.repeats)
+        validate(request)  # its numbers, before anything loads
+    if ask.what == "lab":
+        policy.check_lab(ask.lab)
+    return inputs
+
+
+def load(session: DeviceSession, inputs: RunInputs) -> LoadedModel:
+    with progress_bar(f"Loading {inputs.model} …") as report:
+        return session.models.get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, report)
+
+
+def on_device(ask: DeviceAsk, work: Callable[[Admitted], T]) -> T | None:
+    """`work`'s result, run in a turn on the device after every check in order (the module's docstring); None when
+    it was refused or failed (one line on screen says why)."""
+    try:
+        session, policy = device_session(), hosting_policy()
+        inputs = check_ask(ask, policy)
+        if ask.counts:
+            count_run(policy)
+        wait_for_warming(session.warmer)
+        with device_turn(ask.what) as turn:
+            lm = load(session, inputs) if inputs is not None else None
+            checked = None
+            if ask.request is not None and lm is not None:
+                checked = check_request(lm, ask.request)  # once: the work takes it as checked
+                if policy.max_prompt_tokens is not None:  # a few thousand characters at most, after the check above
+                    policy.check_prompt_tokens(len(checked.prompt_ids))
+            return work(Admitted(session, policy, turn, lm, checked))
+    except ExplorerError as exc:
+        show_error(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
+        show_error(failure_line(ask.failure, exc))
+    return None

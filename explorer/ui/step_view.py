@@ -1,0 +1,100 @@
+"""The Step page's view of the request so far: its attention rows, its KV cache and its inter-token latency."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer.charts import attention as attention_charts
+from explorer.charts import cost as charts
+from explorer.charts import kv as kv_charts
+from explorer.charts import latency as latency_charts
+from explorer.charts import stepping as step_charts
+from explorer.core.trace import Trace
+from explorer.labs.stepping import SteppedRequest
+from explorer.ui.widgets import chart, current_slos_s, metrics, table
+
+
+def step_view(current: SteppedRequest) -> None:
+    """The stepped request so far: its figures and tokens, the last pass's top five, its attention rows, its KV cache
+    (growing, and per layer), the gaps between its tokens and each pass's time against the roofline."""
+    trace = current.to_trace()
+    metrics(step_charts.running_figures(trace, current.done))
+    st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
+    last = trace.passes[-1]
+    table(step_charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
+    step_attention(current)
+    step_kv_cache(trace)
+    step_itl(trace)
+    timing = charts.time_split_frame(trace)
+    chart(
+        charts.time_split_chart(timing),
+        timing,
+        "step-times",
+        "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "
+        "Cost page.",
+        "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
+    )
+
+
+def step_attention(current: SteppedRequest) -> None:
+    maps = current.attention()
+    layer_col, head_col = st.columns(2)
+    layer = layer_col.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key="step-layer")
+    head = head_col.selectbox("Head", list(range(maps.heads)), key="step-head")
+    frame = step_charts.attention_rows_frame(maps, layer, head)
+    chart(
+        attention_charts.prefill_chart(frame),
+        frame,
+        "step-attention",
+        "The prefill's T × T map with its causal mask (grey), then one row per decode pass appended below it: one "
+        "key longer each time, no mask needed. " + attention_charts.sink_sentence(maps, layer, head),
+        "measured (captured attention probabilities, untimed eager shadow)",
+    )
+
+
+def step_kv_cache(trace: Trace) -> None:
+    """The cache as it grew pass by pass, and what the last pass left in each layer (the prefill: what it wrote)."""
+    growth = kv_charts.growth_frame(trace)
+    chart(
+        kv_charts.growth_chart(growth),
+        growth,
+        "step-kv",
+        f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers"
+        + (
+            f" until the sliding layers hold their window, then {trace.model.kv_bytes_per_token_full_layers:,} B."
+            if trace.model.sliding_layers
+            else "."
+        ),
+        "measured: bytes of the real cache tensors",
+    )
+    last = trace.passes[-1]
+    layers = kv_charts.layers_frame(trace, last.index)
+    written = (
+        f"What the prefill wrote: {last.cache_len_after} positions in every layer"
+        if last.is_prefill
+        else f"After pass {last.index}: the prefill's positions plus one per decode, {last.cache_len_after} in all"
+    )
+    chart(
+        kv_charts.layers_chart(layers),
+        layers,
+        "step-kv-layers",
+        f"{written}, each layer the same size (the dashed line is the formula's per-layer bytes).",
+        "bars measured: bytes of each layer's K and V tensors · line modelled",
+    )
+
+
+def step_itl(trace: Trace) -> None:
+    """The gaps between the tokens so far, against the session's ITL SLO (set on the Latency page)."""
+    if not trace.itl_s:
+        st.info("One token so far, so no inter-token latency yet: press **Next token** for the first decode pass.")
+        return
+    itl_slo_s = current_slos_s()[1]
+    itl = latency_charts.itl_frame(trace, itl_slo_s)
+    chart(
+        latency_charts.itl_chart(itl, itl_slo_s),
+        itl,
+        "step-itl",
+        "Each decode pass's gap since the previous token, against the ITL SLO of the Latency page: the pause between "
+        "clicks is not counted (the request's clock stops between passes).",
+        "measured: the time between consecutive sampled tokens",
+    )

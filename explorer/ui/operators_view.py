@@ -10,8 +10,7 @@ from explorer.core import operators
 from explorer.core.profiler import MODELLED_KINDS, PassProfile
 from explorer.core.trace import Trace
 from explorer.core.units import human_bytes, human_flops
-from explorer.ui.state import PROFILE
-from explorer.ui.state import RunResult
+from explorer.ui.state import PROFILE, RunResult
 from explorer.ui.widgets import chart, secondary, table
 
 SOURCE = (

@@ -66,7 +66,7 @@ STEPPED_OR_WAITING_JS = (
 }"""
 )
 HOLDING_TEXT = "Live: each token appears"  # a run's live stream caption: drawn only once it holds the device
-HOLD_PROMPT, HOLD_TOKENS = "Hold the device: count from one to forty.", "64"  # a run long enough to be waited for
+HOLD_PROMPT, HOLD_TOKENS = "Hold the device: count from one to twenty.", "16"  # long enough to be waited for
 
 
 @dataclass

@@ -118,7 +118,8 @@ class Visit:
         problems = "; ".join(self.failures + self.errors + self.page_errors) or "none"
         return (
             f"session {self.index}: {'ok' if self.ok else 'FAILED'} in {self.seconds:.1f} s; waits {waits}; "
-            f"place shown {'yes' if self.showed_place else 'no'}; {stages}; errors {len(self.errors)}: {problems}"
+            f"place shown {'yes' if self.showed_place else 'no'}{'; warm-up wait shown' if self.saw_warming else ''}; "
+            f"{stages}; errors {len(self.errors)}: {problems}"
         )
 
 

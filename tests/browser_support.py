@@ -161,6 +161,15 @@ def listens_on(proc: subprocess.Popen, port: int) -> bool:
     return any(c.pid in ours for c in listeners if c.status == psutil.CONN_LISTEN and c.laddr.port == port)
 
 
+def listening_pid(url: str) -> int | None:
+    """The id of the process that listens on `url`'s port (the server, for its RSS), or None."""
+    port = int(url.rsplit(":", 1)[1])
+    for c in psutil.net_connections(kind="tcp"):
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid is not None:
+            return c.pid
+    return None
+
+
 def _started(proc: subprocess.Popen, url: str, port: int, log_path: Path, timeout_s: float) -> bool:
     """Poll until our server answers on `port` (True), or until it has exited because another server holds the port
     (False); any other failure raises with the server's log."""

@@ -49,13 +49,18 @@ def error_line(err: str) -> str:
 
 
 # --- 1. output far beyond max_tokens: the time limit and memory hold, a tokenizer included -----------------------
+# The child's own peak is VmHWM, its address space's high-water mark: getrusage's ru_maxrss would also count the
+# parent's resident memory at the fork (Linux keeps the larger across exec), and a test worker that has loaded real
+# models holds well over 500 MB (1,734 MB was read that way in a full run, for a child that peaked near 110 MB).
 RSS_SCRIPT = """
-import resource, sys
+import sys
 from explorer.cli.main import main
 try:
     code = main(sys.argv[2:])
-finally:  # the process's own peak, whatever ran before it in the test's process
-    open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+finally:
+    with open("/proc/self/status") as status:
+        peak_kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    open(sys.argv[1], "w").write(peak_kb)
 sys.exit(code)
 """
 

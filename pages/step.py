@@ -3,16 +3,27 @@
 import streamlit as st
 
 from explorer.ui import step_view, stepper
+from explorer.ui.presenter import presenting
+from explorer.ui.widgets import escape_markdown
 
 st.title("Step by step")
-st.caption(
-    "Press Prefill: ONE pass computes every prompt token at once and writes the KV cache. Then each Next token runs "
-    "ONE decode pass: one new token, reading the cache. Keys (outside the text boxes): → = next token, Home = reset."
-)
 current = stepper.stepped()
 active = current is not None
+# Presenting a request under way, the first 1280 × 720 screen is for its attention map and its KV cache: the one-line
+# caption stays, the locked prompt folds away (it still shows the prompt being stepped) and the pace goes below.
+compact = presenting() and active
+st.caption(
+    "Prefill: ONE pass over every prompt token, writing the KV cache; each Next token (→): ONE decode pass."
+    if compact
+    else "Press Prefill: ONE pass computes every prompt token at once and writes the KV cache. Then each Next token "
+    "runs ONE decode pass: one new token, reading the cache. Keys (outside the text boxes): → = next token, Home = "
+    "reset."
+)
 shown = current.request if active else stepper.DEFAULT_STEP  # a locked form shows the request being stepped
-with st.form("step-form", border=False):
+with (
+    st.expander(f"Prompt: {escape_markdown(shown.prompt[:60])}", expanded=False) if compact else st.container(),
+    st.form("step-form", border=False),
+):
     prompt = st.text_input("Prompt", value=shown.prompt, disabled=active)
     left, right = st.columns(2)
     new_tokens = left.number_input("Max new tokens", 1, 256, shown.max_new_tokens, disabled=active)
@@ -41,6 +52,7 @@ if buttons[3].button(
 ):
     stepper.reset_stepping()
     st.rerun()
+view_slot = st.container() if presenting() else None  # presenting: the request's view above the pace, charts first
 pace_s = st.select_slider("Autoplay pace (s per pass)", [0.5, 1.0, 2.0, 3.0], value=1.0, disabled=not autoplay)
 
 current = stepper.stepped()
@@ -56,4 +68,5 @@ def live_view() -> None:
     step_view.step_view(current)
 
 
-live_view()
+with view_slot if view_slot is not None else st.container():
+    live_view()

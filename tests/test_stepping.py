@@ -284,3 +284,27 @@ def test_a_prefill_while_the_server_warms_up_waits_then_runs(
     warm = next(t for t in turns if t.what == "warm-up")
     step = next(t for t in turns if t.what == "step" and t.number > warm.number)
     assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended
+
+
+def chart_names(at: AppTest) -> list[str]:
+    """The page's charts by their data download's label ("Download data: NAME.csv"), in the order they are drawn."""
+    labels = [b.proto.label for b in at.get("download_button")]
+    return [label.removeprefix("Download data: ").removesuffix(".csv") for label in labels if label.endswith(".csv")]
+
+
+def test_presenting_the_step_page_puts_the_map_and_the_kv_growth_first(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel
+) -> None:
+    """Presenting, after Prefill: the attention map and the KV growth before anything else of the request, the locked
+    prompt folded into an expander that names it (the browser test measures that both sit in the first screen)."""
+    from explorer.ui.presenter import PRESENTER_KEY
+
+    at: AppTest = new_app()
+    at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    at.session_state[PRESENTER_KEY] = True
+    at = press_prefill(at.switch_page("pages/step.py").run(), "hi there")
+    assert not at.exception, at.exception
+    assert at.main.expander[0].label == "Prompt: hi there" and at.text_input[0].value == "hi there"
+    assert chart_names(at)[:2] == ["step-attention", "step-kv"]
+    laptop = prefill_on_the_step_page(tiny_llama_dir, "hi there")  # on a laptop: the form open, as before
+    assert not laptop.main.expander and "step-attention" in chart_names(laptop)

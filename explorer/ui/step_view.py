@@ -11,19 +11,30 @@ from explorer.charts import latency as latency_charts
 from explorer.charts import stepping as step_charts
 from explorer.core.trace import Trace
 from explorer.labs.stepping import SteppedRequest
+from explorer.ui.presenter import presenting
 from explorer.ui.widgets import chart, current_slos_s, metrics, table
+
+FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the attention map and the KV growth, in the first screen
 
 
 def step_view(current: SteppedRequest) -> None:
     """The stepped request so far: its figures and tokens, the last pass's top five, its attention rows, its KV cache
     (growing, and per layer), the gaps between its tokens and each pass's time against the roofline."""
     trace = current.to_trace()
+    if presenting():  # the room first sees the map gain a row and the cache gain a position, side by side
+        left, right = st.container(key=FIRST_SCREEN_KEY).columns(2)
+        with left:
+            step_attention(current)
+        with right:
+            step_kv_growth(trace)
     metrics(step_charts.running_figures(trace, current.done))
     st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
     last = trace.passes[-1]
     table(step_charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
-    step_attention(current)
-    step_kv_cache(trace)
+    if not presenting():
+        step_attention(current)
+        step_kv_growth(trace)
+    step_kv_layers(trace)
     step_itl(trace)
     timing = charts.time_split_frame(trace)
     chart(
@@ -52,8 +63,8 @@ def step_attention(current: SteppedRequest) -> None:
     )
 
 
-def step_kv_cache(trace: Trace) -> None:
-    """The cache as it grew pass by pass, and what the last pass left in each layer (the prefill: what it wrote)."""
+def step_kv_growth(trace: Trace) -> None:
+    """The cache as it grew pass by pass."""
     growth = kv_charts.growth_frame(trace)
     chart(
         kv_charts.growth_chart(growth),
@@ -67,6 +78,10 @@ def step_kv_cache(trace: Trace) -> None:
         ),
         "measured: bytes of the real cache tensors",
     )
+
+
+def step_kv_layers(trace: Trace) -> None:
+    """What the last pass left in each layer (the prefill: what it wrote)."""
     last = trace.passes[-1]
     layers = kv_charts.layers_frame(trace, last.index)
     written = (

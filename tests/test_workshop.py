@@ -20,7 +20,7 @@ from tests.workshop_support import run_workshop
 skip_module_without_browser("a workshop of concurrent sessions")
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
-SESSIONS = 3
+SESSIONS = 2
 STAGE_TIMEOUT_S = 240  # one stage of one session: the server refuses a wait over 120 s, then a run and its page
 LIVE_LINE_AFTER_S = 1.0  # a wait this long is drawn (the line redraws every 0.5 s): the watcher must have seen it
 

@@ -164,34 +164,3 @@ def test_browser_presenter_main_chart_in_first_screen(
     print(_table(rows))
     outside = [r["page"] for r in rows if not r["inside"]]
     assert not outside, f"main chart not inside the first screen on: {outside}\n{_table(rows)}"
-
-
-STEP_FIRST_SCREEN = ".st-key-step-first-screen"  # explorer.ui.step_view.FIRST_SCREEN_KEY
-
-
-def test_browser_step_page_shows_the_map_and_the_kv_growth_in_the_first_screen(
-    chromium, hosted_app: HostedApp, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """Presenting the Step page (`?presenter=1`), after Prefill the attention map of the chosen layer and head and the
-    KV cache's growth stand side by side inside the first 1280 × 720 screen, the locked prompt folded away."""
-    context = chromium.new_context(viewport=VIEWPORT)
-    try:
-        page = context.new_page()
-        page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
-        page.goto(f"{hosted_app.url}/step?presenter=1")
-        prefill = page.get_by_role("button", name="Prefill")
-        prefill.wait_for()
-        _rerun(page, prefill.click, RUN_TIMEOUT_S)
-        page.locator(f"{STEP_FIRST_SCREEN} [data-testid='stVegaLiteChart']").nth(1).wait_for(
-            timeout=RUN_TIMEOUT_S * 1000
-        )
-        wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
-        boxes = page.evaluate(BOX_JS, STEP_FIRST_SCREEN)
-        charts = page.locator(f"{STEP_FIRST_SCREEN} [data-testid='stVegaLiteChart']").count()
-        page.screenshot(path=str(_shots(tmp_path_factory) / "step-first-screen.png"))
-    finally:
-        context.close()
-    box = boxes["chart"]
-    print(f"\n[step page, presenting] first-screen box {box}, {charts} charts in it")
-    assert charts == 2, f"the attention map and the KV growth side by side, found {charts} charts"
-    assert box is not None and box["bottom"] <= VIEWPORT["height"] and box["right"] <= VIEWPORT["width"], box

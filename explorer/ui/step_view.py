@@ -15,6 +15,7 @@ from explorer.ui.presenter import presenting
 from explorer.ui.widgets import chart, current_slos_s, metrics, table
 
 FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the attention map and the KV growth, in the first screen
+FIRST_SCREEN_CHART_PX = 240  # their height then: under the title, caption, folded prompt, buttons and pickers at 720
 
 
 def step_view(current: SteppedRequest) -> None:
@@ -24,9 +25,9 @@ def step_view(current: SteppedRequest) -> None:
     if presenting():  # the room first sees the map gain a row and the cache gain a position, side by side
         left, right = st.container(key=FIRST_SCREEN_KEY).columns(2)
         with left:
-            step_attention(current)
+            step_attention(current, FIRST_SCREEN_CHART_PX)
         with right:
-            step_kv_growth(trace)
+            step_kv_growth(trace, FIRST_SCREEN_CHART_PX)
     metrics(step_charts.running_figures(trace, current.done))
     st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
     last = trace.passes[-1]
@@ -47,14 +48,14 @@ def step_view(current: SteppedRequest) -> None:
     )
 
 
-def step_attention(current: SteppedRequest) -> None:
+def step_attention(current: SteppedRequest, height_px: int | None = None) -> None:
     maps = current.attention()
     layer_col, head_col = st.columns(2)
     layer = layer_col.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key="step-layer")
     head = head_col.selectbox("Head", list(range(maps.heads)), key="step-head")
     frame = step_charts.attention_rows_frame(maps, layer, head)
     chart(
-        attention_charts.prefill_chart(frame),
+        attention_charts.prefill_chart(frame, height_px),
         frame,
         "step-attention",
         "The prefill's T × T map with its causal mask (grey), then one row per decode pass appended below it: one "
@@ -63,11 +64,12 @@ def step_attention(current: SteppedRequest) -> None:
     )
 
 
-def step_kv_growth(trace: Trace) -> None:
+def step_kv_growth(trace: Trace, height_px: int | None = None) -> None:
     """The cache as it grew pass by pass."""
     growth = kv_charts.growth_frame(trace)
+    drawn = kv_charts.growth_chart(growth)
     chart(
-        kv_charts.growth_chart(growth),
+        drawn.properties(height=height_px) if height_px else drawn,
         growth,
         "step-kv",
         f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers"

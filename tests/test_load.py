@@ -100,8 +100,16 @@ def _run_alone(v: Visitor, prompt: str, timeout_s: float) -> None:
     wait_until_rerun_done(v.page, mark, timeout_s)
 
 
-def _main_text(v: Visitor) -> str:
-    return v.page.locator("[data-testid='stMain']").evaluate("e => e.textContent")
+def _main_text(v: Visitor, timeout_s: float = 20.0) -> str:
+    """The main area's text once it shows this visitor's own prompt (or after `timeout_s`): the page may still be
+    redrawing after its run when it is read (one fresh-clone run read it mid-redraw, without the prompt)."""
+    main = v.page.locator("[data-testid='stMain']")
+    deadline = time.monotonic() + timeout_s
+    text = main.evaluate("e => e.textContent")
+    while v.prompt not in text and time.monotonic() < deadline:
+        time.sleep(0.25)
+        text = main.evaluate("e => e.textContent")
+    return text
 
 
 def _trace(v: Visitor, folder: Path) -> Trace:

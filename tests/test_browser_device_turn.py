@@ -93,8 +93,8 @@ class Tab:
     def sidebar(self):  # noqa: ANN201
         return self.page.locator("[data-testid='stSidebar']")  # type: ignore[attr-defined]
 
-    def open_step(self, max_new_tokens: str | None = None) -> None:
-        self.page.goto(f"{self.url}/step")  # type: ignore[attr-defined]
+    def open_step(self, max_new_tokens: str | None = None, query: str = "") -> None:
+        self.page.goto(f"{self.url}/step{query}")  # type: ignore[attr-defined]
         self.main().get_by_role("button", name="Prefill").wait_for()
         self.until("return true;", None, "open Step by step")
         if max_new_tokens is not None:
@@ -285,7 +285,12 @@ def test_browser_a_fresh_servers_first_prefill_waits_for_the_warm_up_then_runs_i
     log, turn_log = tmp_path / "server.log", tmp_path / "turns.jsonl"
     with streamlit_server(log, env={"EXPLORER_WARM": "1", "EXPLORER_TURN_LOG": str(turn_log)}) as url:
         tab = open_tab(url)
-        tab.open_step()
+        tab.open_step(query="?presenter=1")  # a deep link, as a talk's slide opens it, before anyone opened `/`
+        # Streamlit ran a page file alone, without the router, for such a link until a session had opened `/`.
+        nav = tab.page.locator("[data-testid='stSidebarNavLink']").all_inner_texts()
+        switch = tab.sidebar().get_by_role("switch", name="Presenter mode")
+        presenter = switch.count() == 1 and switch.is_checked()
+        assert "Step by step" in nav and presenter, (nav, presenter)
         pressed_unix_s = time.time()
         tab.prefill("First visitor: name one bird.")
         seen = tab.seen()

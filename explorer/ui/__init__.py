@@ -7,6 +7,7 @@ streamlit."""
 
 from explorer.ui.guard import one_line_errors
 from explorer.ui.recordings import open_from_link, recordings_sidebar
+from explorer.ui.routing import route_every_link_through_the_app
 from explorer.ui.runner import execute_run
 from explorer.ui.sidebar import remeasure_button, sidebar, sidebar_downloads
 from explorer.ui.state import current_run, history
@@ -44,6 +45,7 @@ __all__ = [
     "recordings_sidebar",
     "remeasure_button",
     "require_run",
+    "route_every_link_through_the_app",
     "run_metrics",
     "secondary",
     "sidebar",

@@ -136,27 +136,37 @@ def _heatmap_height_px(rows: int) -> int:
     return int(min(900, max(220, 16 * rows)))
 
 
-def prefill_chart(frame: pd.DataFrame, height_px: int | None = None) -> alt.LayerChart:
+def prefill_chart(frame: pd.DataFrame, height_px: int | None = None, compact: bool = False) -> alt.LayerChart:
     """Rows are queries, columns keys, both labelled with their tokens; the grey upper triangle is the causal mask.
-    `height_px` fixes the height (presenter mode's first screen) instead of one that grows with the rows."""
+    `height_px` fixes the height (presenter mode's first screen) instead of one that grows with the rows. `compact`
+    (half a projected screen): no legends and short axis titles, so the map itself gets the width; the caption beside
+    it says what the colours mean."""
     order = frame.drop_duplicates("query_pos").sort_values("query_pos")["query"].tolist()
     # Labels that would overlap are dropped by Vega-Lite (tooltips still name each cell): how many fit depends on the
     # rows, the height and the theme's type size (18 px when presenting), so the drawing decides, not a row count.
-    axis = {"labelLimit": 90, "labelOverlap": "parity"}  # parity: every other label, until none overlap
+    axis = {
+        "labelLimit": 60 if compact else 90,
+        "labelOverlap": "parity",
+    }  # parity: every other label, until none overlap
+    key_title, query_title = (
+        ("key", "query") if compact else ("key position (what is attended to)", "query position (who attends)")
+    )
     base = alt.Chart(frame).encode(
-        x=alt.X("key:N", sort=order, title="key position (what is attended to)", axis=alt.Axis(labelAngle=-90, **axis)),
-        y=alt.Y("query:N", sort=order, title="query position (who attends)", axis=alt.Axis(**axis)),
+        x=alt.X("key:N", sort=order, title=key_title, axis=alt.Axis(labelAngle=-90, **axis)),
+        y=alt.Y("query:N", sort=order, title=query_title, axis=alt.Axis(**axis)),
         tooltip=["query", "key", alt.Tooltip("prob:Q", format=".4f", title="probability"), "cell"],
     )
+    prob_legend = None if compact else PROB_LEGEND
     attended = (
         base.transform_filter("!datum.masked")
         .mark_rect()
-        .encode(color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=PROB_LEGEND))
+        .encode(color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=prob_legend))
     )
+    masked_scale = alt.Scale(domain=[MASKED], range=[MASKED_COLOR])
     masked = (
         base.transform_filter("datum.masked")
         .mark_rect()
-        .encode(color=alt.Color("cell:N", scale=alt.Scale(domain=[MASKED], range=[MASKED_COLOR]), title=None))
+        .encode(color=alt.Color("cell:N", scale=masked_scale, title=None, legend=None if compact else alt.Legend()))
     )
     height_px = height_px or _heatmap_height_px(len(order))
     return alt.layer(attended, masked).resolve_scale(color="independent").properties(height=height_px)

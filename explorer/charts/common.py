@@ -22,9 +22,13 @@ def two_lines(title: str) -> list[str] | str:
     return [head, f"({tail}"] if sep else title
 
 
-def phase_color(title: str = "phase") -> alt.Color:
-    """Colour by phase, the same two colours in every chart, legend on top."""
-    return alt.Color("phase:N", scale=PHASE_COLOR, title=title, legend=alt.Legend(orient="top"))
+def phase_color(title: str = "phase", legend_orient: str = "top") -> alt.Color:
+    """Colour by phase, the same two colours in every chart, legend on top (or where a narrow chart needs it)."""
+    # Under a narrow plot the entries stack, so none is cut at the chart's edge ("prefill ● de").
+    direction = "vertical" if legend_orient == "bottom" else "horizontal"
+    return alt.Color(
+        "phase:N", scale=PHASE_COLOR, title=title, legend=alt.Legend(orient=legend_orient, direction=direction)
+    )
 
 
 def display_token(text: str) -> str:
@@ -40,6 +44,9 @@ def position_label(position: int, text: str) -> str:
     return f"{position}:{display_token(text)}"
 
 
-def phase_points(chart: alt.Chart, size: int, legend_title: str = "phase", **encodings: object) -> alt.Chart:
+def phase_points(
+    chart: alt.Chart, size: int, legend_title: str = "phase", legend_orient: str = "top", **encodings: object
+) -> alt.Chart:
     """Filled points coloured by phase: one per pass, in any chart that plots passes."""
-    return chart.mark_point(filled=True, size=size, opacity=0.85).encode(color=phase_color(legend_title), **encodings)
+    color = phase_color(legend_title, legend_orient)
+    return chart.mark_point(filled=True, size=size, opacity=0.85).encode(color=color, **encodings)

@@ -39,9 +39,10 @@ def growth_frame(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
+def growth_chart(frame: pd.DataFrame, height_px: int = 380, legend_orient: str = "top") -> alt.LayerChart:
     """Points: the measured cache after each pass (coloured by phase). Line: the formula from an empty cache on,
-    through every pass's length (straight for full attention; it bends where sliding layers reach their window)."""
+    through every pass's length (straight for full attention; it bends where sliding layers reach their window).
+    `legend_orient="bottom"` stacks the legends under the plot, for a chart half a projected screen wide."""
     formula = pd.DataFrame(
         {
             "cache_len": [0, *frame["cache_len"]],
@@ -60,14 +61,16 @@ def growth_chart(frame: pd.DataFrame) -> alt.LayerChart:
                 "source:N",
                 scale=alt.Scale(domain=[FORMULA], range=[[6, 3]]),
                 title=None,
-                legend=alt.Legend(orient="top", symbolStrokeWidth=2),
+                legend=alt.Legend(orient=legend_orient, symbolStrokeWidth=2),
             ),
         )
     )
     byte_tips = [alt.Tooltip(f"{kind}_bytes:Q", format=",", title=f"{kind} bytes") for kind in (MEASURED, MODELLED)]
     tooltip = ["pass", "phase", "cache_len", *byte_tips]
-    points = phase_points(alt.Chart(frame), 45, f"{MEASURED}:", x="cache_len:Q", y="measured_mb:Q", tooltip=tooltip)
-    return alt.layer(line, points).resolve_scale(color="independent").properties(height=380)
+    points = phase_points(
+        alt.Chart(frame), 45, f"{MEASURED}:", legend_orient, x="cache_len:Q", y="measured_mb:Q", tooltip=tooltip
+    )
+    return alt.layer(line, points).resolve_scale(color="independent").properties(height=height_px)
 
 
 def growth_check_text(frame: pd.DataFrame) -> str:

@@ -276,7 +276,8 @@ def runs_itl_chart(frame: pd.DataFrame, labels: Sequence[str], itl_slo_s: float)
     """One ITL line per run, the current one darkest and thickest, with the ITL SLO rule."""
     base = alt.Chart(frame).encode(
         x=alt.X("token_index:Q", title="generated token", axis=alt.Axis(tickMinStep=1)),
-        y=alt.Y("itl_ms:Q", title="inter-token latency (ms, measured)"),
+        # Short: the runs' legend above takes some of the height, and a longer title ran past the plot when presenting.
+        y=alt.Y("itl_ms:Q", title="ITL (ms, measured)"),
         color=alt.Color(
             "label:N",
             scale=alt.Scale(domain=list(labels), range=run_colors(len(labels))),

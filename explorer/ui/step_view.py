@@ -15,7 +15,9 @@ from explorer.ui.presenter import presenting
 from explorer.ui.widgets import chart, current_slos_s, metrics, table
 
 FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the attention map and the KV growth, in the first screen
-FIRST_SCREEN_CHART_PX = 240  # their height then: under the title, caption, folded prompt, buttons and pickers at 720
+# Their plot height then: under the title, caption, folded prompt and buttons (about 260 px at 1280 x 720), each chart
+# with its axes and legends ends above 720 px (measured in tests/test_browser_legibility.py); the pickers go below.
+FIRST_SCREEN_CHART_PX = 280
 
 
 def step_view(current: SteppedRequest) -> None:
@@ -27,7 +29,7 @@ def step_view(current: SteppedRequest) -> None:
         with left:
             step_attention(current, FIRST_SCREEN_CHART_PX)
         with right:
-            step_kv_growth(trace, FIRST_SCREEN_CHART_PX)
+            step_kv_growth(trace, FIRST_SCREEN_CHART_PX, legend_orient="bottom")
     metrics(step_charts.running_figures(trace, current.done))
     st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
     last = trace.passes[-1]
@@ -49,27 +51,33 @@ def step_view(current: SteppedRequest) -> None:
 
 
 def step_attention(current: SteppedRequest, height_px: int | None = None) -> None:
+    """The prefill's map and the decode rows under it, for the chosen layer and head. With `height_px` (presenting:
+    half the first screen) the map is drawn first and compact, its pickers under it."""
     maps = current.attention()
+    drawn_here = st.container()  # filled after the pickers are read, so that the map stands above them when compact
     layer_col, head_col = st.columns(2)
     layer = layer_col.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key="step-layer")
     head = head_col.selectbox("Head", list(range(maps.heads)), key="step-head")
     frame = step_charts.attention_rows_frame(maps, layer, head)
-    chart(
-        attention_charts.prefill_chart(frame, height_px),
-        frame,
-        "step-attention",
-        "The prefill's T × T map with its causal mask (grey), then one row per decode pass appended below it: one "
-        "key longer each time, no mask needed. " + attention_charts.sink_sentence(maps, layer, head),
-        "measured (captured attention probabilities, untimed eager shadow)",
-    )
+    compact = height_px is not None
+    colours = "Brighter = more attention (√ scale), grey = masked. " if compact else ""
+    with drawn_here if compact else st.container():
+        chart(
+            attention_charts.prefill_chart(frame, height_px, compact=compact),
+            frame,
+            "step-attention",
+            f"Layer {layer}, head {head}: the prefill's T × T map with its causal mask, then one row per decode pass "
+            f"appended below it: one key longer each time, no mask needed. {colours}"
+            + attention_charts.sink_sentence(maps, layer, head),
+            "measured (captured attention probabilities, untimed eager shadow)",
+        )
 
 
-def step_kv_growth(trace: Trace, height_px: int | None = None) -> None:
+def step_kv_growth(trace: Trace, height_px: int | None = None, legend_orient: str = "top") -> None:
     """The cache as it grew pass by pass."""
     growth = kv_charts.growth_frame(trace)
-    drawn = kv_charts.growth_chart(growth)
     chart(
-        drawn.properties(height=height_px) if height_px else drawn,
+        kv_charts.growth_chart(growth, height_px or 380, legend_orient),
         growth,
         "step-kv",
         f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers"

@@ -352,3 +352,36 @@ def test_a_latent_cache_trace_round_trips_and_the_kv_page_says_what_it_holds(tra
     assert "compressed latent" in kv_charts.formula_text(m, cache_len)
     assert "Multi-head latent attention" in kv_charts.gqa_text(m, cache_len)
     assert f"= {m.kv_bytes_per_token:,} bytes" in kv_formula(m)
+
+
+def test_the_tour_and_the_quiz_say_a_sliding_model_grows_only_in_its_full_layers(traces: dict[str, Trace]) -> None:
+    """Gemma 3 (two sliding layers, one full): past the windows a decode pass adds one full layer's share, and the
+    tour's cache slide and the quiz's KV evidence say so rather than quoting every layer's share per token."""
+    from explorer.teach import tour
+    from explorer.teach.quiz import evidence_kv_growth
+
+    trace = traces["gemma3-text"]
+    m = trace.model
+    grown = {b.kv_cache_bytes - a.kv_cache_bytes for a, b in zip(trace.passes, trace.passes[1:])}
+    assert grown == {m.kv_bytes_per_token_full_layers} != {m.kv_bytes_per_token}  # the prompt passed the windows
+    cache = tour.cache_slide(tour.Run(trace, None, "Attention capture was off for this run.", 300))
+    assert f"then {m.kv_bytes_per_token_full_layers:,} B once the 2 sliding-window layers" in cache.sentences[0]
+    evidence = evidence_kv_growth(trace, None).text
+    assert f"grew by exactly {m.kv_bytes_per_token_full_layers:,} bytes at every decode pass" in evidence
+    full = m.kv_bytes_per_token_full_layers
+    assert f"past the windows a token adds 1 full layers × that = {full:,} bytes" in evidence
+
+
+def test_a_trace_from_before_the_cache_widths_loads_with_per_head_k_and_v(traces: dict[str, Trace]) -> None:
+    """Older trace JSON has no kv_cache_key_width, kv_cache_value_width, v_head_dim or kv_expand_params: it loads
+    with 0s, which mean per-head K and V of head_dim, and its figures are unchanged."""
+    import json
+
+    trace = traces["llama"]
+    data = json.loads(trace.to_json())
+    for key in ("kv_cache_key_width", "kv_cache_value_width", "v_head_dim", "kv_expand_params"):
+        assert data["model"].pop(key) == 0
+    old = Trace.from_json(json.dumps(data))
+    assert old == trace
+    m = old.model
+    assert m.kv_bytes_per_token == 2 * m.layers * m.kv_heads * m.head_dim * m.bytes_per_element

@@ -253,8 +253,8 @@ def evidence_kv_growth(trace: Trace, maps: AttentionMaps | None) -> Evidence:
     if not trace.decodes:
         return Evidence(f"The formula for this model: {formula}. Your run had no decode pass to show it.", "modelled")
     steps = {b.kv_cache_bytes - a.kv_cache_bytes for a, b in zip(trace.passes, trace.passes[1:])}
-    if steps == {m.kv_bytes_per_token}:
-        growth = f"by exactly {m.kv_bytes_per_token:,} bytes at every decode pass"
+    if len(steps) == 1 and steps <= {m.kv_bytes_per_token, m.kv_bytes_per_token_full_layers}:
+        growth = f"by exactly {min(steps):,} bytes at every decode pass"  # past the windows: the full layers' share
     else:
         growth = f"by {', '.join(f'{s:,}' for s in sorted(steps))} bytes per decode pass"
     text = (

@@ -385,3 +385,19 @@ def test_a_trace_from_before_the_cache_widths_loads_with_per_head_k_and_v(traces
     assert old == trace
     m = old.model
     assert m.kv_bytes_per_token == 2 * m.layers * m.kv_heads * m.head_dim * m.bytes_per_element
+
+
+def test_the_shapes_and_the_kv_term_of_a_latent_model_name_what_is_cached(traces: dict[str, Trace]) -> None:
+    from explorer.charts.cost import kv_traffic_formula
+    from explorer.charts.run import shapes_frame
+    from tests.tiny_zoo import LATENT, NOPE, ROPE, V_DIM
+
+    trace = traces["deepseek-v3"]
+    last = trace.passes[-1]
+    shapes = dict(zip(shapes_frame(trace, last.index)["tensor"], shapes_frame(trace, last.index)["shape"]))
+    assert shapes["latent (new, cached)"] == f"[1, 1, 1, {LATENT}]"
+    assert shapes["rotary key (new, cached)"] == f"[1, 1, 1, {ROPE}]"
+    assert shapes["K (expanded, read)"] == f"[1, 4, {last.cache_len_after}, {NOPE + ROPE}]"
+    assert shapes["V (expanded, read)"] == f"[1, 4, {last.cache_len_after}, {V_DIM}]"
+    assert "compressed latent" in kv_traffic_formula(trace, last)
+    assert "compressed latent" not in kv_traffic_formula(traces["llama"], traces["llama"].passes[-1])

@@ -129,7 +129,7 @@ def layer_linear_params(model: ModelInfo) -> list[dict[str, int]]:
     split evenly over the layers (the last takes the remainder), a router's hidden x n_experts taken from it first."""
     projections = {} if model.latent_cache else projection_params(model)
     rest = model.matmul_params - model.layers * sum(projections.values())
-    if rest < 0:  # attention not shaped as the config says (e.g. a compressed latent): one unsplit row per layer
+    if rest < 0:  # attention not shaped as the config says (another layout): one unsplit row per layer
         projections, rest = {}, model.matmul_params
     e = model.experts
     first_moe = model.layers - (e.moe_layers if e else 0)

@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import kv as charts
+from explorer.core.report import cache_holds_text
 from explorer.core.units import human_bytes
 
 result, layout = ui.chart_first_page(
@@ -21,7 +22,8 @@ layout.metrics(
             "Bytes per token" + (" (full layers)" if model.sliding_layers else ""),
             f"{per_token:,} B",
             "modelled: the formula below, from the config"
-            + ("; sliding layers stop growing at their window" if model.sliding_layers else ""),
+            + ("; sliding layers stop growing at their window" if model.sliding_layers else "")
+            + (f"; {cache_holds_text(model)}" if model.kv_cache_key_width else ""),
         ),
         ("Cache after the run", human_bytes(trace.passes[-1].kv_cache_bytes), "measured: the real cache tensors"),
         ("Cached positions", f"{cache_len:,}", "measured: the prompt's tokens plus one per decode pass"),
@@ -33,7 +35,10 @@ with layout.explanation("The formula, with this model's numbers"):
     st.code(charts.formula_text(model, cache_len), language=None, wrap_lines=True)
     ui.table(
         charts.formula_frame(model, cache_len),
-        "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
+        "The cache's two slot widths (read from its tensors) give the bytes per token; times the cached positions, "
+        "the cache."
+        if model.kv_cache_key_width
+        else "Five factors from the model's config give the bytes per token; times the cached positions, the cache.",
         "modelled (from the model's config and the run's cache length)",
     )
     st.markdown(charts.gqa_text(model, cache_len))

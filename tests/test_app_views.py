@@ -142,3 +142,17 @@ def test_the_endpoint_trade_off_says_an_slo_caps_goodput_not_throughput() -> Non
     from explorer.ui.endpoint_view import TRADEOFF_CAPTION
 
     assert "caps goodput" in TRADEOFF_CAPTION and "until the p99 latency crosses an SLO" not in TRADEOFF_CAPTION
+
+
+def test_the_kv_page_says_what_a_latent_cache_holds(tmp_path: Path) -> None:
+    """A tiny DeepSeek-V3 from the sidebar: the KV cache page draws, its formula counts the latent and the rotary
+    key that transformers caches, and says so in words."""
+    from tests.tiny_zoo import BY_NAME, save_tiny
+
+    folder = save_tiny(BY_NAME["deepseek-v3"], tmp_path / "deepseek")
+    at = run_model(new_app(), str(folder), "latent attention", max_new_tokens=2)
+    at = at.switch_page("pages/kv_cache.py").run()
+    assert not at.exception and not at.error
+    code = " ".join(c.value for c in at.code)
+    assert "(12 + 8 values) × 3 layers × 4 B" in code and "compressed latent" in code
+    assert "Multi-head latent attention" in page_text(at)

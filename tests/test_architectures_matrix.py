@@ -53,9 +53,11 @@ def run(lm: LoadedModel, device: DeviceProfile, prompt: str = PROMPT, new_tokens
 
 
 def expected_layer_bytes(arch: Architecture, lm: LoadedModel, positions: int) -> tuple[int, ...]:
-    """Written out from the architecture's table, not from ModelInfo: a sliding layer keeps window - 1 positions."""
+    """Written out from the architecture's table, not from ModelInfo: a sliding layer keeps window - 1 positions; a
+    latent cache holds its two slots' widths (MLA's latent and rotary key), per-head K and V otherwise."""
     m = lm.info
-    per_position = 2 * m.kv_heads * m.head_dim * m.bytes_per_element
+    k_width, v_width = arch.cache_widths or (m.kv_heads * m.head_dim, m.kv_heads * m.head_dim)
+    per_position = (k_width + v_width) * m.bytes_per_element
     return tuple(per_position * (min(positions, w - 1) if w else positions) for w in arch.windows)
 
 
@@ -281,3 +283,121 @@ def test_a_sliding_layer_keeps_a_view_whose_storage_is_the_whole_concatenation(z
     assert positions(0) == (WINDOW - 1, 40) and positions(2) == (40, 40)
     decode_one_token(lm.model, logits.argmax(-1, keepdim=True), cache)
     assert positions(0) == (WINDOW - 1, WINDOW)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v2"])
+def test_a_latent_cache_is_modelled_as_what_it_holds(
+    name: str, zoo: dict[str, LoadedModel], traces: dict[str, Trace]
+) -> None:
+    """MLA as transformers 5 runs it: the cache keeps the compressed latent (kv_lora_rank) in its key slot and the
+    shared rotary key (qk_rope_head_dim) in its value slot, one "head" each; every pass expands all the positions
+    attention reads into per-head K (nope + rope) and V (v_head_dim) with kv_b_proj. The config's head_dim is only the
+    rotary width, neither of these."""
+    from tests.tiny_zoo import LATENT, NOPE, ROPE, V_DIM
+
+    lm, trace = zoo[name], traces[name]
+    m = lm.info
+    assert lm.model.config.head_dim == ROPE
+    assert (m.cache_key_width, m.cache_value_width, m.head_dim, m.sv_head_dim) == (LATENT, ROPE, NOPE + ROPE, V_DIM)
+    assert m.latent_cache and m.kv_expand_params == LATENT * m.heads * (NOPE + V_DIM)
+    assert m.kv_bytes_per_token == m.layers * (LATENT + ROPE) * 4  # float32
+    for p in trace.passes:
+        keys = m.layers * p.cache_len_after
+        attention = 2 * m.heads * (NOPE + ROPE + V_DIM) * p.tokens_in * keys
+        expand = 2 * m.kv_expand_params * keys
+        lm_head = 2 * m.lm_head_params
+        experts = 2 * 2 * 2 * lm.info.experts.expert_params * p.tokens_in  # k = 2 in each of 2 MoE layers
+        assert p.cost.flops == 2 * m.matmul_params * p.tokens_in + experts + lm_head + attention + expand
+        assert p.cost.kv_bytes_written == keys * (LATENT + ROPE) * 4
+    line = next(line for line in format_trace(trace).splitlines() if line.startswith("KV cache"))
+    assert f"{human_bytes(m.kv_bytes_per_token)} per token: transformers caches MLA's compressed latent" in line
+    assert f"{LATENT} latent values (kv_lora_rank) + {ROPE} rotary key values" in line
+    assert f"K {NOPE + ROPE} + V {V_DIM} values per head" in line
+
+
+def test_kv_b_proj_is_counted_once_on_the_positions_it_expands(
+    zoo: dict[str, LoadedModel], traces: dict[str, Trace]
+) -> None:
+    """matmul_params leaves kv_b_proj out (it multiplies cached positions, not the new tokens); its weights are still
+    read once per pass, and the operator table sums back to the pass."""
+    from explorer.core.operators import KV_EXPAND, pass_operators, summed
+
+    lm, trace = zoo["deepseek-v3"], traces["deepseek-v3"]
+    kv_b = sum(mod.kv_b_proj.weight.numel() for mod in lm.model.modules() if hasattr(mod, "kv_b_proj"))
+    linear = sum(mod.weight.numel() for mod in lm.model.modules() if isinstance(mod, nn.Linear))
+    assert lm.info.matmul_params == linear - lm.info.lm_head_params - kv_b
+    for p in trace.passes:
+        ops = pass_operators(lm.info, trace.device, p)
+        expand = [op for op in ops if op.kind == KV_EXPAND]
+        assert len(expand) == lm.info.layers
+        assert sum(op.flops for op in expand) == 2 * kv_b * p.cache_len_after
+        total, pass_cost = summed(ops), p.cost
+        for field in ("flops", "weight_bytes_read", "kv_bytes_read", "kv_bytes_written"):
+            assert getattr(total, field) == getattr(pass_cost, field), field
+        assert total.t_kv_s == pytest.approx(pass_cost.t_kv_s)
+
+
+def test_a_latent_cache_trace_round_trips_and_the_kv_page_says_what_it_holds(traces: dict[str, Trace]) -> None:
+    from explorer.charts import kv as kv_charts
+    from explorer.core.recording_checks import check_trace, parse
+    from explorer.teach.quiz import kv_formula
+
+    trace = traces["deepseek-v3"]
+    assert Trace.from_json(trace.to_json()) == trace
+    assert check_trace(parse(Trace, trace.to_json().encode(), "trace.json")) == trace
+    m, cache_len = trace.model, trace.passes[-1].cache_len_after
+    frame = kv_charts.formula_frame(m, cache_len)
+    assert frame["value"].iloc[-1] == trace.final_kv_cache_bytes
+    assert frame["value"].tolist()[:2] == [m.cache_key_width, m.cache_value_width]
+    assert "compressed latent" in kv_charts.formula_text(m, cache_len)
+    assert "Multi-head latent attention" in kv_charts.gqa_text(m, cache_len)
+    assert f"= {m.kv_bytes_per_token:,} bytes" in kv_formula(m)
+
+
+def test_the_tour_and_the_quiz_say_a_sliding_model_grows_only_in_its_full_layers(traces: dict[str, Trace]) -> None:
+    """Gemma 3 (two sliding layers, one full): past the windows a decode pass adds one full layer's share, and the
+    tour's cache slide and the quiz's KV evidence say so rather than quoting every layer's share per token."""
+    from explorer.teach import tour
+    from explorer.teach.quiz import evidence_kv_growth
+
+    trace = traces["gemma3-text"]
+    m = trace.model
+    grown = {b.kv_cache_bytes - a.kv_cache_bytes for a, b in zip(trace.passes, trace.passes[1:])}
+    assert grown == {m.kv_bytes_per_token_full_layers} != {m.kv_bytes_per_token}  # the prompt passed the windows
+    cache = tour.cache_slide(tour.Run(trace, None, "Attention capture was off for this run.", 300))
+    assert f"then {m.kv_bytes_per_token_full_layers:,} B once the 2 sliding-window layers" in cache.sentences[0]
+    evidence = evidence_kv_growth(trace, None).text
+    assert f"grew by exactly {m.kv_bytes_per_token_full_layers:,} bytes at every decode pass" in evidence
+    full = m.kv_bytes_per_token_full_layers
+    assert f"past the windows a token adds 1 full layers × that = {full:,} bytes" in evidence
+
+
+def test_a_trace_from_before_the_cache_widths_loads_with_per_head_k_and_v(traces: dict[str, Trace]) -> None:
+    """Older trace JSON has no kv_cache_key_width, kv_cache_value_width, v_head_dim or kv_expand_params: it loads
+    with 0s, which mean per-head K and V of head_dim, and its figures are unchanged."""
+    import json
+
+    trace = traces["llama"]
+    data = json.loads(trace.to_json())
+    for key in ("kv_cache_key_width", "kv_cache_value_width", "v_head_dim", "kv_expand_params"):
+        assert data["model"].pop(key) == 0
+    old = Trace.from_json(json.dumps(data))
+    assert old == trace
+    m = old.model
+    assert m.kv_bytes_per_token == 2 * m.layers * m.kv_heads * m.head_dim * m.bytes_per_element
+
+
+def test_the_shapes_and_the_kv_term_of_a_latent_model_name_what_is_cached(traces: dict[str, Trace]) -> None:
+    from explorer.charts.cost import kv_traffic_formula
+    from explorer.charts.run import shapes_frame
+    from tests.tiny_zoo import LATENT, NOPE, ROPE, V_DIM
+
+    trace = traces["deepseek-v3"]
+    last = trace.passes[-1]
+    shapes = dict(zip(shapes_frame(trace, last.index)["tensor"], shapes_frame(trace, last.index)["shape"]))
+    assert shapes["latent (new, cached)"] == f"[1, 1, 1, {LATENT}]"
+    assert shapes["rotary key (new, cached)"] == f"[1, 1, 1, {ROPE}]"
+    assert shapes["K (expanded, read)"] == f"[1, 4, {last.cache_len_after}, {NOPE + ROPE}]"
+    assert shapes["V (expanded, read)"] == f"[1, 4, {last.cache_len_after}, {V_DIM}]"
+    assert "compressed latent" in kv_traffic_formula(trace, last)
+    assert "compressed latent" not in kv_traffic_formula(traces["llama"], traces["llama"].passes[-1])

@@ -135,3 +135,40 @@ def test_an_unknown_storage_type_is_one_line() -> None:
         timeout=60,
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "int3" in done.stderr
+
+
+def test_qwen3_30b_a3b_states_its_published_figures_how_they_were_cut_and_the_exact_counts() -> None:
+    """Qwen's card says "30.5B in total and 3.3B activated": both cut to 0.1 B, not rounded (the exact 3,353,032,704
+    would round to 3.4 B). The what-if keeps its exact counts and states the published figures beside them."""
+    from explorer.cli.whatif import format_whatif
+    from explorer.ui.scale_view import active_help
+
+    row = shipped()["qwen3-30b-a3b"]
+    result = what_if(Scenario(load_architecture("qwen3-30b-a3b"), H100, batch=1, context=1))
+    assert (result.params, result.active_params) == (30_532_122_624, 3_353_032_704)
+    for exact, published in (
+        (result.params, row.published_params),
+        (result.active_params, row.published_active_params),
+    ):
+        step = row.published_step(published)
+        assert step == 10**8 and exact // step * step == published  # truncated
+    assert round(result.active_params / 10**8) * 10**8 != row.published_active_params  # rounding would give 3.4 B
+    figures = result.to_dict()
+    assert figures["active_params"] == 3_353_032_704
+    assert figures["published"] == {
+        "params": 30_500_000_000,
+        "active_params": 3_300_000_000,
+        "as": "30.5B in total and 3.3B activated",
+        "rounding": "truncated (not rounded) to 0.1 B",
+        "source": "https://huggingface.co/Qwen/Qwen3-30B-A3B",
+    }
+    text = format_whatif(result)
+    assert "3,353,032,704 per token" in text
+    assert "published 3.3 B, truncated (not rounded) to 0.1 B: exact 3.353 B" in text
+    assert "published 30.5 B, truncated (not rounded) to 0.1 B: exact 30.532 B" in text
+    assert "published 3.3 B" in active_help(result)
+    assert (
+        what_if(Scenario(load_architecture("llama-3.1-8b"), H100))
+        .to_dict()["published"]["rounding"]
+        .startswith("exact")
+    )

@@ -12,7 +12,7 @@ import pytest
 
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loading import LoadedModel, load_model
 from explorer.core.trace import DeviceProfile
 from explorer.labs.schedule import baselines
 from explorer.labs.schedule.paging import paging_sentence
@@ -466,3 +466,40 @@ def test_bad_workload_on_the_page_is_one_line(field: str, kind: str, value: obje
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0], errors
     assert RUN_KEY not in at.session_state
+
+
+# --- a model with sliding-window layers ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["gemma3-text", "mistral-sliding"])
+def test_paging_and_reservations_follow_each_layers_window(
+    name: str, tmp_path: Path, cpu_figures: DeviceProfile
+) -> None:
+    """Gemma 3 (2 sliding layers, 1 full) pages its full layers' blocks apart from its sliding layers' pages; Mistral
+    with a window pages only sliding layers. Every figure counts each layer's own positions: a sliding layer keeps at
+    most window - 1, so a contiguous reservation of the maximum length holds that, not every layer at every position."""
+    from explorer.labs.schedule.paging import memory_steps
+    from tests.tiny_zoo import BY_NAME, WINDOW, save_tiny
+
+    lm = load_model(str(save_tiny(BY_NAME[name], tmp_path / name)), device="cpu")
+    m = lm.info
+    workload = Workload(requests=3, prompt_tokens=(12, 40, 12), new_tokens=(8,), stagger_ms=0)
+    run = run_schedule(lm, cpu_figures, workload, TINY_SETTINGS)
+    assert run.layer_windows == m.windows and run.kv_bytes_per_token_per_layer == m.kv_bytes_per_token_per_layer
+    assert run.block_bytes == 4 * m.kv_bytes_per_token_per_layer * (m.full_layers or m.layers)
+    per_request = (m.full_layers * m.max_context + m.sliding_layers * (WINDOW - 1)) * m.kv_bytes_per_token_per_layer
+    assert run.kv_bytes_for(m.max_context) == per_request < m.max_context * m.kv_bytes_per_token
+    for s, memory in zip(run.steps, memory_steps(run)):
+        assert memory.paged_bytes == s.blocks_held * run.block_bytes + s.other_groups_bytes
+        assert memory.max_length_bytes == len(s.holdings) * per_request
+        assert (s.other_groups_bytes > 0) == (m.full_layers > 0 and bool(s.holdings))  # a hybrid's sliding pages
+    assert run.served.all_tokens_match
+    assert f"the {m.sliding_layers} sliding-window layers (window {WINDOW})" in paging_sentence(run)
+    assert ScheduleRun.from_json(run.to_json()) == run
+
+
+def test_a_schedule_run_from_before_the_per_layer_fields_loads_as_every_layer_full(tiny_run: ScheduleRun) -> None:
+    data = json.loads(tiny_run.to_json())
+    for key in ("layer_windows", "kv_bytes_per_token_per_layer", "recorded_block_bytes"):
+        data.pop(key)
+    old = ScheduleRun.from_dict(data)
+    assert old == tiny_run and old.block_bytes == 4 * tiny_run.kv_bytes_per_token
+    assert old.kv_bytes_for(10) == 10 * tiny_run.kv_bytes_per_token

@@ -26,6 +26,21 @@ SHAPE = {
 }
 HEAD_DIM = {"head_dim": 8}
 MOE = {"num_experts_per_tok": 2}
+# Multi-head latent attention (DeepSeek V2/V3): K of 16 + 8 and V of 16 values per head, built from a latent of 12.
+# transformers caches the latent (12) in the key slot and the rotary key (8) in the value slot: 20 values per position.
+LATENT, ROPE, NOPE, V_DIM = 12, 8, 16, 16
+MLA = {
+    "num_hidden_layers": 3,  # the first dense, as DeepSeek's first_k_dense_replace layers are
+    "num_key_value_heads": 4,  # = heads: MLA expands every head's K and V from the shared latent
+    "kv_lora_rank": LATENT,
+    "qk_rope_head_dim": ROPE,
+    "qk_nope_head_dim": NOPE,
+    "v_head_dim": V_DIM,
+    "moe_intermediate_size": 32,
+    "n_routed_experts": 4,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -38,13 +53,15 @@ class Architecture:
     windows: tuple[int, ...]  # per layer: the sliding window the cache should apply, 0 for full attention
     moe: bool = False
     sdpa: bool = True  # whether transformers runs it on SDPA (else the loader falls back on eager)
+    cache_widths: tuple[int, int] | None = None  # values per position in the cache's key and value slots where they
+    # are not kv_heads x head_dim (MLA's latent and rotary key)
 
     def config(self) -> transformers.PretrainedConfig:
         return getattr(transformers, self.config_class)(**self.kwargs)
 
 
 def _arch(name: str, config_class: str, windows: tuple[int, ...], **kwargs: Any) -> Architecture:
-    extra = {k: kwargs.pop(k) for k in ("moe", "sdpa") if k in kwargs}
+    extra = {k: kwargs.pop(k) for k in ("moe", "sdpa", "cache_widths") if k in kwargs}
     return Architecture(name, config_class, {**SHAPE, **NO_SPECIAL, **kwargs}, windows, **extra)
 
 
@@ -87,6 +104,28 @@ ARCHITECTURES = (
         moe=True,
         sdpa=False,
         **HEAD_DIM,
+        **MOE,
+    ),
+    _arch(  # group-limited routing over one group: the top-k of the router's sigmoid scores
+        "deepseek-v3",
+        "DeepseekV3Config",
+        (0, 0, 0),
+        n_group=1,
+        topk_group=1,
+        q_lora_rank=16,
+        moe=True,
+        cache_widths=(LATENT, ROPE),
+        **MLA,
+        **MOE,
+    ),
+    _arch(  # DeepSeek-V2-Lite's layout: no query latent, greedy softmax routing
+        "deepseek-v2",
+        "DeepseekV2Config",
+        (0, 0, 0),
+        q_lora_rank=None,
+        moe=True,
+        cache_widths=(LATENT, ROPE),
+        **MLA,
         **MOE,
     ),
 )

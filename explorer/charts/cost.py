@@ -427,6 +427,11 @@ def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
         f"Pass {p.index}: read = (old {before} + new {new}) positions by the update + {after} by attention = "
         f"{before + new + after} × {per_token:,} B = {human_bytes(p.cost.kv_bytes_read)}; written = {after} × "
         f"{per_token:,} B = {human_bytes(p.cost.kv_bytes_written)} (a pre-allocated cache would write only {new})."
+    ) + (
+        " Here the cache holds MLA's compressed latent: attention's read is kv_b_proj's, which expands every cached "
+        "position into per-head K and V each pass (the expanded K and V are activations, not counted)."
+        if trace.model.latent_cache
+        else ""
     )
 
 

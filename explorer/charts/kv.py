@@ -6,6 +6,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, phase_points
+from explorer.core.report import cache_holds_text
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import GB, KB, MB, human_bytes
@@ -186,6 +187,12 @@ def formula_text(model: ModelInfo, cache_len: int) -> str:
     total = kv_cache_bytes(model, cache_len)
     if model.sliding_layers:
         return sliding_formula_text(model, cache_len)
+    if model.kv_cache_key_width:
+        return (
+            f"({model.cache_key_width} + {model.cache_value_width} values) × {model.layers} layers × "
+            f"{model.bytes_per_element} B ({model.dtype}) = {model.kv_bytes_per_token:,} B per token; × {cache_len:,} "
+            f"cached positions = {total:,} B ({human_bytes(total)}). {cache_holds_text(model).capitalize()}."
+        )
     return (
         f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
         f"{model.bytes_per_element} B ({model.dtype}) = {model.kv_bytes_per_token:,} B per token; "
@@ -213,6 +220,13 @@ def sliding_formula_text(model: ModelInfo, cache_len: int) -> str:
 
 def gqa_text(model: ModelInfo, cache_len: int) -> str:
     """What the cache would cost with one KV head per query head (plain multi-head attention)."""
+    if model.latent_cache:
+        per_head = model.layers * model.heads * (model.head_dim + model.sv_head_dim) * model.bytes_per_element
+        return (
+            f"Multi-head latent attention: caching every head's K and V ({model.heads} heads × (K {model.head_dim} + "
+            f"V {model.sv_head_dim})) would take {per_head:,} B per token and {human_bytes(per_head * cache_len)} now: "
+            f"{per_head / model.kv_bytes_per_token:.1f}× the latent this cache holds."
+        )
     if not model.is_gqa:
         return "This model has one KV head per query head (multi-head attention): no sharing, no saving."
     mha_per_token = model.kv_bytes_per_token * model.heads // model.kv_heads  # one KV head per query head
@@ -229,6 +243,8 @@ def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
     total = kv_cache_bytes(model, cache_len)
     if model.sliding_layers:
         return sliding_formula_frame(model, cache_len)
+    if model.kv_cache_key_width:
+        return cache_widths_frame(model, cache_len)
     rows = [
         ("K and V", 2, "two tensors per layer"),
         ("layers", model.layers, "every decoder block keeps its own cache"),
@@ -236,6 +252,22 @@ def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
         ("head_dim", model.head_dim, "values per head per position"),
         ("bytes per element", model.bytes_per_element, model.dtype),
         ("= bytes per token", model.kv_bytes_per_token, "the product of the five above"),
+        ("× cached positions", cache_len, "prompt + generated tokens fed back"),
+        ("= KV cache now", total, human_bytes(total)),
+    ]
+    return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
+
+
+def cache_widths_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
+    """The factors of a cache that is not per-head K and V (MLA): its two slots' widths, read from its tensors."""
+    total = kv_cache_bytes(model, cache_len)
+    latent = model.latent_cache
+    rows = [
+        ("key slot", model.cache_key_width, "latent (kv_lora_rank), shared by every head" if latent else "K values"),
+        ("value slot", model.cache_value_width, "rotary key (qk_rope_head_dim), shared" if latent else "V values"),
+        ("layers", model.layers, "every decoder block keeps its own cache"),
+        ("bytes per element", model.bytes_per_element, model.dtype),
+        ("= bytes per token", model.kv_bytes_per_token, "(key + value slot) × layers × bytes"),
         ("× cached positions", cache_len, "prompt + generated tokens fed back"),
         ("= KV cache now", total, human_bytes(total)),
     ]

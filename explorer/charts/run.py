@@ -6,7 +6,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR, display_token
-from explorer.core.trace import Trace
+from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import to_ms
 
 TOKENS_PER_ROW = 12
@@ -89,6 +89,31 @@ def step_tokens_chart(frame: pd.DataFrame) -> alt.LayerChart:
     return (boxes + labels).properties(height=max(120, 36 * rows) + 40)  # + the legend above
 
 
+def kv_shape_rows(m: ModelInfo, T: int, C: int, before: int, gqa: str) -> list[tuple[str, list[int], str]]:
+    """What the cache takes in and hands attention: per-head K and V, or (MLA) the latent transformers caches and the
+    per-head K and V it expands into on every pass."""
+    H, Hkv, d = m.heads, m.kv_heads, m.head_dim
+    if not m.latent_cache:
+        return [
+            ("K, V (new)", [1, Hkv, T, d], f"written to the cache; {gqa}"),
+            ("K, V (cache, read)", [1, Hkv, C, d], f"every position so far, {before} of them from before"),
+        ]
+    return [
+        (
+            "latent (new, cached)",
+            [1, 1, T, m.cache_key_width],
+            "kv_lora_rank: K and V compressed, shared by every head",
+        ),
+        ("rotary key (new, cached)", [1, 1, T, m.cache_value_width], "qk_rope_head_dim: shared by every head"),
+        (
+            "K (expanded, read)",
+            [1, H, C, d],
+            f"kv_b_proj on all {C} cached positions, every pass ({before} from before)",
+        ),
+        ("V (expanded, read)", [1, H, C, m.sv_head_dim], "the same expansion: v_head_dim per head"),
+    ]
+
+
 def shapes_frame(trace: Trace, pass_index: int) -> pd.DataFrame:
     """This pass's real tensor shapes, with the model's numbers (B = 1 request)."""
     m, p = trace.model, trace.passes[pass_index]
@@ -102,8 +127,7 @@ def shapes_frame(trace: Trace, pass_index: int) -> pd.DataFrame:
     rows = [
         ("input_ids", [1, T], "all prompt tokens at once" if p.is_prefill else "only the token sampled last"),
         ("Q", [1, H, T, d], "queries for the tokens computed now"),
-        ("K, V (new)", [1, Hkv, T, d], f"written to the cache; {gqa}"),
-        ("K, V (cache, read)", [1, Hkv, C, d], f"every position so far, {p.cache_len_before} of them from before"),
+        *kv_shape_rows(m, T, C, p.cache_len_before, gqa),
         ("scores = Q·Kᵀ", [1, H, T, C], "one row per query, one column per cached key"),
         ("mask", [T, C], mask),
         ("logits kept", [1, m.vocab_size], "last position only: the next token's distribution"),

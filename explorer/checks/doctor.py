@@ -105,6 +105,11 @@ def kv_check(trace: Trace) -> Check:
         f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} x {last.cache_len_after} positions x "
         f"{m.bytes_per_element} B"
     )
+    if m.kv_cache_key_width:  # MLA: the cache's two slots are not per-head K and V
+        formula = (
+            f"({m.cache_key_width} + {m.cache_value_width} values) x {m.layers} layers x {last.cache_len_after} "
+            f"positions x {m.bytes_per_element} B"
+        )
     if m.sliding_layers:  # a sliding layer holds at most window - 1 positions
         formula = (
             f"2 x {m.kv_heads} KV heads x {m.head_dim} x {m.bytes_per_element} B x the positions each layer holds "

@@ -114,7 +114,7 @@ def format_whatif(result: WhatIf) -> str:
         f"what-if: {s.arch.display_name} on {s.gpus} x {s.gpu.name}, {s.dtype}, batch {s.batch}, context "
         f"{s.context:,}, prompt {s.prompt_tokens:,} tokens (config: {s.arch.source})",
         _row("figure", "value", "source"),
-        _row("params", f"{result.params:,}", "modelled (exact, config.json)"),
+        _row("params", f"{result.params:,}", published_source(result, result.params, "published_params")),
         _row("  by part", parts, "modelled"),
         *moe_rows(result),
         *storage_rows(result),
@@ -151,13 +151,24 @@ def format_whatif(result: WhatIf) -> str:
     return "\n".join(lines)
 
 
+def published_source(result: WhatIf, exact: int, field: str) -> str:
+    """The source column of a count: exact from config.json, and beside it the publisher's figure and how it was cut."""
+    row = result.published
+    note = result.published_note(exact, getattr(row, field) if row else None)
+    return "modelled (exact, config.json)" + (f"; {note}" if note else "")
+
+
 def moe_rows(result: WhatIf) -> list[str]:
     """A mixture of experts' rows: what one token uses, and what a step at this batch is expected to read."""
     experts = result.experts_dict()
     if experts is None:
         return []
     return [
-        _row("active_params", f"{result.active_params:,} per token", "modelled (exact, config.json)"),
+        _row(
+            "active_params",
+            f"{result.active_params:,} per token",
+            published_source(result, result.active_params, "published_active_params"),
+        ),
         _row(
             "  experts",
             f"{experts['experts_per_token']} of {experts['n_experts']} per token in {experts['moe_layers']} layers; "

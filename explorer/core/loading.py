@@ -18,7 +18,13 @@ from torch import nn
 
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.model_config import check_model_config
-from explorer.core.model_shape import attention_kernel, expert_linear_params, experts_info, layer_windows
+from explorer.core.model_shape import (
+    attention_kernel,
+    expert_linear_params,
+    experts_info,
+    latent_attention,
+    layer_windows,
+)
 from explorer.core.paths import EMBEDDED, embedded_folder
 from explorer.core.trace import ModelInfo
 
@@ -254,6 +260,8 @@ def describe(model: nn.Module, name: str, display_name: str, device: torch.devic
     dtype = next(model.parameters()).dtype
     max_context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
     experts = experts_info(model)
+    mla = latent_attention(model)
+    expand_params = mla.expand_params if mla else 0
     expert_params_not_used = (
         0
         if experts is None
@@ -267,13 +275,14 @@ def describe(model: nn.Module, name: str, display_name: str, device: torch.devic
         layers=config.num_hidden_layers,
         heads=heads,
         kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-        head_dim=getattr(config, "head_dim", None) or hidden // heads,
+        # MLA: QKᵀ's width per head (its config's head_dim is only the rotary part)
+        head_dim=mla.qk_head_dim if mla else getattr(config, "head_dim", None) or hidden // heads,
         hidden_size=hidden,
         vocab_size=config.vocab_size,
         dtype=str(dtype).removeprefix("torch."),
         bytes_per_element=torch.empty((), dtype=dtype).element_size(),
         weight_bytes=weight_bytes,
-        matmul_params=matmul_params,
+        matmul_params=matmul_params - config.num_hidden_layers * expand_params,  # kv_b_proj runs on the cache
         lm_head_params=lm_head_params,
         input_embedding_params=embed_params,
         tied_embeddings=tied,
@@ -283,6 +292,10 @@ def describe(model: nn.Module, name: str, display_name: str, device: torch.devic
         layer_windows=layer_windows(model),
         experts=experts,
         active_params_per_token=params - expert_params_not_used,
+        kv_cache_key_width=mla.cache_key_width if mla else 0,
+        kv_cache_value_width=mla.cache_value_width if mla else 0,
+        v_head_dim=mla.v_head_dim if mla else 0,
+        kv_expand_params=expand_params,
     )
 
 

@@ -1,10 +1,12 @@
 """What a loaded model's own objects say about its layers: each layer's attention window (from the transformers cache
-it builds), its mixture-of-experts routers and experts (from its modules), and the kernel its attention runs on."""
+it builds), what its cache holds per position (from the cache's own tensors), its mixture-of-experts routers and
+experts (from its modules), and the kernel its attention runs on."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from explorer.core.profiles import ExpertsInfo
@@ -94,3 +96,60 @@ def expert_linear_params(model: nn.Module) -> int:
 def attention_kernel(model: nn.Module) -> str:
     """The attention implementation the loaded model runs: "sdpa" or "eager" (or another transformers names)."""
     return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek V2/V3): the widths its modules use and what its cache really holds."""
+
+    qk_head_dim: int  # per query head in QKᵀ: qk_nope_head_dim + qk_rope_head_dim
+    v_head_dim: int  # per query head in SV
+    cache_key_width: int  # values per position in the cache's key tensor (all its heads), read from the tensor
+    cache_value_width: int  # values per position in the cache's value tensor (all its heads), read from the tensor
+    expand_params: int  # kv_b_proj's weights when the cache holds the latent (expanded each pass); 0 otherwise
+
+
+def latent_attention_module(model: nn.Module) -> nn.Module | None:
+    """The first attention module laid out as multi-head latent attention (a kv_b_proj that expands a kv_lora_rank
+    latent into per-head K and V), None for any other model."""
+    for module in model.modules():
+        if isinstance(getattr(module, "kv_b_proj", None), nn.Linear) and all(
+            isinstance(getattr(module, name, None), int)
+            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        ):
+            return module
+    return None
+
+
+def cache_widths(model: nn.Module) -> tuple[int, int]:
+    """Values per position in layer 0's cached key and value tensors (heads x last dim), from a one-token forward
+    into a fresh DynamicCache: what the cache really holds, whatever the config's head_dim says."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), past_key_values=cache, use_cache=True)
+    keys, values = cache.layers[0].keys, cache.layers[0].values
+    return keys.shape[1] * keys.shape[-1], values.shape[1] * values.shape[-1]
+
+
+def latent_attention(model: nn.Module) -> LatentAttention | None:
+    """The model's latent attention, its cache measured, or None where attention is per-head K and V.
+
+    transformers 5 caches DeepSeek's MLA compressed: the key slot holds the kv_lora_rank latent and the value slot the
+    shared rotary key (qk_rope_head_dim), one "head" each, and every pass expands all the cached positions with
+    kv_b_proj. Another model with the same modules might cache the expanded K and V instead: the widths come from the
+    tensors, and kv_b_proj counts as an expansion of the cache only where the key slot holds the latent."""
+    module = latent_attention_module(model)
+    if module is None:
+        return None
+    key_width, value_width = cache_widths(model)
+    latent = key_width == module.kv_lora_rank
+    return LatentAttention(
+        qk_head_dim=module.qk_nope_head_dim + module.qk_rope_head_dim,
+        v_head_dim=module.v_head_dim,
+        cache_key_width=key_width,
+        cache_value_width=value_width,
+        expand_params=module.kv_b_proj.weight.numel() if latent else 0,
+    )

@@ -10,6 +10,8 @@ bytes sum to the pass's integers, and their times to its weight-read, KV and com
   routers hold a bare weight, which the pass's FLOPs leave out: 2 x hidden x n_experts per token, tiny beside the
   experts); the MoE layers are the last `moe_layers` layers (every layer in Mixtral, Qwen3-MoE and gpt-oss);
 - norms, biases and every other weight the matmuls do not multiply are one row, the remainder of the pass's weight read;
+- a latent cache (MLA as transformers runs it) has no per-head k and v projections: its attention's linear layers stay
+  in the one unsplit row per layer, and kv_b_proj, which expands every cached position each pass, is its own row;
 - softmax and norms cost no FLOPs and no bytes of their own in the pass model: the scores stay inside the fused
   attention kernel, and elementwise work is small beside the matmuls. Their measured time is what the profile shows.
 """
@@ -28,13 +30,27 @@ SCORES = "attention scores QKᵀ"
 SOFTMAX = "softmax"
 VALUES = "attention values SV"
 KV_UPDATE = "KV cache update"
+KV_EXPAND = "latent expanded to K, V (kv_b_proj)"
 ROUTER = "router"
 MLP = "MLP (gate, up, down)"
 EXPERTS = "experts routed to"
 EMBEDDING = "embedding"
 LM_HEAD = "LM head"
 OTHER_WEIGHTS = "norms, biases and other weights"
-KINDS = (PROJECTIONS, SCORES, SOFTMAX, VALUES, KV_UPDATE, ROUTER, MLP, EXPERTS, EMBEDDING, LM_HEAD, OTHER_WEIGHTS)
+KINDS = (
+    PROJECTIONS,
+    SCORES,
+    SOFTMAX,
+    VALUES,
+    KV_UPDATE,
+    KV_EXPAND,
+    ROUTER,
+    MLP,
+    EXPERTS,
+    EMBEDDING,
+    LM_HEAD,
+    OTHER_WEIGHTS,
+)
 
 
 @dataclass(frozen=True)
@@ -111,9 +127,9 @@ def projection_params(model: ModelInfo) -> dict[str, int]:
 def layer_linear_params(model: ModelInfo) -> list[dict[str, int]]:
     """Per layer, the per-token linear weights by operator: q, k, v, o from the shapes, the rest of `matmul_params`
     split evenly over the layers (the last takes the remainder), a router's hidden x n_experts taken from it first."""
-    projections = projection_params(model)
+    projections = {} if model.latent_cache else projection_params(model)
     rest = model.matmul_params - model.layers * sum(projections.values())
-    if rest < 0:  # attention not shaped as the config says (e.g. a compressed latent): one unsplit row per layer
+    if rest < 0:  # attention not shaped as the config says (another layout): one unsplit row per layer
         projections, rest = {}, model.matmul_params
     e = model.experts
     first_moe = model.layers - (e.moe_layers if e else 0)
@@ -142,13 +158,26 @@ def layer_ops(
         if name in linear
     ]
     keys = keys_seen(model, layer, tokens_in, cache_len_before)
-    per_query = 2 * model.heads * model.head_dim * tokens_in * keys * batch
+    per_key = 2 * model.heads * tokens_in * keys * batch
     seen_bytes = keys * model.kv_bytes_per_token_per_layer * batch
-    k_bytes = seen_bytes // 2  # K and V are the same size: QKᵀ reads the keys, SV the values
-    ops.append(_kv_op("QKᵀ", SCORES, layer, device, per_query, (k_bytes, 0)))
+    expand: list[OpCost] = []
+    if model.latent_cache:  # kv_b_proj reads the cached latent; QKᵀ and SV read its expansion (activations)
+        flops = 2 * model.kv_expand_params * keys * batch
+        weights = model.kv_expand_params * model.bytes_per_element
+        t_weights, t_kv = memory_time_s(weights, 0, device), memory_time_s(seen_bytes, 0, device)
+        op = OpCost(
+            "kv_b_proj", KV_EXPAND, layer, flops, weights, seen_bytes, 0, t_weights, t_kv, flops / device.peak_flops
+        )
+        expand.append(op)
+        k_bytes = v_bytes = 0
+    else:  # QKᵀ reads the keys, SV the values
+        k_bytes = seen_bytes * model.cache_key_width // (model.cache_key_width + model.cache_value_width)
+        v_bytes = seen_bytes - k_bytes
+    ops.append(_kv_op("QKᵀ", SCORES, layer, device, per_key * model.head_dim, (k_bytes, 0)))
     ops.append(_op("softmax", SOFTMAX, layer, device))
-    ops.append(_kv_op("SV", VALUES, layer, device, per_query, (seen_bytes - k_bytes, 0)))
+    ops.append(_kv_op("SV", VALUES, layer, device, per_key * model.sv_head_dim, (v_bytes, 0)))
     ops.append(_kv_op("cache update (concatenate)", KV_UPDATE, layer, device, 0, (seen_bytes, seen_bytes)))
+    ops += expand
     if linear["router_weights"]:  # its weights are read either way; its maths counted only as a linear layer
         router = linear_op("router", ROUTER, linear["router"])
         ops.append(
@@ -156,6 +185,7 @@ def layer_ops(
         )
     if linear["mlp"] or model.experts is None:
         name = "gate, up, down" if "q_proj" in linear else "every linear layer"
+        name += " but kv_b_proj" if model.latent_cache else ""
         ops.append(linear_op(name, MLP, linear["mlp"]))
     return ops
 

@@ -50,7 +50,7 @@ GROUP_CONTENTS = {
 # What the per-operator cost model (explorer.core.operators) puts in each group: its modelled floor stands beside the
 # group's measured time. Other ops and the remainder have no modelled counterpart.
 MODELLED_KINDS = {
-    LINEAR: (operators.PROJECTIONS, operators.ROUTER, operators.MLP, operators.EXPERTS),
+    LINEAR: (operators.PROJECTIONS, operators.KV_EXPAND, operators.ROUTER, operators.MLP, operators.EXPERTS),
     ATTENTION: (operators.SCORES, operators.SOFTMAX, operators.VALUES),
     KV_UPDATE: (operators.KV_UPDATE,),
     NORMS_ACTIVATIONS: (operators.OTHER_WEIGHTS,),

@@ -63,6 +63,15 @@ class ModelInfo:
     experts: ExpertsInfo | None = None  # mixture of experts, read from the loaded router modules; None: dense
     active_params_per_token: int | None = None  # params a token's forward multiplies by: dense + k experts per MoE
     # layer (= params for a dense model); None in older traces
+    # A cache that holds something other than per-head K and V of head_dim (DeepSeek's multi-head latent attention, as
+    # transformers caches it: a compressed latent in the key slot, the shared rotary key in the value slot). 0 in every
+    # other model and in older traces: then the cache holds kv_heads x head_dim in each slot, and attention reads
+    # head_dim per head for both QKᵀ and SV.
+    kv_cache_key_width: int = 0  # values per layer and position in the cache's key tensor, all its heads together
+    kv_cache_value_width: int = 0  # values per layer and position in the cache's value tensor, all its heads together
+    v_head_dim: int = 0  # SV's width per query head where it is not head_dim (MLA: v_head_dim; head_dim is QKᵀ's)
+    kv_expand_params: int = 0  # per layer: weights of the linear that expands the cached latent into per-head K and V
+    # (MLA's kv_b_proj); it runs on every position attention reads, each pass, not only on the new tokens
 
     @property
     def windows(self) -> tuple[int, ...]:
@@ -79,9 +88,30 @@ class ModelInfo:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes. What a token adds while every
-        layer still grows; past a sliding window only the full layers grow (`kv_bytes_per_token_full_layers`)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_element
+        """K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes (a latent cache: its two slots'
+        widths instead). What a token adds while every layer still grows; past a sliding window only the full layers
+        grow (`kv_bytes_per_token_full_layers`)."""
+        return self.layers * self.kv_bytes_per_token_per_layer
+
+    @property
+    def latent_cache(self) -> bool:
+        """Whether the cache holds a compressed latent (MLA, expanded every pass) rather than per-head K and V."""
+        return self.kv_expand_params > 0
+
+    @property
+    def cache_key_width(self) -> int:
+        """Values per layer and position in the cache's key tensor: kv_heads x head_dim, or the latent's width."""
+        return self.kv_cache_key_width or self.kv_heads * self.head_dim
+
+    @property
+    def cache_value_width(self) -> int:
+        """Values per layer and position in the cache's value tensor: kv_heads x head_dim, or the rotary key's width."""
+        return self.kv_cache_value_width or self.kv_heads * self.head_dim
+
+    @property
+    def sv_head_dim(self) -> int:
+        """Values per head that P @ V multiplies by: head_dim, or MLA's v_head_dim."""
+        return self.v_head_dim or self.head_dim
 
     @property
     def kv_bytes_per_token_full_layers(self) -> int:
@@ -96,7 +126,8 @@ class ModelInfo:
 
     @property
     def kv_bytes_per_token_per_layer(self) -> int:
-        return 2 * self.kv_heads * self.head_dim * self.bytes_per_element
+        """One layer's cache for one position: 2 x kv_heads x head_dim x bytes (the two slots' widths in a latent)."""
+        return (self.cache_key_width + self.cache_value_width) * self.bytes_per_element
 
     @property
     def is_gqa(self) -> bool:

@@ -247,6 +247,17 @@ def check_model(trace: Trace) -> None:
         value = getattr(model, name)
         if not 1 <= value <= bound:
             raise damaged(f"{TRACE}: model.{name}: must be 1 to {bound:,}, not {value:,}")
+    cache_shape = {  # 0 where the cache holds per-head K and V (every model but MLA, and older traces)
+        "kv_cache_key_width": MODEL_BOUNDS["kv_heads"] * MODEL_BOUNDS["head_dim"],
+        "kv_cache_value_width": MODEL_BOUNDS["kv_heads"] * MODEL_BOUNDS["head_dim"],
+        "v_head_dim": MODEL_BOUNDS["head_dim"],
+        "kv_expand_params": MAX_WHOLE,
+    }
+    for name, bound in cache_shape.items():
+        if not 0 <= getattr(model, name) <= bound:
+            raise damaged(f"{TRACE}: model.{name}: must be 0 to {bound:,}, not {getattr(model, name):,}")
+    if (model.kv_cache_key_width == 0) != (model.kv_cache_value_width == 0):
+        raise damaged(f"{TRACE}: model.kv_cache_key_width and kv_cache_value_width: both 0 or both set")
     for name in ("params", "weight_bytes", "matmul_params"):  # the KV cache page and the quiz divide by these
         if getattr(model, name) < 1:
             raise damaged(f"{TRACE}: model.{name}: must be at least 1, not {getattr(model, name)}")

@@ -86,11 +86,18 @@ def compute_bound_prompts(model: ModelInfo, device: DeviceProfile) -> str:
     return f"prompts of {tokens} tokens or more are compute-bound here{caveat(device)}"
 
 
+def heads_text(m: ModelInfo) -> str:
+    """`9 heads / 3 KV heads x 64`, or for MLA the two widths each head attends with."""
+    if m.sv_head_dim != m.head_dim:
+        return f"{m.heads} heads x (QK {m.head_dim}, V {m.sv_head_dim})"
+    return f"{m.heads} heads / {m.kv_heads} KV heads x {m.head_dim}"
+
+
 def format_trace(trace: Trace) -> str:
     m = trace.model
     lines = [
-        f"model   {m.display_name}: {m.params / 1e6:.1f} M params, {m.layers} layers, {m.heads} heads / {m.kv_heads} "
-        f"KV heads x {m.head_dim}, {m.dtype}, weights {human_bytes(m.weight_bytes)}",
+        f"model   {m.display_name}: {m.params / 1e6:.1f} M params, {m.layers} layers, {heads_text(m)}, {m.dtype}, "
+        f"weights {human_bytes(m.weight_bytes)}",
         f"        {model_shape_text(m)}",
         format_device(trace.device),
         f"prompt  {trace.prompt_len} tokens (chat template: {'yes' if trace.chat_template_used else 'no'}); "
@@ -163,8 +170,26 @@ def model_shape_text(m: ModelInfo) -> str:
     return f"attention {kernel}; {attention}; {mix}"
 
 
+def cache_holds_text(m: ModelInfo) -> str:
+    """What the cache holds per layer and position, in plain words: per-head K and V, or (MLA) what transformers keeps
+    instead. Widths come from the cache's own tensors (`model_shape.latent_attention`)."""
+    if m.latent_cache:
+        return (
+            f"transformers caches MLA's compressed latent, not per-head K and V: per layer and position "
+            f"{m.cache_key_width} latent values (kv_lora_rank) + {m.cache_value_width} rotary key values "
+            f"(qk_rope_head_dim), shared by all {m.heads} heads; every pass expands each cached position into K "
+            f"{m.head_dim} + V {m.sv_head_dim} values per head (kv_b_proj)"
+        )
+    if m.kv_cache_key_width:
+        return f"the cache holds K {m.cache_key_width} + V {m.cache_value_width} values per layer and position"
+    return f"K and V of {m.kv_heads} KV heads x {m.head_dim} values per layer and position"
+
+
 def kv_per_token_text(m: ModelInfo) -> str:
-    """What one more position adds to the cache, true for sliding layers too (they stop growing at their window)."""
+    """What one more position adds to the cache, true for sliding layers too (they stop growing at their window),
+    and for a cache that holds something else than per-head K and V (MLA), what it holds."""
+    if m.kv_cache_key_width:
+        return f"{human_bytes(m.kv_bytes_per_token)} per token: {cache_holds_text(m)}"
     if not m.sliding_layers:
         return f"{human_bytes(m.kv_bytes_per_token)} per token"
     per_layer = m.kv_bytes_per_token_per_layer

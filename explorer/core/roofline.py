@@ -13,7 +13,8 @@ from explorer.core.trace import DeviceProfile, ModelInfo, PassCost
 
 def kv_cache_bytes(model: ModelInfo, cache_len: int, batch: int = 1) -> int:
     """2 (K and V) x kv_heads x head_dim x bytes per element x the positions each layer holds x batch: every position
-    in a full-attention layer, at most window - 1 in a sliding one (`ModelInfo.kv_positions_held`)."""
+    in a full-attention layer, at most window - 1 in a sliding one (`ModelInfo.kv_positions_held`). A latent cache
+    (MLA) holds its two slots' widths per position instead (`ModelInfo.kv_bytes_per_token_per_layer`)."""
     held = sum(model.kv_positions_held(layer, cache_len) for layer in range(model.layers))
     return model.kv_bytes_per_token_per_layer * held * batch
 
@@ -40,15 +41,18 @@ def pass_flops(model: ModelInfo, tokens_in: int, cache_len_after: int, logits_to
 
     - matmuls: 2 x (linear-layer params, plus the k experts a token is routed to) x tokens; the LM head runs only on
       the positions whose logits are kept (the last one: inference needs only the next token's distribution);
-    - attention: per layer and query head, Q @ K^T and P @ V each cost 2 x head_dim x keys per query; the kernels
-      compute the full (tokens_in x keys) block, masked entries included, so that is what is counted. The keys are
-      cache_len_after in a full-attention layer, at most window - 1 + tokens_in in a sliding one.
+    - attention: per layer and query head, Q @ K^T costs 2 x head_dim and P @ V 2 x v_head_dim (= head_dim but in
+      MLA) per key per query; the kernels compute the full (tokens_in x keys) block, masked entries included, so that
+      is what is counted. The keys are cache_len_after in a full-attention layer, at most window - 1 + tokens_in in a
+      sliding one;
+    - a latent cache (MLA as transformers runs it) is expanded into per-head K and V by kv_b_proj on every key, every
+      pass: 2 x its weights x keys.
     """
     matmul = 2 * (model.matmul_params + expert_params_per_token(model)) * tokens_in
     matmul += 2 * model.lm_head_params * logits_tokens
     keys = attention_keys(model, tokens_in, cache_len_after - tokens_in)
-    attention = 2 * 2 * model.heads * model.head_dim * tokens_in * keys
-    return matmul + attention
+    attention = 2 * model.heads * (model.head_dim + model.sv_head_dim) * tokens_in * keys
+    return matmul + attention + 2 * model.kv_expand_params * keys
 
 
 def expert_bytes_read(model: ModelInfo, experts_touched: Sequence[int] | None) -> int:
@@ -81,7 +85,8 @@ def kv_traffic_bytes(model: ModelInfo, tokens_in: int, cache_len_before: int, ba
     - the update reads the old cache and the new K/V and writes the grown cache (the keys seen: cache_len_after
       positions in a full layer; a sliding layer concatenates its kept window - 1 and the new ones, then keeps a view
       of the last window - 1);
-    - attention then reads the same positions.
+    - attention then reads the same positions (a latent cache: kv_b_proj reads them to expand them; the expanded K and V
+      are activations, not cache, and are not counted).
     A pre-allocated ("static") cache would write only the new positions: the cost of growing by copy is visible here.
     """
     seen = attention_keys(model, tokens_in, cache_len_before) * model.kv_bytes_per_token_per_layer * batch

@@ -115,6 +115,35 @@ class ShippedConfig:
     published_rel_tol: float = 0.0  # 0: the exact total; else how rounded the publisher's own figure is
     published_as: str = ""  # the publisher's words, where the figure is rounded
     published_source: str = ""  # where they said it
+    published_truncated: bool = False  # the publisher cuts its figures to the digits shown rather than rounding them
+    # (Qwen's card: 3,353,032,704 active is "3.3B", not 3.4B)
+
+    def published_step(self, figure: int) -> int:
+        """The place a rounded published figure stops at: 10^8 for "3.3B" (3,300,000,000), 1 for an exact one."""
+        if not self.published_rel_tol:
+            return 1
+        step = 1
+        while figure % (step * 10) == 0:
+            step *= 10
+        return step
+
+    def rounding_text(self) -> str:
+        """How the published figures relate to the exact counts, in words."""
+        if not self.published_rel_tol:
+            return "exact: the hub's count of the stored weights"
+        step = self.published_step(self.published_params)
+        how = "truncated (not rounded)" if self.published_truncated else "rounded"
+        return f"{how} to {step / 1e9:g} B"
+
+    def published_dict(self) -> dict[str, Any]:
+        """The publisher's figures as published, for a what-if's JSON beside the exact counts (never in place of)."""
+        return {
+            "params": self.published_params,
+            "active_params": self.published_active_params,
+            "as": self.published_as or f"{self.published_params:,}",
+            "rounding": self.rounding_text(),
+            "source": self.published_source or self.source,
+        }
 
 
 @cache

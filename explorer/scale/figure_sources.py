@@ -35,5 +35,7 @@ SOURCES = {
     f"{MEMORY_UNIT}",
     "quantization": "modelled: weights and KV stored in the given types change only bytes (memory floors, the memory "
     "wall); compute runs at the dtype's spec peak; a format's scales are not counted",
+    "published": "spec: the publisher's own totals, as published (maybe rounded or truncated: see its 'rounding'), "
+    "beside the exact counts, never in place of them; null for a config that is not shipped",
     "gpu": "spec: explorer.core.gpu_specs and explorer.scale.interconnect (each row cites its datasheet)",
 }

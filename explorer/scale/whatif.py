@@ -18,7 +18,7 @@ from typing import Any
 from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS, MEMORY_UNIT, GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.scale.attention import attention_flops, attention_pairs
-from explorer.scale.config import Architecture
+from explorer.scale.config import Architecture, ShippedConfig, shipped, shipped_key
 from explorer.scale.figure_sources import SOURCES, UNITS
 from explorer.scale.interconnect import INTERCONNECTS, Link
 from explorer.scale.params import (
@@ -366,6 +366,7 @@ class WhatIf:
             "kv_crossover_context": self.kv_crossover_context,
             "fits": self.fits,
             "experts": self.experts_dict(),
+            "published": self.published.published_dict() if self.published else None,
             "attention": {
                 "layers": s.arch.layers,
                 "sliding_layers": s.arch.sliding_layers,
@@ -397,6 +398,20 @@ class WhatIf:
             "units": dict(UNITS),
             "sources": self.sources,
         }
+
+    @property
+    def published(self) -> ShippedConfig | None:
+        """The shipped config's row, with the publisher's own (maybe rounded) figures; None for any other config."""
+        key = shipped_key(self.scenario.arch.name)
+        return shipped()[key] if key else None
+
+    def published_note(self, exact: int, published: int | None) -> str:
+        """`published 3.3 B, truncated (not rounded) to 0.1 B: exact 3.353 B`; "" where nothing was published or the
+        published figure is the exact count."""
+        row = self.published
+        if row is None or published is None or not row.published_rel_tol:
+            return ""
+        return f"published {published / 1e9:g} B, {row.rounding_text()}: exact {exact / 1e9:.3f} B"
 
     def experts_dict(self) -> dict[str, Any] | None:
         """A mixture of experts' routing figures (None for a dense model)."""

@@ -16,7 +16,8 @@ import numpy as np
 
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.figure_trust import caveat, marked_bound
-from explorer.core.trace import PassRecord, Trace
+from explorer.core.report import cache_holds_text
+from explorer.core.trace import ModelInfo, PassRecord, Trace
 from explorer.core.units import human_bytes, human_flops, ms
 from explorer.teach.questions import QUESTIONS, Question
 
@@ -229,14 +230,31 @@ def evidence_same_model(trace: Trace, maps: AttentionMaps | None) -> Evidence:
     return Evidence(text, "the loaded model · modelled bytes read")
 
 
+def kv_formula(m: ModelInfo) -> str:
+    """The bytes one position adds, as the cache holds them: per-head K and V in every layer, only the full layers
+    once the sliding ones hold their window, or (MLA) the latent's two widths."""
+    if m.kv_cache_key_width:
+        return (
+            f"({m.cache_key_width} + {m.cache_value_width}) × {m.layers} × {m.bytes_per_element} = "
+            f"{m.kv_bytes_per_token:,} bytes ({cache_holds_text(m)})"
+        )
+    if m.sliding_layers:
+        return (
+            f"2 × {m.kv_heads} × {m.head_dim} × {m.bytes_per_element} = {m.kv_bytes_per_token_per_layer:,} bytes per "
+            f"layer; a sliding layer stops at window - 1 positions, so past the windows a token adds "
+            f"{m.full_layers} full layers × that = {m.kv_bytes_per_token_full_layers:,} bytes"
+        )
+    return f"2 × {m.layers} × {m.kv_heads} × {m.head_dim} × {m.bytes_per_element} = {m.kv_bytes_per_token:,} bytes"
+
+
 def evidence_kv_growth(trace: Trace, maps: AttentionMaps | None) -> Evidence:
     m = trace.model
-    formula = f"2 × {m.layers} × {m.kv_heads} × {m.head_dim} × {m.bytes_per_element} = {m.kv_bytes_per_token:,} bytes"
+    formula = kv_formula(m)
     if not trace.decodes:
         return Evidence(f"The formula for this model: {formula}. Your run had no decode pass to show it.", "modelled")
     steps = {b.kv_cache_bytes - a.kv_cache_bytes for a, b in zip(trace.passes, trace.passes[1:])}
-    if steps == {m.kv_bytes_per_token}:
-        growth = f"by exactly {m.kv_bytes_per_token:,} bytes at every decode pass"
+    if len(steps) == 1 and steps <= {m.kv_bytes_per_token, m.kv_bytes_per_token_full_layers}:
+        growth = f"by exactly {min(steps):,} bytes at every decode pass"  # past the windows: the full layers' share
     else:
         growth = f"by {', '.join(f'{s:,}' for s in sorted(steps))} bytes per decode pass"
     text = (

@@ -22,7 +22,7 @@ from explorer.charts.latency import decode_bytes_sentence
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.figure_trust import caveat, marked_bound
 from explorer.core.roofline import pass_cost
-from explorer.core.trace import Trace
+from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import human_bytes, ms, short_time
 
 TITLES = (
@@ -213,12 +213,24 @@ def decode_slide(run: Run) -> Slide:
 
 
 # --- 4: the cache grows ----------------------------------------------------------------------------------------------
+def appended_text(model: ModelInfo) -> str:
+    """What one decode pass adds, by the per-layer rule: every layer while it grows, then only the full layers once
+    each sliding layer holds its window - 1 positions (a long context grows by that, not by every layer's share)."""
+    if not model.sliding_layers:
+        return f"{model.kv_bytes_per_token:,} B (modelled)"
+    return (
+        f"{model.kv_bytes_per_token:,} B while every layer grows, then {model.kv_bytes_per_token_full_layers:,} B "
+        f"once the {model.sliding_layers} sliding-window layers hold their window - 1 positions: only the "
+        f"{model.full_layers} full-attention layers keep growing (modelled)"
+    )
+
+
 def cache_slide(run: Run) -> Slide:
     trace, model = run.trace, run.trace.model
     frame = kv_charts.growth_frame(trace)
     sentences = [
         f"The prefill wrote {trace.prompt_len} positions at once ({human_bytes(trace.prefill.kv_cache_bytes)}, "
-        f"{run.measured}); each decode pass appends one: {model.kv_bytes_per_token:,} B (modelled).",
+        f"{run.measured}); each decode pass appends one: {appended_text(model)}.",
         f"{human_bytes(trace.final_kv_cache_bytes)} after {trace.new_tokens} passes ({run.measured}). "
         + kv_charts.growth_check_text(frame),
     ]

@@ -103,14 +103,16 @@ def params_help(result: WhatIf) -> str:
     key = shipped_key(result.scenario.arch.name)
     row = shipped()[key] if key else None
     published = f"; published: {row.published_as}" if row is not None and row.published_rel_tol else ""
-    return f"modelled, exact from config.json: {result.params:,}{published}"
+    note = result.published_note(result.params, row.published_params if row else None)
+    return f"modelled, exact from config.json: {result.params:,}{published}" + (f" ({note})" if note else "")
 
 
 def active_help(result: WhatIf) -> str:
-    a = result.scenario.arch
+    a, row = result.scenario.arch, result.published
+    note = result.published_note(result.active_params, row.published_active_params if row else None)
     return (
         f"modelled: {result.active_params:,}: every parameter outside the experts, and {a.experts_per_token} of "
-        f"{a.n_experts} experts in each of {a.moe_layers} layers"
+        f"{a.n_experts} experts in each of {a.moe_layers} layers" + (f"; {note}" if note else "")
     )
 
 

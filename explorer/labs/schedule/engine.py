@@ -20,6 +20,7 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching import ContinuousBatchingManager
+from transformers.generation.continuous_batching.cache_allocators import FULL_ATTENTION
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
 from explorer.core.errors import RunFailed
@@ -130,7 +131,11 @@ class StepRecorder:
                     )
                 )
         cache = processor.cache
-        allocator = next(iter(cache.cache_allocators.values()))  # a Llama has one allocator: full attention
+        # One allocator per attention kind: a Llama has only full attention, Mistral with a window only sliding, a
+        # hybrid (Gemma 3, gpt-oss) both. The full layers' block table is the one that grows with context and is
+        # recorded block by block; the sliding layers' pages of a hybrid are counted in bytes beside it.
+        allocators = cache.cache_allocators
+        allocator = allocators.get(FULL_ATTENTION) or next(iter(allocators.values()))
         first_block = cache.pool.num_reserved_sectors * allocator.blocks_per_sector  # after the two trash sectors
         active = processor.scheduler.active_requests
         holdings = tuple(
@@ -144,8 +149,14 @@ class StepRecorder:
         free_blocks = cache.pool.num_free_sectors * allocator.blocks_per_sector + cache.pool.count_free_blocks(
             allocator.index
         )
+        other_bytes = sum(
+            len({b for blocks in other.block_table.values() for b in blocks}) * other.bytes_per_block
+            for other in allocators.values()
+            if other is not allocator
+        )
         hits, self._hits = tuple(self._hits), []
         return {
+            "other_groups_bytes": other_bytes,
             "entries": tuple(entries),
             "holdings": holdings,
             "free_blocks": free_blocks,

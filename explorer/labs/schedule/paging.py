@@ -29,14 +29,15 @@ class MemoryStep:
 
 
 def memory_steps(run: ScheduleRun) -> tuple[MemoryStep, ...]:
+    """Per step: the paged blocks held, and what each contiguous reservation would hold for the same requests, each by
+    the per-layer rule (a sliding layer reserves at most its window, as its cache keeps no more)."""
     lengths = {r.id: r.prompt_len + r.max_new_tokens for r in run.requests}
-    per_token = run.kv_bytes_per_token
     return tuple(
         MemoryStep(
             s.index,
-            s.blocks_held * run.block_bytes,
-            None if run.max_context is None else len(s.holdings) * run.max_context * per_token,
-            sum(lengths.get(h.request, 0) for h in s.holdings) * per_token,
+            s.blocks_held * run.block_bytes + s.other_groups_bytes,
+            None if run.max_context is None else len(s.holdings) * run.kv_bytes_for(run.max_context),
+            sum(run.kv_bytes_for(lengths.get(h.request, 0)) for h in s.holdings),
         )
         for s in run.steps
     )
@@ -91,4 +92,12 @@ def paging_sentence(run: ScheduleRun) -> str:
     if peaks.paged_bytes > peaks.exact_bytes:
         second += f": paging holds whole {run.settings.block_size}-token blocks, each request's last one partly filled"
     parts.append(f"Second: {second}.")
+    windows = sorted({w for w in run.layer_windows if w})
+    if windows:  # both reservations and the pages follow the per-layer rule: say so, it changes every figure
+        sliding = sum(1 for w in run.layer_windows if w)
+        parts.append(
+            f"Per layer: the {sliding} sliding-window layers (window {', '.join(map(str, windows))}) keep at most "
+            "window - 1 positions, so every figure here counts each layer's own positions, not every layer at every "
+            "position."
+        )
     return " ".join(parts)

@@ -58,6 +58,8 @@ class StepRecord:
     free_blocks: int
     cached_blocks: int  # blocks no request holds, kept for their content (prefix reuse); freed on demand
     prefix_hits: tuple[PrefixHit, ...] = ()
+    other_groups_bytes: int = 0  # a hybrid model's sliding-window layers: the bytes of the pages their own allocator
+    # holds for requests (not in `holdings`, which are the full layers' blocks); 0 for one kind of attention
 
     @property
     def prefill_tokens(self) -> int:
@@ -294,6 +296,11 @@ class ScheduleRun(JsonRecord):
     max_context: int | None = None  # the model's context: a contiguous server's reservation per request, unknown output
     transformers_version: str = ""
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    # The per-layer rule, for a model with sliding-window layers; older runs (and full-attention models) leave them
+    # unset: every layer then holds every position at kv_bytes_per_token.
+    layer_windows: tuple[int, ...] = ()  # per layer, the window its cache applies (0: full attention)
+    kv_bytes_per_token_per_layer: int = 0  # one layer's K and V for one position
+    recorded_block_bytes: int = 0  # one recorded block: block_size positions of the layers its allocator holds
 
     @property
     def served(self) -> ServedMode:
@@ -313,7 +320,17 @@ class ScheduleRun(JsonRecord):
 
     @property
     def block_bytes(self) -> int:
-        return self.settings.block_size * self.kv_bytes_per_token
+        """One recorded block: block_size positions of the layers its allocator holds (every layer, or a hybrid's
+        full-attention layers)."""
+        return self.recorded_block_bytes or self.settings.block_size * self.kv_bytes_per_token
+
+    def kv_bytes_for(self, positions: int) -> int:
+        """A request's KV cache at `positions`, by the per-layer rule: a sliding layer holds at most window - 1
+        positions, as transformers' caches keep them."""
+        if not self.layer_windows:
+            return positions * self.kv_bytes_per_token
+        held = sum(min(positions, w - 1) if w else positions for w in self.layer_windows)
+        return held * self.kv_bytes_per_token_per_layer
 
     def request(self, request_id: str) -> RequestRecord:
         return next(r for r in self.requests if r.id == request_id)
@@ -336,6 +353,9 @@ class ScheduleRun(JsonRecord):
             "dtype": self.dtype,
             "device": self.device,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "layer_windows": list(self.layer_windows),
+            "kv_bytes_per_token_per_layer": self.kv_bytes_per_token_per_layer,
+            "recorded_block_bytes": self.recorded_block_bytes,
             "engine_num_blocks": self.engine_num_blocks,
             "max_context": self.max_context,
             "load_avg_1m": self.load_avg_1m,
@@ -379,6 +399,9 @@ class ScheduleRun(JsonRecord):
             prefix_off=cls.from_dict(data["prefix_off"]) if data.get("prefix_off") else None,
             transformers_version=data.get("transformers_version", ""),
             created_at=data["created_at"],
+            layer_windows=tuple(data.get("layer_windows", ())),
+            kv_bytes_per_token_per_layer=data.get("kv_bytes_per_token_per_layer", 0),
+            recorded_block_bytes=data.get("recorded_block_bytes", 0),
         )
 
     @classmethod

@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import transformers
 
 from explorer.core.lab_progress import QUIET, LabProgress, Report
 from explorer.core.loading import LoadedModel
-from explorer.core.trace import DeviceProfile, Trace
+from explorer.core.trace import DeviceProfile, ModelInfo, Trace
 from explorer.labs.schedule import baselines, engine
 from explorer.labs.schedule.records import RequestRecord, ScheduleRun, ServedMode, StepRecord
 from explorer.labs.schedule.workload import (
@@ -73,6 +74,21 @@ def serve_baselines(
     return [static, replace(sequential, load_avg_1m=load_average())], solo
 
 
+def sliding_fields(m: ModelInfo, settings: EngineSettings) -> dict[str, Any]:
+    """A model with sliding-window layers: its windows (a contiguous reservation holds at most window - 1 positions in
+    such a layer) and the bytes of one recorded block, which holds only the full layers' positions in a hybrid (the
+    engine pages each kind of layer apart). Nothing for a full-attention model: its run keeps the plain fields."""
+    if not m.sliding_layers:
+        return {}
+    recorded_layers = m.full_layers or m.layers  # the full layers' allocator, else the one sliding allocator
+    per_layer = m.kv_bytes_per_token_per_layer
+    return {
+        "layer_windows": m.windows,
+        "kv_bytes_per_token_per_layer": per_layer,
+        "recorded_block_bytes": settings.block_size * per_layer * recorded_layers,
+    }
+
+
 def schedule_run(
     lm: LoadedModel, device: DeviceProfile, workload: Workload, served: EngineRun, solo: dict[str, Trace]
 ) -> ScheduleRun:
@@ -91,6 +107,7 @@ def schedule_run(
         load_avg_1m=served.load_avg_1m,
         max_context=lm.info.max_context,
         transformers_version=transformers.__version__,
+        **sliding_fields(lm.info, served.settings),
     )
 
 

@@ -133,6 +133,9 @@ def test_a_measured_run_is_checked_and_warmed_up_once_and_says_what_it_is_doing(
     trace = measure(tiny_lm, request, progress=lambda _f, text: said.append(text))  # a new store: figures measured
     assert calls == {"warm_up": 1, "validate": 1}
     assert trace.warmup_ran and trace.repeat_count == 2
+    # A set of figures judged taken under load (the other test worker busy) is taken again, and says so: those
+    # retake lines are not this test's concern, the order of the steps is.
+    said = [text for text in said if "(again: " not in text]
     assert said[:4] == [
         "Measuring the device: matmul peak…",
         "Measuring the device: copy bandwidth…",

@@ -160,6 +160,7 @@ def test_qwen3_30b_a3b_states_its_published_figures_how_they_were_cut_and_the_ex
         "active_params": 3_300_000_000,
         "as": "30.5B in total and 3.3B activated",
         "rounding": "truncated (not rounded) to 0.1 B",
+        "active_params_counts_embeddings": True,
         "source": "https://huggingface.co/Qwen/Qwen3-30B-A3B",
     }
     text = format_whatif(result)
@@ -172,3 +173,19 @@ def test_qwen3_30b_a3b_states_its_published_figures_how_they_were_cut_and_the_ex
         .to_dict()["published"]["rounding"]
         .startswith("exact")
     )
+
+
+def test_gpt_oss_active_figures_are_compared_on_the_publishers_footing() -> None:
+    """OpenAI's card counts active parameters without the input embedding table (a token reads one row of it): the
+    exact count less that table is within the card's rounding, and the note says so rather than showing a 16 % gap."""
+    for key in ("gpt-oss-20b", "gpt-oss-120b"):
+        result = what_if(Scenario(load_architecture(key), H100, batch=1, context=1))
+        row = shipped()[key]
+        without = result.active_params - result.counts.embeddings
+        assert abs(without - row.published_active_params) <= row.published_step(row.published_active_params) / 2
+        assert abs(result.active_params - row.published_active_params) > 0.1 * row.published_active_params
+        assert "without it, as the publisher counts" in result.published_active_note()
+        assert result.to_dict()["published"]["active_params_counts_embeddings"] is False
+    qwen = what_if(Scenario(load_architecture("qwen3-30b-a3b"), H100, batch=1, context=1))
+    assert "without it" not in qwen.published_active_note()
+    assert qwen.to_dict()["published"]["active_params_counts_embeddings"] is True

@@ -167,7 +167,7 @@ def moe_rows(result: WhatIf) -> list[str]:
         _row(
             "active_params",
             f"{result.active_params:,} per token",
-            published_source(result, result.active_params, "published_active_params"),
+            "modelled (exact, config.json)" + (f"; {note}" if (note := result.published_active_note()) else ""),
         ),
         _row(
             "  experts",

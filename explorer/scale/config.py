@@ -117,6 +117,9 @@ class ShippedConfig:
     published_source: str = ""  # where they said it
     published_truncated: bool = False  # the publisher cuts its figures to the digits shown rather than rounding them
     # (Qwen's card: 3,353,032,704 active is "3.3B", not 3.4B)
+    # The publisher's active count leaves the input embedding table out (a token reads one row of it): gpt-oss's card
+    # gives 3.61 B active for 20b, the exact 4,187,440,704 less its 579,133,440-parameter table.
+    published_active_without_embeddings: bool = False
 
     def published_step(self, figure: int) -> int:
         """The place a rounded published figure stops at: 10^8 for "3.3B" (3,300,000,000), 1 for an exact one."""
@@ -142,6 +145,9 @@ class ShippedConfig:
             "active_params": self.published_active_params,
             "as": self.published_as or f"{self.published_params:,}",
             "rounding": self.rounding_text(),
+            "active_params_counts_embeddings": None
+            if self.published_active_params is None
+            else not self.published_active_without_embeddings,
             "source": self.published_source or self.source,
         }
 

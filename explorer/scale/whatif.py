@@ -413,6 +413,20 @@ class WhatIf:
             return ""
         return f"published {published / 1e9:g} B, {row.rounding_text()}: exact {exact / 1e9:.3f} B"
 
+    def published_active_note(self) -> str:
+        """As `published_note` for the active parameters, and where the publisher leaves the input embedding table
+        out of them, the exact count on that footing too (else a 16 % gap would look like a wrong count)."""
+        row = self.published
+        published = row.published_active_params if row else None
+        note = self.published_note(self.active_params, published)
+        if not note or not row or not row.published_active_without_embeddings:
+            return note
+        without = self.active_params - self.counts.embeddings
+        return (
+            f"{note} with the input embedding table, {without / 1e9:.3f} B without it, as the publisher counts "
+            "(a token reads one row of that table)"
+        )
+
     def experts_dict(self) -> dict[str, Any] | None:
         """A mixture of experts' routing figures (None for a dense model)."""
         a = self.scenario.arch

@@ -108,8 +108,8 @@ def params_help(result: WhatIf) -> str:
 
 
 def active_help(result: WhatIf) -> str:
-    a, row = result.scenario.arch, result.published
-    note = result.published_note(result.active_params, row.published_active_params if row else None)
+    a = result.scenario.arch
+    note = result.published_active_note()
     return (
         f"modelled: {result.active_params:,}: every parameter outside the experts, and {a.experts_per_token} of "
         f"{a.n_experts} experts in each of {a.moe_layers} layers" + (f"; {note}" if note else "")

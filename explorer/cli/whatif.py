@@ -154,7 +154,7 @@ def format_whatif(result: WhatIf) -> str:
 def published_source(result: WhatIf, exact: int, field: str) -> str:
     """The source column of a count: exact from config.json, and beside it the publisher's figure and how it was cut."""
     row = result.published
-    note = result.published_note(exact, getattr(row, field) if row else None)
+    note = row.note(exact, getattr(row, field)) if row else ""
     return "modelled (exact, config.json)" + (f"; {note}" if note else "")
 
 

@@ -138,6 +138,24 @@ class ShippedConfig:
         how = "truncated (not rounded)" if self.published_truncated else "rounded"
         return f"{how} to {step / 1e9:g} B"
 
+    def note(self, exact: int, published: int | None) -> str:
+        """`published 3.3 B, truncated (not rounded) to 0.1 B: exact 3.353 B`; "" where nothing was published or the
+        published figure is the exact count."""
+        if published is None or not self.published_rel_tol:
+            return ""
+        return f"published {published / 1e9:g} B, {self.rounding_text()}: exact {exact / 1e9:.3f} B"
+
+    def active_note(self, active: int, embeddings: int) -> str:
+        """`note` for the active parameters; where the publisher leaves the input embedding table out of them, the
+        exact count on that footing too (else a 16 % gap would look like a wrong count)."""
+        note = self.note(active, self.published_active_params)
+        if not note or not self.published_active_without_embeddings:
+            return note
+        return (
+            f"{note} with the input embedding table, {(active - embeddings) / 1e9:.3f} B without it, as the publisher "
+            "counts (a token reads one row of that table)"
+        )
+
     def published_dict(self) -> dict[str, Any]:
         """The publisher's figures as published, for a what-if's JSON beside the exact counts (never in place of)."""
         return {

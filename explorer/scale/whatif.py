@@ -405,27 +405,10 @@ class WhatIf:
         key = shipped_key(self.scenario.arch.name)
         return shipped()[key] if key else None
 
-    def published_note(self, exact: int, published: int | None) -> str:
-        """`published 3.3 B, truncated (not rounded) to 0.1 B: exact 3.353 B`; "" where nothing was published or the
-        published figure is the exact count."""
-        row = self.published
-        if row is None or published is None or not row.published_rel_tol:
-            return ""
-        return f"published {published / 1e9:g} B, {row.rounding_text()}: exact {exact / 1e9:.3f} B"
-
     def published_active_note(self) -> str:
-        """As `published_note` for the active parameters, and where the publisher leaves the input embedding table
-        out of them, the exact count on that footing too (else a 16 % gap would look like a wrong count)."""
+        """The publisher's active figure beside the exact count (`ShippedConfig.active_note`); "" for other configs."""
         row = self.published
-        published = row.published_active_params if row else None
-        note = self.published_note(self.active_params, published)
-        if not note or not row or not row.published_active_without_embeddings:
-            return note
-        without = self.active_params - self.counts.embeddings
-        return (
-            f"{note} with the input embedding table, {without / 1e9:.3f} B without it, as the publisher counts "
-            "(a token reads one row of that table)"
-        )
+        return row.active_note(self.active_params, self.counts.embeddings) if row else ""
 
     def experts_dict(self) -> dict[str, Any] | None:
         """A mixture of experts' routing figures (None for a dense model)."""

@@ -103,7 +103,7 @@ def params_help(result: WhatIf) -> str:
     key = shipped_key(result.scenario.arch.name)
     row = shipped()[key] if key else None
     published = f"; published: {row.published_as}" if row is not None and row.published_rel_tol else ""
-    note = result.published_note(result.params, row.published_params if row else None)
+    note = row.note(result.params, row.published_params) if row else ""
     return f"modelled, exact from config.json: {result.params:,}{published}" + (f" ({note})" if note else "")
 
 

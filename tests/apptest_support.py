@@ -3,6 +3,8 @@ given run."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -11,6 +13,7 @@ import pytest
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
+from explorer.hosting.queue import DeviceQueue, Ticket
 from explorer.ui import state as ui_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,3 +53,23 @@ def open_page(page: str, result: ui_state.RunResult | None = None, timeout_s: fl
     at.switch_page(page).run()
     assert not at.exception, at.exception
     return at
+
+
+HELD_AFTER_SOMEONE_WAITS_S = 0.5  # how long the other session keeps the device once this one is in line
+
+
+def release_once_someone_waits(queue: DeviceQueue, held: Ticket, deadline_s: float = 60.0) -> threading.Thread:
+    """Another session's turn, given back `HELD_AFTER_SOMEONE_WAITS_S` after a ticket joined the line behind it (not
+    after a fixed time from now: a script run slower than that time, on a busy machine, would never have waited).
+    Started; join it after the action under test."""
+
+    def release() -> None:
+        until = time.monotonic() + deadline_s
+        while queue.waiting == 0 and time.monotonic() < until:
+            time.sleep(0.02)
+        time.sleep(HELD_AFTER_SOMEONE_WAITS_S)
+        queue.release(held)
+
+    thread = threading.Thread(target=release, name="other-session", daemon=True)
+    thread.start()
+    return thread

@@ -6,7 +6,6 @@ import ast
 import os
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,12 @@ from streamlit.testing.v1 import AppTest
 from explorer import ui
 from explorer.ui import state as ui_state
 from explorer.ui.shared import device_session
-from tests.apptest_support import navigation_like_a_server, new_app, open_page  # noqa: F401 - an autouse fixture
+from tests.apptest_support import (  # noqa: F401 - an autouse fixture
+    navigation_like_a_server,
+    new_app,
+    open_page,
+    release_once_someone_waits,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -216,8 +220,7 @@ def test_a_second_session_waits_for_the_device() -> None:
     queue = device_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
-    releaser = threading.Timer(1.0, queue.release, args=(other,))  # the "other session" finishes after a second
-    releaser.start()
+    releaser = release_once_someone_waits(queue, other)  # the "other session" finishes once this one waits
     try:
         run_from_sidebar(at, max_new_tokens=2)
     finally:

@@ -21,7 +21,12 @@ from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
 from explorer.ui import stepper
 from explorer.ui.shared import device_session
-from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
+from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest's pages
+    HELD_AFTER_SOMEONE_WAITS_S,
+    navigation_like_a_server,
+    new_app,
+    release_once_someone_waits,
+)
 from tests.test_hosted import device_held_elsewhere
 from tests.test_warm import tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
 
@@ -252,8 +257,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     queue = device_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
-    releaser = threading.Timer(1.0, queue.release, args=(other,))  # the other session's run ends after a second
-    releaser.start()
+    releaser = release_once_someone_waits(queue, other)  # the other session's run ends once this one waits
     try:
         press_prefill(at, "hi there")
     finally:
@@ -261,7 +265,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     assert_first_pass_without_error(at)
     assert said and said[0].startswith("Another session is using the device")  # it said so while it waited
     start = next(t for t in queue.turns if t.what == "step" and t.number > other.number)
-    assert start.waited_s >= 0.5  # its turn came when the other session's ended
+    assert start.waited_s >= HELD_AFTER_SOMEONE_WAITS_S  # its turn came when the other session's ended
 
 
 @pytest.mark.usefixtures("warming_app")

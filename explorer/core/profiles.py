@@ -33,8 +33,25 @@ class ExpertsInfo:
         return self.n_experts * self.moe_layers * self.expert_bytes
 
 
+class LayerWindows:
+    """Every layer's sliding window and how many layers slide, for a dataclass with `layers` and `layer_windows`
+    fields: the loaded model (`ModelInfo`) and an At-scale config (`explorer.scale.config.Architecture`)."""
+
+    layers: int
+    layer_windows: tuple[int, ...]  # empty: every layer attends to every position
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """Every layer's sliding window, 0 for a full-attention layer."""
+        return self.layer_windows or (0,) * self.layers
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(1 for w in self.windows if w)
+
+
 @dataclass(frozen=True)
-class ModelInfo:
+class ModelInfo(LayerWindows):
     """What the loaded model is, with the numbers the formulas need."""
 
     name: str  # what the user asked for ("embedded", a hub id or a folder)
@@ -72,15 +89,6 @@ class ModelInfo:
     v_head_dim: int = 0  # SV's width per query head where it is not head_dim (MLA: v_head_dim; head_dim is QKᵀ's)
     kv_expand_params: int = 0  # per layer: weights of the linear that expands the cached latent into per-head K and V
     # (MLA's kv_b_proj); it runs on every position attention reads, each pass, not only on the new tokens
-
-    @property
-    def windows(self) -> tuple[int, ...]:
-        """Every layer's sliding window, 0 for a full-attention layer."""
-        return self.layer_windows or (0,) * self.layers
-
-    @property
-    def sliding_layers(self) -> int:
-        return sum(1 for w in self.windows if w)
 
     @property
     def full_layers(self) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from explorer.core.errors import BadInput
 from explorer.core.paths import MAX_CONFIG_BYTES, read_small_file
+from explorer.core.profiles import LayerWindows
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 INDEX_FILE = CONFIG_DIR / "index.json"
@@ -54,7 +55,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 @dataclass(frozen=True)
-class Architecture:
+class Architecture(LayerWindows):
     """The shapes that fix a dense decoder's parameter count, weight bytes and KV bytes, read from config.json."""
 
     name: str  # what was asked for: a shipped name, a folder or a hub id
@@ -90,15 +91,6 @@ class Architecture:
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
-
-    @property
-    def windows(self) -> tuple[int, ...]:
-        """Every layer's window, 0 for full attention."""
-        return self.layer_windows or (0,) * self.layers
-
-    @property
-    def sliding_layers(self) -> int:
-        return sum(1 for w in self.windows if w)
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,17 @@ def settle(page, timeout_s: float = 5.0) -> None:
     wait_for_charts(page, timeout_s)
 
 
+def screenshot_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """Where a browser test keeps its screenshots and measurements: `$EXPLORER_SCREENSHOTS` if set (for a human to
+    look at), else a fresh folder `name` in pytest's temporary folder."""
+    wanted = os.environ.get("EXPLORER_SCREENSHOTS")
+    if not wanted:
+        return tmp_path_factory.mktemp(name)
+    folder = Path(wanted).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def full_screenshot(page, path: Path, width: int, height: int, max_height: int = 12_000) -> None:
     """A screenshot of everything on the page: the viewport is stretched to the content, then restored."""
     content = min(max_height, int(page.evaluate(CONTENT_HEIGHT_JS)) + 40)

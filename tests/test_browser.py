@@ -15,7 +15,6 @@ Needs Debian's chromium at /usr/bin/chromium and the `playwright` package (its o
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from tests.browser_support import (
     full_screenshot,
     log_tail,
     mark_run_state,
+    screenshot_folder,
     skip_module_without_browser,
     wait_for_charts,
     wait_until_rerun_done,
@@ -73,15 +73,6 @@ class Session:
     blocked: list[str] = field(default_factory=list)
 
 
-def _screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wanted = os.environ.get("EXPLORER_SCREENSHOTS")
-    if wanted:
-        folder = Path(wanted).expanduser().resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
-    return tmp_path_factory.mktemp("browser-screenshots")
-
-
 def _slug(label: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "page"
 
@@ -101,7 +92,7 @@ def _injected_images(page) -> int:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory, hosted_app: HostedApp, chromium) -> Iterator[Session]:
     """One tab on the session's app server (its own Streamlit session), in the session's Chromium."""
-    shots = _screenshot_dir(tmp_path_factory)
+    shots = screenshot_folder(tmp_path_factory, "browser-screenshots")
     print(f"\n[browser test] screenshots: {shots}\n[browser test] server log: {hosted_app.log}")
     context = chromium.new_context(viewport=VIEWPORT)
     try:

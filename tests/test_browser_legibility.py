@@ -28,7 +28,6 @@ pytest's temporary folder) with a screenshot of each first screen.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +39,7 @@ from explorer.teach.tour import SLIDE_COUNT, TITLES
 from tests.browser_support import (
     HostedApp,
     mark_run_state,
+    screenshot_folder,
     skip_module_without_browser,
     wait_for_charts,
     wait_until_rerun_done,
@@ -172,13 +172,6 @@ def _first_screen(page, where: str, selector: str, wanted: int, boxes: list[dict
         boxes.append({"where": where, "box": box, "inside": inside, "sidebar_open": found["sidebar"]["right"] > 200})
 
 
-def _shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wanted = os.environ.get("EXPLORER_SCREENSHOTS")
-    folder = Path(wanted).expanduser().resolve() if wanted else tmp_path_factory.mktemp("legibility")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def tab(hosted_app: HostedApp, chromium) -> Iterator[object]:  # noqa: ANN001 - playwright's Browser
     context = chromium.new_context(viewport=VIEWPORT)
@@ -233,7 +226,7 @@ needs_recording = pytest.mark.skipif(RECORDING not in bundled(), reason=f"{RECOR
 def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
     tab, hosted_app: HostedApp, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # noqa: ANN001
-    page, shots = tab, _shots(tmp_path_factory)
+    page, shots = tab, screenshot_folder(tmp_path_factory, "legibility")
     rows: list[dict] = []
     sizes: dict[str, list[float]] = {}
     small: list[str] = []

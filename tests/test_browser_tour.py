@@ -10,7 +10,6 @@ Needs Debian's chromium and the `playwright` package; uses the session's app ser
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tests.browser_support import (
     full_screenshot,
     log_tail,
     mark_run_state,
+    screenshot_folder,
     skip_module_without_browser,
     wait_for_charts,
     wait_until_rerun_done,
@@ -58,15 +58,6 @@ SENTENCES_BOX_JS = """() => {
   return {left: Math.min(...boxes.map(b => b.left)), top: Math.min(...boxes.map(b => b.top)),
           right: Math.max(...boxes.map(b => b.right)), bottom: Math.max(...boxes.map(b => b.bottom))};
 }"""
-
-
-def _shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wanted = os.environ.get("EXPLORER_SCREENSHOTS")
-    if wanted:
-        folder = Path(wanted).expanduser().resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
-    return tmp_path_factory.mktemp("tour-screenshots")
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +148,7 @@ def test_browser_tour_keys_only_every_main_chart_inside_1280x720(
     hosted_app: HostedApp,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    shots = _shots(tmp_path_factory)
+    shots = screenshot_folder(tmp_path_factory, "tour-screenshots")
     shown = _open_recording_or_run(page, hosted_app.url, hosted_app.log)
     print(f"[browser tour] the Tour shows {shown}")
     _click_and_wait(page, page.locator("[data-testid='stSidebar']").get_by_text("Presenter mode"))

@@ -16,7 +16,8 @@ from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.hosting import session as hosting_session
-from explorer.labs.stepping import IDLE_TIMEOUT_S, LiveSteps, SteppedRequest
+from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
+from explorer.labs.stepping import SteppedRequest
 from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
 from explorer.ui import stepper

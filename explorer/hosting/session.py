@@ -13,9 +13,9 @@ from typing import Generic, TypeVar
 
 from explorer.core.device import FiguresStore
 from explorer.core.loading import LoadedModel, Progress, load_model
+from explorer.hosting.live_steps import LiveSteps
 from explorer.hosting.queue import DeviceQueue, ScriptActivity
 from explorer.hosting.warm import Warmer
-from explorer.labs.stepping import LiveSteps
 
 T = TypeVar("T")
 

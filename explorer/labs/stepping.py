@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -35,8 +34,6 @@ from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import keep_figures_honest, prepare_device
 from explorer.core.trace import PassRecord, Trace
-
-IDLE_TIMEOUT_S = 600.0  # a stepped request untouched this long frees its cache
 
 
 @dataclass(eq=False)  # compared and hashed by identity: a LiveSteps registry holds it in a WeakSet
@@ -165,23 +162,3 @@ class SteppedRequest:
     def _free(self) -> None:
         self.live.free()
         self.replay.free()
-
-
-class LiveSteps:
-    """The stepped requests of this process, held weakly (a session that ends takes its request with it), so that
-    any session can free those left idle past `idle_timeout_s` instead of waiting for their owner to come back."""
-
-    def __init__(self, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
-        self.idle_timeout_s = idle_timeout_s
-        self.requests: weakref.WeakSet[SteppedRequest] = weakref.WeakSet()
-        self.lock = threading.Lock()  # sessions add and sweep from their own threads
-
-    def add(self, request: SteppedRequest) -> None:
-        with self.lock:
-            self.requests.add(request)
-
-    def sweep(self) -> int:
-        """Free every live request idle past the timeout; how many were freed."""
-        with self.lock:
-            live = [r for r in self.requests if not r.freed]
-        return sum(r.free_if_idle(self.idle_timeout_s) for r in live)

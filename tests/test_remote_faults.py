@@ -197,7 +197,20 @@ def test_output_paths_are_checked_before_anything_is_sent(
 
 
 # --- 4. Ctrl-C ----------------------------------------------------------------------------------------------------
-def test_ctrl_c_closes_open_streams_at_once_and_keeps_what_finished(tmp_path: Path) -> None:
+def ignore_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    "parent_ignores_ctrl_c",
+    # A parent that ignores SIGINT (nohup, `cmd &`, a test worker) hands its child SIG_IGN across exec: the command
+    # must still end on Ctrl-C (it hung for ever before it set its own handler).
+    [False, True],
+    ids=["parent-default", "parent-ignores-sigint"],
+)
+def test_ctrl_c_closes_open_streams_at_once_and_keeps_what_finished(
+    tmp_path: Path, parent_ignores_ctrl_c: bool
+) -> None:
     def script(n: int) -> list[fake.Step]:  # the warm-up and level 1's four answer; level 2's streams run on and on
         return fake.answer("a", "b") if n < 5 else drip(fake.head() + fake.chunk("a"), b": .\n")
 
@@ -205,7 +218,14 @@ def test_ctrl_c_closes_open_streams_at_once_and_keeps_what_finished(tmp_path: Pa
     with fake.scripted_server(script) as server:
         argv = ["--base-url", server.base_url, "--model", "m", "--concurrency", "1,2", "--requests", "4"]
         cmd = [sys.executable, "-m", "explorer", "remote", *argv, "--json", str(path)]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=ignore_ctrl_c if parent_ignores_ctrl_c else None,  # as the child of such a parent starts
+        )
         try:
             deadline = time.monotonic() + 30
             while server.count() < 1 + 4 + 2 and time.monotonic() < deadline:  # level 2's first two are streaming

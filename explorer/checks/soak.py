@@ -28,7 +28,7 @@ from explorer.core.units import megabytes
 DEFAULT_RUNS = 100
 DEFAULT_MAX_NEW_TOKENS = 8
 DEFAULT_ATTENTION_EVERY = 5
-HISTORY_LENGTH = 5  # as explorer.ui.HISTORY_LENGTH: earlier traces the app keeps, without attention maps
+HISTORY_LENGTH = 5  # as explorer.ui.state.HISTORY_LENGTH: earlier traces the app keeps, without attention maps
 CHECKPOINT_RUNS = (10, 50, 100)
 MAX_RUNS = 100_000
 # Short prompts, cycled: a few tokens in and out keep each run to seconds on a CPU, most of them the app's own

@@ -1,6 +1,6 @@
 """What the sessions of one server process share: its one device and everything that lives as long as the process
 (the loaded models, the queue for the device, the warm-up, the device figures, which scripts are drawing, the live
-stepped requests, read-only caches). One object, created once per server (`explorer.ui.session.device_session`) and
+stepped requests, read-only caches). One object, created once per server (`explorer.ui.shared.device_session`) and
 fresh in every test, so nothing a run leaves behind lives in a module. Pure Python, no Streamlit."""
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""Docs that cannot drift: every dotted reference (`explorer.core.roofline.pass_cost`) or file path
+(`explorer/core/roofline.py`) in the docs, docstrings and comments names something that exists."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import io
+import re
+import tokenize
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "recordings").rglob("README.md"))]
+SOURCES = sorted(
+    p for folder in ("explorer", "pages", "benchmarks", "tests") for p in (ROOT / folder).rglob("*.py")
+) + [ROOT / "app.py"]
+DOTTED = re.compile(r"(?<![\w./-])explorer(?:\.[A-Za-z_]\w*)+(?![\w*/])")  # `DEFAULT_*` is a family, not a name
+PATH = re.compile(r"(?<![\w./-])((?:explorer|pages|tests|benchmarks|recordings|deploy)/[\w./-]*\w)")
+
+
+def referring_lines(path: Path) -> list[str]:
+    """Lines of prose that may name things: every line of a doc; a source file's docstrings and comments (its code
+    and string literals are checked by running it)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".md":
+        return text.splitlines()
+    docs = [
+        ast.get_docstring(node, clean=False) or ""
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+    return [line for doc in docs for line in doc.splitlines()] + comments
+
+
+def resolves(dotted: str) -> bool:
+    """A module, or an attribute reached from the longest importable module prefix."""
+    parts = dotted.split(".")
+    if parts[-1] == "__main__":  # importing it would run the command line
+        return (ROOT.joinpath(*parts[:-1]) / "__main__.py").exists()
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(target, name):
+                return False
+            target = getattr(target, name)
+        return True
+    return False
+
+
+def references() -> dict[str, set[str]]:
+    """Each dotted name, and where it is written."""
+    found: dict[str, set[str]] = {}
+    for path in DOCS + SOURCES:
+        for line in referring_lines(path):
+            for match in DOTTED.findall(line):
+                found.setdefault(match.rstrip("."), set()).add(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_every_dotted_reference_in_docs_and_docstrings_resolves() -> None:
+    unresolved = {name: sorted(where) for name, where in references().items() if not resolves(name)}
+    assert unresolved == {}
+
+
+def test_every_file_path_in_docs_and_docstrings_exists() -> None:
+    missing: dict[str, set[str]] = {}
+    for path in DOCS + SOURCES:
+        for line in referring_lines(path):
+            for named in PATH.findall(line):
+                named = named.rstrip(".")
+                if "*" in named or "NAME" in named or not Path(named).suffix and "/" not in named.rstrip("/"):
+                    continue
+                if not (ROOT / named).exists():
+                    missing.setdefault(named, set()).add(path.relative_to(ROOT).as_posix())
+    assert missing == {}

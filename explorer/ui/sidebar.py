@@ -28,6 +28,9 @@ from explorer.ui.warm import warming_line
 SERVER_DEFAULTS = RunInputs()
 DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
 DTYPE_KEY = "sidebar-dtype"
+DECODE_PATH_KEY = "sidebar-decode-path"
+DECODE_PATH_CHOICES = ("auto", "eager", "static", "graph")
+DECODE_PATH_LABELS = {"auto": "auto: graph on CUDA, eager on a CPU"}
 
 
 def sidebar_policy() -> HostedPolicy:
@@ -93,6 +96,15 @@ def sidebar() -> RunInputs | None:
             )
             model = st.text_input("Model", value=EMBEDDED, help=model_help)
             device, dtype = device_inputs(policy)
+            decode_path = st.selectbox(
+                "Decode path",
+                DECODE_PATH_CHOICES,
+                format_func=lambda choice: DECODE_PATH_LABELS.get(choice, choice),
+                key=DECODE_PATH_KEY,
+                help="eager: a growing KV cache, every kernel launched from Python; static: a cache reserving every "
+                "position; graph: the static cache with the decode step replayed as one captured CUDA graph (CUDA "
+                "only). The Cost page compares them on the same request.",
+            )
         with st.expander("Sampling"):
             temperature = st.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.0)
             top_k = st.number_input("Top-k (0 = off)", min_value=0, max_value=1000, value=0)
@@ -110,6 +122,7 @@ def sidebar() -> RunInputs | None:
         capture_attention=attention,
         repeats=int(repeats),
         sampling=Sampling(temperature=float(temperature), top_k=int(top_k) or None, seed=int(seed)),
+        decode_path=None if decode_path == "auto" else decode_path,
     )
 
 

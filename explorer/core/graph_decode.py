@@ -169,7 +169,10 @@ class GraphPool:
         with self._lock:
             idle = self._idle.get(shape)
             if idle:
-                return idle.pop()
+                leased = idle.pop()
+                if not idle:
+                    del self._idle[shape]
+                return leased
         if progress is not None:
             progress(
                 0.6,

@@ -4,6 +4,7 @@ the overhead each path leaves above the weight-read floor, which is why servers 
 from __future__ import annotations
 
 from explorer.core.engine import OnPass, Request, check_request, generate, warm_up_shapes
+from explorer.core.errors import BadInput
 from explorer.core.graph_decode import graph_refusal
 from explorer.core.lab_progress import QUIET, LabProgress
 from explorer.core.loading import LoadedModel
@@ -23,6 +24,8 @@ def compare_decode_paths(
     each of `paths_here`, each warmed up at its own shapes first (a graph is captured there, and said); the caller
     has taken the device figures (`core.measure.prepare_device`). Between passes the device may go to anyone
     waiting, the request's clock paused."""
+    if trace.model != lm.info:  # its tokens through another model would compare a different computation
+        raise BadInput("This run came from another model, dtype or device: run it again on this one, then compare.")
     paths = paths_here(lm)
     traces = []
     for i, path in enumerate(paths):

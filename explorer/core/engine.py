@@ -383,10 +383,13 @@ def decode_n_tokens(live: LiveRequest, on_pass: OnPass) -> None:
 
 
 def run_to_end(live: LiveRequest, on_pass: OnPass = UNWATCHED) -> LiveRequest:
-    """The ladder: the prefill, then `decode_n_tokens`; the KV cache freed once the request is done."""
-    on_pass(live.step(), live.clock)  # the prefill: every prompt token into the empty cache
-    decode_n_tokens(live, on_pass)
-    live.free()
+    """The ladder: the prefill, then `decode_n_tokens`; the KV cache freed once the request is done or has failed (a
+    captured graph's cache goes back to the model's pool either way)."""
+    try:
+        on_pass(live.step(), live.clock)  # the prefill: every prompt token into the empty cache
+        decode_n_tokens(live, on_pass)
+    finally:
+        live.free()
     return live
 
 

@@ -29,11 +29,6 @@ class RequestShape:
     def cache_key(self) -> tuple[str, int, int | None]:
         return (self.decode_path, self.batch, self.capacity)
 
-    @property
-    def last_cache_length(self) -> int:
-        """The cache length the last decode pass leaves: the prompt and every new token but the last."""
-        return self.prompt_tokens + self.new_tokens - 1
-
 
 @dataclass(frozen=True)
 class WarmUpPlan:

@@ -6,7 +6,7 @@ from explorer import ui
 from explorer.charts import cost as charts
 from explorer.charts import experts
 from explorer.core.figure_trust import figures_line
-from explorer.ui import operators_view
+from explorer.ui import decode_paths_view, operators_view
 from explorer.ui.cost_view import profile_section, utilisation_section
 
 result, layout = ui.chart_first_page(
@@ -79,6 +79,7 @@ with ui.secondary("The raw predictions, pass by pass"):
 operators_view.operators_section(trace)
 profile_section(result)
 operators_view.beside_the_profile(result)
+decode_paths_view.decode_paths_section(result)
 
 st.subheader("The roofline")
 roofline = charts.roofline_frame(trace)

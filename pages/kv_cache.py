@@ -25,7 +25,17 @@ layout.metrics(
             + ("; sliding layers stop growing at their window" if model.sliding_layers else "")
             + (f"; {cache_holds_text(model)}" if model.kv_cache_key_width else ""),
         ),
-        ("Cache after the run", human_bytes(trace.passes[-1].kv_cache_bytes), "measured: the real cache tensors"),
+        (
+            "Cache after the run",
+            human_bytes(trace.passes[-1].kv_cache_bytes),
+            "measured: the positions the real cache tensors hold"
+            + (
+                f"; this run's static cache reserved {human_bytes(trace.allocated_kv_cache_bytes)} "
+                f"({trace.kv_cache_capacity:,} positions per layer) before its prefill"
+                if trace.kv_cache_capacity is not None
+                else ""
+            ),
+        ),
         ("Cached positions", f"{cache_len:,}", "measured: the prompt's tokens plus one per decode pass"),
     ],
     "Bytes per token modelled (the formula, from the model's config) · the cache measured (its real tensors)",

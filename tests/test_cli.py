@@ -88,7 +88,7 @@ def test_bench_runs_both_sides_on_a_local_model(tiny_llama_dir: Path, tmp_path: 
         str(tmp_path / "b.json"),
     )
     assert out.returncode == 0, out.stderr
-    assert "same greedy tokens on both sides: yes" in out.stdout
+    assert "same greedy tokens on every side: yes" in out.stdout
     data = json.loads((tmp_path / "b.json").read_text())
     assert len(data["hf"]) == len(data["explorer"]) == 2
     assert all(len(side["itl_s"]) == 3 for side in data["hf"] + data["explorer"])

@@ -1,10 +1,14 @@
-"""A/B benchmark in one process: HF `generate()` against the explorer's instrumented loop, plus roofline limits.
+"""A/B benchmark in one process: HF `generate()` eager and on its static cache against the explorer's instrumented
+loop, plus roofline limits.
 
-Both sides run the same model, dtype, device, greedy decoding, KV cache on, the same fixed prompt and the same number
-of new tokens (EOS ignored). Prefill is the first forward's time alone, on both sides by `explorer.core.timing` (HF: its
-`Stopwatch` in forward hooks; the explorer: `timed`, the same clocks); ITL the gaps between consecutive generated
-tokens, host clock stamps once each token reached the host (HF: a streamer). Order alternates each repeat to spread
-drift.
+Every side runs the same model, dtype, device, greedy decoding, KV cache on, the same fixed prompt and the same number
+of new tokens (EOS ignored). The sides: HF `generate()` (a DynamicCache, eager); HF `generate(cache_implementation=
+"static")`, which transformers compiles with CUDA graphs on CUDA (the first call per cache length compiles, for tens of
+seconds: it is warmed up at the very length timed) and runs uncompiled on a CPU; the explorer on the request's decode
+path (graph on CUDA by default). Prefill is the first forward's time alone, on every side by `explorer.core.timing`
+(HF: its `Stopwatch` in forward hooks, removed after that forward so a compiled decode sees none; the explorer:
+`timed`, the same clocks); ITL the gaps between consecutive generated tokens, host clock stamps once each token reached
+the host (HF: a streamer). The order rotates each repeat to spread drift.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class BenchResult(JsonRecord):
     hf: tuple[SideTiming, ...]  # HF generate(), one entry per repeat
     explorer: tuple[SideTiming, ...]  # the explorer's loop, one entry per repeat
     prefill_flops: int
+    hf_static: tuple[SideTiming, ...] = ()  # HF generate(cache_implementation="static"), one entry per repeat
+    decode_path: str = "eager"  # the explorer side's decode path
+    hf_static_compiled: bool = False  # transformers compiled its static path (CUDA); uncompiled on a CPU
 
     @property
     def hf_prefill_s(self) -> float:
@@ -79,6 +86,14 @@ class BenchResult(JsonRecord):
         return median_itl_s(self.explorer)
 
     @property
+    def hf_static_prefill_s(self) -> float:
+        return median_prefill_s(self.hf_static)
+
+    @property
+    def hf_static_itl_s(self) -> float:
+        return median_itl_s(self.hf_static)
+
+    @property
     def decode_limit_s(self) -> float:
         """Roofline floor of a decode pass: every weight byte read once at the device's read-only bandwidth."""
         return self.model.weight_bytes / self.device.effective_read_bandwidth_bytes_per_s
@@ -90,7 +105,7 @@ class BenchResult(JsonRecord):
 
     @property
     def same_tokens(self) -> bool:
-        return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer)
+        return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer + self.hf_static)
 
     def summary(self) -> dict[str, float | bool]:
         """The medians, their ratios and the limits by name, as the JSON file has them."""
@@ -101,6 +116,9 @@ class BenchResult(JsonRecord):
             "hf_itl_s": self.hf_itl_s,
             "explorer_itl_s": self.explorer_itl_s,
             "itl_ratio_explorer_over_hf": self.explorer_itl_s / self.hf_itl_s,
+            "hf_static_prefill_s": self.hf_static_prefill_s,
+            "hf_static_itl_s": self.hf_static_itl_s,
+            "itl_ratio_explorer_over_hf_static": self.explorer_itl_s / self.hf_static_itl_s,
             "decode_limit_s": self.decode_limit_s,
             "prefill_limit_s": self.prefill_limit_s,
             "same_tokens": self.same_tokens,
@@ -131,7 +149,9 @@ class _TokenClock:
         pass
 
 
-def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTiming:
+def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int, cache: str | None = None) -> SideTiming:
+    """HF generate() timed: its first forward (the prefill) by hooks that then remove themselves, its tokens by a
+    streamer. `cache`: generate()'s `cache_implementation` (None: its default DynamicCache)."""
     forward_s: list[float] = []
     watch = Stopwatch(lm.torch_device)  # the explorer's passes are timed by the same clocks (`timing.timed`)
 
@@ -140,6 +160,8 @@ def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTi
 
     def after(_module: torch.nn.Module, _args: object, _output: object) -> None:
         forward_s.append(watch.stop())
+        for handle in handles:  # only the prefill is timed here: a compiled decode must see no Python hooks
+            handle.remove()
 
     clock = _TokenClock()
     handles = [lm.model.register_forward_pre_hook(before), lm.model.register_forward_hook(after)]
@@ -155,6 +177,7 @@ def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int) -> SideTi
                 eos_token_id=None,  # the explorer side ignores EOS too: both produce exactly new_tokens
                 pad_token_id=0,
                 streamer=clock,
+                cache_implementation=cache,
             )
     finally:
         for handle in handles:
@@ -172,24 +195,38 @@ def time_explorer(lm: LoadedModel, checked: CheckedRequest, device: DeviceProfil
     return SideTiming(prefill_s=trace.prefill.wall_s, itl_s=trace.itl_s, token_ids=trace.generated_token_ids)
 
 
+SIDES = ("hf", "hf_static", "explorer")
+
+
 def run_bench(
     lm: LoadedModel, config: BenchConfig, on_progress: Callable[[float, str], None] | None = None
 ) -> BenchResult:
-    """Check once, take the device figures and warm up once (`prepare_device`), warm HF's path too, then the
-    repeats, order alternating."""
+    """Check once, take the device figures and warm up once at the request's shapes (`prepare_device`), warm HF's two
+    paths at the very shapes timed (the static one compiles there on CUDA), then the repeats, order rotating."""
     config.validate(lm.info.max_context)
     ids = fixed_prompt_ids(lm, config)
-    checked = check_request(lm, Request(prompt="", max_new_tokens=config.new_tokens, stop_at_eos=False), ids)
+    request = Request(prompt="", max_new_tokens=config.new_tokens, stop_at_eos=False, decode_path=config.decode_path)
+    checked = check_request(lm, request, ids)
     report = on_progress or silent
-    device = prepare_device(lm, progress=part_of(report, 0.0, 0.1))
-    time_hf_generate(lm, ids[:8], 4)  # warm-up of generate()'s own path, not recorded
-    sides: dict[str, list[SideTiming]] = {"hf": [], "explorer": []}
+    device = prepare_device(lm, None, checked, progress=part_of(report, 0.0, 0.05))
+    on_gpu = lm.torch_device.type == "cuda"  # transformers compiles its static path on CUDA, not on a CPU
+    report(0.05, "warming up HF generate() (untimed)…")
+    time_hf_generate(lm, ids, config.new_tokens)  # one untimed run at the timed shapes, not recorded
+    report(
+        0.07,
+        "warming up HF generate(static cache): "
+        + ("torch.compile with CUDA graphs, tens of seconds the first time…" if on_gpu else "uncompiled on a CPU…"),
+    )
+    time_hf_generate(lm, ids, config.new_tokens, "static")  # compiles once per cache length: this very length
+    compiled = hasattr(lm.model, "_compiled_call")  # where transformers keeps the torch.compile'd forward
+    sides: dict[str, list[SideTiming]] = {name: [] for name in SIDES}
     runners = {
         "hf": lambda: time_hf_generate(lm, ids, config.new_tokens),
+        "hf_static": lambda: time_hf_generate(lm, ids, config.new_tokens, "static"),
         "explorer": lambda: time_explorer(lm, checked, device),
     }
     for r in range(config.repeats):
-        order = ("hf", "explorer") if r % 2 == 0 else ("explorer", "hf")
+        order = SIDES[r % 3 :] + SIDES[: r % 3]
         for name in order:
             sides[name].append(runners[name]())
         done = (r + 1) / config.repeats
@@ -201,4 +238,7 @@ def run_bench(
         hf=tuple(sides["hf"]),
         explorer=tuple(sides["explorer"]),
         prefill_flops=pass_flops(lm.info, len(ids), len(ids)),
+        hf_static=tuple(sides["hf_static"]),
+        decode_path=checked.request.decode_path or "eager",
+        hf_static_compiled=compiled,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from explorer.core.limits import check_range
 from explorer.core.request import MAX_NEW_TOKENS_LIMIT, check_fits_context
+from explorer.core.trace import DecodePath
 
 MAX_PROMPT_TOKENS = 4096
 MAX_BENCH_REPEATS = 50  # each repeat runs both sides once: 50 is minutes on a CPU, plenty for a median
@@ -17,6 +18,7 @@ class BenchConfig:
     prompt_tokens: int = 128
     new_tokens: int = 64
     repeats: int = 5
+    decode_path: DecodePath | None = None  # the explorer side's; None: the device's default (graph on CUDA)
 
     def validate(self, max_context: int | None = None) -> None:
         """Every number finite and bounded; with the model's context (from its config.json before it loads, or

@@ -1,4 +1,5 @@
-"""`python -m explorer bench`: the instrumented loop against HF generate() in one process, and its printed table."""
+"""`python -m explorer bench`: the instrumented loop against HF generate(), eager and static, in one process, and its
+printed table."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from explorer.checks.bench_config import BenchConfig
 from explorer.cli.common import (
     StderrProgress,
     add_command,
+    add_decode_path_arg,
     add_json_arg,
     add_model_args,
     check_output_paths,
@@ -35,12 +37,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--repeats", type=int, default=defaults.repeats, help="A/B rounds, the order alternating each round"
     )
+    add_decode_path_arg(bench)
     add_json_arg(bench, "every repeat's timings and the summary")
     bench.set_defaults(func=cmd_bench, precheck=precheck)
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    return BenchConfig(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, repeats=args.repeats)
+    return BenchConfig(
+        prompt_tokens=args.prompt_tokens,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        decode_path=args.decode_path,
+    )
 
 
 def precheck(args: argparse.Namespace) -> None:
@@ -61,18 +69,24 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def format_bench(result: BenchResult) -> str:
     s = result.summary()
     m, d, c = result.model, result.device, result.config
+    static = "compiled by transformers (CUDA graphs)" if result.hf_static_compiled else "not compiled off CUDA"
     return "\n".join(
         [
             f"bench   {m.display_name}, {m.dtype} on {d.name} ({d.kind}); prompt {c.prompt_tokens} tokens, "
-            f"{c.new_tokens} new tokens, {c.repeats} repeats, A/B alternating, one process",
+            f"{c.new_tokens} new tokens, {c.repeats} repeats, order rotating, one process",
             format_device(d),
-            "                       HF generate   explorer   explorer/HF   roofline limit   measured/limit (expl.)",
-            f"prefill (median)      {s['hf_prefill_s'] * 1e3:9.2f} ms {s['explorer_prefill_s'] * 1e3:8.2f} ms "
-            f"{s['prefill_ratio_explorer_over_hf']:10.3f}x {s['prefill_limit_s'] * 1e3:12.2f} ms "
-            f"{s['explorer_prefill_s'] / s['prefill_limit_s']:12.1f}x   (flops / peak)",
-            f"ITL (median)          {s['hf_itl_s'] * 1e3:9.2f} ms {s['explorer_itl_s'] * 1e3:8.2f} ms "
-            f"{s['itl_ratio_explorer_over_hf']:10.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
-            f"{s['explorer_itl_s'] / s['decode_limit_s']:12.1f}x   (weight bytes / read bandwidth)",
-            f"same greedy tokens on both sides: {'yes' if s['same_tokens'] else 'NO'}",
+            f"HF static = generate(cache_implementation='static'), {static}; explorer on its {result.decode_path} "
+            "decode path",
+            "                  HF eager  HF static   explorer  expl./HF  expl./static  roofline limit  measured/limit "
+            "(expl.)",
+            f"prefill (median) {s['hf_prefill_s'] * 1e3:8.2f} ms {s['hf_static_prefill_s'] * 1e3:7.2f} ms "
+            f"{s['explorer_prefill_s'] * 1e3:7.2f} ms {s['prefill_ratio_explorer_over_hf']:8.3f}x "
+            f"{s['explorer_prefill_s'] / s['hf_static_prefill_s']:11.3f}x {s['prefill_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_prefill_s'] / s['prefill_limit_s']:10.1f}x   (flops / peak)",
+            f"ITL (median)     {s['hf_itl_s'] * 1e3:8.2f} ms {s['hf_static_itl_s'] * 1e3:7.2f} ms "
+            f"{s['explorer_itl_s'] * 1e3:7.2f} ms {s['itl_ratio_explorer_over_hf']:8.3f}x "
+            f"{s['itl_ratio_explorer_over_hf_static']:11.3f}x {s['decode_limit_s'] * 1e3:12.2f} ms "
+            f"{s['explorer_itl_s'] / s['decode_limit_s']:10.1f}x   (weight bytes / read bandwidth)",
+            f"same greedy tokens on every side: {'yes' if s['same_tokens'] else 'NO'}",
         ]
     )

@@ -56,6 +56,17 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16, the last on cuda only")
 
 
+DECODE_PATH_HELP = (
+    "eager: a growing DynamicCache; static: a StaticCache reserving every position; graph: the static cache with the "
+    "decode step replayed as a captured CUDA graph (CUDA only) (default: graph on CUDA where the model allows, else "
+    "eager)"
+)
+
+
+def add_decode_path_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--decode-path", choices=("eager", "static", "graph"), default=None, help=DECODE_PATH_HELP)
+
+
 def add_json_arg(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", type=Path, default=None, help=f"write {what} as JSON to this file")
 

@@ -39,7 +39,12 @@ def new_tokens_for(args: argparse.Namespace) -> int:
 
 def request_from_args(args: argparse.Namespace) -> Request:
     """The request exactly as `cmd_profile` runs it."""
-    return Request(prompt=args.prompt, max_new_tokens=new_tokens_for(args), use_chat_template=not args.no_chat_template)
+    return Request(
+        prompt=args.prompt,
+        max_new_tokens=new_tokens_for(args),
+        use_chat_template=not args.no_chat_template,
+        decode_path="eager",  # the profiler replays the eager path (`explorer.core.profiler`)
+    )
 
 
 def precheck_profile(args: argparse.Namespace) -> None:

@@ -7,7 +7,15 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from explorer.cli.common import StderrProgress, add_command, add_model_args, check_output_paths, load, write_json
+from explorer.cli.common import (
+    StderrProgress,
+    add_command,
+    add_decode_path_arg,
+    add_model_args,
+    check_output_paths,
+    load,
+    write_json,
+)
 from explorer.core.errors import BadInput
 from explorer.core.paths import context_without_loading, layer_count_without_loading, read_small_file
 from explorer.core.request import Request, check_fits_context, validate
@@ -45,6 +53,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens only (default: all)")
     run.add_argument("--seed", type=int, default=None, help="seed of a sampled run (default: a random one, recorded)")
     run.add_argument("--repeats", type=int, default=1, help="run the same request N times: medians and spreads")
+    add_decode_path_arg(run)
     run.add_argument("--remeasure-device", action="store_true", help=REMEASURE_HELP)
     run.add_argument("--attention", action="store_true", help="also capture attention maps (untimed replay)")
     run.add_argument("--attention-layers", default=None, help="comma-separated layer indices (default: all)")
@@ -80,6 +89,7 @@ def request_from_args(args: argparse.Namespace) -> Request:
         use_chat_template=not args.no_chat_template,
         sampling=Sampling(temperature=args.temperature, top_k=args.top_k, seed=args.seed),
         repeats=args.repeats,
+        decode_path=args.decode_path,
     )
 
 

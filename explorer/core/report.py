@@ -103,6 +103,7 @@ def format_trace(trace: Trace) -> str:
         f"prompt  {trace.prompt_len} tokens (chat template: {'yes' if trace.chat_template_used else 'no'}); "
         f"warm-up ran: {'yes' if trace.warmup_ran else 'no'}; repeats: {trace.repeat_count} "
         f"(passes below: repeat {trace.shown_repeat + 1}, the median end-to-end)",
+        f"decode  {decode_path_text(trace)}",
         "",
         "measured: wall; modelled: weight, kv (read + write), compute (roofline: reads at the read bandwidth, writes "
         "at the copy bandwidth); "
@@ -120,11 +121,35 @@ def format_trace(trace: Trace) -> str:
     lines += ["", f"output  {trace.generated_text!r} ({trace.new_tokens} tokens, stopped by {trace.stop_reason})"]
     lines += latency_lines(trace)
     lines.append(
-        f"KV cache {human_bytes(trace.final_kv_cache_bytes)} after {trace.passes[-1].cache_len_after} positions "
-        f"({kv_per_token_text(m)})"
+        f"KV cache {human_bytes(trace.final_kv_cache_bytes)} held after {trace.passes[-1].cache_len_after} positions "
+        f"({kv_per_token_text(m)}); {allocated_text(trace)}"
     )
     lines += bound_lines(trace)
     return "\n".join(lines)
+
+
+DECODE_PATH_WORDS = {
+    "eager": "eager: a DynamicCache grown by concatenation, every kernel launched from Python",
+    "static": "static: a StaticCache of {capacity} positions per layer, written in place; every kernel launched from "
+    "Python",
+    "graph": "graph: a StaticCache of {capacity} positions per layer, the decode step replayed as one captured CUDA "
+    "graph",
+}
+
+
+def decode_path_text(trace: Trace) -> str:
+    """Which decode path ran, in words (the JSON's `decode_path`)."""
+    return DECODE_PATH_WORDS[trace.decode_path].format(capacity=trace.kv_cache_capacity)
+
+
+def allocated_text(trace: Trace) -> str:
+    """The cache's tensors' size beside what it holds: a static cache reserves its capacity before the prefill."""
+    if trace.kv_cache_capacity is None:
+        return "allocated: the same (the cache grows with each pass)"
+    return (
+        f"allocated {human_bytes(trace.allocated_kv_cache_bytes)} (measured: a static cache reserves its "
+        f"{trace.kv_cache_capacity} positions up front)"
+    )
 
 
 def bound_lines(trace: Trace) -> list[str]:

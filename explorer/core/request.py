@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from explorer.core.errors import BadInput
 from explorer.core.limits import MAX_SEED, check_range
-from explorer.core.trace import Sampling
+from explorer.core.trace import DECODE_PATHS, DecodePath, Sampling
 
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_REPEATS = 20
@@ -23,6 +23,7 @@ class Request:
     sampling: Sampling = field(default_factory=Sampling)
     stop_at_eos: bool = True
     repeats: int = 1  # run the same request this many times in a row, for the spread of every timing
+    decode_path: DecodePath | None = None  # None: the device's default (graph on CUDA, eager on a CPU)
 
 
 def validate(request: Request, needs_prompt: bool = True) -> None:
@@ -32,6 +33,8 @@ def validate(request: Request, needs_prompt: bool = True) -> None:
     check_range("max new tokens", request.max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
     check_range("repeats", request.repeats, 1, MAX_REPEATS)
     validate_sampling(request.sampling)
+    if request.decode_path is not None and request.decode_path not in DECODE_PATHS:
+        raise BadInput(f"Unknown decode path '{request.decode_path}': use one of {', '.join(DECODE_PATHS)}.")
 
 
 def validate_sampling(sampling: Sampling) -> None:

@@ -7,8 +7,29 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import Literal, TypedDict, Unpack
 
-from explorer.core.trace import DeviceProfile, ModelInfo, PassCost
+from explorer.core.trace import DecodePath, DeviceProfile, ModelInfo, PassCost
+
+# How a KV cache is laid out in memory, which decides what its update moves:
+# - "concatenating": transformers' DynamicCache; each update re-reads and re-writes the whole grown cache;
+# - "read_once": a paged cache (vLLM); the update writes only the new positions, attention reads the held ones once;
+# - "static": transformers' StaticCache; the new positions are written in place, and attention runs over every
+#   reserved position (`cache_capacity`), the unwritten ones masked.
+CacheLayout = Literal["concatenating", "read_once", "static"]
+
+
+class CacheArgs(TypedDict, total=False):
+    """The cache a pass ran on (`pass_cost`'s keywords): its layout, and for a static cache the positions reserved."""
+
+    cache_layout: CacheLayout
+    cache_capacity: int | None
+
+
+def cache_layout_of(decode_path: DecodePath) -> CacheLayout:
+    """The layout each of the engine's decode paths runs on: the eager path grows a DynamicCache; the static and graph
+    paths write into a StaticCache."""
+    return "concatenating" if decode_path == "eager" else "static"
 
 
 def kv_cache_bytes(model: ModelInfo, cache_len: int, batch: int = 1) -> int:
@@ -36,7 +57,20 @@ def expert_params_per_token(model: ModelInfo) -> int:
     return 0 if e is None else e.experts_per_token * e.moe_layers * e.expert_params
 
 
-def pass_flops(model: ModelInfo, tokens_in: int, cache_len_after: int, logits_tokens: int = 1) -> int:
+def static_keys(model: ModelInfo, cache_capacity: int) -> int:
+    """Keys every layer's attention runs over on a static cache: all its reserved positions, written or not (masked),
+    a sliding layer's at most its window."""
+    return sum(min(cache_capacity, window) if window else cache_capacity for window in model.windows)
+
+
+def pass_flops(
+    model: ModelInfo,
+    tokens_in: int,
+    cache_len_after: int,
+    logits_tokens: int = 1,
+    cache_layout: CacheLayout = "concatenating",
+    cache_capacity: int | None = None,
+) -> int:
     """FLOPs of one forward pass.
 
     - matmuls: 2 x (linear-layer params, plus the k experts a token is routed to) x tokens; the LM head runs only on
@@ -44,13 +78,17 @@ def pass_flops(model: ModelInfo, tokens_in: int, cache_len_after: int, logits_to
     - attention: per layer and query head, Q @ K^T costs 2 x head_dim and P @ V 2 x v_head_dim (= head_dim but in
       MLA) per key per query; the kernels compute the full (tokens_in x keys) block, masked entries included, so that
       is what is counted. The keys are cache_len_after in a full-attention layer, at most window - 1 + tokens_in in a
-      sliding one;
+      sliding one; on a static cache, every reserved position (`static_keys`);
     - a latent cache (MLA as transformers runs it) is expanded into per-head K and V by kv_b_proj on every key, every
       pass: 2 x its weights x keys.
     """
     matmul = 2 * (model.matmul_params + expert_params_per_token(model)) * tokens_in
     matmul += 2 * model.lm_head_params * logits_tokens
-    keys = attention_keys(model, tokens_in, cache_len_after - tokens_in)
+    keys = (
+        static_keys(model, cache_capacity)
+        if cache_layout == "static" and cache_capacity
+        else attention_keys(model, tokens_in, cache_len_after - tokens_in)
+    )
     attention = 2 * model.heads * (model.head_dim + model.sv_head_dim) * tokens_in * keys
     return matmul + attention + 2 * model.kv_expand_params * keys
 
@@ -78,18 +116,33 @@ def weight_bytes_read(model: ModelInfo, tokens_in: int, experts_touched: Sequenc
     return read - table_bytes + tokens_in * model.hidden_size * model.bytes_per_element
 
 
-def kv_traffic_bytes(model: ModelInfo, tokens_in: int, cache_len_before: int, batch: int = 1) -> tuple[int, int]:
-    """(bytes read, bytes written) of the KV cache by one pass, as transformers' DynamicCache really moves them.
+def kv_traffic_bytes(
+    model: ModelInfo,
+    tokens_in: int,
+    cache_len_before: int,
+    batch: int = 1,
+    cache_layout: CacheLayout = "concatenating",
+    cache_capacity: int | None = None,
+) -> tuple[int, int]:
+    """(bytes read, bytes written) of the KV cache by one pass, as each layout (`CacheLayout`) moves them.
 
-    DynamicCache appends by concatenation (`torch.cat([old, new])`), so every pass re-writes each layer's whole cache:
+    A static cache writes the pass's new positions in place and attention reads every reserved position; a read-once
+    cache writes the new positions and attention reads the held ones. transformers' DynamicCache ("concatenating")
+    appends by concatenation (`torch.cat([old, new])`), so every pass re-writes each layer's whole cache:
     - the update reads the old cache and the new K/V and writes the grown cache (the keys seen: cache_len_after
       positions in a full layer; a sliding layer concatenates its kept window - 1 and the new ones, then keeps a view
       of the last window - 1);
     - attention then reads the same positions (a latent cache: kv_b_proj reads them to expand them; the expanded K and V
       are activations, not cache, and are not counted).
-    A pre-allocated ("static") cache would write only the new positions: the cost of growing by copy is visible here.
+    The difference between the layouts is the cost of growing by copy.
     """
-    seen = attention_keys(model, tokens_in, cache_len_before) * model.kv_bytes_per_token_per_layer * batch
+    per_position = model.kv_bytes_per_token_per_layer * batch
+    written = model.layers * tokens_in * per_position  # the new positions, in every layer
+    if cache_layout == "static" and cache_capacity:
+        return static_keys(model, cache_capacity) * per_position, written
+    seen = attention_keys(model, tokens_in, cache_len_before) * per_position
+    if cache_layout == "read_once":
+        return seen, written
     return 2 * seen, seen
 
 
@@ -115,14 +168,17 @@ def pass_cost(
     cache_len_before: int,
     batch: int = 1,
     experts_touched: Sequence[int] | None = None,
+    **cache: Unpack[CacheArgs],
 ) -> PassCost:
     """The modelled cost of a pass computing `tokens_in` new positions for each of `batch` sequences.
     `experts_touched`: the distinct experts each MoE layer's router chose in this pass (recorded by the engine);
-    None counts every expert."""
+    None counts every expert. `cache_layout` and `cache_capacity` (`CacheArgs`): the cache it ran on, by default the
+    concatenating DynamicCache."""
+    layout, capacity = cache.get("cache_layout", "concatenating"), cache.get("cache_capacity")
     cache_len_after = cache_len_before + tokens_in
-    flops = batch * pass_flops(model, tokens_in, cache_len_after)
+    flops = batch * pass_flops(model, tokens_in, cache_len_after, 1, layout, capacity)
     weights = weight_bytes_read(model, tokens_in * batch, experts_touched)  # read once per pass, whatever the batch
-    kv_read, kv_written = kv_traffic_bytes(model, tokens_in, cache_len_before, batch)
+    kv_read, kv_written = kv_traffic_bytes(model, tokens_in, cache_len_before, batch, layout, capacity)
     return PassCost(
         flops=flops,
         weight_bytes_read=weights,

@@ -66,3 +66,25 @@ def repeat_timed(device: torch.device | str, fn: Callable[[], object], repeats: 
     fn()
     synchronize(device)
     return [max(timed(device, fn)[1], 1e-9) for _ in range(repeats)]
+
+
+class RequestClock:
+    """Seconds since the request started, not counting time it was paused (the step mode waits for clicks)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.paused_s = 0.0
+        self.paused_at: float | None = None
+
+    def now_s(self) -> float:
+        now = self.paused_at if self.paused_at is not None else time.perf_counter()
+        return now - self.started - self.paused_s
+
+    def pause(self) -> None:
+        if self.paused_at is None:
+            self.paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        if self.paused_at is not None:
+            self.paused_s += time.perf_counter() - self.paused_at
+            self.paused_at = None

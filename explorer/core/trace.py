@@ -21,6 +21,11 @@ from explorer.core.stats import ItlPercentiles, Spread, percentile
 SCHEMA_VERSION = 2  # 2: repeats, token times on passes, the modelled cost nested
 
 Phase = Literal["prefill", "decode"]
+# How decode passes ran: transformers' growing DynamicCache, eagerly ("eager"); a StaticCache that reserves every
+# position up front, eagerly ("static"); the same static cache with the decode step replayed as a captured CUDA graph
+# ("graph", `explorer.core.graph_decode`).
+DecodePath = Literal["eager", "static", "graph"]
+DECODE_PATHS: tuple[DecodePath, ...] = ("eager", "static", "graph")
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,9 @@ class Trace(ItlPercentiles, JsonRecord):
     sampling: Sampling = field(default_factory=Sampling)
     created_at: str = ""  # ISO time of the run
     schema: int = SCHEMA_VERSION
+    decode_path: DecodePath = "eager"  # which cache and decode step ran (older traces: eager)
+    kv_cache_capacity: int | None = None  # positions a static cache reserved per layer; None: it grew with the run
+    kv_cache_allocated_bytes: int | None = None  # measured: the static cache's tensors, reserved whole up front
 
     # --- the shown repeat ------------------------------------------------------------------------------------
     @property
@@ -272,7 +280,14 @@ class Trace(ItlPercentiles, JsonRecord):
 
     @property
     def final_kv_cache_bytes(self) -> int:
+        """What the cache holds after the last pass (measured): the positions written, not what was reserved."""
         return self.passes[-1].kv_cache_bytes
+
+    @property
+    def allocated_kv_cache_bytes(self) -> int:
+        """What the cache's tensors take (measured): a static cache reserves its capacity before the prefill; a
+        growing cache takes what it holds."""
+        return self.kv_cache_allocated_bytes if self.kv_cache_allocated_bytes is not None else self.final_kv_cache_bytes
 
     # --- across repeats --------------------------------------------------------------------------------------
     @property
@@ -310,6 +325,8 @@ class Trace(ItlPercentiles, JsonRecord):
             **asdict(RepeatFigures.of(self.passes)),
             **{f"{name}_spread": spread for name, spread in asdict(self.spreads).items()},
             "final_kv_cache_bytes": self.final_kv_cache_bytes,
+            "kv_cache_allocated_bytes": self.allocated_kv_cache_bytes,
+            "decode_path": self.decode_path,
             "warmup_ran": self.warmup_ran,
         }
         return data

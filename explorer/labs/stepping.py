@@ -24,12 +24,12 @@ from explorer.core.engine import (
     CheckedRequest,
     LiveRequest,
     Request,
-    decode_one_token,
     finished_trace,
-    new_cache,
+    forward_on,
     prefill,
     seeded,
 )
+from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import keep_figures_honest, prepare_device
@@ -65,7 +65,7 @@ class SteppedRequest:
         decode_lens = [prompt_len + k for k in range(1, new_tokens)]
         layers = check_capture(lm.info, None, prompt_len, decode_lens, attention_cap_bytes)
         figures = FiguresStore() if figures is None else figures  # the owner's; kept to check the finished run
-        profile = prepare_device(lm, figures, progress=progress)
+        profile = prepare_device(lm, figures, checked, progress=progress)
         live = LiveRequest(lm, checked, profile, seeded(checked.request.sampling))
         live.clock.pause()  # nothing runs until the first click
         return cls(lm, checked, live, AttentionReplay(lm, layers), time.monotonic(), figures)
@@ -84,7 +84,7 @@ class SteppedRequest:
 
     @property
     def freed(self) -> bool:
-        return self.live.cache is None
+        return self.live.kv is None
 
     def claim(self) -> bool:
         """Mark the request as in use now, unless it was freed meanwhile (an idle sweep): whether it can step."""
@@ -115,18 +115,26 @@ class SteppedRequest:
         Why: a Run's passes follow each other, each one warmed by the last; a stepped pass follows a pause of seconds
         (the room reading the slide, the page redrawn, the attention replay on the other path), after which the
         thread pool has gone to sleep and the weights have left the caches. Timed cold, stepped decode passes came out
-        2-6x a Run's (100-305 ms against 45-60 ms). The prefill's twin runs into a throwaway cache; a decode's twin
-        into the request's own cache, then cut back by its one position (`Cache.crop(-1)`): same tokens, same cache.
+        2-6x a Run's (100-305 ms against 45-60 ms). The prefill's twin runs into a throwaway cache of the same layout; a
+        decode's twin into the request's own cache (replaying its graph on the graph path), then cut back by its one
+        position (`KvCache.rewind_one`): same tokens, same cache. A cache that cannot be cut back (a sliding static
+        layer) gets no decode twin.
         """
-        live = self.live
-        if live.cache is None or live.done:
+        live, model = self.live, self.lm.model
+        kv = live.kv
+        if kv is None or live.done:
             return
         if not live.passes:
-            prefill(self.lm.model, torch.tensor(live.rows, device=self.lm.torch_device), new_cache(self.lm.model))
+            layout = "eager" if kv.capacity is None else "static"
+            twin = open_kv(model, layout, CacheShape(len(live.rows), kv.capacity or 0), self.lm.graphs)
+            prefill(model, torch.tensor(live.rows, device=self.lm.torch_device), twin.cache)
+            return
+        if not kv.rewindable:
             return
         ids = torch.tensor([[t] for t in live.passes[-1].batch_token_ids], device=self.lm.torch_device)  # (B, 1)
-        decode_one_token(self.lm.model, ids, live.cache)
-        live.cache.crop(-1)  # transformers 5: a negative count drops that many positions from the end
+        forward, on = forward_on(kv, first=False)
+        forward(model, ids, on)
+        kv.rewind_one()
 
     def idle_for_s(self) -> float:
         return time.monotonic() - self.last_used_s

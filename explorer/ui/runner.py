@@ -101,6 +101,7 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         use_chat_template=inputs.use_chat_template,
         sampling=inputs.sampling,
         repeats=inputs.repeats,
+        decode_path=inputs.decode_path,
     )
     return on_device(DeviceAsk("run", "The run", inputs, request), lambda admitted: _run(admitted, inputs))
 

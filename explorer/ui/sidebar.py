@@ -9,7 +9,7 @@ from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.core.errors import BadInput
 from explorer.core.loading import DEVICES, DTYPES, EMBEDDED
 from explorer.core.perfetto import perfetto_json
-from explorer.core.trace import Sampling
+from explorer.core.trace import DecodePath, Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
 from explorer.ui.queue import note_script
 from explorer.ui.recordings import as_recording_bytes
@@ -28,6 +28,9 @@ from explorer.ui.warm import warming_line
 SERVER_DEFAULTS = RunInputs()
 DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
 DTYPE_KEY = "sidebar-dtype"
+DECODE_PATH_KEY = "sidebar-decode-path"
+DECODE_PATH_CHOICES = ("auto", "eager", "static", "graph")
+DECODE_PATH_LABELS = {"auto": "auto: graph on CUDA, eager on a CPU"}
 
 
 def sidebar_policy() -> HostedPolicy:
@@ -86,13 +89,7 @@ def sidebar() -> RunInputs | None:
             help="Run the same request N times in a row: figures become a median with their min and max.",
         )
         with st.expander("Model and device"):
-            model_help = (
-                f"This server runs: {', '.join(policy.allowed_models)}"
-                if policy.allowed_models
-                else "'embedded' (SmolLM2-135M), a hub id or a folder"
-            )
-            model = st.text_input("Model", value=EMBEDDED, help=model_help)
-            device, dtype = device_inputs(policy)
+            model, device, dtype, decode_path = model_inputs(policy)
         with st.expander("Sampling"):
             temperature = st.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.0)
             top_k = st.number_input("Top-k (0 = off)", min_value=0, max_value=1000, value=0)
@@ -110,7 +107,20 @@ def sidebar() -> RunInputs | None:
         capture_attention=attention,
         repeats=int(repeats),
         sampling=Sampling(temperature=float(temperature), top_k=int(top_k) or None, seed=int(seed)),
+        decode_path=decode_path,
     )
+
+
+def model_inputs(policy: HostedPolicy) -> tuple[str, str, str, DecodePath | None]:
+    """The model, device, dtype and decode path boxes (inside the form's "Model and device" expander)."""
+    model_help = (
+        f"This server runs: {', '.join(policy.allowed_models)}"
+        if policy.allowed_models
+        else "'embedded' (SmolLM2-135M), a hub id or a folder"
+    )
+    model = st.text_input("Model", value=EMBEDDED, help=model_help)
+    device, dtype = device_inputs(policy)
+    return model, device, dtype, decode_path_input()
 
 
 def device_inputs(policy: HostedPolicy) -> tuple[str, str]:
@@ -125,6 +135,20 @@ def device_inputs(policy: HostedPolicy) -> tuple[str, str]:
     device = st.selectbox("Device", DEVICES, index=0, key=DEVICE_KEY)
     dtype = st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only", key=DTYPE_KEY)
     return device, dtype
+
+
+def decode_path_input() -> DecodePath | None:
+    """The decode path box: auto (the device's default) or one of the three; None for auto."""
+    choice = st.selectbox(
+        "Decode path",
+        DECODE_PATH_CHOICES,
+        format_func=lambda choice: DECODE_PATH_LABELS.get(choice, choice),
+        key=DECODE_PATH_KEY,
+        help="eager: a growing KV cache, every kernel launched from Python; static: a cache reserving every position; "
+        "graph: the static cache with the decode step replayed as one captured CUDA graph (CUDA only). The Cost "
+        "page compares them on the same request.",
+    )
+    return None if choice == "auto" else choice
 
 
 def remeasure_button() -> None:

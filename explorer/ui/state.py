@@ -11,7 +11,7 @@ import streamlit as st
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.loading import EMBEDDED
 from explorer.core.recording import RecordingMeta
-from explorer.core.trace import Sampling, Trace
+from explorer.core.trace import DecodePath, Sampling, Trace
 
 if TYPE_CHECKING:
     from explorer.core.profiler import PassProfile
@@ -43,6 +43,7 @@ RUN_STARTS: Slot[tuple[float, ...]] = Slot("explorer_run_starts")  # monotonic t
 LEFT_QUEUE: Slot[bool] = Slot("explorer_left_queue")  # set by "Leave the queue", read once by the next script run
 STEPPED: Slot[SteppedRequest] = Slot("explorer_stepped")  # the session's stepped request (explorer.ui.stepper)
 PROFILE: Slot[tuple[str, PassProfile]] = Slot("explorer_profile")  # the last "Profile this pass" (cost_view)
+DECODE_PATHS: Slot[tuple[str, tuple[Trace, ...]]] = Slot("explorer_decode_paths")  # (run label, one trace per path)
 NOCACHE_RESULT: Slot[object] = Slot("explorer_nocache_result")  # the no-cache lab's last result
 BATCH_RESULT: Slot[object] = Slot("explorer_batch_result")  # the batching lab's last result
 SCHEDULE_RUN: Slot[object] = Slot("explorer_schedule_run")  # the scheduling lab's last ScheduleRun
@@ -79,6 +80,7 @@ class RunInputs:
     capture_attention: bool = True
     sampling: Sampling = field(default_factory=Sampling)
     repeats: int = 1
+    decode_path: DecodePath | None = None  # None: the device's default (graph on CUDA, eager on a CPU)
 
 
 @dataclass(frozen=True)

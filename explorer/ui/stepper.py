@@ -45,7 +45,11 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
     reset_stepping()
     inputs = last_inputs()
     request = Request(
-        prompt, max_new_tokens=max_new_tokens, use_chat_template=use_chat_template, sampling=inputs.sampling
+        prompt,
+        max_new_tokens=max_new_tokens,
+        use_chat_template=use_chat_template,
+        sampling=inputs.sampling,
+        decode_path=inputs.decode_path,
     )
 
     def start(admitted: Admitted) -> None:

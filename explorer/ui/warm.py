@@ -62,13 +62,22 @@ def warm_work(target: RunInputs, session: DeviceSession) -> Work:
             queue.wait(ticket, None)
             say(f"loading the model ({target.model}, device {target.device}, {target.dtype})")
             lm = session.models.get(target.model, target.device, target.dtype)
-            request = Request(prompt=target.prompt, max_new_tokens=target.max_new_tokens)
-            check_request(lm, request)  # the chat template compiled once here, not in the first run
+            request = Request(target.prompt, target.max_new_tokens, decode_path=target.decode_path)
+            checked = check_request(lm, request)  # the chat template compiled once here, not in the first run
 
-            def report(fraction: float, _what: str) -> None:
-                say("taking the device figures (microbenchmarks)" if fraction < 0.8 else "running warm-up passes")
+            def report(fraction: float, what: str) -> None:
+                capturing = "CUDA graph" in what  # the first capture of a shape takes seconds: say so
+                say(
+                    "taking the device figures (microbenchmarks)"
+                    if fraction < 0.8
+                    else "capturing the decode step as a CUDA graph"
+                    if capturing
+                    else "running warm-up passes"
+                )
 
-            prepare_device(lm, session.figures, progress=report)
+            # The default request's own shapes: a first Run with the sidebar's defaults finds them warm (and on a
+            # GPU its decode graph captured).
+            prepare_device(lm, session.figures, checked, progress=report)
         finally:
             queue.release(ticket)
 

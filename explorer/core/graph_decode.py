@@ -1,0 +1,280 @@
+"""The KV cache a request decodes on, per decode path: a growing DynamicCache, a StaticCache, or a StaticCache whose
+one-token decode step is replayed as a captured CUDA graph.
+
+- "eager": transformers' DynamicCache, grown by concatenation; the engine's own forwards.
+- "static": `StaticCache(config=..., max_cache_len=capacity)`: every position reserved before the prefill, each pass
+  writing its new positions in place; the same forwards. It runs anywhere (a CPU too), and is rarely faster there.
+- "graph" (CUDA only): the same static cache, with its decode step captured once as a CUDA graph (`CapturedDecode`)
+  and replayed: one launch for the whole step instead of one per kernel, so a small-batch decode stops paying the
+  host's launch overhead and moves toward its weight-read floor. This is why servers capture graphs.
+
+How the capture works on transformers 5.23 (the recipe verified on an H200: tokens equal eager's): two warm-up calls
+on a side stream, then `torch.cuda.graph` around `model(token, past_key_values=cache, use_cache=True)`, with the input
+token copied into a static tensor before each replay. Positions need no input: a static layer counts its positions in
+a device tensor (`cumulative_length`) that the captured step itself advances in place, and builds the mask and
+positions from it. A sliding static layer also keeps a host-side count a replay cannot advance, and a mixture of
+experts routes on the host: neither is captured (`graph_refusal`). A graph holds the addresses of the cache it was
+captured on, so the two live and are leased together (`GraphPool`), kept for the loaded model's life.
+
+Nothing here imports torch.cuda at import time: on a CPU the static path runs and the graph path is refused in one
+line.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from explorer.core.errors import RunFailed, one_line
+from explorer.core.profiles import ModelInfo
+from explorer.core.trace import DecodePath
+
+CAPACITY_STEP = 256  # a static cache's positions are rounded up to a multiple: nearby lengths share one graph
+GRAPH_WARMUP_CALLS = 2  # on a side stream before capture: lazy kernel set-up must not be captured
+MAX_IDLE_GRAPHS = 8  # per loaded model; beyond it the least recently used shape is dropped (its cache's memory too)
+
+Say = Callable[[float, str], None]  # progress: (fraction, what is happening)
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """What a static cache and a captured graph are made for: sequences decoded together, positions reserved."""
+
+    batch: int
+    capacity: int
+
+
+def static_capacity(positions: int, max_context: int) -> int:
+    """Positions a static cache reserves for a request that reaches `positions`: rounded up to CAPACITY_STEP, so
+    requests of nearby lengths share one captured graph, never past the model's context."""
+    return min(max_context, -(-positions // CAPACITY_STEP) * CAPACITY_STEP)
+
+
+def graph_refusal(info: ModelInfo, device: torch.device) -> str | None:
+    """Why this model cannot decode on a captured CUDA graph here, in one line; None when it can."""
+    if device.type != "cuda":
+        return (
+            f"CUDA graphs need a CUDA GPU and this model runs on {device.type}: choose the static or eager decode path."
+        )
+    if info.sliding_layers:
+        return (
+            "This model's sliding-window layers keep a host-side position count that a replayed CUDA graph cannot "
+            "advance: choose the static or eager decode path."
+        )
+    if info.experts is not None:
+        return (
+            "This mixture of experts routes tokens with host-side decisions that a CUDA graph cannot replay: choose "
+            "the static or eager decode path."
+        )
+    return None
+
+
+def default_decode_path(info: ModelInfo, device: torch.device) -> DecodePath:
+    """Graphs where they can run (CUDA, a model they can capture), else the eager path."""
+    return "graph" if graph_refusal(info, device) is None else "eager"
+
+
+def new_static_cache(model: nn.Module, shape: CacheShape) -> object:
+    """A StaticCache for `shape`, its tensors allocated now (not inside the first timed pass)."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=shape.capacity)
+    config = model.config.get_text_config()
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    weight = next(model.parameters())
+    if not getattr(config, "kv_lora_rank", None):  # a latent (MLA) cache has other widths: allocated at its prefill
+        cache.early_initialization(shape.batch, heads, head_dim, weight.dtype, weight.device)
+    return cache
+
+
+def tensor_bytes(tensor: torch.Tensor | None) -> int:
+    return 0 if tensor is None else tensor.numel() * tensor.element_size()
+
+
+def growing_layer_bytes(cache: object) -> tuple[int, ...]:
+    """Bytes of a growing cache's real K and V tensors, layer by layer. A sliding-window layer's tensors are views of
+    the last window - 1 positions of the tensor its update concatenated: until the next pass, the memory behind them
+    is that whole tensor (after a long prefill, every prompt position; tests/test_architectures_matrix.py shows it)."""
+    return tuple(tensor_bytes(getattr(layer, "keys", None)) + tensor_bytes(layer.values) for layer in cache.layers)
+
+
+def static_layer_bytes(cache: object, positions: int) -> tuple[int, ...]:
+    """Bytes a static cache holds after `positions` have gone in, layer by layer: the written positions of its
+    reserved tensors (a sliding layer holds at most its window)."""
+    held = []
+    for layer in cache.layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if keys is None:
+            held.append(0)
+            continue
+        written = min(positions, keys.shape[-2])  # (B, kv_heads, capacity, head_dim)
+        held.append(tensor_bytes(keys[:, :, :written]) + tensor_bytes(values[:, :, :written]))
+    return tuple(held)
+
+
+class CapturedDecode:
+    """A static cache for `shape` and the one-token decode step captured on it as a CUDA graph: `replay` copies the
+    token in, replays every kernel of the step in one launch and returns the step's logits (valid until the next
+    replay). The cache is empty after construction: the warm-up calls' positions are cleared."""
+
+    def __init__(self, model: nn.Module, shape: CacheShape) -> None:
+        self.shape = shape
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            self.cache = new_static_cache(model, shape)
+            self.token = torch.zeros((shape.batch, 1), dtype=torch.long, device=device)  # (B, 1): the replay's input
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # lazy set-up (cuBLAS handles, workspaces) happens here, not in the capture
+                for _ in range(GRAPH_WARMUP_CALLS):
+                    model(input_ids=self.token, past_key_values=self.cache, use_cache=True)
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.cache.reset()  # the warm-up calls wrote positions: zero them and the position counters, in place
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = model(input_ids=self.token, past_key_values=self.cache, use_cache=True).logits[:, -1, :]
+            self.cache.reset()
+        torch.cuda.synchronize(device)
+
+    def replay(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # input_ids: (B, 1) -> logits (B, vocab): the captured step on this cache, at the position it has reached
+        self.token.copy_(input_ids)
+        self.graph.replay()
+        return self.logits
+
+
+@torch.inference_mode()
+def replay_decode(_model: nn.Module, input_ids: torch.Tensor, captured: CapturedDecode) -> torch.Tensor:
+    # input_ids: (B, 1) -> logits (B, vocab); the model's kernels are inside the graph, its cache is the graph's.
+    assert input_ids.shape[-1] == 1, "a decode pass computes exactly one new token"
+    return captured.replay(input_ids)
+
+
+class GraphPool:
+    """The captured decode steps of one loaded model, by shape, kept for the model's life (a server's model store
+    keeps the model): a shape is captured once. A request leases one for its whole life, since its KV cache is the
+    graph's; a second request of the same shape at the same time (a stepped request between clicks) gets its own."""
+
+    def __init__(self) -> None:
+        self._idle: dict[CacheShape, list[CapturedDecode]] = {}  # insertion order: least recently given back first
+        self._lock = threading.Lock()
+        self.captures = 0  # how many graphs this pool has captured
+
+    def lease(self, model: nn.Module, shape: CacheShape, progress: Say | None = None) -> CapturedDecode:
+        with self._lock:
+            idle = self._idle.get(shape)
+            if idle:
+                leased = idle.pop()
+                if not idle:
+                    del self._idle[shape]
+                return leased
+        if progress is not None:
+            progress(
+                0.6,
+                f"Capturing the decode step as a CUDA graph for {shape.batch} x {shape.capacity} cache positions "
+                "(once per shape: the first capture of a shape takes a few seconds)…",
+            )
+        try:
+            captured = CapturedDecode(model, shape)
+        except RuntimeError as exc:  # a kernel that cannot be captured (a host sync inside the forward)
+            raise RunFailed(
+                f"Capturing the decode step as a CUDA graph failed ({one_line(exc)}): run with the static or eager "
+                "decode path."
+            ) from exc
+        with self._lock:
+            self.captures += 1
+        return captured
+
+    def give_back(self, captured: CapturedDecode) -> None:
+        with torch.inference_mode():  # the cache's tensors were made in inference mode: changed only there
+            captured.cache.reset()  # in place: the graph keeps the same addresses
+        with self._lock:
+            self._idle.setdefault(captured.shape, []).append(captured)
+            self._idle[captured.shape] = self._idle.pop(captured.shape)  # most recently used last
+            while sum(len(kept) for kept in self._idle.values()) > MAX_IDLE_GRAPHS:
+                oldest = next(iter(self._idle))
+                self._idle[oldest].pop(0)
+                if not self._idle[oldest]:
+                    del self._idle[oldest]
+
+    def idle_shapes(self) -> list[CacheShape]:
+        with self._lock:
+            return [shape for shape, kept in self._idle.items() for _ in kept]
+
+
+class KvCache:
+    """A request's KV cache on its decode path: the transformers cache the forwards write (`cache`), what it holds
+    and what it reserves, and on the graph path the captured step (`graph`, leased from the model's pool and given
+    back by `close`)."""
+
+    def __init__(
+        self,
+        path: DecodePath,
+        cache: object,
+        capacity: int | None = None,
+        lease: tuple[GraphPool, CapturedDecode] | tuple[()] = (),
+    ) -> None:
+        self.path, self.cache, self.capacity = path, cache, capacity
+        self._lease = lease
+        self.graph: CapturedDecode | None = lease[1] if lease else None
+
+    @property
+    def length(self) -> int:
+        """Positions written so far (a static layer counts them in a device tensor: read after the pass, untimed)."""
+        return int(self.cache.get_seq_length())
+
+    def layer_bytes(self) -> tuple[int, ...]:
+        """What each layer holds now (measured from the tensors)."""
+        if self.capacity is None:
+            return growing_layer_bytes(self.cache)
+        return static_layer_bytes(self.cache, self.length)
+
+    def allocated_bytes(self) -> int | None:
+        """What the cache's tensors reserve (measured); None for a growing cache, which reserves what it holds."""
+        if self.capacity is None:
+            return None
+        return sum(
+            tensor_bytes(getattr(layer, "keys", None)) + tensor_bytes(getattr(layer, "values", None))
+            for layer in self.cache.layers
+        )
+
+    @property
+    def rewindable(self) -> bool:
+        """Whether `rewind_one` can undo a pass: not on a sliding static layer (a host-side count, a rolled window)."""
+        return self.capacity is None or not any(getattr(layer, "is_sliding", False) for layer in self.cache.layers)
+
+    def rewind_one(self) -> None:
+        """Forget the last position written (step mode's untimed twin of a pass)."""
+        assert self.rewindable, "a sliding static layer cannot forget a position"
+        if self.capacity is None:
+            self.cache.crop(-1)  # transformers 5: a negative count drops that many positions from the end
+            return
+        with torch.inference_mode():  # a graph's cache was made in inference mode: changed only there
+            for layer in self.cache.layers:
+                layer.cumulative_length.sub_(1)  # the next write lands on the same position, overwriting it
+
+    def close(self) -> None:
+        """Give a leased graph (and its cache) back to the model's pool; a plain cache is simply dropped."""
+        if self._lease:
+            pool, captured = self._lease
+            self._lease, self.graph = (), None
+            pool.give_back(captured)
+
+
+def open_kv(
+    model: nn.Module, path: DecodePath, shape: CacheShape, pool: GraphPool, progress: Say | None = None
+) -> KvCache:
+    """A fresh, empty cache for one request on `path` (the graph path leases a captured step from `pool`)."""
+    if path == "eager":
+        from transformers import DynamicCache
+
+        return KvCache(path, DynamicCache(config=model.config))  # one cache per request, never stored on the model
+    if path == "static":
+        return KvCache(path, new_static_cache(model, shape), shape.capacity)
+    captured = pool.lease(model, shape, progress)
+    return KvCache(path, captured.cache, shape.capacity, (pool, captured))

@@ -28,6 +28,11 @@ from explorer.ui.warm import warming_line
 SERVER_DEFAULTS = RunInputs()
 DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
 DTYPE_KEY = "sidebar-dtype"
+MODEL_KEY = "sidebar-model"
+ANY_MODEL = (
+    "'embedded' (SmolLM2-135M), a hub id, a folder, or shape:NAME: a shipped At-scale config (e.g. shape:llama-3.1-8b) "
+    "built with random weights, its timings real and its tokens not meaningful"
+)
 
 
 def sidebar_policy() -> HostedPolicy:
@@ -86,12 +91,8 @@ def sidebar() -> RunInputs | None:
             help="Run the same request N times in a row: figures become a median with their min and max.",
         )
         with st.expander("Model and device"):
-            model_help = (
-                f"This server runs: {', '.join(policy.allowed_models)}"
-                if policy.allowed_models
-                else "'embedded' (SmolLM2-135M), a hub id or a folder"
-            )
-            model = st.text_input("Model", value=EMBEDDED, help=model_help)
+            model_help = f"This server runs: {', '.join(policy.allowed_models)}" if policy.allowed_models else ANY_MODEL
+            model = st.text_input("Model", value=EMBEDDED, help=model_help, key=MODEL_KEY)
             device, dtype = device_inputs(policy)
         with st.expander("Sampling"):
             temperature = st.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.0)
@@ -141,10 +142,13 @@ def remeasure_button() -> None:
 
 
 def sidebar_downloads() -> None:
-    """The current run's trace and passes; drawn after any run of this script, so they are never one run behind."""
+    """The current run's trace and passes; drawn after any run of this script, so they are never one run behind. A
+    shape model's run says first, on every page, that its tokens are not meaningful."""
     run = current_run()
     if run is None:
         return
+    if run.trace.model.random_weights:
+        st.sidebar.warning(f"Shape model: {run.trace.model.shape_note}.", icon=":material/shape_line:")
     st.sidebar.download_button(
         "Download trace (JSON)", run.trace.to_json(), file_name="trace.json", mime="application/json", on_click="ignore"
     )

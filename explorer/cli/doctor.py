@@ -22,7 +22,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=HELP,
         description="What to run first on a new machine: Python, torch, transformers and streamlit versions, CUDA "
         "and NVML, each device's spec and measured figures, then a 16-token run of the embedded model checked end to "
-        "end. Each check prints PASS, WARN (holds with a caveat: e.g. torch or transformers off requirements.txt's pins), "
+        "end. Each check prints PASS, WARN (holds with a caveat: torch or transformers off requirements.txt's pins), "
         "FAIL or SKIP (not applicable here) with its figure. Exit 0 when none fails (warnings named), 1 otherwise.",
     )
     parser.add_argument("--json", type=Path, default=None, help="write every check with its figure as JSON")

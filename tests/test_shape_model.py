@@ -5,6 +5,8 @@ device's memory is refused in one line before anything is allocated."""
 from __future__ import annotations
 
 import json
+import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,11 @@ from explorer.core.report import format_trace
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.shape_model import ShapeTokenizer, byte_tokenizer, memory_fit
 from explorer.core.trace import Trace
+from explorer.core.units import ms
 from explorer.scale.config import load_architecture, shape_key
+from explorer.scale.measured_here import HereRow, compare_here, shape_name
 from explorer.scale.params import count_params
+from explorer.scale.whatif import Scenario, decode_step, find_gpu, what_if
 from tests.cli_support import run_cli
 
 SMOL_PARAMS = 134_515_008  # SmolLM2-135M's exact count (explorer.scale.params, checked against transformers there)
@@ -49,8 +54,13 @@ def test_the_loader_builds_the_shape_with_random_weights_and_says_so(shape_lm: L
     assert torch.equal(again.lm_head.weight, shape_lm.model.lm_head.weight)  # seeded: the same shape, the same weights
 
 
-def test_a_shape_run_is_measured_with_the_formulas_bytes_and_flagged_in_its_trace(shape_lm: LoadedModel) -> None:
-    trace = measure(shape_lm, Request("What is the capital of France?", max_new_tokens=4))
+@pytest.fixture(scope="module")
+def shape_trace(shape_lm: LoadedModel) -> Trace:
+    return measure(shape_lm, Request("What is the capital of France?", max_new_tokens=4))
+
+
+def test_a_shape_run_is_measured_with_the_formulas_bytes_and_flagged_in_its_trace(shape_trace: Trace) -> None:
+    trace = shape_trace
     assert trace.new_tokens == 4 and trace.stop_reason == "max_new_tokens"
     for p in trace.passes:
         assert p.kv_cache_bytes == kv_cache_bytes(trace.model, p.cache_len_after) == 46_080 * p.cache_len_after
@@ -137,3 +147,32 @@ def test_without_the_embedded_model_a_byte_level_stand_in_tokenizes_and_the_name
     assert note == shape_model.STAND_IN and len(tokenizer) == 256
     assert tokenizer.decode(tokenizer("Paris", add_special_tokens=False)["input_ids"]) == "Paris"
     assert shape_model.display_name("llama-3.1-8b", note) == "Llama-3.1-8B shape (random weights, byte-level tokenizer)"
+
+
+def test_measure_this_here_sets_the_run_beside_the_what_if_for_the_very_same_request(shape_trace: Trace) -> None:
+    asked = what_if(Scenario(load_architecture("smollm2-135m"), find_gpu("H100 SXM"), "bfloat16", 1, 8, 1024, 512))
+    assert shape_name(asked) == "shape:smollm2-135m"
+    here = compare_here(asked, shape_trace)
+    prompt, decodes = shape_trace.prompt_len, shape_trace.decodes
+    s = here.what_if.scenario
+    assert (s.batch, s.context, s.prompt_tokens) == (1, prompt + 2, prompt)  # 3 decodes: the middle one's cache
+    assert here.what_if.decode.floor_s == decode_step(s).floor_s and s.gpu.name == "H100 SXM"
+    rows = {row.figure: row for row in here.rows}
+    assert rows["parameters"] == HereRow(
+        "parameters", f"{SMOL_PARAMS:,} (config.json)", f"{SMOL_PARAMS:,} (the built tensors)", ""
+    )
+    assert rows["weights"].what_if == "269.0 MB (bfloat16)" and rows["weights"].measured_here == "538.1 MB (float32)"
+    kv = rows["KV cache per position"]
+    assert kv.what_if == "23.04 kB (bfloat16)" and kv.measured_here == "46.08 kB (float32, the cache's tensors)"
+    decode = rows[f"decode step at context {prompt + 2}, batch 1"]
+    wall = statistics.median(p.wall_s for p in decodes)
+    floor = statistics.median(p.cost.roofline_time_s for p in decodes)
+    assert (decode.measured_here, decode.floor_here, decode.what_if) == (
+        ms(wall),
+        ms(floor),
+        ms(here.what_if.decode.floor_s),
+    )
+    assert here.decode_factor == pytest.approx(wall / floor)
+    assert here.sentence.endswith(f"on the H100 SXM (bfloat16) is {ms(here.what_if.decode.floor_s)}")
+    folder = what_if(replace(asked.scenario, arch=replace(asked.scenario.arch, name="/models/mine")))
+    assert shape_name(folder) is None  # a folder's config has no shape to build

@@ -4,6 +4,7 @@ device's memory is refused in one line before anything is allocated."""
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 from dataclasses import replace
@@ -15,14 +16,14 @@ import torch
 from explorer.core import loading, shape_model
 from explorer.core.engine import Request
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loading import LoadedModel, fastest_attention, load_model
 from explorer.core.measure import measure
 from explorer.core.report import format_trace
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.shape_model import ShapeTokenizer, byte_tokenizer, memory_fit
 from explorer.core.trace import Trace
 from explorer.core.units import ms
-from explorer.scale.config import load_architecture, shape_key
+from explorer.scale.config import load_architecture, shape_key, shipped
 from explorer.scale.measured_here import HereRow, compare_here, shape_name
 from explorer.scale.params import count_params
 from explorer.scale.whatif import Scenario, decode_step, find_gpu, what_if
@@ -39,6 +40,17 @@ def test_shape_names_are_the_shipped_configs_and_nothing_else() -> None:
     assert shape_key("embedded") is None and shape_key("./shape:x") is None
     with pytest.raises(BadInput, match=r"'shape:llama-9' names no shipped config: use shape:NAME, NAME one of llama"):
         shape_key("shape:llama-9")
+
+
+@pytest.mark.parametrize("key", list(shipped()))
+def test_every_shipped_config_builds_as_a_shape_with_its_exact_parameter_count(key: str) -> None:
+    """On the meta device (no memory): gpt-oss unquantized and on eager attention, Gemma 3's language model alone."""
+    model = fastest_attention(
+        lambda attention: shape_model.build_model(key, torch.device("meta"), torch.bfloat16, attention)
+    )
+    assert sum(p.numel() for p in model.parameters()) == count_params(load_architecture(key)).total
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert model.config._attn_implementation == ("eager" if key.startswith("gpt-oss") else "sdpa")
 
 
 def test_the_loader_builds_the_shape_with_random_weights_and_says_so(shape_lm: LoadedModel) -> None:
@@ -130,7 +142,7 @@ def test_the_tokenizer_folds_ids_into_a_smaller_vocabulary_and_names_ids_past_it
     ids = small("hello", add_special_tokens=False)["input_ids"]
     assert ids == [i % 100 for i in inner("hello", add_special_tokens=False)["input_ids"]] and max(ids) < 100
     assert len(small) == 100 and small.decode(torch.tensor([72, 105])) == inner.decode([72, 105])
-    large = ShapeTokenizer(inner, model_vocab_size=1000)
+    large = copy.deepcopy(ShapeTokenizer(inner, model_vocab_size=1000))  # a copy is a working tokenizer too
     assert large.decode([72, 300, 105]) == inner.decode([72]) + "<id 300>" + inner.decode([105])
     assert large.fold(torch.tensor([[5, 999]])).tolist() == [[5, 999]]
 

@@ -150,6 +150,8 @@ class ShapeTokenizer:
         self.inner_vocab_size = len(inner)
 
     def __getattr__(self, name: str) -> Any:  # chat_template, pad_token_id, ...: the tokenizer's own
+        if name == "inner":  # not set yet (a copy being built): never recurse
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def __len__(self) -> int:

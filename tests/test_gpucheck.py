@@ -51,7 +51,6 @@ def test_every_part_runs_a_failure_is_kept_and_the_budget_skips_what_is_left(
 
     def suite(timeout_s: float) -> Part:
         ran.append(f"suite {timeout_s:.0f}")
-        clock[0] += 100
         return Part("GPU suite (tests/gpu)", "PASS", 100.0, "9 passed, 0 failed, 2 skipped")
 
     def doctor(model: str, progress: object) -> Part:
@@ -60,15 +59,15 @@ def test_every_part_runs_a_failure_is_kept_and_the_budget_skips_what_is_left(
 
     def bench(model: str, dtype: str, progress: object) -> Part:
         ran.append(f"bench {model} {dtype}")
-        clock[0] += 250  # past the 300 s budget: the next part is not started
-        return Part(f"bench ({model}, {dtype})", "PASS", 250.0, "ITL 3.10 ms | 2.9x")
+        clock[0] += 160  # twice: past the 300 s budget, so the suite is not started
+        return Part(f"bench ({model}, {dtype})", "PASS", 160.0, "ITL 3.10 ms | 2.9x")
 
     monkeypatch.setattr(gpucheck, "suite_part", suite)
     monkeypatch.setattr(gpucheck, "doctor_part", doctor)
     monkeypatch.setattr(gpucheck, "bench_part", bench)
     report = tmp_path / "g.md"
     result = run_cli("gpucheck", "--report", str(report))
-    assert ran == ["suite 180", "doctor embedded", "bench embedded float32"]  # the suite gets 60 % of the budget
+    assert ran == ["doctor embedded", "bench embedded float32", "bench shape:llama-3.1-8b bfloat16"]
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
         "error: 1 part of the GPU check failed: doctor (embedded); the report says why."
@@ -76,11 +75,16 @@ def test_every_part_runs_a_failure_is_kept_and_the_budget_skips_what_is_left(
     assert (
         "FAIL  doctor (embedded): RuntimeError: CUDA error: an illegal memory access was encountered (" in result.stdout
     )
-    assert "SKIP  bench (shape:llama-3.1-8b, bfloat16): not started: the 300 s budget was spent" in result.stdout
+    assert "SKIP  GPU suite (tests/gpu): not started: the 300 s budget was spent" in result.stdout
     text = report.read_text(encoding="utf-8")
     assert text.startswith("# GPU check, ") and "NVIDIA H200; torch " in text and "model: `embedded`" in text
-    assert "| bench (embedded, float32) | PASS | 250 | ITL 3.10 ms / 2.9x |" in text  # a | never breaks the table
-    assert "## GPU suite (tests/gpu): PASS" in text and text.endswith("Verdict: failed: doctor (embedded).\n")
+    assert "| bench (embedded, float32) | PASS | 160 | ITL 3.10 ms / 2.9x |" in text  # a | never breaks the table
+    assert "## doctor (embedded): FAIL" in text and text.endswith("Verdict: failed: doctor (embedded).\n")
+    clock[0], ran[:] = 0.0, []
+    monkeypatch.setattr(gpucheck, "bench_part", lambda model, dtype, progress: Part("bench", "PASS", 0.0, ""))
+    check = gpucheck.gpu_check(budget_s=240.0)
+    assert ran == ["doctor embedded", "suite 240"]  # the suite has all the time left
+    assert [p.verdict for p in check.parts] == ["FAIL", "PASS", "PASS", "PASS"]
 
 
 def test_the_suite_runner_counts_a_fresh_process_s_outcomes_and_stops_one_past_its_time(tmp_path: Path) -> None:

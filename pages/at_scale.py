@@ -15,6 +15,7 @@ st.caption(
 result = view.what_if_inputs()
 view.headline(result)
 gap = view.this_machine(ui.current_run())
+view.measure_here(result)
 view.decode_vs_context(result, gap)
 view.tokens_vs_batch(result, gap)
 view.memory(result)

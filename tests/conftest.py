@@ -120,6 +120,12 @@ def real_lm() -> LoadedModel:
     return load_model("embedded", device="cpu", dtype="float32")
 
 
+@pytest.fixture(scope="session")
+def shape_lm() -> LoadedModel:
+    """SmolLM2-135M's shape (`shape:smollm2-135m`): random weights, float32 on the CPU, built once (seconds)."""
+    return load_model("shape:smollm2-135m", device="cpu", dtype="float32")
+
+
 # --- one app server and one browser for every browser test -----------------------------------------------------------
 @pytest.fixture(scope="session")
 def hosted_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostedApp]:

@@ -56,12 +56,16 @@ class DoctorReport(JsonRecord):
         return tuple(c.name for c in self.checks if c.status == "FAIL")
 
     @property
+    def warned(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.checks if c.status == "WARN")
+
+    @property
     def ok(self) -> bool:
-        """Exit 0: nothing failed (a SKIP is a check that does not apply here)."""
+        """Exit 0: nothing failed (a SKIP is a check that does not apply here, a WARN one that holds with a caveat)."""
         return not self.failed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "failed": list(self.failed), **asdict(self)}
+        return {"ok": self.ok, "failed": list(self.failed), "warned": list(self.warned), **asdict(self)}
 
 
 # --- the doctor's run ------------------------------------------------------------------------------------------------
@@ -254,8 +258,12 @@ def format_report(report: DoctorReport) -> str:
     ]
     width = max(len(c.name) for c in report.checks)
     lines += [f"  {c.status:<4}  {c.name:<{width}}  {c.line}" for c in report.checks]
-    skipped = sum(c.status == "SKIP" for c in report.checks)
-    summary = f"{len(report.checks)} checks: {len(report.checks) - skipped - len(report.failed)} PASS, "
-    summary += f"{len(report.failed)} FAIL, {skipped} SKIP (not applicable here)"
-    lines.append(summary + (": this machine runs the explorer end to end" if report.ok else ""))
+    skipped, warned = sum(c.status == "SKIP" for c in report.checks), report.warned
+    passed = len(report.checks) - skipped - len(warned) - len(report.failed)
+    summary = f"{len(report.checks)} checks: {passed} PASS, {len(warned)} WARN, {len(report.failed)} FAIL, "
+    summary += f"{skipped} SKIP (not applicable here)"
+    if report.ok:
+        summary += ": this machine runs the explorer end to end"
+        summary += f", with warnings: {', '.join(warned)}" if warned else ""
+    lines.append(summary)
     return "\n".join(lines)

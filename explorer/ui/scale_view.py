@@ -3,20 +3,29 @@ this machine's last run as a measured gap to its own floor, the three charts, an
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
+
+import pandas as pd
 import streamlit as st
 
 from explorer.charts import scale as charts
+from explorer.core.engine import Request
 from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS
+from explorer.core.measure import measure
+from explorer.core.trace import Trace
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
 from explorer.scale.config import DEFAULT_MODEL, load_architecture, shipped, shipped_key
 from explorer.scale.explain import formula_lines, knee_text
 from explorer.scale.local import LocalGap, local_gap
+from explorer.scale.measured_here import HERE_NEW_TOKENS, HERE_PROMPT, compare_here, shape_name
 from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
 from explorer.scale.whatif import Scenario, WhatIf, find_gpu, what_if
-from explorer.ui.state import RunResult
-from explorer.ui.widgets import chart, escape_markdown, metrics, secondary, show_error
+from explorer.ui.admission import Admitted, DeviceAsk, on_device
+from explorer.ui.state import SCALE_HERE, RunResult, last_inputs
+from explorer.ui.waiting import progress_bar
+from explorer.ui.widgets import chart, escape_markdown, metrics, secondary, show_error, table
 
 DEFAULT_GPU = "H100 SXM"
 TP_CHOICES = (1, 2, 4, 8)  # group sizes servers use; those that do not divide the model's heads are left out
@@ -253,3 +262,47 @@ def formulas(result: WhatIf) -> None:
                 f"'{s.gpu.name}' --gpus {s.gpus} --dtype {s.dtype} --weights-dtype {s.weights_storage} --kv-dtype "
                 f"{s.kv_storage} --batch {s.batch} --context {s.context} --prompt-tokens {s.prompt_tokens} --explain`"
             )
+
+
+def measure_here(result: WhatIf) -> None:
+    """ "Measure this here": the what-if's config built as a shape model (random weights) on the sidebar's device and
+    dtype and run with a short request, through the one way onto the device like every run, then the what-if for
+    that very request beside what was measured. A shape that cannot fit this device is refused in one line."""
+    st.subheader("Measure this here")
+    name = shape_name(result)
+    if name is None:
+        st.caption("Only a shipped config can be measured here: a folder or a hub id has no shape to build.")
+        return
+    inputs = replace(last_inputs(), model=name, capture_attention=False, repeats=1, use_chat_template=False)
+    st.caption(
+        f"Builds `{name}` on this machine with random weights (no download: timings, bytes and FLOPs are real, tokens "
+        f"are not meaningful) on the sidebar's device ({inputs.device}) in {inputs.dtype}, and runs "
+        f"{HERE_NEW_TOKENS} new tokens; it refuses in one line a shape whose weights do not fit this device's memory."
+    )
+    if st.button(f"Measure {result.scenario.arch.display_name} here", key="scale-measure-here"):
+        request = Request(HERE_PROMPT, max_new_tokens=HERE_NEW_TOKENS, use_chat_template=False)
+        on_device(DeviceAsk("run", "At scale's measurement", inputs, request), _measure_shape)
+    trace = SCALE_HERE.get()
+    if trace is not None and trace.model.name == name:
+        _measured_beside(result, trace)
+
+
+def _measure_shape(admitted: Admitted) -> Trace:
+    with progress_bar("Preparing the device…") as report:
+        trace = measure(admitted.model, admitted.checked, admitted.session.figures, progress=report)
+    SCALE_HERE.set(trace)
+    return trace
+
+
+def _measured_beside(result: WhatIf, trace: Trace) -> None:
+    here = compare_here(result, trace)
+    s = here.what_if.scenario
+    frame = pd.DataFrame([asdict(row) for row in here.rows]).rename(
+        columns={
+            "what_if": f"what-if: {s.gpu.name}, {s.dtype} (modelled)",
+            "measured_here": f"here: {trace.device.name} (measured)",
+            "floor_here": "here: its floor (modelled)",
+        }
+    )
+    st.markdown(f"**{here.sentence}.**")
+    table(frame, f"{trace.model.display_name}: {trace.model.shape_note}", "measured here · modelled · spec")

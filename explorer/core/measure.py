@@ -16,7 +16,6 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loading import LoadedModel
-from explorer.core.roofline import pass_cost
 from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile, PassRecord, Trace
 
 
@@ -56,13 +55,8 @@ def measure(
 
 
 def recost(trace: Trace, device: DeviceProfile) -> Trace:
-    """The same measurements, divided by other device figures."""
-
-    def recosted(p: PassRecord) -> PassRecord:
-        touched = p.experts_touched or None
-        return replace(p, cost=pass_cost(trace.model, device, p.tokens_in, p.cache_len_before, p.batch, touched))
-
-    return replace(trace, device=device, repeats=tuple(tuple(recosted(p) for p in passes) for passes in trace.repeats))
+    """The same measurements, divided by other device figures (each pass with the cache layout it was costed for)."""
+    return trace.recosted(device)
 
 
 def beaten_passes(trace: Trace) -> list[PassRecord]:

@@ -10,7 +10,7 @@ from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
-from explorer.scale.config import DEFAULT_MODEL, load_architecture, shipped, shipped_key
+from explorer.scale.config import DEFAULT_MODEL, Architecture, load_architecture, shipped, shipped_key
 from explorer.scale.explain import formula_lines, knee_text
 from explorer.scale.local import LocalGap, local_gap
 from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
@@ -62,13 +62,25 @@ def _gpu_inputs(heads: int) -> tuple[str, int, str]:
     return gpu, int(gpus), dtype
 
 
-def _storage_inputs(dtype: str) -> tuple[str, str]:
-    """The quantization what-if: how the weights and the KV cache are stored (compute stays in `dtype`)."""
+def _storage_inputs(dtype: str, arch: Architecture) -> tuple[str, str, str | None]:
+    """The quantization what-if: how the weights, the KV cache and (a mixture of experts) the experts are stored
+    (compute stays in `dtype`); the experts default to how the model ships them (gpt-oss: MXFP4)."""
     kinds = list(STORAGE_BITS)
     left, right = st.columns(2)
     weights = left.selectbox("Weights stored as", kinds, index=kinds.index(dtype), key=f"scale-weights-{dtype}")
     kv = right.selectbox("KV cache stored as", kinds, index=kinds.index(dtype), key=f"scale-kv-{dtype}")
-    return weights, kv
+    if not arch.is_moe:
+        return weights, kv, None
+    shipped_as = arch.experts_shipped_as or weights
+    experts = st.selectbox(
+        "Experts stored as",
+        kinds,
+        index=kinds.index(shipped_as),
+        key=f"scale-experts-{arch.name}-{shipped_as}",
+        help="The experts' weights (their biases stay as the weights). Defaults to how the model ships them"
+        + (f": {arch.experts_shipped_as}, as its config.json says." if arch.experts_shipped_as else "."),
+    )
+    return weights, kv, experts
 
 
 def what_if_inputs() -> WhatIf:
@@ -79,7 +91,7 @@ def what_if_inputs() -> WhatIf:
             arch = load_architecture(_model_input(), hosted=is_hosted())
         with middle:
             gpu, gpus, dtype = _gpu_inputs(arch.heads)
-            weights_dtype, kv_dtype = _storage_inputs(dtype)
+            weights_dtype, kv_dtype, experts_dtype = _storage_inputs(dtype, arch)
         with right:
             top = arch.max_context
             batch = st.number_input("Batch B (requests decoded together)", 1, MAX_BATCH_INPUT, 1)
@@ -90,7 +102,16 @@ def what_if_inputs() -> WhatIf:
                 "Prompt tokens (for the prefill)", 1, top, min(DEFAULT_PROMPT_TOKENS, top), key=f"scale-prompt-{top}"
             )
         scenario = Scenario(
-            arch, find_gpu(gpu), dtype, gpus, int(batch), int(context), int(prompt), weights_dtype, kv_dtype
+            arch,
+            find_gpu(gpu),
+            dtype,
+            gpus,
+            int(batch),
+            int(context),
+            int(prompt),
+            weights_dtype,
+            kv_dtype,
+            experts_dtype,
         )
         return what_if(scenario)
     except BadInput as exc:
@@ -122,9 +143,22 @@ def kv_help(result: WhatIf) -> str:
         return "modelled: 2 x layers x kv_heads x head_dim x bytes"
     return (
         f"modelled: one request's cache at context {s.context:,} / {s.context:,}: {a.sliding_layers} of {a.layers} "
-        f"layers slide and keep at most their window ({', '.join(f'{w:,}' for w in sorted(set(a.windows) - {0}))} "
-        "positions); only the others grow with the context"
+        f"layers slide and keep at most their window - 1 positions, as transformers' cache does (windows "
+        f"{', '.join(f'{w:,}' for w in sorted(set(a.windows) - {0}))}); only the others grow with the context"
     )
+
+
+CONVENTIONS = (
+    "Counted as the live pages count a run: a sliding layer holds window - 1 positions (transformers' cache); the "
+    "input embedding table is gathered row by row (the back-of-envelope 'weights / bandwidth' reads it whole: the "
+    "formulas below give both); attention costs its useful causal pairs; the KV cache is read "
+    "once a step, as a serving engine's paged cache (vLLM), where the explorer's own engine (transformers' "
+    "DynamicCache) re-reads and re-writes it."
+)
+
+
+def stored_as(s: Scenario) -> str:
+    return s.weights_storage + (f", the experts as {s.experts_storage}" if s.arch.is_moe else "")
 
 
 def headline(result: WhatIf) -> None:
@@ -133,7 +167,7 @@ def headline(result: WhatIf) -> None:
     ridge = f"{result.ridge_batch:,}" if result.ridge_batch is not None else "none"
     figures = [
         ("Parameters", f"{result.params / 1e9:.3g} B", params_help(result)),
-        ("Weights", human_bytes(result.weight_bytes), f"modelled: params stored as {s.weights_storage}"),
+        ("Weights", human_bytes(result.weight_bytes), f"modelled: params stored as {stored_as(s)}"),
         ("KV per token", f"{result.kv_bytes_per_token:,} B", kv_help(result)),
         ("Max batch", f"{result.max_batch:,}", f"modelled: weights + KV at context {s.context:,} in GPU memory"),
     ]
@@ -153,7 +187,7 @@ def headline(result: WhatIf) -> None:
     st.caption(
         f"Spec, per GPU: {s.gpu.name}, {s.peak_flops / 1e12:,.1f} TFLOP/s dense {s.dtype}, "
         f"{s.gpu.bandwidth_bytes_per_s / GB:,.0f} GB/s, {s.gpu.memory_text} ({s.gpu.source}){link}. Model: "
-        f"{escape_markdown(s.arch.display_name)}, config from {escape_markdown(s.arch.source)}."
+        f"{escape_markdown(s.arch.display_name)}, config from {escape_markdown(s.arch.source)}. {CONVENTIONS}"
     )
     if not result.fits:
         need = result.shard.weight_bytes + s.batch * result.shard.kv_bytes_at(s, s.context)
@@ -193,11 +227,11 @@ def decode_vs_context(result: WhatIf, gap: LocalGap | None) -> None:
     frame = charts.decode_context_frame(result, factor)
     crossover = result.kv_crossover_context
     if crossover is None:
-        where = "never overtakes them: every layer slides, so the cache stops growing at the window"
+        where = "never reaches them: every layer slides, so the cache stops growing at the window"
     elif crossover <= s.arch.max_context:
-        where = f"overtakes them at T = {crossover:,}"
+        where = f"reaches them at T = {crossover:,} (KV moved ≥ weights read)"
     else:
-        where = f"would overtake them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
+        where = f"would reach them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
     chart(
         charts.decode_context_chart(frame, result, factor),
         frame,
@@ -251,5 +285,6 @@ def formulas(result: WhatIf) -> None:
             st.caption(
                 f"The same from the command line: `python -m explorer whatif --model {s.arch.name} --gpu "
                 f"'{s.gpu.name}' --gpus {s.gpus} --dtype {s.dtype} --weights-dtype {s.weights_storage} --kv-dtype "
-                f"{s.kv_storage} --batch {s.batch} --context {s.context} --prompt-tokens {s.prompt_tokens} --explain`"
+                f"{s.kv_storage}{f' --experts-dtype {s.experts_storage}' if s.arch.is_moe else ''} --batch {s.batch} "
+                f"--context {s.context} --prompt-tokens {s.prompt_tokens} --explain`"
             )

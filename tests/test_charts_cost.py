@@ -11,24 +11,19 @@ import pytest
 
 from explorer.charts import cost
 from explorer.charts.roofline import prefill_ridge_sentence
-from explorer.core.engine import Request
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import measure
 from explorer.core.roofline import prefill_ridge_tokens
-from explorer.core.trace import DeviceProfile, PassRecord, Trace
+from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import ms, to_ms
-
-SEGMENTS = ["weight_read_ms", "kv_ms", "compute_not_hidden_ms", "overhead_ms"]
+from tests.cost_support import tiny_run
 
 
 @pytest.fixture(scope="module")
 def trace(tiny_lm: LoadedModel) -> Trace:
-    return measure(tiny_lm, Request("abc", max_new_tokens=8))
+    return tiny_run(tiny_lm)
 
 
-@pytest.fixture
-def hand_device() -> DeviceProfile:
-    return DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured")
+SEGMENTS = ["weight_read_ms", "kv_ms", "compute_not_hidden_ms", "overhead_ms"]
 
 
 def with_walls(trace: Trace, walls_s: list[float]) -> Trace:

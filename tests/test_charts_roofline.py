@@ -10,22 +10,17 @@ import altair as alt
 import pytest
 
 from explorer.charts import roofline
-from explorer.core.engine import Request
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import measure, recost
+from explorer.core.measure import recost
 from explorer.core.roofline import attainable_flops, pass_cost, prefill_ridge_tokens, utilisation
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import percent
+from tests.cost_support import HAND, tiny_run
 
 
 @pytest.fixture(scope="module")
 def trace(tiny_lm: LoadedModel) -> Trace:
-    return measure(tiny_lm, Request("abc", max_new_tokens=8))
-
-
-@pytest.fixture
-def hand_device() -> DeviceProfile:
-    return DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured")
+    return tiny_run(tiny_lm)
 
 
 def test_roofline_points_roof_and_ridge(trace: Trace) -> None:
@@ -50,7 +45,7 @@ def test_roofline_points_roof_and_ridge(trace: Trace) -> None:
     assert list(ridge["flops_per_s"]) == [device.peak_flops]
 
 
-def test_utilisation_by_hand(trace: Trace, hand_device: DeviceProfile) -> None:
+def test_utilisation_by_hand(trace: Trace) -> None:
     # Power-of-two times keep every quotient exact: 2e9 FLOPs in 0.5 s is 4e9 FLOP/s, 0.4 % of 1e12.
     prefill_cost = replace(
         trace.prefill.cost,
@@ -68,14 +63,14 @@ def test_utilisation_by_hand(trace: Trace, hand_device: DeviceProfile) -> None:
         kv_bytes_written=400_000,
     )
     decode = replace(trace.decodes[0], cost=decode_cost, wall_s=0.25)
-    frame = roofline.utilisation_frame([prefill, decode], hand_device)
+    frame = roofline.utilisation_frame([prefill, decode], HAND)
     assert list(frame["label"]) == ["prefill (pass 0)", "decode (pass 1)"]
     assert list(frame["achieved_flops_per_s"]) == [4e9, 1e9]
     assert list(frame["compute_utilisation"]) == [0.004, 0.001]
     assert list(frame["achieved_bandwidth_bytes_per_s"]) == [1e9, 2e9]
     assert list(frame["bandwidth_utilisation"]) == pytest.approx([0.01, 0.02])  # one figure for reads and writes
     # Reads at 200 GB/s, writes at 100 GB/s: the prefill's 460 MB read and 40 MB written take 2.7 ms, 500 MB / 2.7 ms.
-    split = roofline.utilisation_frame([prefill, decode], replace(hand_device, read_bandwidth_bytes_per_s=2e11))
+    split = roofline.utilisation_frame([prefill, decode], replace(HAND, read_bandwidth_bytes_per_s=2e11))
     assert split["device_bandwidth_bytes_per_s"][0] == pytest.approx(500e6 / 2.7e-3)
     assert split["bandwidth_utilisation"][0] == pytest.approx(1e9 / (500e6 / 2.7e-3))  # 0.54 %
     assert list(frame["tokens_per_s"]) == [40.0, 4.0]
@@ -94,7 +89,7 @@ def test_utilisation_matches_the_trace(trace: Trace) -> None:
         assert row["bytes_moved"] == p.cost.weight_bytes_read + p.cost.kv_bytes_read + p.cost.kv_bytes_written
 
 
-def test_utilisation_never_shows_more_than_the_device(trace: Trace, hand_device: DeviceProfile) -> None:
+def test_utilisation_never_shows_more_than_the_device(trace: Trace) -> None:
     # A pass within noise under its floor (the run re-measures only beyond 10 %) is at the roof: 100 %, flagged.
     at_roof = replace(trace.decodes[0], wall_s=trace.decodes[0].cost.roofline_time_s * 0.95)
     frame = roofline.utilisation_frame([at_roof], trace.device)
@@ -102,25 +97,23 @@ def test_utilisation_never_shows_more_than_the_device(trace: Trace, hand_device:
     assert frame["at_the_roof"].all()
 
 
-def test_bound_sentences_follow_the_intensity_not_the_phase(trace: Trace, hand_device: DeviceProfile) -> None:
+def test_bound_sentences_follow_the_intensity_not_the_phase(trace: Trace) -> None:
     p = trace.prefill
     ridge = p.cost.arithmetic_intensity  # put the ridge exactly on the pass, then either side of it
     for peak, expected in [(ridge * 1e11 * 2, "left of the ridge: memory-bound"), (ridge * 1e11 / 2, "right")]:
-        device = replace(hand_device, peak_flops=peak, bandwidth_bytes_per_s=1e11)
+        device = replace(HAND, peak_flops=peak, bandwidth_bytes_per_s=1e11)
         recosted = replace(p, cost=pass_cost(trace.model, device, p.tokens_in, 0))
         assert expected in roofline.bound_sentence(recosted, device)
         assert f"{recosted.cost.bound}-bound" in roofline.bound_sentence(recosted, device)
 
 
-def test_the_compute_bound_length_and_the_prefill_bound_never_disagree(
-    trace: Trace, hand_device: DeviceProfile
-) -> None:
+def test_the_compute_bound_length_and_the_prefill_bound_never_disagree(trace: Trace) -> None:
     prompt_len = trace.prompt_len
 
     def flipping_at(tokens: int) -> DeviceProfile:
         """A peak that puts a prefill of `tokens` a hair right of the ridge (and one token less left of it)."""
-        c = pass_cost(trace.model, hand_device, tokens, 0)
-        return replace(hand_device, peak_flops=c.flops / c.t_memory_s * (1 - 1e-9))
+        c = pass_cost(trace.model, HAND, tokens, 0)
+        return replace(HAND, peak_flops=c.flops / c.t_memory_s * (1 - 1e-9))
 
     for ridge_tokens, bound in [(prompt_len, "compute"), (prompt_len + 1, "memory")]:
         device = flipping_at(ridge_tokens)

@@ -44,11 +44,21 @@ def assert_every_chart_has_its_downloads(at: AppTest, charts: int) -> None:
     assert sum(label.startswith("Download data:") for label in labels) >= charts  # and a CSV beside each
 
 
+def labs_bundled_estimate_s() -> float:
+    from explorer.labs import bundled
+
+    return bundled.read("nocache").result.estimate_s
+
+
 def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
     at = with_a_run.switch_page("pages/nocache.py").run()
+    # The bundled result's settings: its own estimate, the one beside its measured time (one figure, not two).
+    shown = labs_bundled_estimate_s()
+    assert f"For these settings the naive loop was modelled at ≈{shown:.1f} s" in captions(at)
+    assert {m.label: m.value for m in at.metric}["Naive loop, estimated"] == f"{shown:.1f} s"
+    at.text_input[0].input("hello there").run()
     assert "Estimated before running" in captions(at) and "of the 300 s budget" in captions(at)
     assert at.number_input[0].min == 3
-    at.text_input[0].input("hello there")
     at.number_input[0].set_value(20)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -69,8 +79,9 @@ def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
 
 def test_a_short_no_cache_run_does_not_claim_a_first_8_last_8_comparison(lab_app: AppTest) -> None:
     at = lab_app.switch_page("pages/nocache.py").run()
+    assert "For these settings the naive loop was modelled" in captions(at)  # the bundled result's own estimate
+    at.number_input[0].set_value(5).run()
     assert "run the model once from the sidebar" in captions(at) and any("Run both loops" in i.value for i in at.info)
-    at.number_input[0].set_value(5)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     sentence = " ".join(m.value for m in at.markdown)

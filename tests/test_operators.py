@@ -65,7 +65,7 @@ def test_a_batched_pass_and_a_long_cache_split_too(
     cache = {"cache_layout": layout, "cache_capacity": 160}
     for trace in traces.values():
         for tokens_in, before, batch in [(1, 100, 4), (40, 0, 2), (7, 9, 1)]:
-            ops = operators.operator_costs(trace.model, device, tokens_in, before, batch, **cache)
+            ops = operators.operator_costs(trace.model, device, (tokens_in, before, batch), **cache)
             cost = pass_cost(trace.model, device, tokens_in, before, batch, **cache)
             assert_same_cost(ops, cost)
             assert cost.cache_layout == layout and operators.summed(ops).cache_layout == layout
@@ -80,7 +80,7 @@ def test_the_cache_update_row_changes_with_the_layout(traces: dict[str, Trace], 
     per_position = model.kv_bytes_per_token_per_layer
 
     def layer0(layout: str) -> dict[str, Cost]:
-        ops = operators.operator_costs(model, device, 1, 100, cache_layout=layout, cache_capacity=160)
+        ops = operators.operator_costs(model, device, (1, 100, 1), cache_layout=layout, cache_capacity=160)
         return {op.kind: op.cost for op in ops if op.layer == 0}
 
     concatenating, read_once, static = layer0("concatenating"), layer0("read_once"), layer0("static")
@@ -98,7 +98,7 @@ def test_the_cache_update_row_changes_with_the_layout(traces: dict[str, Trace], 
 
 def test_a_sliding_layer_reads_no_more_than_its_window(traces: dict[str, Trace], device: DeviceProfile) -> None:
     model = traces["gemma3-text"].model  # layers 0 and 1 slide (window 8), layer 2 is full
-    ops = operators.operator_costs(model, device, 1, 100, 1)
+    ops = operators.operator_costs(model, device, (1, 100, 1))
     qk = {op.layer: op for op in ops if op.kind == operators.SCORES}
     per_position_k = model.kv_bytes_per_token_per_layer // 2
     assert qk[0].cost.kv_bytes_read == 8 * per_position_k  # window - 1 kept + the new one
@@ -119,7 +119,7 @@ def test_moe_experts_follow_the_router_record(traces: dict[str, Trace], device: 
 
 def test_dense_projections_are_the_shapes(traces: dict[str, Trace], device: DeviceProfile) -> None:
     model = traces["llama"].model  # hidden 32, 4 heads, 2 KV heads of 8
-    ops = [op for op in operators.operator_costs(model, device, 3, 0) if op.layer == 0]
+    ops = [op for op in operators.operator_costs(model, device, (3, 0, 1)) if op.layer == 0]
     by_name = {op.name: op for op in ops}
     assert by_name["q_proj"].cost.flops == 2 * 32 * 32 * 3 and by_name["k_proj"].cost.flops == 2 * 32 * 16 * 3
     assert by_name["gate, up, down"].cost.weight_bytes_read == 3 * 32 * 64 * model.bytes_per_element  # width 64
@@ -133,7 +133,7 @@ def test_an_unfamiliar_attention_shape_keeps_the_totals(traces: dict[str, Trace]
     from dataclasses import replace
 
     model = replace(traces["llama"].model, heads=64)  # projections larger than every linear weight: unsplit rows
-    ops = operators.operator_costs(model, device, 5, 3)
+    ops = operators.operator_costs(model, device, (5, 3, 1))
     assert_same_cost(ops, pass_cost(model, device, 5, 3))
     assert not any(op.kind == operators.PROJECTIONS for op in ops)
 

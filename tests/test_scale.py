@@ -334,3 +334,13 @@ def test_frames_hold_the_marked_points_and_the_assumption_apart() -> None:
         charts.memory_chart(memory, result),
     ):
         assert chart.to_dict()  # a valid Vega-Lite spec
+
+
+def test_the_command_stores_the_experts_as_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "w.json"
+    assert whatif_main(["whatif", "--model", "gpt-oss-20b", "--json", str(out)]) == 0
+    shipped_as = json.loads(out.read_text())
+    assert shipped_as["inputs"]["experts_dtype"] == "mxfp4" and "the experts as mxfp4" in capsys.readouterr().out
+    assert whatif_main(["whatif", "--model", "gpt-oss-20b", "--experts-dtype", "bfloat16", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["weight_bytes"] == 2 * shipped_as["params"] > shipped_as["weight_bytes"]
+    assert whatif_main(["whatif", "--experts-dtype", "int3"]) == 2 and "int3" in capsys.readouterr().out

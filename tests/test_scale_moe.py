@@ -4,6 +4,7 @@ parameters, the experts a step reads at batch B), sliding-window layers (per-lay
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from explorer.core.roofline import causal_keys
 from explorer.scale.config import load_architecture, shipped
+from explorer.scale.explain import formula_lines
 from explorer.scale.params import (
     count_params,
     expected_experts_read,
@@ -194,3 +196,24 @@ def test_gpt_oss_active_figures_are_compared_on_the_publishers_footing() -> None
     qwen = what_if(Scenario(load_architecture("qwen3-30b-a3b"), H100, batch=1, context=1))
     assert "without it" not in qwen.published_active_note()
     assert qwen.to_dict()["published"]["active_params_counts_embeddings"] is True
+
+
+def test_gpt_oss_ships_its_experts_in_mxfp4_and_the_what_if_stores_them_so() -> None:
+    """gpt-oss's config.json says its experts are MXFP4 (4-bit values, one 8-bit scale per 32: 4.25 bits, scales
+    counted); attention, the router, the embedding and the LM head stay bf16. So the 20b's weights are 13.8 GB, not
+    the 41.8 GB every parameter in bf16 would take, and fit a 16 GB card."""
+    arch = load_architecture("gpt-oss-20b")
+    assert arch.experts_shipped_as == "mxfp4" and load_architecture("mixtral-8x7b").experts_shipped_as == ""
+    c = count_params(arch)
+    expert_weights = 24 * 32 * 3 * 2880 * 2880  # every expert's projections, biases left out (they stay bf16)
+    shipped_as = what_if(Scenario(arch, H100))
+    assert shipped_as.scenario.experts_storage == "mxfp4"
+    assert shipped_as.weight_bytes == 2 * (c.total - expert_weights) + expert_weights * 4.25 / 8
+    assert 13e9 < shipped_as.weight_bytes < 14e9 < 16e9
+    in_bf16 = what_if(Scenario(arch, H100, experts_dtype="bfloat16"))
+    assert in_bf16.weight_bytes == 2 * c.total and round(in_bf16.weight_bytes / 1e9, 1) == 41.8
+    assert shipped_as.decode.floor_s < in_bf16.decode.floor_s and shipped_as.max_batch > in_bf16.max_batch
+    assert "expert weights x 0.53125 bytes (mxfp4)" in "\n".join(formula_lines(shipped_as))
+    dense = what_if(Scenario(load_architecture("llama-3.1-8b"), H100, weights_dtype="mxfp4"))
+    assert dense.weight_bytes == stored_bytes(dense.params, "mxfp4") == math.ceil(dense.params * 4.25 / 8)
+    assert dense.to_dict()["inputs"]["experts_dtype"] is None

@@ -161,7 +161,7 @@ def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
 def prefill_ridge_sentence(trace: Trace) -> str:
     """The prompt length from which a prefill is compute-bound: from the same cost model as each pass's bound, so
     this sentence and the prefill's bound sentence never disagree."""
-    tokens = prefill_ridge_tokens(trace.model, trace.device)
+    tokens = prefill_ridge_tokens(trace.model, trace.device, **trace.cache_options)
     device = (
         f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
         + caveat(trace.device)

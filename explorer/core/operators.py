@@ -121,7 +121,7 @@ def attention_ops(
     read_bytes = read * per_position
 
     def op(name: str, kind: str, flops: int = 0, kv: tuple[int, int] = (0, 0), **parts: object) -> Operator:
-        return Operator(name, kind, layer, Cost.priced(device, flops, kv=kv, **parts))  # type: ignore[arg-type]
+        return Operator(name, kind, layer, Cost.priced(device, flops, kv=kv, **parts))
 
     ops = []
     if model.latent_cache:  # kv_b_proj reads the cached latent; QKᵀ and SV read its expansion (activations)
@@ -201,15 +201,14 @@ def expert_ops(
 def operator_costs(
     model: ModelInfo,
     device: DeviceProfile,
-    tokens_in: int,
-    cache_len_before: int,
-    batch: int = 1,
+    shape: tuple[int, int, int],
     experts_touched: Sequence[int] | None = None,
     **cache: Unpack[CacheOptions],
 ) -> list[Operator]:
-    """Every operator of a pass, layer by layer, then the embedding, the LM head and the weights no operator
-    multiplies: the split of `pass_cost` with the same arguments."""
-    shape = (tokens_in, cache_len_before, batch)
+    """Every operator of a pass of `shape` (tokens_in, cache_len_before, batch), layer by layer, then the embedding,
+    the LM head and the weights no operator multiplies: the split of `pass_cost(model, device, *shape,
+    experts_touched, **cache)`."""
+    tokens_in, _, batch = shape
     linear = layer_linear_params(model)
     ops = [op for layer in range(model.layers) for op in layer_ops(model, device, layer, linear[layer], shape, **cache)]
     ops += expert_ops(model, device, shape, experts_touched)
@@ -231,7 +230,8 @@ def pass_operators(model: ModelInfo, device: DeviceProfile, record: PassRecord) 
     (as the engine costs it)."""
     touched = record.experts_touched or None
     layout = {"cache_layout": record.cost.cache_layout, "cache_capacity": record.cost.cache_capacity}
-    return operator_costs(model, device, record.tokens_in, record.cache_len_before, record.batch, touched, **layout)
+    shape = (record.tokens_in, record.cache_len_before, record.batch)
+    return operator_costs(model, device, shape, touched, **layout)
 
 
 def summed(ops: Sequence[Operator]) -> Cost:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Literal, Protocol, TypedDict, Unpack
+from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 from explorer.core.profiles import DeviceProfile, LayerWindows, ModelInfo
 
@@ -75,7 +75,7 @@ class Cost:
 
     @classmethod
     def priced(
-        cls, device: DeviceProfile, flops: int, weight_bytes_read: int = 0, kv: tuple[int, int] = (0, 0), **parts: int
+        cls, device: DeviceProfile, flops: int, weight_bytes_read: int = 0, kv: tuple[int, int] = (0, 0), **parts: Any
     ) -> Cost:
         """The one place a modelled time is made: the FLOPs at the device's peak, the bytes read (weights, `kv`'s
         read) at its read-only bandwidth, the bytes written (`kv`'s write) at its copy bandwidth. `parts`: the
@@ -89,7 +89,7 @@ class Cost:
             t_weight_read_s=memory_time_s(weight_bytes_read, 0, device),
             t_kv_s=memory_time_s(kv_read, kv_written, device),
             t_compute_s=flops / device.peak_flops,
-            **parts,  # type: ignore[arg-type]
+            **parts,
         )
 
     @property
@@ -331,8 +331,8 @@ def pass_cost(
         attention_flops=batch * attention_flops(model, tokens_in, cache_len_before),
         expert_bytes_read=expert_bytes_read(model, experts_touched),
         active_params=active_params(model, experts_touched),
-        cache_layout=layout,  # type: ignore[arg-type]
-        cache_capacity=capacity,  # type: ignore[arg-type]
+        cache_layout=layout,
+        cache_capacity=capacity,
     )
 
 
@@ -362,15 +362,17 @@ def ridge_batch(step_at: Callable[[int], Cost]) -> int | None:
     return first_where(lambda batch: step_at(batch).bound == "compute", RIDGE_BATCH_LIMIT)
 
 
-def prefill_ridge_tokens(model: ModelInfo, device: DeviceProfile) -> int | None:
-    """The shortest prompt whose prefill is compute-bound on this device and dtype, None if none fits the context.
+def prefill_ridge_tokens(model: ModelInfo, device: DeviceProfile, **cache: Unpack[CacheOptions]) -> int | None:
+    """The shortest prompt whose prefill is compute-bound on this device and dtype (on the `cache` a run was costed
+    with: a concatenating one by default), None if none fits the context (a static cache's, where it is smaller).
 
     Found on the same `pass_cost` that states each pass's bound, not on a shortcut such as 2 T / bytes per element:
     that shortcut ignores what is read but not multiplied (a tied embedding table is ~27 % of SmolLM2's weights)
     and the KV traffic, so a page could then call a prompt "above the compute-bound length" beside a prefill it
     calls memory-bound. Compute grows faster with T than bytes do (the weights are read once per pass).
     """
-    return first_where(lambda tokens: pass_cost(model, device, tokens, 0).bound == "compute", model.max_context)
+    longest = min(model.max_context, cache.get("cache_capacity") or model.max_context)
+    return first_where(lambda tokens: pass_cost(model, device, tokens, 0, **cache).bound == "compute", longest)
 
 
 def kv_reaches_weights_context(weight_bytes: int, kv_bytes_at: Callable[[int], int]) -> int | None:

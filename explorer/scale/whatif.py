@@ -47,15 +47,6 @@ from explorer.scale.params import (
 SCHEMA = "explorer.whatif/2"  # 2: each floor's modelled cost as the live run's `Cost` record
 
 
-def kv_crossover_context(s: Scenario, batch: int | None = None) -> int | None:
-    """The shortest context at which a decode step's KV traffic, B requests' caches read and their new positions
-    written, reaches its weight read (`explorer.core.roofline.kv_reaches_weights_context`); None where it never does
-    (every layer sliding: the cache stops growing at the window)."""
-    batch = s.batch if batch is None else batch
-    weights = decode_step(s, batch, 1).cost.weight_bytes_read  # the same at any context
-    return kv_reaches_weights_context(weights, lambda context: decode_step(s, batch, context).cost.kv_bytes_moved)
-
-
 @dataclass(frozen=True)
 class WhatIf:
     """Every figure the what-if gives for one scenario (modelled, from config.json and spec figures)."""
@@ -67,7 +58,8 @@ class WhatIf:
     decode: PassFloor
     ridge_batch: int | None  # None: the step stays memory-bound at any batch
     max_batch: int  # 0: the weights alone do not fit
-    kv_crossover_context: int | None  # None: KV reads never overtake the weights (every layer sliding)
+    kv_crossover_context: int | None  # where a step's KV traffic reaches its weight read; None: never (every layer
+    # sliding)
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -201,16 +193,22 @@ class WhatIf:
 
 
 def what_if(s: Scenario) -> WhatIf:
+    """Every figure for one scenario; the questions asked of its steps are `explorer.core.roofline`'s, answered on
+    them: the ridge batch, and the context where a step's KV traffic (read and written) reaches its weight read."""
     check_scenario(s)
     counts = count_params(s.arch)
+    decode = decode_step(s)
     return WhatIf(
         scenario=s,
         counts=counts,
         shard=shard(s, counts),
         prefill=prefill(s),
-        decode=decode_step(s),
+        decode=decode,
         ridge_batch=ridge_batch(lambda batch: decode_step(s, batch).cost),
         max_batch=max_batch(s),
-        kv_crossover_context=kv_crossover_context(s),
+        kv_crossover_context=kv_reaches_weights_context(
+            decode.cost.weight_bytes_read,  # the same at any context
+            lambda context: decode_step(s, s.batch, context).cost.kv_bytes_moved,
+        ),
         sources=dict(SOURCES),
     )

@@ -3,6 +3,8 @@ this machine's last run as a measured gap to its own floor, the three charts, an
 
 from __future__ import annotations
 
+import altair as alt
+import pandas as pd
 import streamlit as st
 
 from explorer.charts import scale as charts
@@ -232,14 +234,18 @@ def decode_vs_context(result: WhatIf, gap: LocalGap | None) -> None:
         where = f"reaches them at T = {crossover:,} (KV moved ≥ weights read)"
     else:
         where = f"would reach them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
-    chart(
-        charts.decode_context_chart(frame, result, factor),
-        frame,
-        "scale-decode-vs-context",
+    caption = (
         f"A decode step at batch {s.batch:,}: the weights are read once whatever the context; the KV cache grows with "
-        f"it and {where}.",
-        "modelled from config.json and spec figures" + (" · dashed: assumption (this machine's gap)" if factor else ""),
+        f"it and {where}."
     )
+    scaled_chart(charts.decode_context_chart(frame, result, factor), frame, "scale-decode-vs-context", caption, gap)
+
+
+def scaled_chart(built: alt.LayerChart, frame: pd.DataFrame, name: str, caption: str, gap: LocalGap | None) -> None:
+    """A chart of the GPU's modelled floor, with this machine's gap (when there is a run) drawn apart, dashed and thin:
+    an assumption, said in its source line."""
+    source = "modelled from config.json and spec figures"
+    chart(built, frame, name, caption, source + (" · dashed: assumption (this machine's gap)" if gap else ""))
 
 
 def tokens_vs_batch(result: WhatIf, gap: LocalGap | None) -> None:
@@ -250,20 +256,19 @@ def tokens_vs_batch(result: WhatIf, gap: LocalGap | None) -> None:
     experts = ""
     if s.arch.is_moe:
         a = s.arch
+        first, last = frame.iloc[0], frame[frame["fits"]].iloc[-1] if frame["fits"].any() else frame.iloc[-1]
+        lead = [row.tokens_per_s / row.tokens_per_s_every_expert for row in (first, last)]
         experts = (
-            f" A mixture of experts bends lower than a dense model: at B = 1 a layer reads {a.experts_per_token} of "
-            f"its {a.n_experts} experts, and each request added picks more of them (expected distinct experts "
-            f"n (1 - (1 - k/n)^B) under uniform routing, an assumption), so the weight read itself grows with B; "
-            "the grey dotted line reads every expert at any B."
+            f" At B = 1 a layer reads {a.experts_per_token} of its {a.n_experts} experts, and each request added picks "
+            f"more of them (expected distinct experts n (1 - (1 - k/n)^B) under uniform routing, an assumption), so "
+            f"the weight read itself grows with B: {lead[0]:,.1f}× the tokens/s of reading every expert (the grey "
+            f"dotted line) at B = 1, {lead[1]:,.1f}× at B = {int(last.batch):,}."
         )
-    chart(
-        charts.batch_chart(frame, result, factor),
-        frame,
-        "scale-tokens-vs-batch",
+    caption = (
         f"One weight read serves every request of a step, so tokens/s grows with B until memory runs out at "
-        f"B = {result.max_batch:,}; {knee}.{experts}",
-        "modelled ceilings" + (" · dashed: assumption (this machine's gap)" if factor else ""),
+        f"B = {result.max_batch:,}; {knee}.{experts}"
     )
+    scaled_chart(charts.batch_chart(frame, result, factor), frame, "scale-tokens-vs-batch", caption, gap)
 
 
 def memory(result: WhatIf) -> None:

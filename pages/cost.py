@@ -74,7 +74,9 @@ with ui.secondary("The raw predictions, pass by pass"):
         charts.predicted_frame(trace),
         "The raw predictions: roofline = max(compute, weight + KV reads); wall_over_roofline is how many times "
         "slower than the model the pass really ran.",
-        "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
+        "flops, bytes and t_* modelled from the model's shapes and the device figures (attention: its useful causal "
+        "pairs, which a fused kernel computes, skipping the masked tiles; an untied input table: the rows gathered) · "
+        "wall measured",
     )
 
 operators_view.operators_section(trace)

@@ -130,3 +130,19 @@ def test_a_batched_token_that_differs_is_shown_with_its_reason() -> None:
     assert [t.value for t in at.text] == [
         "batch 4, request 2: token 3 is 7 'a' in the batch but 9 'b' alone. Same dtype, other kernel shapes."
     ]
+
+
+def test_the_batching_page_computes_its_claim_and_names_the_figures_it_used(with_a_run: AppTest) -> None:
+    """The bundled result's step grew 56 → 97 ms from B = 1 to 2: the page says so from the numbers, never "barely
+    slows", and names the recording's device figures beside this session's live run's."""
+    from explorer.labs import bundled
+
+    at = with_a_run.switch_page("pages/batching.py").run()
+    recorded = bundled.read("batch").result
+    runs = sorted(recorded.runs, key=lambda run: run.batch_size)
+    text = " ".join(m.value for m in at.markdown) + captions(at)
+    assert recorded.step_sentence() in text and "barely slows" not in text
+    assert f"({runs[0].median_step_s * 1e3:,.0f} → {runs[1].median_step_s * 1e3:,.0f} ms)" in recorded.step_sentence()
+    live = at.session_state[ui_state.RUN].trace.device
+    assert f"the recording's, taken when it was made at {recorded.device.measured_at}" in captions(at)
+    assert f"This session's live run uses ridge {live.ridge_point_flops_per_byte:,.1f} FLOP/B" in captions(at)

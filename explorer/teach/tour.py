@@ -177,8 +177,9 @@ def prefill_slide(run: Run) -> Slide:
         "All prompt tokens are in memory together, yet none may see a later one: prefill is parallel, not "
         "bidirectional. The timed pass uses PyTorch's fused attention (SDPA with is_causal=True), which applies the "
         "mask inside the kernel and skips the tiles wholly above the diagonal, so most future scores are never "
-        "computed. The maps drawn here come from a separate, untimed replay with eager attention: it computes all "
-        "T × T scores and sets the future ones to 0 before the softmax."
+        "computed: the roofline counts only the useful pairs, T (T + 1) / 2 per head. The maps drawn here come from a "
+        "separate, untimed replay with eager attention: it computes all T × T scores and sets the future ones to 0 "
+        "before the softmax."
     ) + more_sink
     note = "" if full_maps(run) else f"Why no maps: {run.attention_note}"
     return replace(_slide(1, [first, second], chart, frame, caption, source, more), note=note)

@@ -13,7 +13,9 @@ bytes sum to the pass's integers, and their times to its weight-read, KV and com
 - a latent cache (MLA as transformers runs it) has no per-head k and v projections: its attention's linear layers stay
   in the one unsplit row per layer, and kv_b_proj, which expands every cached position each pass, is its own row;
 - softmax and norms cost no FLOPs and no bytes of their own in the pass model: the scores stay inside the fused
-  attention kernel, and elementwise work is small beside the matmuls. Their measured time is what the profile shows.
+  attention kernel, and elementwise work is small beside the matmuls. Their measured time is what the profile shows;
+- QKᵀ and SV cost their layer's useful (causal) pairs; what they read and what the cache update reads and writes
+  follow the pass's cache layout (`explorer.core.roofline.layer_kv_positions`), which every row's `Cost` records.
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ from explorer.core.profiles import DeviceProfile, LayerWindows, ModelInfo
 CacheLayout = Literal["concatenating", "read_once", "static"]
 CACHE_LAYOUTS: tuple[CacheLayout, ...] = ("concatenating", "read_once", "static")
 LAYOUT_NAMES: dict[str, str] = {  # short, for a sentence
-    "concatenating": "transformers' DynamicCache (re-read and re-written every step)",
-    "read_once": "a read-once cache (paged, as vLLM's)",
-    "static": "transformers' StaticCache (every allocated position read every step)",
+    "concatenating": "transformers' DynamicCache (re-read, re-written each step)",
+    "read_once": "a read-once cache (vLLM's paged one)",
+    "static": "transformers' StaticCache (every allocated position read each step)",
 }
 LAYOUT_WORDS: dict[str, str] = {
     "concatenating": "a concatenating cache (transformers' DynamicCache: every pass re-reads and re-writes it)",

@@ -1,6 +1,6 @@
 """A what-if scenario (a model on N GPUs of one kind, its dtypes, batch, context and prompt) and its floors: what one
 GPU of the group holds, and the `Cost` of a prefill and of a decode step at the GPU's spec figures, counted as the live
-run's passes are (`explorer.core.roofline`; the conventions are in `explorer.scale.whatif`'s opening lines)."""
+run's passes are. The conventions (`explorer.core.roofline`) are listed in `explorer.scale.whatif`'s opening lines."""
 
 from __future__ import annotations
 

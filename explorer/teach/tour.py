@@ -333,9 +333,9 @@ def batching_slide(run: Run) -> Slide:
         return ridge_batch(lambda b: pass_cost(trace.model, trace.device, 1, context, batch=b, **options))
 
     weights = pass_cost(trace.model, trace.device, 1, context).weight_bytes_read
-    modelled_for = f"Modelled for {LAYOUT_NAMES[trace.cache_layout]}: {ridge_words(ridge(trace.cache_options))}"
+    modelled_for = f"Modelled: {ridge_words(ridge(trace.cache_options))} for {LAYOUT_NAMES[trace.cache_layout]}"
     if trace.cache_layout != "read_once":
-        modelled_for += f"; for {LAYOUT_NAMES['read_once']}: {ridge_words(ridge({'cache_layout': 'read_once'}))}"
+        modelled_for += f", {ridge_words(ridge({'cache_layout': 'read_once'}))} for {LAYOUT_NAMES['read_once']}"
     sentences = [
         f"Modelled: one decode step reads all {human_bytes(weights)} of weights once, for 1 sequence or "
         f"{big.batch}: {big.batch} take {ms(big.step_ms / 1e3)}, not {big.batch} × {ms(one.step_ms / 1e3)}, "

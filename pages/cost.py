@@ -11,7 +11,7 @@ from explorer.ui import cost_view, operators_view
 
 result, layout = ui.chart_first_page(
     "Where the time goes",
-    "Time per token of each phase first; then where a pass's time goes, by the roofline model and measured.",
+    cost_view.lead_line(),  # each phase's time per token, computed from the run
     "The roofline model predicts a pass from reading every weight, moving the KV cache, and the maths; what it does "
     "not explain is overhead.",
 )

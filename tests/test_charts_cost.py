@@ -14,7 +14,7 @@ from explorer.charts.roofline import prefill_ridge_sentence
 from explorer.core.loading import LoadedModel
 from explorer.core.roofline import prefill_ridge_tokens
 from explorer.core.trace import PassRecord, Trace
-from explorer.core.units import ms, to_ms
+from explorer.core.units import to_ms
 from tests.cost_support import tiny_run
 
 
@@ -121,13 +121,16 @@ def test_prefill_ridge_sentence_and_kv_formula(trace: Trace) -> None:
 def test_the_takeaway_is_time_per_token_of_each_phase_then_overhead_then_the_floor(trace: Trace) -> None:
     walls = [0.171, 0.09, 0.092, 0.088, 0.09, 0.095, 0.089, 0.091]  # a prefill, then decodes of about 90 ms
     run = with_walls(trace, walls)
-    per_token, overhead, floor = cost.takeaway(run)
     index = cost.median_decode_index(run)
     assert index == 4  # decodes sorted by time, then index: 88 (3) 89 (6) 90 (1) 90 (4) 91 (7) 92 (2) 95 (5) ms
-    assert f"A prefill processed **{run.prompt_len} tokens in {ms(0.171)}**" in per_token
-    assert f"about {ms(0.171 / run.prompt_len)} a token" in per_token
-    assert f"a decode pass (pass {index}) took **{ms(walls[index])} for one**" in per_token
-    assert f"{walls[index] / (0.171 / run.prompt_len):,.0f}× the time per token" in per_token
+    per_token = f"{0.171 / run.prompt_len * 1e3:,.3g} ms"
+    assert cost.per_token_sentence(run) == (
+        f"A prefill: {run.prompt_len} tokens in 171 ms, {per_token} a token; a decode pass: 90 ms for one (measured)."
+    )
+    why, overhead, floor = cost.takeaway(run)
+    ratio = walls[index] / (0.171 / run.prompt_len)
+    assert why.startswith(f"Per token, the decode pass (pass {index}, the median one) took {ratio:,.0f}× a prefill's.")
+    assert f"among its {run.prompt_len} tokens" in why
     prefill_share = (0.171 - run.prefill.cost.roofline_time_s) / 0.171
     assert f"{prefill_share:.0%} of the prefill" in overhead and "The profiler below" in overhead
     decode = run.passes[index]
@@ -151,5 +154,6 @@ def test_the_takeaway_names_where_a_profile_put_the_time(trace: Trace) -> None:
 
 def test_a_one_token_run_has_a_takeaway_without_a_decode(trace: Trace) -> None:
     one = with_passes(trace, trace.passes[:1])
-    per_token, overhead, floor = cost.takeaway(one)
-    assert "no decode pass" in per_token and "of the prefill" in overhead and "the prefill (pass 0)" in floor
+    _, overhead, floor = cost.takeaway(one)
+    assert "no decode pass" in cost.per_token_sentence(one)
+    assert "of the prefill" in overhead and "the prefill (pass 0)" in floor

@@ -18,11 +18,12 @@ def test_the_cost_page_leads_with_time_per_token_and_keeps_one_default_decode_pa
     trace = generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)
     at = open_page("pages/cost.py", ui_state.RunResult(trace, None, "", "run 1: tokens"))
     assert not at.error, [e.value for e in at.error]
+    assert at.caption[0].value.startswith(f"A prefill: {trace.prompt_len} tokens in ")  # the page's first line
+    assert "a token; a decode pass: " in at.caption[0].value and "for one (measured)." in at.caption[0].value
     text = [m.value for m in at.markdown]
-    lead = next(i for i, t in enumerate(text) if t.startswith("A prefill processed"))
-    assert f"**{trace.prompt_len} tokens in" in text[lead] and "for one**" in text[lead]
-    assert text[lead + 1].startswith("Overhead, the measured time the roofline does not explain, is ")
-    assert "That is the model's floor" in text[lead + 2]
+    why = next(i for i, t in enumerate(text) if t.startswith("Per token, the decode pass"))
+    assert text[why + 1].startswith("Overhead, the measured time the roofline does not explain, is ")
+    assert "That is the model's floor" in text[why + 2]
     index = median_decode_index(trace)
     assert index is not None
     for key in ("utilisation-pass", "profile-pass", "operators-pass"):

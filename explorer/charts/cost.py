@@ -16,7 +16,7 @@ from explorer.charts.common import PHASE_COLOR, TWO_LINE_LABEL
 from explorer.core.figure_trust import marked_bound
 from explorer.core.roofline import LAYOUT_WORDS
 from explorer.core.trace import PassRecord, Trace
-from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, to_ms
+from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, short_time, to_ms
 
 if TYPE_CHECKING:  # the takeaway reads a profile's fields; it never needs torch
     from explorer.core.profiler import PassProfile
@@ -153,19 +153,20 @@ def predicted_frame(trace: Trace) -> pd.DataFrame:
 
 
 # --- the takeaway: computed from the run, true whatever the overhead ----------------------------------------------
-def per_token_sentence(trace: Trace, decode_index: int | None) -> str:
-    """Each phase's measured time per token it processed: the lesson that holds whatever the overhead."""
+def brief_time(seconds: float) -> str:
+    """Three significant figures in ms (127 ms, 3.18 ms, 0.0912 ms), in s from a second up: a first line stays short."""
+    return short_time(seconds) if seconds >= 1 else f"{to_ms(seconds):,.3g} ms"
+
+
+def per_token_sentence(trace: Trace, measured: str = "measured") -> str:
+    """Each phase's measured time per token it processed, at the page's decode pass: the lesson that holds whatever
+    the overhead, short enough to be the page's first line. `measured` names the times ("recorded": a recording)."""
     prompt, prefill_s = trace.prompt_len, trace.pass_wall_spread(0).median
-    sentence = f"A prefill processed **{prompt} tokens in {ms(prefill_s)}**, about {ms(prefill_s / prompt)} a token"
-    if decode_index is None:
-        return sentence + " (measured); this run made one token, so there is no decode pass to set beside it."
-    decode_s = trace.pass_wall_spread(decode_index).median
-    ratio = decode_s / (prefill_s / prompt)
-    return (
-        sentence + f"; a decode pass (pass {decode_index}) took **{ms(decode_s)} for one** (measured): "
-        f"{ratio:,.0f}× the time per token. Both read every weight once; the prefill shares that read among "
-        f"{prompt} tokens."
-    )
+    sentence = f"A prefill: {prompt} tokens in {brief_time(prefill_s)}, {brief_time(prefill_s / prompt)} a token"
+    index = median_decode_index(trace)
+    if index is None:
+        return sentence + f" ({measured}); this run made one token: no decode pass to set beside it."
+    return sentence + f"; a decode pass: {brief_time(trace.pass_wall_spread(index).median)} for one ({measured})."
 
 
 def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfile | None) -> str:
@@ -205,10 +206,16 @@ def floor_sentence(trace: Trace, decode_index: int | None) -> str:
 
 
 def takeaway(trace: Trace, profile: PassProfile | None = None) -> list[str]:
-    """The Cost page's lead, computed from the run: time per token of each phase, overhead's share and where it goes
-    (the profile's groups, when `profile` is this run's), and "memory-bound" as the model's floor."""
+    """What the Cost page says under its first line (`per_token_sentence`), computed from the run: the two phases' time
+    per token compared, overhead's share and where it goes (the profile's groups, when `profile` is this run's), and
+    "memory-bound" as the model's floor."""
     index = median_decode_index(trace)
-    return [per_token_sentence(trace, index), overhead_sentence(trace, index, profile), floor_sentence(trace, index)]
+    shared = f"Both read every weight once; the prefill shares that read among its {trace.prompt_len} tokens."
+    if index is not None:
+        per_prefill_token_s = trace.pass_wall_spread(0).median / trace.prompt_len
+        ratio = trace.pass_wall_spread(index).median / per_prefill_token_s
+        shared = f"Per token, the decode pass (pass {index}, the median one) took {ratio:,.0f}× a prefill's. " + shared
+    return [shared, overhead_sentence(trace, index, profile), floor_sentence(trace, index)]
 
 
 MAIN_CHART_NOTICE = (

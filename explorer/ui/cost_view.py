@@ -16,7 +16,7 @@ from explorer.hosting.settings import LabSize
 from explorer.ui.recordings import needs_live_run
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
-from explorer.ui.state import PROFILE, RunResult
+from explorer.ui.state import PROFILE, RunResult, current_run
 from explorer.ui.widgets import ChartFirst, chart, metrics, secondary, table
 
 PROFILE_BUDGET_S = 120.0
@@ -28,15 +28,20 @@ def kept_profile(result: RunResult) -> PassProfile | None:
     return kept[1] if kept and kept[0] == result.label else None
 
 
+def lead_line() -> str:
+    """The page's first line: each phase's time per token, from the session's run (before the page asks for it)."""
+    run = current_run()
+    if run is None:
+        return "Time per token of each phase, then where a pass's time goes: by the roofline model, and measured."
+    return charts.per_token_sentence(run.trace, "recorded" if run.recorded is not None else "measured")
+
+
 def takeaway_section(result: RunResult, layout: ChartFirst) -> None:
-    """The page's lead, computed from the run: each phase's time per token with the key figures, then overhead's share
-    and where it goes and the decode's bound as the model's floor (above the main chart on a laptop, right under it
-    when presenting, so the chart stays in the first screen)."""
-    lead, *rest = charts.takeaway(result.trace, kept_profile(result))
-    layout.figures.markdown(lead)  # numbers and fixed words only (profiler group names are ours)
+    """What the first line means, overhead's share and where it goes, and the decode's bound as the model's floor:
+    above the main chart on a laptop, right under it when presenting (the chart stays in the first screen)."""
     aside = layout.controls()
-    for sentence in rest:
-        aside.markdown(sentence)
+    for sentence in charts.takeaway(result.trace, kept_profile(result)):
+        aside.markdown(sentence)  # numbers and fixed words only (profiler group names are ours)
 
 
 def utilisation_section(trace: Trace) -> None:

@@ -5,14 +5,15 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import serving as charts
 from explorer.core.figure_trust import caveat
+from explorer.core.roofline import RIDGE_BATCH_LIMIT
 from explorer.ui import labs
 
 result = ui.lab_page(
     "Batching",
     "A decode step reads every weight to make one token per sequence. With B sequences in one step the weights are "
-    "read once for all of them. By the roofline model the step barely slows while tokens/s grows, until the step "
-    "crosses the ridge and becomes compute-bound; each request's ITL is the step time, so it rises with B. The sweep "
-    "below measures what this machine does.",
+    "read once for all of them, so tokens/s grows faster than the step's time, until the step crosses the ridge and "
+    "becomes compute-bound; each request's ITL is the step time, so it rises with B. The sweep below measures what "
+    "this machine does.",
     labs.batch_inputs,
     labs.BATCH_RESULT,
     "Press **Run the sweep**: memory and a modelled time estimate are checked before anything runs.",
@@ -20,15 +21,18 @@ result = ui.lab_page(
 )
 
 itl_slo_s, slo_source = labs.batch_itl_slo_s(result)
+limit = f"searched up to B = {RIDGE_BATCH_LIMIT:,}"
 frame = charts.batch_frame(result)
 best = charts.largest_batch_within(frame, itl_slo_s * 1e3)
 ui.metrics(
     [
         ("Same tokens as solo", "yes" if result.every_request_matches_solo else "NO", "measured: every request"),
-        ("Ridge-crossing batch", str(result.ridge_batch or "none ≤ 256"), "modelled: decode turns compute-bound"),
+        ("Ridge-crossing batch", str(result.ridge_batch or "none"), f"modelled: decode turns compute-bound ({limit})"),
         (f"Largest B with p99 ITL < {itl_slo_s * 1e3:.0f} ms", str(best or "none"), f"measured; SLO: {slo_source}"),
     ]
 )
+st.markdown(result.step_sentence())  # numbers and fixed words only
+labs.figures_used(result.device, labs.BATCH_RESULT, result)
 labs.batch_mismatches(result)
 ui.table(frame, "One row per batch size.", "step, ITL, tokens/s measured · weight/KV/compute split modelled")
 ui.chart(
@@ -58,7 +62,8 @@ ui.chart(
     roof,
     "batch-roofline",
     f"Decode steps move right as B grows; the dashed ridge is where they would turn compute-bound (batch "
-    f"{result.ridge_batch or 'beyond 256'} here, {result.device.dtype}){caveat(result.device)}.",
+    f"{result.ridge_batch or f'none up to {RIDGE_BATCH_LIMIT:,}'} here, {result.device.dtype}, at the ridge of the "
+    f"figures named above){caveat(result.device)}.",
     "x modelled intensity · y modelled FLOPs / measured step time",
 )
 ui.chart(

@@ -5,19 +5,20 @@ import streamlit as st
 from explorer import ui
 from explorer.charts import cost as charts
 from explorer.charts import experts
+from explorer.charts import roofline as roofline_charts
 from explorer.core.figure_trust import figures_line
-from explorer.ui import decode_paths_view, operators_view
-from explorer.ui.cost_view import profile_section, utilisation_section
+from explorer.ui import cost_view, decode_paths_view, operators_view
 
 result, layout = ui.chart_first_page(
     "Where the time goes",
-    "The roofline model predicts a pass from reading every weight, reading the KV cache, and the maths.",
-    "A prefill does maths for every prompt token per read of the weights; a decode for one token. Where each pass "
-    "lands is computed below from its own FLOPs and bytes.",
+    cost_view.lead_line(),  # each phase's time per token, computed from the run
+    "The roofline model predicts a pass from reading every weight, moving the KV cache, and the maths; what it does "
+    "not explain is overhead.",
 )
 trace = result.trace
 device = trace.device
 layout.run_metrics(trace)
+cost_view.takeaway_section(result, layout)
 
 first_pass, last_pass = 0, trace.new_tokens - 1
 if trace.new_tokens > 1:
@@ -33,12 +34,11 @@ layout.chart(
     charts.time_split_chart(split),
     split,
     "time-split",
-    "Blue is the weight and KV-cache traffic the model predicts, purple the maths it cannot hide, grey everything "
-    "it does not explain (the profile below says what that is); the black tick is the measured time"
+    charts.MAIN_CHART_NOTICE
     + (
-        f", the median of {trace.repeat_count} repeats with a whisker from min to max."
+        f" The tick is the median of {trace.repeat_count} repeats, with a whisker from min to max."
         if trace.repeat_count > 1
-        else ": one sample on a shared machine (raise Repeats in the sidebar for a median and its spread)."
+        else " One sample on a shared machine (raise Repeats in the sidebar for a median and its spread)."
     ),
     "weight, KV and compute times modelled (roofline; maths overlaps memory, so only compute beyond the reads "
     "shows) · wall measured · overhead = measured − modelled",
@@ -54,11 +54,12 @@ if faster:
         f"{faster} of these passes ran within 10 % under the roofline model's floor (the tick is below the top of the "
         "bar): at the roof within measurement noise; utilisation is shown as at most 100 %."
     )
-for sentence in [charts.bound_sentence(trace.prefill, device), charts.prefill_ridge_sentence(trace)]:
+decode_index = charts.median_decode_index(trace)
+for sentence in [roofline_charts.bound_sentence(trace.prefill, device), roofline_charts.prefill_ridge_sentence(trace)]:
     st.markdown(sentence)  # numbers and fixed words only
-if trace.decodes:
-    st.markdown(charts.bound_sentence(trace.decodes[-1], device))
-    st.caption(charts.kv_traffic_formula(trace, trace.decodes[-1]) + " — *modelled*")
+if decode_index is not None:
+    st.markdown(roofline_charts.bound_sentence(trace.passes[decode_index], device))
+    st.caption(charts.kv_traffic_formula(trace, trace.passes[decode_index]) + " — *modelled*")
 if trace.model.experts is not None:
     with ui.secondary("Experts routed to, pass by pass"):
         st.markdown(experts.experts_sentence(trace))  # numbers and fixed words only
@@ -73,18 +74,20 @@ with ui.secondary("The raw predictions, pass by pass"):
         charts.predicted_frame(trace),
         "The raw predictions: roofline = max(compute, weight + KV reads); wall_over_roofline is how many times "
         "slower than the model the pass really ran.",
-        "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
+        "flops, bytes and t_* modelled from the model's shapes and the device figures (attention: its useful causal "
+        "pairs, which a fused kernel computes, skipping the masked tiles; an untied input table: the rows gathered) · "
+        "wall measured",
     )
 
 operators_view.operators_section(trace)
-profile_section(result)
+cost_view.profile_section(result)
 operators_view.beside_the_profile(result)
 decode_paths_view.decode_paths_section(result)
 
 st.subheader("The roofline")
-roofline = charts.roofline_frame(trace)
+roofline = roofline_charts.roofline_frame(trace)
 ui.chart(
-    charts.roofline_chart(roofline),
+    roofline_charts.roofline_chart(roofline),
     roofline,
     "roofline",
     "Each pass sits at its modelled intensity: left of the dashed ridge a pass can only be memory-bound, right of "
@@ -93,13 +96,5 @@ ui.chart(
     f"[{device.peak_flops_source}] and bandwidth [{device.bandwidth_source}]",
 )
 
-utilisation_section(trace)
-
-with ui.secondary("The device figures"):
-    ui.table(
-        charts.device_frame(device),
-        "What the roofline divides by, with where each figure came from.",
-        "measured: best of 5 fixed-size microbenchmarks, taken when the 'measured at' row says · spec: datasheet · "
-        "nvml: the driver's clocks · achieved: raised to what a pass of this run did",
-    )
-    st.caption(charts.DEVICE_NOTE[device.kind])
+cost_view.utilisation_section(trace)
+cost_view.device_section(trace)

@@ -28,6 +28,7 @@ ui.metrics(
 )
 st.markdown(charts.growth_sentence(result))  # numbers and fixed words only
 st.caption(charts.estimate_sentence(result))
+labs.figures_used(result.cached_trace.device, labs.NOCACHE_RESULT, result)
 frame = charts.nocache_frame(result)
 ui.chart(
     charts.step_time_chart(frame),

@@ -303,7 +303,9 @@ def test_a_latent_cache_is_modelled_as_what_it_holds(
     assert m.kv_bytes_per_token == m.layers * (LATENT + ROPE) * 4  # float32
     for p in trace.passes:
         keys = m.layers * p.cache_len_after
-        attention = 2 * m.heads * (NOPE + ROPE + V_DIM) * p.tokens_in * keys
+        # the useful causal pairs: query i of the pass sees the cache and the new positions up to itself
+        pairs = m.layers * sum(p.cache_len_before + i for i in range(1, p.tokens_in + 1))
+        attention = 2 * m.heads * (NOPE + ROPE + V_DIM) * pairs
         expand = 2 * m.kv_expand_params * keys
         lm_head = 2 * m.lm_head_params
         experts = 2 * 2 * 2 * lm.info.experts.expert_params * p.tokens_in  # k = 2 in each of 2 MoE layers
@@ -330,7 +332,7 @@ def test_kv_b_proj_is_counted_once_on_the_positions_it_expands(
         ops = pass_operators(lm.info, trace.device, p)
         expand = [op for op in ops if op.kind == KV_EXPAND]
         assert len(expand) == lm.info.layers
-        assert sum(op.flops for op in expand) == 2 * kv_b * p.cache_len_after
+        assert sum(op.cost.flops for op in expand) == 2 * kv_b * p.cache_len_after
         total, pass_cost = summed(ops), p.cost
         for field in ("flops", "weight_bytes_read", "kv_bytes_read", "kv_bytes_written"):
             assert getattr(total, field) == getattr(pass_cost, field), field

@@ -90,7 +90,7 @@ def test_modelled_and_measured_side_by_side_on_a_profiled_pass(traces: dict[str,
     assert measured == pytest.approx({g.name: to_ms(g.self_s) for g in profile.groups})
     modelled = dict(zip(frame["group"], frame["modelled_ms"]))
     # every operator lands in exactly one group: the groups' floors are all the operators' floors
-    assert sum(modelled.values()) == pytest.approx(to_ms(sum(op.roofline_time_s for op in ops)), rel=1e-9)
+    assert sum(modelled.values()) == pytest.approx(to_ms(sum(op.cost.roofline_time_s for op in ops)), rel=1e-9)
     kinds = [k for group in MODELLED_KINDS.values() for k in group]
     assert sorted(kinds) == sorted(operators.KINDS)
     assert all(modelled[g] > 0 for g in MODELLED_KINDS)

@@ -168,11 +168,11 @@ def test_the_cost_follows_the_cache_layout_by_hand(tiny_lm: LoadedModel, cpu_fig
     assert kv_traffic_bytes(info, 1, 30) == (2 * 2 * 31 * 256, 2 * 31 * 256)  # concatenating: re-copied
     assert kv_traffic_bytes(info, 1, 30, 1, "read_once") == (2 * 31 * 256, 2 * 1 * 256)
     assert kv_traffic_bytes(info, 1, 30, 1, "static", 256) == (2 * 256 * 256, 2 * 1 * 256)  # every reserved slot
-    attention = 2 * 4 * (16 + 16)  # QKᵀ and SV per key, per head
-    grown = pass_flops(info, 1, 31)
-    assert pass_flops(info, 1, 31, 1, "static", 256) - grown == attention * 2 * (256 - 31)
     static = pass_cost(info, cpu_figures, 1, 30, cache_layout="static", cache_capacity=256)
     assert (static.kv_bytes_read, static.kv_bytes_written) == (131_072, 512)
+    # FLOPs count the useful (causal) pairs on every layout (roofline's convention): the masked reserved slots a
+    # static cache's kernel also runs over are bytes read, not work the model counts.
+    assert static.flops == pass_cost(info, cpu_figures, 1, 30).flops == pass_flops(info, 1, 31)
     assert pass_cost(info, cpu_figures, 1, 30) == pass_cost(info, cpu_figures, 1, 30, cache_layout="concatenating")
 
 

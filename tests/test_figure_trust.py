@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from explorer.charts import cost as cost_charts
+from explorer.charts import device as device_charts
+from explorer.charts import roofline as roofline_charts
 from explorer.core.engine import Request
 from explorer.core.figure_trust import UNDER_LOAD, caveat, figures_line, marked_bound, unreliable_reason
 from explorer.core.loading import LoadedModel
@@ -116,9 +117,9 @@ def test_the_json_and_a_recording_keep_the_flag_and_older_files_open_unflagged(f
 
 def test_every_sentence_on_screen_that_states_a_bound_marks_it(flagged_trace: Trace) -> None:
     device = flagged_trace.device
-    assert UNDER_LOAD in cost_charts.bound_sentence(flagged_trace.prefill, device)
-    assert UNDER_LOAD in cost_charts.prefill_ridge_sentence(flagged_trace)
-    rows = cost_charts.device_frame(device).set_index("figure")
+    assert UNDER_LOAD in roofline_charts.bound_sentence(flagged_trace.prefill, device)
+    assert UNDER_LOAD in roofline_charts.prefill_ridge_sentence(flagged_trace)
+    rows = device_charts.device_frame(device).set_index("figure")
     assert rows.loc["ridge point", "value"].endswith(f"({UNDER_LOAD})")
     assert rows.loc["reliability", "value"] == UNDER_LOAD
     assert UNDER_LOAD in evidence_bound(flagged_trace, None).text

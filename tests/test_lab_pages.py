@@ -44,11 +44,21 @@ def assert_every_chart_has_its_downloads(at: AppTest, charts: int) -> None:
     assert sum(label.startswith("Download data:") for label in labels) >= charts  # and a CSV beside each
 
 
+def labs_bundled_estimate_s() -> float:
+    from explorer.labs import bundled
+
+    return bundled.read("nocache").result.estimate_s
+
+
 def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
     at = with_a_run.switch_page("pages/nocache.py").run()
+    # The bundled result's settings: its own estimate, the one beside its measured time (one figure, not two).
+    shown = labs_bundled_estimate_s()
+    assert f"For these settings the naive loop was modelled at ≈{shown:.1f} s" in captions(at)
+    assert {m.label: m.value for m in at.metric}["Naive loop, estimated"] == f"{shown:.1f} s"
+    at.text_input[0].input("hello there").run()
     assert "Estimated before running" in captions(at) and "of the 300 s budget" in captions(at)
     assert at.number_input[0].min == 3
-    at.text_input[0].input("hello there")
     at.number_input[0].set_value(20)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -69,8 +79,9 @@ def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
 
 def test_a_short_no_cache_run_does_not_claim_a_first_8_last_8_comparison(lab_app: AppTest) -> None:
     at = lab_app.switch_page("pages/nocache.py").run()
+    assert "For these settings the naive loop was modelled" in captions(at)  # the bundled result's own estimate
+    at.number_input[0].set_value(5).run()
     assert "run the model once from the sidebar" in captions(at) and any("Run both loops" in i.value for i in at.info)
-    at.number_input[0].set_value(5)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     sentence = " ".join(m.value for m in at.markdown)
@@ -119,3 +130,19 @@ def test_a_batched_token_that_differs_is_shown_with_its_reason() -> None:
     assert [t.value for t in at.text] == [
         "batch 4, request 2: token 3 is 7 'a' in the batch but 9 'b' alone. Same dtype, other kernel shapes."
     ]
+
+
+def test_the_batching_page_computes_its_claim_and_names_the_figures_it_used(with_a_run: AppTest) -> None:
+    """The bundled result's step grew 56 → 97 ms from B = 1 to 2: the page says so from the numbers, never "barely
+    slows", and names the recording's device figures beside this session's live run's."""
+    from explorer.labs import bundled
+
+    at = with_a_run.switch_page("pages/batching.py").run()
+    recorded = bundled.read("batch").result
+    runs = sorted(recorded.runs, key=lambda run: run.batch_size)
+    text = " ".join(m.value for m in at.markdown) + captions(at)
+    assert recorded.step_sentence() in text and "barely slows" not in text
+    assert f"({runs[0].median_step_s * 1e3:,.0f} → {runs[1].median_step_s * 1e3:,.0f} ms)" in recorded.step_sentence()
+    live = at.session_state[ui_state.RUN].trace.device
+    assert f"the recording's, taken when it was made at {recorded.device.measured_at}" in captions(at)
+    assert f"This session's live run uses ridge {live.ridge_point_flops_per_byte:,.1f} FLOP/B" in captions(at)

@@ -8,14 +8,26 @@ import pytest
 
 from explorer.core.loading import LoadedModel
 from explorer.core.roofline import (
+    CACHE_LAYOUTS,
+    RIDGE_BATCH_LIMIT,
+    Cost,
     attainable_flops,
+    attention_flops,
+    causal_keys,
+    first_where,
     kv_cache_bytes,
+    kv_reaches_weights_context,
+    kv_traffic_bytes,
+    layer_kv_positions,
     memory_time_s,
-    pass_bandwidth_bytes_per_s,
     pass_cost,
     pass_flops,
+    positions_held,
     prefill_ridge_tokens,
+    ridge_batch,
     roofline_time,
+    total,
+    utilisation,
     weight_bytes_read,
 )
 from explorer.core.trace import DeviceProfile, ModelInfo
@@ -43,8 +55,9 @@ def test_flops_by_hand(real_lm: LoadedModel) -> None:
     info = real_lm.info
     # decode at cache length 100: 2 x matmul params + 2 x LM head + 4 x layers x heads x head_dim x 100
     assert pass_flops(info, 1, 100) == 2 * 106_168_320 + 2 * LM_HEAD + 4 * 30 * 9 * 64 * 100 == 275_871_744
-    # prefill of 10 tokens: matmuls scale with tokens, the LM head runs once, attention is 10 x 10
-    assert pass_flops(info, 10, 10) == 20 * 106_168_320 + 2 * LM_HEAD + 4 * 30 * 9 * 64 * 100
+    # prefill of 10 tokens: matmuls scale with tokens, the LM head runs once, attention over the useful causal pairs
+    # (query i sees i keys: 1 + 2 + ... + 10 = 55), not the 10 x 10 block a kernel computing the masked half does
+    assert pass_flops(info, 10, 10) == 20 * 106_168_320 + 2 * LM_HEAD + 4 * 30 * 9 * 64 * 55
 
 
 def test_bytes_and_times_by_hand(real_lm: LoadedModel, device: DeviceProfile) -> None:
@@ -95,7 +108,7 @@ def test_weights_and_kv_reads_use_the_read_bandwidth_and_kv_writes_the_copy(spli
     assert cost.t_memory_s == pytest.approx(2.78246016e-3)
     assert memory_time_s(2e11, 1e11, split_device) == 2.0
     # The pass's own bandwidth lies between the two figures, nearer the reads that make up most of its bytes.
-    mixed = pass_bandwidth_bytes_per_s(cost, split_device)
+    mixed = utilisation(cost, 1.0, split_device).device_bandwidth_bytes_per_s
     assert mixed == pytest.approx((538_060_032 + 13_824_000) / 2.78246016e-3)
     assert 1.98e11 < mixed < 2e11
 
@@ -138,3 +151,74 @@ def test_no_compute_bound_prompt_within_a_short_context(device: DeviceProfile) -
     assert prefill_ridge_tokens(smollm2_by_hand(max_context=20), device) is None
     fast_memory = replace(device, bandwidth_bytes_per_s=1e15)  # ridge 0.001 FLOP/B: one token is already compute-bound
     assert prefill_ridge_tokens(smollm2_by_hand(), fast_memory) == 1
+
+
+# --- cache layouts ----------------------------------------------------------------------------------------------------
+def test_each_cache_layout_moves_the_bytes_it_says(device: DeviceProfile) -> None:
+    """SmolLM2 by hand, one token onto 99 cached positions: 2 x 3 KV heads x 64 x 4 B x 30 layers a position."""
+    model = smollm2_by_hand()
+    position = 2 * 3 * 64 * 4 * 30  # every layer's K and V of one position: 46,080 B
+    # DynamicCache: the update reads 99 old + 1 new and writes 100; attention reads the 100 again
+    assert kv_traffic_bytes(model, 1, 99) == (200 * position, 100 * position)
+    # read once: attention reads the 100 positions, the update writes the new one
+    assert kv_traffic_bytes(model, 1, 99, cache_layout="read_once") == (100 * position, position)
+    # static, 256 allocated: written in place, attention over all 256 (masked past 100)
+    assert kv_traffic_bytes(model, 1, 99, cache_layout="static", cache_capacity=256) == (256 * position, position)
+    with pytest.raises(ValueError, match="static cache of 64 positions cannot hold 100"):
+        kv_traffic_bytes(model, 1, 99, cache_layout="static", cache_capacity=64)
+    cache = {"cache_capacity": 256}
+    costs = {layout: pass_cost(model, device, 1, 99, cache_layout=layout, **cache) for layout in CACHE_LAYOUTS}
+    assert {layout: c.cache_layout for layout, c in costs.items()} == {layout: layout for layout in CACHE_LAYOUTS}
+    assert len({c.flops for c in costs.values()}) == 1  # the layout moves bytes; the maths counts the useful pairs
+    assert costs["read_once"].t_kv_s < costs["concatenating"].t_kv_s
+
+
+def test_a_sliding_layer_holds_window_minus_one_and_a_static_one_rolls_its_window() -> None:
+    sliding = replace(smollm2_by_hand(), layers=1, layer_windows=(8,))
+    assert sliding.kv_positions_held(0, 100) == 7 and positions_held(sliding, 5) == 5
+    assert layer_kv_positions(sliding, 0, 1, 100) == (8, 8, 8)  # concatenating: 7 kept + 1 new, twice and written
+    assert layer_kv_positions(sliding, 0, 1, 100, cache_layout="read_once") == (8, 0, 1)
+    # StaticSlidingWindowLayer allocates the window; once full it rolls it (read and written twice) and writes the new
+    full = layer_kv_positions(sliding, 0, 1, 100, cache_layout="static", cache_capacity=256)
+    assert full == (8, 16, 17)
+    assert layer_kv_positions(sliding, 0, 1, 3, cache_layout="static", cache_capacity=256) == (8, 0, 1)
+
+
+def test_attention_counts_the_useful_causal_pairs() -> None:
+    for first, last, window in [(1, 10, 4), (5, 5, 4), (1, 3, 8), (3, 20, 7), (10, 12, 0)]:
+        brute = sum(min(i, window) if window else i for i in range(first, last + 1))
+        assert causal_keys(first, last, window) == brute
+    model = smollm2_by_hand()
+    # a 10-token prefill: 55 pairs a layer and head, x 2 (QKᵀ) + 2 (SV) x head_dim 64 x 9 heads x 30 layers
+    assert attention_flops(model, 10, 0) == 4 * 64 * 9 * 30 * 55
+    assert attention_flops(model, 1, 99) == 4 * 64 * 9 * 30 * 100  # a decode: one row of 100 keys
+
+
+# --- the questions ----------------------------------------------------------------------------------------------------
+def test_each_question_searches_once_over_one_range(device: DeviceProfile) -> None:
+    assert first_where(lambda n: n >= 37, 100) == 37 and first_where(lambda n: n > 100, 100) is None
+    model = smollm2_by_hand()
+
+    def step(batch: int) -> Cost:
+        return pass_cost(model, device, 1, 99, batch=batch)
+
+    ridge = ridge_batch(step)
+    assert ridge is not None and step(ridge).bound == "compute" and step(ridge - 1).bound == "memory"
+    flat = replace(device, peak_flops=1e30)  # compute never binds: no ridge within the one range
+    assert ridge_batch(lambda b: pass_cost(model, flat, 1, 99, batch=b)) is None
+    assert RIDGE_BATCH_LIMIT == 1 << 20
+    # KV = weights: 538,060,032 B over 46,080 B a position is 11,676.6: the 11,677th position reaches them
+    at = kv_reaches_weights_context(model.weight_bytes, lambda positions: kv_cache_bytes(model, positions))
+    assert at == 11_677 and kv_cache_bytes(model, at - 1) < model.weight_bytes <= kv_cache_bytes(model, at)
+    slides = replace(model, layer_windows=(8,) * 30)  # every layer slides: the cache stops at 7 positions a layer
+    assert kv_reaches_weights_context(slides.weight_bytes, lambda n: kv_cache_bytes(slides, n)) is None
+
+
+def test_utilisation_is_capped_at_the_device_and_says_its_bandwidth(device: DeviceProfile) -> None:
+    cost = Cost.priced(device, 2_000_000_000, 400_000_000, (60_000_000, 40_000_000))
+    used = utilisation(cost, 0.5, device)
+    assert (used.compute, used.bandwidth) == (0.004, pytest.approx(0.01))
+    assert used.device_bandwidth_bytes_per_s == pytest.approx(1e11)
+    at_roof = utilisation(cost, cost.roofline_time_s * 0.95, device)
+    assert at_roof.bandwidth == 1.0  # within noise under the floor: shown as 100 %
+    assert Cost.priced(device, 0).bound == "none" and total([cost, cost]).flops == 4_000_000_000

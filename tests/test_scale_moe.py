@@ -4,14 +4,16 @@ parameters, the experts a step reads at batch B), sliding-window layers (per-lay
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from explorer.scale.attention import keys_seen
+from explorer.core.roofline import causal_keys
 from explorer.scale.config import load_architecture, shipped
+from explorer.scale.explain import formula_lines
 from explorer.scale.params import (
     count_params,
     expected_experts_read,
@@ -50,8 +52,12 @@ def test_the_issues_whatif_for_qwen3_30b_a3b(tmp_path: Path) -> None:
         "expected_experts_read_per_layer": pytest.approx(8.0),
         "routing": figures["experts"]["routing"],
     }
-    # The ceiling comes from the bytes a batch-1 step reads: the active parameters, not all 30.5B.
-    step_bytes = 2 * figures["active_params"] + figures["decode_step"]["kv_bytes"]
+    # The ceiling comes from the bytes a batch-1 step reads: the active parameters, not all 30.5B (of the untied
+    # input table one row, as a lookup gathers it).
+    step = figures["decode_step"]
+    table, hidden = 151_936 * 2048, 2048
+    assert step["weight_bytes_read"] == 2 * (figures["active_params"] - table + hidden)
+    step_bytes = step["weight_bytes_read"] + step["kv_bytes_read"] + step["kv_bytes_written"]
     assert figures["decode_tokens_per_s_ceiling"] == pytest.approx(H100.bandwidth_bytes_per_s / step_bytes)
 
 
@@ -84,20 +90,21 @@ def test_distinct_experts_read_grow_from_k_to_n_with_batch() -> None:
 def test_an_moe_step_reads_more_weights_with_batch_and_a_dense_one_does_not() -> None:
     moe = Scenario(load_architecture("mixtral-8x7b"), H100, context=1)
     dense = Scenario(load_architecture("llama-3.1-70b"), H100, context=1)
-    assert decode_step(moe, 8).weight_bytes > 2 * decode_step(moe, 1).weight_bytes
-    assert decode_step(dense, 8).weight_bytes == decode_step(dense, 1).weight_bytes
+    assert decode_step(moe, 8).cost.weight_bytes_read > 2 * decode_step(moe, 1).cost.weight_bytes_read
+    rows = 7 * 8192 * 2  # a dense step of 8 gathers 7 more rows of the input table than a step of 1, nothing else
+    assert decode_step(dense, 8).cost.weight_bytes_read == decode_step(dense, 1).cost.weight_bytes_read + rows
     # So the MoE's tokens/s bends below the line of a model that reads every expert whatever the batch:
-    every = decode_step(moe, 1, every_expert=True)
-    assert decode_step(moe, 1).floor_s < every.floor_s
-    assert decode_step(moe, 4096).weight_bytes == pytest.approx(every.weight_bytes, rel=1e-6)
+    assert decode_step(moe, 1).floor_s < decode_step(moe, 1, every_expert=True).floor_s
+    every = decode_step(moe, 4096, every_expert=True).cost
+    assert decode_step(moe, 4096).cost.weight_bytes_read == pytest.approx(every.weight_bytes_read, rel=1e-6)
 
 
 def test_sliding_layers_keep_their_window_and_only_full_layers_grow() -> None:
     a = load_architecture("gemma-3-27b")
     assert a.sliding_layers == 52 and set(a.windows) == {0, 1024}  # five sliding to one full, 62 layers
     per_position = 2 * a.kv_heads * a.head_dim * 2  # K and V, one layer, bfloat16
-    for context in (100, 1024, 32_768):
-        by_hand = per_position * (10 * context + 52 * min(context, 1024))
+    for context in (100, 1024, 32_768):  # a sliding layer holds window - 1, as transformers' cache (the live run)
+        by_hand = per_position * (10 * context + 52 * min(context, 1023))
         assert kv_bytes_at(a, context, "bfloat16") == by_hand
     assert kv_bytes_per_token(a, "bfloat16") == per_position * 62  # what one more position adds early on
     result = what_if(Scenario(a, H100, context=32_768))
@@ -112,7 +119,7 @@ def test_gpt_oss_alternates_sliding_and_full_layers() -> None:
 def test_attention_pairs_under_a_window_by_brute_force() -> None:
     for first, last, window in [(1, 10, 4), (5, 5, 4), (1, 3, 8), (3, 20, 7), (10, 12, 0)]:
         brute = sum(min(i, window) if window else i for i in range(first, last + 1))
-        assert keys_seen(first, last, window) == brute
+        assert causal_keys(first, last, window) == brute
 
 
 def test_quantized_weights_and_kv_change_only_bytes() -> None:
@@ -121,7 +128,7 @@ def test_quantized_weights_and_kv_change_only_bytes() -> None:
     int4 = what_if(Scenario(arch, H100, context=8192, weights_dtype="int4", kv_dtype="fp8"))
     assert int4.weight_bytes == stored_bytes(bf16.params, "int4") == bf16.weight_bytes // 4
     assert int4.kv_bytes_per_token == bf16.kv_bytes_per_token // 2
-    assert int4.decode.flops == bf16.decode.flops  # compute stays in bfloat16
+    assert int4.decode.cost.flops == bf16.decode.cost.flops  # compute stays in bfloat16
     assert int4.decode.floor_s < bf16.decode.floor_s and int4.max_batch > 2 * bf16.max_batch
     assert int4.to_dict()["inputs"]["weights_dtype"] == "int4"
 
@@ -189,3 +196,24 @@ def test_gpt_oss_active_figures_are_compared_on_the_publishers_footing() -> None
     qwen = what_if(Scenario(load_architecture("qwen3-30b-a3b"), H100, batch=1, context=1))
     assert "without it" not in qwen.published_active_note()
     assert qwen.to_dict()["published"]["active_params_counts_embeddings"] is True
+
+
+def test_gpt_oss_ships_its_experts_in_mxfp4_and_the_what_if_stores_them_so() -> None:
+    """gpt-oss's config.json says its experts are MXFP4 (4-bit values, one 8-bit scale per 32: 4.25 bits, scales
+    counted); attention, the router, the embedding and the LM head stay bf16. So the 20b's weights are 13.8 GB, not
+    the 41.8 GB every parameter in bf16 would take, and fit a 16 GB card."""
+    arch = load_architecture("gpt-oss-20b")
+    assert arch.experts_shipped_as == "mxfp4" and load_architecture("mixtral-8x7b").experts_shipped_as == ""
+    c = count_params(arch)
+    expert_weights = 24 * 32 * 3 * 2880 * 2880  # every expert's projections, biases left out (they stay bf16)
+    shipped_as = what_if(Scenario(arch, H100))
+    assert shipped_as.scenario.experts_storage == "mxfp4"
+    assert shipped_as.weight_bytes == 2 * (c.total - expert_weights) + expert_weights * 4.25 / 8
+    assert 13e9 < shipped_as.weight_bytes < 14e9 < 16e9
+    in_bf16 = what_if(Scenario(arch, H100, experts_dtype="bfloat16"))
+    assert in_bf16.weight_bytes == 2 * c.total and round(in_bf16.weight_bytes / 1e9, 1) == 41.8
+    assert shipped_as.decode.floor_s < in_bf16.decode.floor_s and shipped_as.max_batch > in_bf16.max_batch
+    assert "expert weights x 0.53125 bytes (mxfp4)" in "\n".join(formula_lines(shipped_as))
+    dense = what_if(Scenario(load_architecture("llama-3.1-8b"), H100, weights_dtype="mxfp4"))
+    assert dense.weight_bytes == stored_bytes(dense.params, "mxfp4") == math.ceil(dense.params * 4.25 / 8)
+    assert dense.to_dict()["inputs"]["experts_dtype"] is None

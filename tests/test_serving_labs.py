@@ -19,7 +19,7 @@ from explorer.core.engine import Request, warm_up
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
-from explorer.core.roofline import weight_bytes_read
+from explorer.core.roofline import ridge_batch, weight_bytes_read
 from explorer.core.trace import DeviceProfile
 from explorer.labs.batch import (
     ESTIMATE_SLACK,
@@ -28,7 +28,6 @@ from explorer.labs.batch import (
     one_run_s,
     plan_sweep,
     prompt_set,
-    ridge_batch,
     run_batch_sweep,
 )
 from explorer.labs.batch import validate as validate_batch
@@ -95,7 +94,7 @@ def test_prompts_are_equal_length_and_distinct(tiny_lm: LoadedModel) -> None:
 def test_the_ridge_batch_is_where_decode_turns_compute_bound(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
     from explorer.core.roofline import pass_cost
 
-    batch = ridge_batch(tiny_lm, cpu_figures, 20)
+    batch = ridge_batch(lambda b: pass_cost(tiny_lm.info, cpu_figures, 1, 20, batch=b))
     if batch is not None:
         assert pass_cost(tiny_lm.info, cpu_figures, 1, 20, batch=batch).bound == "compute"
         assert batch == 1 or pass_cost(tiny_lm.info, cpu_figures, 1, 20, batch=batch - 1).bound == "memory"

@@ -19,7 +19,7 @@ from explorer.core.engine import Request, check_request, generate
 from explorer.core.loading import LoadedModel
 from explorer.core.recording import bundled
 from explorer.core.recording_checks import read_recording
-from explorer.core.roofline import pass_cost, pass_flops
+from explorer.core.roofline import pass_cost, pass_flops, ridge_batch
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import ms, short_time
 from explorer.teach import tour
@@ -160,14 +160,24 @@ def test_batching_is_modelled_from_the_runs_own_figures(run: tuple[Trace, Attent
     assert frame["measured_ms"].iloc[0] == pytest.approx(charts.median_decode_s(trace) * 1e3)
 
 
-def test_the_ridge_batch_is_where_decode_turns_compute_bound(run: tuple[Trace, AttentionMaps]) -> None:
+def test_slide_7_says_which_cache_it_models_and_where_a_read_once_cache_crosses(
+    run: tuple[Trace, AttentionMaps],
+) -> None:
     trace, _ = run
-    at_16 = pass_cost(trace.model, trace.device, 1, 50, batch=16)
-    device = replace(trace.device, peak_flops=0.99 * at_16.flops / at_16.t_memory_s)  # B = 16 just compute-bound
-    ridge = charts.decode_ridge_batch(trace.model, device, 50)
-    assert ridge is not None and 1 < ridge <= 16
-    assert pass_cost(trace.model, device, 1, 50, batch=ridge).bound == "compute"
-    assert pass_cost(trace.model, device, 1, 50, batch=ridge - 1).bound == "memory"
+    context = charts.decode_context(trace)
+
+    def crossing(layout: str, device: DeviceProfile) -> int | None:
+        return ridge_batch(lambda b: pass_cost(trace.model, device, 1, context, batch=b, cache_layout=layout))
+
+    at_16 = pass_cost(trace.model, trace.device, 1, context, batch=16, cache_layout="read_once")
+    device = replace(trace.device, peak_flops=0.99 * at_16.flops / at_16.t_memory_s)  # read once: B = 16 just crosses
+    concatenating, read_once = crossing("concatenating", device), crossing("read_once", device)
+    assert read_once is not None and 1 < read_once <= 16
+    assert concatenating is None or concatenating > read_once  # re-read and re-written every step: more bytes
+    text = " ".join(tour.slide(6, tour.Run(replace(trace, device=device), None, "", HEIGHT_PX)).sentences)
+    said = f"compute-bound from B = {concatenating:,}" if concatenating else "memory-bound at every B up to 1,048,576"
+    assert f"Modelled: {said} for transformers' DynamicCache (re-read, re-written each step)" in text
+    assert f", compute-bound from B = {read_once:,} for a read-once cache (vLLM's paged one)" in text
 
 
 def test_the_serving_lanes_by_hand(run: tuple[Trace, AttentionMaps]) -> None:
@@ -184,8 +194,9 @@ def test_the_serving_lanes_by_hand(run: tuple[Trace, AttentionMaps]) -> None:
     chunks = charts.chunk_times_s(trace, 4)
     T, model = trace.prompt_len, trace.model
     scale = trace.pass_wall_spread(0).median / pass_flops(model, T, T)
-    assert chunks[0] == pytest.approx(pass_flops(model, round(T / 4), round(T / 4)) * scale)
-    assert sum(chunks) <= trace.pass_wall_spread(0).median  # chunks skip the masked blocks a whole pass computes
+    assert chunks[0] == pytest.approx(pass_flops(model, round(T / 4), round(T / 4), logits_tokens=0) * scale)
+    # the chunks' useful pairs and matmuls are the whole pass's, and only the last computes logits: they add up to it
+    assert sum(chunks) == pytest.approx(trace.pass_wall_spread(0).median, rel=1e-12)
     assert len(charts.chunk_times_s(one_token(trace), 4)) == 4 and len(charts.chunk_times_s(trace, 10_000)) == T
 
 

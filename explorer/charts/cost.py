@@ -1,27 +1,25 @@
-"""The Cost page's builders: where each pass's time goes, the roofline, utilisation, the device profile."""
+"""The Cost page's time split: where each pass's time goes (the roofline's weight, KV and compute times against the
+measured time, the rest overhead), the page's takeaway computed from it, and the KV-traffic term written out.
+
+The roofline chart and utilisation are in `explorer.charts.roofline`, the device table in `explorer.charts.device`.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import (
-    MEASURED,
-    MODELLED,
-    PHASE_COLOR,
-    PHASE_DOMAIN,
-    TWO_LINE_LABEL,
-    phase_color,
-    phase_points,
-)
-from explorer.core.figure_trust import UNDER_LOAD, caveat, marked_bound
-from explorer.core.profiles import READ_BANDWIDTH_COUNTS
-from explorer.core.roofline import attainable_flops, pass_bandwidth_bytes_per_s, prefill_ridge_tokens
-from explorer.core.trace import DeviceProfile, PassRecord, Trace
-from explorer.core.units import human_bandwidth, human_bytes, human_flops, to_ms
+from explorer.charts.common import PHASE_COLOR, TWO_LINE_LABEL
+from explorer.core.figure_trust import marked_bound
+from explorer.core.roofline import LAYOUT_WORDS
+from explorer.core.trace import PassRecord, Trace
+from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, short_time, to_ms
+
+if TYPE_CHECKING:  # the takeaway reads a profile's fields; it never needs torch
+    from explorer.core.profiler import PassProfile
 
 # The four stacked segments of a pass, bottom to top: they sum to the measured wall time whenever the pass is at
 # least as slow as the roofline model predicts (wall >= max(compute, weight + KV)).
@@ -33,18 +31,18 @@ SEGMENT_LABELS = [
     "overhead = wall − roofline (measured − modelled)",
 ]
 SEGMENT_RANGE = ["#3182bd", "#9ecae1", "#756bb1", "#bdbdbd"]  # blues, purple, grey: never the phase colours
-ROOF_POINTS_PER_DECADE = 8
-DEVICE_NOTE = {
-    "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul, a large copy and a large "
-    "read-only sum achieved on this machine with the same threads, so a pass can approach the roof but a real kernel "
-    "rarely reaches it.",
-    "cuda": "On a GPU the peaks come from the datasheet or the driver; the microbenchmark rows show what is "
-    "achievable in practice, usually somewhat below.",
-}
+PROFILE_GROUPS_SAID = 3  # the takeaway names the profiled pass's largest groups, this many
 
 
-def _vega_list(values: Sequence[str]) -> str:
+def _vega_list(values: list[str]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def median_decode_index(trace: Trace) -> int | None:
+    """The page's one default decode pass, for every section that shows one: the decode with the median wall time (the
+    lower middle for an even count), None if none."""
+    decodes = sorted(trace.decodes, key=lambda p: (p.wall_s, p.index))
+    return decodes[(len(decodes) - 1) // 2].index if decodes else None
 
 
 # --- where the time goes ---------------------------------------------------------------------------------------------
@@ -154,270 +152,87 @@ def predicted_frame(trace: Trace) -> pd.DataFrame:
     )
 
 
-# --- the roofline ----------------------------------------------------------------------------------------------------
-def _roof_intensities(low: float, high: float, ridge: float) -> list[float]:
-    """A geometric grid from low to high with the ridge point on it, so the drawn roof has its true corner."""
-    decades = math.log10(high / low)
-    count = max(2, math.ceil(decades * ROOF_POINTS_PER_DECADE) + 1)
-    grid = [low * (high / low) ** (i / (count - 1)) for i in range(count)]
-    return sorted({*grid, ridge})
+# --- the takeaway: computed from the run, true whatever the overhead ----------------------------------------------
+def brief_time(seconds: float) -> str:
+    """Three significant figures in ms (127 ms, 3.18 ms, 0.0912 ms), in s from a second up: a first line stays short."""
+    return short_time(seconds) if seconds >= 1 else f"{to_ms(seconds):,.3g} ms"
 
 
-def roofline_frame(trace: Trace) -> pd.DataFrame:
-    """Rows of three kinds: 'pass' (one per pass), 'roof' (the roof line) and 'ridge' (its corner)."""
-    device = trace.device
-    ridge = device.ridge_point_flops_per_byte
-    passes = [
-        {
-            "kind": "pass",
-            "pass": p.index,
-            "phase": p.phase,
-            "intensity_flops_per_byte": p.cost.arithmetic_intensity,
-            "flops_per_s": p.achieved_flops_per_s,
-            "bound": p.cost.bound,
-            "wall_ms": to_ms(p.wall_s),
-        }
-        for p in trace.passes
-    ]
-    intensities = [row["intensity_flops_per_byte"] for row in passes if row["intensity_flops_per_byte"] > 0]
-    # A decade of margin either side of the passes and the ridge, so every point sits under a drawn roof.
-    low = min([*intensities, ridge]) / 10
-    high = max([*intensities, ridge]) * 10
-    roof = [
-        {"kind": "roof", "intensity_flops_per_byte": x, "flops_per_s": attainable_flops(x, device)}
-        for x in _roof_intensities(low, high, ridge)
-    ]
-    corner = {"kind": "ridge", "intensity_flops_per_byte": ridge, "flops_per_s": device.peak_flops}
-    frame = pd.DataFrame([*passes, *roof, corner])
-    return frame.astype({"pass": "Int64"})
+def per_token_sentence(trace: Trace, measured: str = "measured") -> str:
+    """Each phase's measured time per token it processed, at the page's decode pass: the lesson that holds whatever
+    the overhead, short enough to be the page's first line. `measured` names the times ("recorded": a recording)."""
+    prompt, prefill_s = trace.prompt_len, trace.pass_wall_spread(0).median
+    sentence = f"A prefill: {prompt} tokens in {brief_time(prefill_s)}, {brief_time(prefill_s / prompt)} a token"
+    index = median_decode_index(trace)
+    if index is None:
+        return sentence + f" ({measured}); this run made one token: no decode pass to set beside it."
+    return sentence + f"; a decode pass: {brief_time(trace.pass_wall_spread(index).median)} for one ({measured})."
 
 
-def roofline_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Log-log: the roof min(peak, intensity x bandwidth), its ridge, and each pass coloured by phase."""
-    x = alt.X(
-        "intensity_flops_per_byte:Q",
-        scale=alt.Scale(type="log", nice=False),  # the roof spans the whole axis: it was drawn a decade past the data
-        title="arithmetic intensity (FLOP/byte, modelled)",
-    )
-    y = alt.Y(
-        "flops_per_s:Q",
-        scale=alt.Scale(type="log"),
-        axis=alt.Axis(format="~s"),
-        title="FLOP/s (modelled FLOPs / measured time)",
-    )
-    base = alt.Chart(frame).encode(x=x, y=y)
-    roof = base.transform_filter("datum.kind == 'roof'").mark_line(color="#444444", strokeWidth=2)
-    ridge = base.transform_filter("datum.kind == 'ridge'")
-    # A full-height dashed rule: left of it passes are memory-bound, right of it compute-bound.
-    ridge_rule = (
-        alt.Chart(frame)
-        .transform_filter("datum.kind == 'ridge'")
-        .mark_rule(color="#444444", strokeDash=[4, 4])
-        .encode(x=x)
-    )
-    ridge_label = ridge.mark_text(align="left", dx=6, dy=-8, color="#444444").encode(
-        text=alt.Text("intensity_flops_per_byte:Q", format=".1f")
-    )
-    ridge_dot = ridge.mark_point(shape="diamond", size=90, filled=True, color="#444444").encode(
-        tooltip=[alt.Tooltip("intensity_flops_per_byte:Q", title="ridge point (FLOP/byte)", format=".2f")]
-    )
-    tooltip = [
-        "pass:Q",
-        "phase:N",
-        "bound:N",
-        alt.Tooltip("intensity_flops_per_byte:Q", title="FLOP/byte", format=".2f"),
-        alt.Tooltip("flops_per_s:Q", title="FLOP/s", format=".3~s"),
-        alt.Tooltip("wall_ms:Q", title="wall (ms)", format=".3f"),
-    ]
-    shape = alt.Shape("phase:N", scale=alt.Scale(domain=PHASE_DOMAIN, range=["square", "circle"]), legend=None)
-    points = phase_points(base.transform_filter("datum.kind == 'pass'"), 70, shape=shape, tooltip=tooltip)
-    return (roof + ridge_rule + ridge_dot + ridge_label + points).properties(height=360)
+def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfile | None) -> str:
+    """Overhead's share of each phase's measured time, and where the profiler (when it has run) says it goes."""
+    shares = []
+    for index in (0, decode_index):
+        if index is None:
+            continue
+        p, wall_s = trace.passes[index], trace.pass_wall_spread(index).median
+        overhead_s = max(0.0, wall_s - p.cost.roofline_time_s)
+        shares.append(f"{overhead_s / wall_s:.0%} of the {p.phase} ({ms(overhead_s)} of {ms(wall_s)})")
+    sentence = "Overhead, the measured time the roofline does not explain, is " + " and ".join(shares) + "."
+    if profile is None:
+        return sentence + " The profiler below replays a pass and says where that time goes."
+    parts = sorted([(g.self_s, g.name) for g in profile.groups] + [(profile.remainder_s, profile.remainder_name)])
+    top = [f"{name} {s / profile.wall_s_profiled:.0%}" for s, name in reversed(parts[-PROFILE_GROUPS_SAID:])]
+    return sentence + f" Profiled, pass {profile.pass_index}'s time went to " + ", ".join(top) + " (measured)."
 
 
-# --- utilisation -----------------------------------------------------------------------------------------------------
-def median_decode_index(trace: Trace) -> int | None:
-    """The pass index of the decode with the median wall time (the lower middle for an even count), None if none."""
-    decodes = sorted(trace.decodes, key=lambda p: (p.wall_s, p.index))
-    return decodes[(len(decodes) - 1) // 2].index if decodes else None
-
-
-def utilisation_frame(passes: Sequence[PassRecord], device: DeviceProfile) -> pd.DataFrame:
-    """Per pass: achieved FLOP/s against the peak, achieved bandwidth (bytes moved: read + written) against the
-    device's bandwidth for that pass's mix (reads at the read-only figure, writes at the copy figure)."""
-    return pd.DataFrame(
-        {
-            "pass": p.index,
-            "phase": p.phase,
-            "label": f"{p.phase} (pass {p.index})",
-            "flops": p.cost.flops,
-            "bytes_moved": p.cost.bytes_moved,  # weights read + KV read and written
-            "wall_s": p.wall_s,
-            "achieved_flops_per_s": p.achieved_flops_per_s,
-            # A pass within 10 % under its floor is noise at the roof, not a device beaten: shown as 100 %, flagged.
-            "compute_utilisation": min(1.0, p.achieved_flops_per_s / device.peak_flops),
-            "achieved_bandwidth_bytes_per_s": p.achieved_bandwidth_bytes_per_s,
-            "device_bandwidth_bytes_per_s": pass_bandwidth_bytes_per_s(p.cost, device),
-            "bandwidth_utilisation": min(
-                1.0, p.achieved_bandwidth_bytes_per_s / pass_bandwidth_bytes_per_s(p.cost, device)
-            ),
-            "at_the_roof": p.wall_s <= p.cost.roofline_time_s,
-            "tokens_per_s": p.tokens_in / p.wall_s if p.wall_s > 0 else 0.0,
-        }
-        for p in passes
-    )
-
-
-def utilisation_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """One bar per (figure, pass) in the pass's phase colour: compute as % of peak, bandwidth as % of the device's."""
-    order = [f"{figure} · {label}" for figure in ("compute", "bandwidth") for label in frame["label"]]
-    base = (
-        alt.Chart(frame)
-        .transform_fold(["compute_utilisation", "bandwidth_utilisation"], as_=["figure", "fraction"])
-        .transform_calculate(
-            row="(datum.figure == 'compute_utilisation' ? 'compute' : 'bandwidth') + ' · ' + datum.label"
+def floor_sentence(trace: Trace, decode_index: int | None) -> str:
+    """ "Memory-bound" said as what it is: the model's floor, not what this device's measured time is made of."""
+    p = trace.passes[0 if decode_index is None else decode_index]
+    c, device = p.cost, trace.device
+    if c.bound == "memory":
+        made_of = (
+            f"reading {human_bytes(c.weight_bytes_read)} of weights and {human_bytes(c.kv_bytes_moved)} of KV cache "
+            f"at {human_bandwidth(device.effective_read_bandwidth_bytes_per_s)}"
         )
-        .encode(
-            x=alt.X("fraction:Q", axis=alt.Axis(format="%"), title="achieved / device figure (peak FLOP/s, bandwidth)"),
-            y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
-        )
-    )
-    bars = base.mark_bar().encode(
-        color=phase_color("phase"),
-        tooltip=["label:N", "figure:N", alt.Tooltip("fraction:Q", format=".3~p")],
-    )
-    values = base.mark_text(align="left", dx=4).encode(text=alt.Text("fraction:Q", format=".3~p"))
-    return (bars + values).properties(height=alt.Step(28))
-
-
-# --- the device ------------------------------------------------------------------------------------------------------
-def device_frame(device: DeviceProfile) -> pd.DataFrame:
-    """The figures the roofline divides by, each with its source, and the microbenchmarks with their spread."""
-
-    def spread(samples: tuple[float, ...], fmt: Callable[[float], str]) -> str:
-        return f"best of {len(samples)}; spread {fmt(min(samples))} – {fmt(max(samples))}" if samples else ""
-
-    matmul = f"{device.matmul_n}×{device.matmul_n} {device.dtype} matmul" if device.matmul_n else "matmul"
-    copy = f"copy of {human_bytes(device.copy_bytes)}" if device.copy_bytes else "copy"
-    read = f"sum over {human_bytes(device.read_bytes)}" if device.read_bytes else "sum"
-    rows = [
-        ("device", f"{device.name} ({device.kind})", "the run's device"),
-        ("dtype", device.dtype, "every FLOP/s figure here is for this dtype"),
-        ("peak compute", human_flops(device.peak_flops) + "/s", device.peak_flops_source),
-        read_bandwidth_row(device),
-        (
-            "copy bandwidth (KV cache writes)",
-            f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_counts})",
-            device.bandwidth_source,
-        ),
-        (
-            "ridge point",
-            f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte{caveat(device)}",
-            f"{MODELLED}: peak compute / read bandwidth (a pass's bytes are mostly reads)",
-        ),
-        (
-            f"achievable compute ({matmul})",
-            _rate_or_na(device.measured_flops, lambda v: human_flops(v) + "/s"),
-            f"{MEASURED}; {spread(device.flops_samples, lambda v: human_flops(v) + '/s')}",
-        ),
-        (
-            f"achievable bandwidth ({copy}, {device.bandwidth_counts})",
-            _rate_or_na(device.measured_bandwidth_bytes_per_s, human_bandwidth),
-            f"{MEASURED}; {spread(device.bandwidth_samples, human_bandwidth)}",
-        ),
-        (
-            f"achievable bandwidth ({read}, {READ_BANDWIDTH_COUNTS})",
-            _rate_or_na(device.measured_read_bandwidth_bytes_per_s, human_bandwidth),
-            f"{MEASURED}; {spread(device.read_bandwidth_samples, human_bandwidth)}",
-        ),
-        ("measured at", device.measured_at or "n/a", measured_when(device)),
-        ("memory", human_bytes(device.memory_bytes) if device.memory_bytes else "n/a", "reported by the system"),
-    ]
-    if device.busy_note:
-        rows.append(("re-measured", device.busy_note, MEASURED))
-    rows += trust_rows(device)
-    if device.notes:
-        rows.append(("notes", device.notes, ""))
-    return pd.DataFrame(rows, columns=["figure", "value", "source"])
-
-
-def trust_rows(device: DeviceProfile) -> list[tuple[str, str, str]]:
-    """How busy the machine was while the figures were taken, and whether they can be trusted."""
-    rows = []
-    if device.benchmark_core_share is not None:
-        share = f"{device.benchmark_core_share:.0%} of their cores"
-        rows.append(("cores the benchmarks had", share, f"{MEASURED}: process CPU time / (wall × threads)"))
-    if device.figures_taken_under_load:
-        rows.append(("reliability", UNDER_LOAD, device.figures_note))
-    elif device.figures_note:
-        rows.append(("reliability", "sound", device.figures_note))
-    return rows
-
-
-def read_bandwidth_row(device: DeviceProfile) -> tuple[str, str, str]:
-    """The figure weight and KV reads are divided by; a trace from before it was measured says it uses the copy's."""
-    figure = "read bandwidth (weights, KV cache reads)"
-    if device.read_bandwidth_from_copy:
-        value = f"{human_bandwidth(device.bandwidth_bytes_per_s)} ({device.bandwidth_counts})"
-        return figure, value, "the copy figure: this trace was taken before read-only bandwidth was measured"
-    value = f"{human_bandwidth(device.effective_read_bandwidth_bytes_per_s)} ({READ_BANDWIDTH_COUNTS})"
-    return figure, value, str(device.read_bandwidth_source)
-
-
-def measured_when(device: DeviceProfile) -> str:
-    """When and why the microbenchmarks last ran: the figures are reused across runs, so "before this run" may be
-    false."""
-    if device.busy_note:
-        return (
-            "re-measured after this run: a pass ran faster than the figures predicted (they may have been taken busy)"
-        )
+    else:
+        made_of = f"its {human_flops(c.flops)} at {human_flops(device.peak_flops)}/s"
+    ratio = trace.pass_wall_spread(p.index).median / c.roofline_time_s
     return (
-        "the latest microbenchmarks in this server process: the first run's after its warm-up, or a re-measure; "
-        "reused by later runs while no pass beats them"
+        f"By the roofline model the {p.phase} (pass {p.index}) is {marked_bound(c.bound, device)}: its floor, "
+        f"{ms(c.roofline_time_s)}, is {made_of} (modelled). That is the model's floor, the least the pass could "
+        f"take; measured, it took {ratio:,.1f}× that."
     )
 
 
-def _rate_or_na(value: float | None, fmt: Callable[[float], str]) -> str:
-    return "n/a" if value is None else fmt(value)
+def takeaway(trace: Trace, profile: PassProfile | None = None) -> list[str]:
+    """What the Cost page says under its first line (`per_token_sentence`), computed from the run: the two phases' time
+    per token compared, overhead's share and where it goes (the profile's groups, when `profile` is this run's), and
+    "memory-bound" as the model's floor."""
+    index = median_decode_index(trace)
+    shared = f"Both read every weight once; the prefill shares that read among its {trace.prompt_len} tokens."
+    if index is not None:
+        per_prefill_token_s = trace.pass_wall_spread(0).median / trace.prompt_len
+        ratio = trace.pass_wall_spread(index).median / per_prefill_token_s
+        shared = f"Per token, the decode pass (pass {index}, the median one) took {ratio:,.0f}× a prefill's. " + shared
+    return [shared, overhead_sentence(trace, index, profile), floor_sentence(trace, index)]
 
 
-# --- sentences that state a bound: computed, never asserted -------------------------------------------------------
-def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
-    """Which side of the ridge a pass sits on, from its modelled intensity against this device's ridge point."""
-    intensity, ridge = p.cost.arithmetic_intensity, device.ridge_point_flops_per_byte
-    side = "right" if intensity >= ridge else "left"
-    return (
-        f"The {p.phase} (pass {p.index}) does {intensity:,.2f} FLOP per byte moved; this device's ridge is "
-        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {marked_bound(p.cost.bound, device)} by the model."
-    )
+MAIN_CHART_NOTICE = (
+    "What to notice: the prefill's bar stands beside one-token decode bars; grey is what the model does not explain, "
+    "blue the weight and KV reads it predicts, purple the maths it cannot hide behind them; the black tick is the "
+    "measured time."
+)
 
 
-def prefill_ridge_sentence(trace: Trace) -> str:
-    """The prompt length from which a prefill is compute-bound: from the same cost model as each pass's bound, so
-    this sentence and the prefill's bound sentence never disagree."""
-    tokens = prefill_ridge_tokens(trace.model, trace.device)
-    device = (
-        f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
-        + caveat(trace.device)
-    )
-    why = (
-        f"A prefill does about 2 FLOPs per weight per prompt token but reads each weight "
-        f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once per pass, so its intensity grows with the "
-        "prompt; counting every byte the model moves (embedding table and KV traffic included), "
-    )
-    if tokens is None:
-        return (
-            why + f"no prompt within the model's context of {trace.model.max_context:,} tokens makes a prefill "
-            f"compute-bound {device}. This prompt has {trace.prompt_len} tokens."
-        )
-    now = "at or above" if trace.prompt_len >= tokens else "below"
-    return (
-        why + f"a prefill is compute-bound from {tokens:,} prompt tokens {device}. This prompt has "
-        f"{trace.prompt_len} tokens, {now} that."
-    )
-
-
+# --- the KV term, written out -----------------------------------------------------------------------------------------
 def kv_traffic_formula(trace: Trace, p: PassRecord) -> str:
-    """The KV term of pass `p`, written out with its numbers."""
+    """The KV term of pass `p`, written out with its numbers, for the cache layout it was costed with."""
+    if p.cost.cache_layout != "concatenating":
+        return (
+            f"Costed for {LAYOUT_WORDS[p.cost.cache_layout]}. Pass {p.index}: read "
+            f"{human_bytes(p.cost.kv_bytes_read)}, written {human_bytes(p.cost.kv_bytes_written)}."
+        )
     if trace.model.sliding_layers:
         return sliding_kv_traffic_formula(trace, p)
     per_token = trace.model.kv_bytes_per_token

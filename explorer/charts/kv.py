@@ -7,7 +7,7 @@ import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED, phase_points
 from explorer.core.report import cache_holds_text
-from explorer.core.roofline import kv_cache_bytes
+from explorer.core.roofline import kv_cache_bytes, kv_reaches_weights_context
 from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import GB, KB, MB, human_bytes
 
@@ -238,40 +238,43 @@ def gqa_text(model: ModelInfo, cache_len: int) -> str:
     )
 
 
+Row = tuple[str, int, str]  # a factor of the formula: its name, its value, a note
+
+
+def factors_frame(rows: list[Row]) -> pd.DataFrame:
+    return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
+
+
 def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
-    """The formula's factors, each with its value, and the products for one token and for the current cache."""
-    total = kv_cache_bytes(model, cache_len)
+    """The formula's factors, each with its value, and the products for one token and for the current cache: per-head K
+    and V, or a cache's two slots (MLA's latent and rotary key, read from its tensors)."""
     if model.sliding_layers:
         return sliding_formula_frame(model, cache_len)
-    if model.kv_cache_key_width:
-        return cache_widths_frame(model, cache_len)
-    rows = [
-        ("K and V", 2, "two tensors per layer"),
-        ("layers", model.layers, "every decoder block keeps its own cache"),
-        ("kv_heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
-        ("head_dim", model.head_dim, "values per head per position"),
-        ("bytes per element", model.bytes_per_element, model.dtype),
-        ("= bytes per token", model.kv_bytes_per_token, "the product of the five above"),
-        ("× cached positions", cache_len, "prompt + generated tokens fed back"),
-        ("= KV cache now", total, human_bytes(total)),
-    ]
-    return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
-
-
-def cache_widths_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
-    """The factors of a cache that is not per-head K and V (MLA): its two slots' widths, read from its tensors."""
+    layers: Row = ("layers", model.layers, "every decoder block keeps its own cache")
+    if model.kv_cache_key_width:  # not per-head K and V
+        latent = model.latent_cache
+        slots = "latent (kv_lora_rank), shared by every head" if latent else "K values"
+        rows: list[Row] = [
+            ("key slot", model.cache_key_width, slots),
+            ("value slot", model.cache_value_width, "rotary key (qk_rope_head_dim), shared" if latent else "V values"),
+            layers,
+        ]
+        product = "(key + value slot) × layers × bytes"
+    else:
+        gqa = f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"
+        rows = [("K and V", 2, "two tensors per layer"), layers, ("kv_heads", model.kv_heads, gqa)]
+        rows.append(("head_dim", model.head_dim, "values per head per position"))
+        product = "the product of the five above"
     total = kv_cache_bytes(model, cache_len)
-    latent = model.latent_cache
-    rows = [
-        ("key slot", model.cache_key_width, "latent (kv_lora_rank), shared by every head" if latent else "K values"),
-        ("value slot", model.cache_value_width, "rotary key (qk_rope_head_dim), shared" if latent else "V values"),
-        ("layers", model.layers, "every decoder block keeps its own cache"),
-        ("bytes per element", model.bytes_per_element, model.dtype),
-        ("= bytes per token", model.kv_bytes_per_token, "(key + value slot) × layers × bytes"),
-        ("× cached positions", cache_len, "prompt + generated tokens fed back"),
-        ("= KV cache now", total, human_bytes(total)),
-    ]
-    return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
+    return factors_frame(
+        [
+            *rows,
+            ("bytes per element", model.bytes_per_element, model.dtype),
+            ("= bytes per token", model.kv_bytes_per_token, product),
+            ("× cached positions", cache_len, "prompt + generated tokens fed back"),
+            ("= KV cache now", total, human_bytes(total)),
+        ]
+    )
 
 
 def sliding_formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
@@ -291,7 +294,7 @@ def sliding_formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
         held = min(cache_len, window - 1)
         rows.append((f"× sliding layers × min(positions, {window} - 1)", count * held, f"{count} layers"))
     rows.append(("= KV cache now", total, human_bytes(total)))
-    return pd.DataFrame({"factor": name, "value": value, "note": note} for name, value, note in rows)
+    return factors_frame(rows)
 
 
 # --- next to the weights -------------------------------------------------------------------------------------------
@@ -333,27 +336,18 @@ def weights_chart(frame: pd.DataFrame) -> alt.LayerChart:
     return alt.layer(bars, labels).properties(height=300)
 
 
-def crossover_tokens(model: ModelInfo) -> float | None:
-    """Cached positions of one sequence at which the KV cache's bytes equal the weights', per-layer windows applied;
-    None when it never does (every layer slides and their windows hold less than the weights)."""
-    weights = model.weight_bytes
-    plateau = sum(max(0, w - 1) for w in model.windows if w) * model.kv_bytes_per_token_per_layer
-    if not model.sliding_layers or plateau >= weights:  # reached while every layer still grows
-        return weights / model.kv_bytes_per_token
-    if not model.full_layers:
-        return None
-    return (weights - plateau) / model.kv_bytes_per_token_full_layers
-
-
 def weights_ratio_text(trace: Trace) -> str:
-    kv, weights = trace.final_kv_cache_bytes, trace.model.weight_bytes
+    """The cache now against the weights, and the context at which one sequence's cache would hold as many bytes
+    (`explorer.core.roofline.kv_reaches_weights_context`, per-layer windows applied)."""
+    model = trace.model
+    kv, weights = trace.final_kv_cache_bytes, model.weight_bytes
     now = f"The KV cache is {100 * kv / weights:.2f}% of the weights now ({human_bytes(kv)} vs {human_bytes(weights)})"
-    tokens = crossover_tokens(trace.model)
+    tokens = kv_reaches_weights_context(weights, lambda positions: kv_cache_bytes(model, positions))
     if tokens is None:
         return now + ": every layer slides, so the cache stops growing at its windows and never matches them."
-    if not trace.model.sliding_layers:
-        return now + f": it would match them at {tokens:,.0f} cached tokens (batch × context)."
-    return now + f": one sequence's cache would match them at {tokens:,.0f} tokens (sliding layers capped)."
+    if not model.sliding_layers:
+        return now + f": it would match them at {tokens:,} cached tokens (batch × context)."
+    return now + f": one sequence's cache would match them at {tokens:,} tokens (sliding layers capped)."
 
 
 # --- the projection ------------------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import display_token
-from explorer.core.roofline import pass_cost
+from explorer.core.roofline import Cost, pass_cost
 from explorer.core.slo import REFERENCE_ITL_SLO_S, REFERENCE_TTFT_SLO_S, figure_ms
-from explorer.core.trace import PassCost, Trace, percentile
+from explorer.core.trace import Trace, percentile
 from explorer.core.units import human_bytes, to_ms
 
 DEFAULT_TTFT_SLO_S = REFERENCE_TTFT_SLO_S  # the CLI sweep's defaults; the app's views start from the run's own
@@ -36,7 +36,7 @@ class LabelledTrace:
 
 
 # --- what a decode gap waits on --------------------------------------------------------------------------------------
-def kv_share(cost: PassCost) -> float:
+def kv_share(cost: Cost) -> float:
     """The KV cache's part of a pass's modelled bytes (the rest is the weights)."""
     return cost.kv_bytes_moved / cost.bytes_moved
 

@@ -10,8 +10,8 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED
-from explorer.core.operators import KINDS, OpCost, summed
-from explorer.core.trace import PassCost
+from explorer.core.operators import KINDS, Operator, summed
+from explorer.core.roofline import Cost
 from explorer.core.units import to_ms
 
 if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
@@ -29,38 +29,29 @@ FLOOR_MS = "floor ms (max of compute, memory)"
 NUMBERS = [FLOPS, READ, WRITTEN, INTENSITY, BOUND, COMPUTE_MS, WEIGHT_MS, KV_MS, FLOOR_MS]
 
 
-def _figures(flops: int, read: int, written: int, times_s: tuple[float, float, float]) -> dict[str, object]:
-    """The columns every row shares, from its sums: intensity and bound by the pass's own rule."""
-    compute_s, weight_s, kv_s = times_s
-    moved = read + written
-    bound = "none" if flops == 0 and moved == 0 else ("compute" if compute_s >= weight_s + kv_s else "memory")
+def _figures(cost: Cost) -> dict[str, object]:
+    """The columns every row shares, read off one `Cost` (an operator's, several added up, or the pass's own)."""
     return {
-        FLOPS: flops,
-        READ: read,
-        WRITTEN: written,
-        INTENSITY: flops / max(1, moved),
-        BOUND: bound,
-        COMPUTE_MS: to_ms(compute_s),
-        WEIGHT_MS: to_ms(weight_s),
-        KV_MS: to_ms(kv_s),
-        FLOOR_MS: to_ms(max(compute_s, weight_s + kv_s)),
+        FLOPS: cost.flops,
+        READ: cost.bytes_read,
+        WRITTEN: cost.kv_bytes_written,
+        INTENSITY: cost.arithmetic_intensity,
+        BOUND: cost.bound,
+        COMPUTE_MS: to_ms(cost.t_compute_s),
+        WEIGHT_MS: to_ms(cost.t_weight_read_s),
+        KV_MS: to_ms(cost.t_kv_s),
+        FLOOR_MS: to_ms(cost.roofline_time_s),
     }
 
 
-def _row(ops: Sequence[OpCost]) -> dict[str, object]:
-    total = summed(ops)
-    times = (total.t_compute_s, total.t_weight_read_s, total.t_kv_s)
-    return _figures(total.flops, total.weight_bytes_read + total.kv_bytes_read, total.kv_bytes_written, times)
-
-
-def operators_frame(ops: Sequence[OpCost]) -> pd.DataFrame:
+def operators_frame(ops: Sequence[Operator]) -> pd.DataFrame:
     """Every operator of the pass, layer by layer: the data behind the download."""
-    rows = [{"layer": op.layer, "operator": op.name, "kind": op.kind, **_row([op])} for op in ops]
+    rows = [{"layer": op.layer, "operator": op.name, "kind": op.kind, **_figures(op.cost)} for op in ops]
     frame = pd.DataFrame(rows, columns=["layer", "operator", "kind", *NUMBERS])
     return frame.astype({"layer": "Int64"})  # empty outside the decoder layers (embedding, LM head, other weights)
 
 
-def kinds_frame(ops: Sequence[OpCost]) -> pd.DataFrame:
+def kinds_frame(ops: Sequence[Operator]) -> pd.DataFrame:
     """One row per operator kind, summed over the layers, in the order a layer runs them; kinds the model lacks are
     left out. A kind's floor is its operators' floors added, each op bounded on its own."""
     rows = []
@@ -69,31 +60,26 @@ def kinds_frame(ops: Sequence[OpCost]) -> pd.DataFrame:
         if not of_kind:
             continue
         layers = {op.layer for op in of_kind if op.layer is not None}
-        row = _row(of_kind)
-        row[FLOOR_MS] = to_ms(sum(op.roofline_time_s for op in of_kind))
+        row = _figures(summed(of_kind))
+        row[FLOOR_MS] = to_ms(sum(op.cost.roofline_time_s for op in of_kind))
         rows.append({"operator kind": kind, "layers": len(layers) or None, **row})
     frame = pd.DataFrame(rows, columns=["operator kind", "layers", *NUMBERS])
     return frame.astype({"layers": "Int64"})  # empty for what runs outside the layers
 
 
-def layer_frame(ops: Sequence[OpCost], layer: int) -> pd.DataFrame:
+def layer_frame(ops: Sequence[Operator], layer: int) -> pd.DataFrame:
     """One decoder layer's operators."""
     frame = operators_frame([op for op in ops if op.layer == layer])
     return frame.drop(columns=["layer"])
 
 
-def totals_frame(ops: Sequence[OpCost], cost: PassCost) -> pd.DataFrame:
+def totals_frame(ops: Sequence[Operator], cost: Cost) -> pd.DataFrame:
     """The operators added up beside the pass's own modelled totals (the time split's): the two rows are equal."""
     rows = [
-        {"": "every operator, added up", **_row(ops)},
-        {"": "the pass (its roofline cost)", **_row_of_cost(cost)},
+        {"": "every operator, added up", **_figures(summed(ops))},
+        {"": "the pass (its roofline cost)", **_figures(cost)},
     ]
     return pd.DataFrame(rows, columns=["", *NUMBERS])
-
-
-def _row_of_cost(cost: PassCost) -> dict[str, object]:
-    times = (cost.t_compute_s, cost.t_weight_read_s, cost.t_kv_s)
-    return _figures(cost.flops, cost.weight_bytes_read + cost.kv_bytes_read, cost.kv_bytes_written, times)
 
 
 # --- modelled beside measured ----------------------------------------------------------------------------------------
@@ -102,14 +88,14 @@ MEASURED_BAR = f"profiled ({MEASURED}): op self time"
 
 
 def side_by_side_frame(
-    ops: Sequence[OpCost], profile: PassProfile, kinds_of_group: Mapping[str, Sequence[str]]
+    ops: Sequence[Operator], profile: PassProfile, kinds_of_group: Mapping[str, Sequence[str]]
 ) -> pd.DataFrame:
     """Per profiler group: the modelled floor of the operator kinds that run in it and the measured self time, with
     how many times slower than its floor the group ran. `kinds_of_group` maps a profiler group to operator kinds."""
     rows = []
     for group in profile.groups:
         kinds = kinds_of_group.get(group.name, ())
-        floor_s = sum(op.roofline_time_s for op in ops if op.kind in kinds)
+        floor_s = sum(op.cost.roofline_time_s for op in ops if op.kind in kinds)
         rows.append(
             {
                 "group": group.name,

@@ -38,11 +38,15 @@ def assumed_label(factor: float) -> str:
     return f"floor x {factor:.1f}: this machine's gap ({ASSUMPTION_WORD})"
 
 
-def _series_encoding(factor: float | None) -> tuple[alt.Color, alt.StrokeDash]:
+def _series_encoding(factor: float | None) -> tuple[alt.Color, alt.StrokeDash, alt.StrokeWidth, alt.Opacity]:
+    """The modelled floor bold and black; this machine's gap applied to the GPU thin, light and dashed: an assumption
+    is never drawn as boldly as the model it scales."""
     domain = [FLOOR] + ([assumed_label(factor)] if factor else [])
     color = alt.Color("series:N", title=None, scale=alt.Scale(domain=domain, range=["#222222", "#e7298a"]))
     dash = alt.StrokeDash("series:N", title=None, scale=alt.Scale(domain=domain, range=[[1, 0], [6, 4]]))
-    return color.legend(orient="top", labelLimit=0), dash.legend(None)
+    width = alt.StrokeWidth("series:N", scale=alt.Scale(domain=domain, range=[3, 1.2]), legend=None)
+    opacity = alt.Opacity("series:N", scale=alt.Scale(domain=domain, range=[1.0, 0.55]), legend=None)
+    return color.legend(orient="top", labelLimit=0), dash.legend(None), width, opacity
 
 
 # --- the decode step against context -----------------------------------------------------------------------------
@@ -56,9 +60,9 @@ def decode_context_frame(result: WhatIf, factor: float | None = None) -> pd.Data
         rows.append(
             {
                 "context": context,
-                "weights_ms": to_ms(step.t_weight_s),
-                "kv_ms": to_ms(step.t_kv_s),
-                "compute_ms": to_ms(step.t_compute_s),
+                "weights_ms": to_ms(step.cost.t_weight_read_s),
+                "kv_ms": to_ms(step.cost.t_kv_s),
+                "compute_ms": to_ms(step.cost.t_compute_s),
                 "allreduce_ms": to_ms(step.t_link_s),
                 "floor_ms": to_ms(step.floor_s),
                 "bound": step.bound,
@@ -75,7 +79,7 @@ def _floor_lines(frame: pd.DataFrame, x: str, y: str, scaled: str, factor: float
     if factor:
         assumed = frame[[x, scaled]].rename(columns={scaled: "value"}).assign(series=assumed_label(factor))
         long = pd.concat([long, assumed], ignore_index=True)
-    color, dash = _series_encoding(factor)
+    color, dash, width, opacity = _series_encoding(factor)
     return (
         alt.Chart(long)
         .mark_line()
@@ -84,6 +88,8 @@ def _floor_lines(frame: pd.DataFrame, x: str, y: str, scaled: str, factor: float
             y=alt.Y("value:Q"),
             color=color,
             strokeDash=dash,
+            strokeWidth=width,
+            opacity=opacity,
             tooltip=[f"{x}:Q", "series:N", alt.Tooltip("value:Q", format=".4~g")],
         )
     )

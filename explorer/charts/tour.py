@@ -6,7 +6,6 @@ The other slides reuse the pages' builders (attention, KV cache, timeline), resi
 
 from __future__ import annotations
 
-import bisect
 import math
 
 import altair as alt
@@ -18,12 +17,11 @@ from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE,
 from explorer.charts.run import ROLE_DOMAIN, TOKENS_PER_ROW
 from explorer.core.roofline import pass_cost, pass_flops
 from explorer.core.stats import percentile
-from explorer.core.trace import DeviceProfile, ModelInfo, Trace
+from explorer.core.trace import Trace
 from explorer.core.units import short_time, to_ms
 
 COMPUTED = "computed (key ≤ query)"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
-RIDGE_BATCH_LIMIT = 1 << 16  # the largest batch searched for decode's ridge crossing
 CHUNKS = 4  # how many chunks the serving slide splits the prompt into (fewer for a shorter prompt)
 STEPS_BEFORE, STEPS_AFTER = 2, 3  # a running request's decode steps drawn before and after the new prompt arrives
 WORK_DOMAIN = ["decode step", "prefill", "chunk + decode"]  # a chunk of the prefill shares a step with a decode
@@ -219,7 +217,7 @@ def batch_frame(trace: Trace, batches: tuple[int, ...] = BATCHES) -> pd.DataFram
     measured_s = median_decode_s(trace)
     rows = []
     for batch in batches:
-        c = pass_cost(trace.model, trace.device, 1, context, batch=batch)
+        c = pass_cost(trace.model, trace.device, 1, context, batch=batch, **trace.cache_options)
         rows.append(
             {
                 "batch": batch,
@@ -274,29 +272,18 @@ def batch_chart(frame: pd.DataFrame, height_px: int) -> alt.LayerChart:
     return alt.layer(bars, rate, tick).properties(height=height_px)
 
 
-def decode_ridge_batch(model: ModelInfo, device: DeviceProfile, context: int) -> int | None:
-    """The smallest batch whose decode step at `context` is compute-bound by the model, None up to the search limit.
-    Compute grows with B while the weight read does not, so the bound flips once: bisect for it."""
-    batches = range(1, RIDGE_BATCH_LIMIT + 1)
-
-    def compute_bound(batch: int) -> bool:
-        return pass_cost(model, device, 1, context, batch=batch).bound == "compute"
-
-    first = bisect.bisect_left(batches, True, key=compute_bound)
-    return batches[first] if first < len(batches) else None
-
-
 # --- slide 8: one prefill on a serving timeline ---------------------------------------------------------------------
 def chunk_times_s(trace: Trace, chunks: int) -> list[float]:
     """Modelled time each of `chunks` pieces of this prompt's prefill adds to the step it shares with a running
     request's decode: the run's measured prefill time split in the ratio of the pieces' FLOPs. The weights are read
     once per step, and the decode step (measured on its own) already reads them, so what a chunk adds is its maths
-    (and the KV it writes), which the prefill's FLOPs stand for; small chunks re-attend over the earlier ones, so
-    later pieces cost a little more."""
+    (and the KV it writes), which the prefill's FLOPs stand for; a later piece attends over the earlier ones, so it
+    costs a little more, and only the last computes the next token's logits. The pieces' useful attention pairs are
+    the whole prefill's, so their times add up to its time."""
     T, model = trace.prompt_len, trace.model
     chunks = max(1, min(chunks, T))
     bounds = [round(i * T / chunks) for i in range(chunks + 1)]
-    flops = [pass_flops(model, b - a, b) for a, b in zip(bounds, bounds[1:])]
+    flops = [pass_flops(model, b - a, b, logits_tokens=int(b == T)) for a, b in zip(bounds, bounds[1:])]
     scale = trace.pass_wall_spread(0).median / pass_flops(model, T, T)
     return [f * scale for f in flops]
 

@@ -40,6 +40,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--kv-dtype", default=None, help=f"how the KV cache is stored: {' | '.join(STORAGE_BITS)} (default: --dtype)"
     )
+    parser.add_argument(
+        "--experts-dtype",
+        default=None,
+        help="a mixture of experts: how the experts' weights are stored (default: as the model ships them, e.g. "
+        "gpt-oss's mxfp4, else --weights-dtype)",
+    )
     parser.add_argument("--batch", type=int, default=1, help="requests decoded together (default 1)")
     parser.add_argument("--context", type=int, default=1024, help="tokens each request holds at the decode step")
     parser.add_argument("--prompt-tokens", type=int, default=512, help="one prompt's length, for the prefill floor")
@@ -55,7 +61,7 @@ def precheck_whatif(args: argparse.Namespace) -> None:
 
     find_gpu(args.gpu)
     bytes_per_element(args.dtype)
-    for stored in (args.weights_dtype, args.kv_dtype):
+    for stored in (args.weights_dtype, args.kv_dtype, args.experts_dtype):
         if stored is not None:
             storage_bits(stored)
     for flag, value in (("--gpus", args.gpus), ("--batch", args.batch), ("--context", args.context)):
@@ -81,6 +87,7 @@ def cmd_whatif(args: argparse.Namespace) -> None:
         prompt_tokens=args.prompt_tokens,
         weights_dtype=args.weights_dtype,
         kv_dtype=args.kv_dtype,
+        experts_dtype=args.experts_dtype,
     )
     result = what_if(scenario)
     print(format_whatif(result))
@@ -106,7 +113,7 @@ def format_whatif(result: WhatIf) -> str:
     ridge = f"{result.ridge_batch:,}" if result.ridge_batch is not None else "none (memory-bound at any batch)"
     fit = "" if result.fits else f" (batch {s.batch} does NOT fit)"
     crossover = (
-        f"{result.kv_crossover_context:,} (KV reads overtake the weights)"
+        f"{result.kv_crossover_context:,} (a step's KV traffic reaches its weight read)"
         if result.kv_crossover_context is not None
         else "never (every layer slides: the cache stops growing)"
     )
@@ -121,7 +128,7 @@ def format_whatif(result: WhatIf) -> str:
         _row("prefill_s_floor", f"{ms(p.floor_s)} ({p.bound}-bound)", "modelled"),
         _row(
             "decode_step_s_floor",
-            f"{ms(d.floor_s)} ({d.bound}-bound: weights {ms(d.t_weight_s)}, KV {ms(d.t_kv_s)})",
+            f"{ms(d.floor_s)} ({d.bound}-bound: weights {ms(d.cost.t_weight_read_s)}, KV {ms(d.cost.t_kv_s)})",
             "modelled",
         ),
         _row(
@@ -189,7 +196,8 @@ def storage_rows(result: WhatIf) -> list[str]:
     return [
         _row(
             "weight_bytes",
-            f"{result.weight_bytes:,} ({human_bytes(result.weight_bytes)}, stored as {s.weights_storage})",
+            f"{result.weight_bytes:,} ({human_bytes(result.weight_bytes)}, stored as {s.weights_storage}"
+            + (f", the experts as {s.experts_storage})" if s.arch.is_moe else ")"),
             "modelled",
         ),
         _row(

@@ -24,6 +24,7 @@ from explorer.core.errors import BadInput, out_of_memory_as_run_failed
 from explorer.core.graph_decode import (
     CacheShape,
     KvCache,
+    cache_layout_of,
     default_decode_path,
     graph_refusal,
     growing_layer_bytes,
@@ -39,7 +40,7 @@ from explorer.core.loading import LoadedModel
 from explorer.core.request import MAX_NEW_TOKENS_LIMIT as MAX_NEW_TOKENS_LIMIT
 from explorer.core.request import MAX_REPEATS as MAX_REPEATS
 from explorer.core.request import Request, validate
-from explorer.core.roofline import cache_layout_of, pass_cost
+from explorer.core.roofline import pass_cost
 from explorer.core.routing import recording_routes
 from explorer.core.timing import RequestClock, synchronize, timed
 from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace

@@ -31,6 +31,7 @@ from torch import nn
 
 from explorer.core.errors import RunFailed, one_line
 from explorer.core.profiles import ModelInfo
+from explorer.core.roofline import CacheLayout
 from explorer.core.trace import DecodePath
 
 CAPACITY_STEP = 256  # a static cache's positions are rounded up to a multiple: nearby lengths share one graph
@@ -71,6 +72,12 @@ def graph_refusal(info: ModelInfo, device: torch.device) -> str | None:
             "the static or eager decode path."
         )
     return None
+
+
+def cache_layout_of(decode_path: DecodePath) -> CacheLayout:
+    """The layout each decode path runs on, as the cost model counts its traffic: the eager path grows a DynamicCache
+    by concatenation; the static and graph paths write into a StaticCache."""
+    return "concatenating" if decode_path == "eager" else "static"
 
 
 def default_decode_path(info: ModelInfo, device: torch.device) -> DecodePath:

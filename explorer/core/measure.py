@@ -16,7 +16,6 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loading import LoadedModel
-from explorer.core.roofline import cache_layout_of, pass_cost
 from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile, PassRecord, Trace
 
 
@@ -61,25 +60,8 @@ def measure(
 
 
 def recost(trace: Trace, device: DeviceProfile) -> Trace:
-    """The same measurements, divided by other device figures."""
-
-    layout, capacity = cache_layout_of(trace.decode_path), trace.kv_cache_capacity
-
-    def recosted(p: PassRecord) -> PassRecord:
-        touched = p.experts_touched or None
-        cost = pass_cost(
-            trace.model,
-            device,
-            p.tokens_in,
-            p.cache_len_before,
-            p.batch,
-            touched,
-            cache_layout=layout,
-            cache_capacity=capacity,
-        )
-        return replace(p, cost=cost)
-
-    return replace(trace, device=device, repeats=tuple(tuple(recosted(p) for p in passes) for passes in trace.repeats))
+    """The same measurements, divided by other device figures (each pass with the cache layout it was costed for)."""
+    return trace.recosted(device)
 
 
 def beaten_passes(trace: Trace) -> list[PassRecord]:

@@ -13,16 +13,27 @@ bytes sum to the pass's integers, and their times to its weight-read, KV and com
 - a latent cache (MLA as transformers runs it) has no per-head k and v projections: its attention's linear layers stay
   in the one unsplit row per layer, and kv_b_proj, which expands every cached position each pass, is its own row;
 - softmax and norms cost no FLOPs and no bytes of their own in the pass model: the scores stay inside the fused
-  attention kernel, and elementwise work is small beside the matmuls. Their measured time is what the profile shows.
+  attention kernel, and elementwise work is small beside the matmuls. Their measured time is what the profile shows;
+- QKᵀ and SV cost their layer's useful (causal) pairs; what they read and what the cache update reads and writes
+  follow the pass's cache layout (`explorer.core.roofline.layer_kv_positions`), which every row's `Cost` records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Unpack
 
-from explorer.core.roofline import keys_seen, memory_time_s, weight_bytes_read
-from explorer.core.trace import DeviceProfile, ModelInfo, PassCost, PassRecord
+from explorer.core.roofline import (
+    CacheOptions,
+    Cost,
+    keys_seen,
+    layer_kv_positions,
+    layer_pairs,
+    total,
+    weight_bytes_read,
+)
+from explorer.core.trace import DeviceProfile, ModelInfo, PassRecord
 
 # Operator kinds, in the order a layer runs them (then what runs outside the layers).
 PROJECTIONS = "attention projections (q, k, v, o)"
@@ -53,63 +64,21 @@ KINDS = (
 )
 
 
+UPDATE_NAMES = {  # the KV cache update's row, by the cache's layout (`explorer.core.roofline.CacheLayout`)
+    "concatenating": "cache update (concatenate: re-read and re-write the cache)",
+    "read_once": "cache update (write the new positions)",
+    "static": "cache update (write in place)",
+}
+
+
 @dataclass(frozen=True)
-class OpCost:
-    """One operator of one layer in one pass (all modelled): what it computes and moves, and the time of each."""
+class Operator:
+    """One operator of one layer in one pass: what it is, and its `Cost` (modelled), the pass's own record."""
 
     name: str  # e.g. "q_proj", "QKᵀ"
     kind: str  # one of KINDS
     layer: int | None  # None outside the decoder layers (embedding, LM head, the weights no layer owns)
-    flops: int
-    weight_bytes_read: int
-    kv_bytes_read: int
-    kv_bytes_written: int
-    t_weight_read_s: float
-    t_kv_s: float
-    t_compute_s: float
-
-    @property
-    def bytes_read(self) -> int:
-        return self.weight_bytes_read + self.kv_bytes_read
-
-    @property
-    def bytes_moved(self) -> int:
-        return self.bytes_read + self.kv_bytes_written
-
-    @property
-    def intensity(self) -> float:
-        """FLOPs per byte moved, as `PassCost.arithmetic_intensity`."""
-        return self.flops / max(1, self.bytes_moved)
-
-    @property
-    def t_memory_s(self) -> float:
-        return self.t_weight_read_s + self.t_kv_s
-
-    @property
-    def roofline_time_s(self) -> float:
-        """This operator's own floor: the slower of its maths and its bytes (ops run one after another, so the sum of
-        these floors is at least the pass's floor, where the maths of one op may hide behind the reads of another)."""
-        return max(self.t_compute_s, self.t_memory_s)
-
-    @property
-    def bound(self) -> str:
-        """Which side of the device's ridge the operator sits on, by the pass's own rule; "none" when it costs nothing
-        in the model."""
-        if self.flops == 0 and self.bytes_moved == 0:
-            return "none"
-        return "compute" if self.t_compute_s >= self.t_memory_s else "memory"
-
-
-def _op(name: str, kind: str, layer: int | None, device: DeviceProfile, flops: int = 0, weights: int = 0) -> OpCost:
-    return OpCost(
-        name, kind, layer, flops, weights, 0, 0, memory_time_s(weights, 0, device), 0.0, flops / device.peak_flops
-    )
-
-
-def _kv_op(name: str, kind: str, layer: int, device: DeviceProfile, flops: int, kv: tuple[int, int]) -> OpCost:
-    read, written = kv
-    t_kv = memory_time_s(read, written, device)
-    return OpCost(name, kind, layer, flops, 0, read, written, 0.0, t_kv, flops / device.peak_flops)
+    cost: Cost
 
 
 def projection_params(model: ModelInfo) -> dict[str, int]:
@@ -142,47 +111,65 @@ def layer_linear_params(model: ModelInfo) -> list[dict[str, int]]:
     return layers
 
 
+def attention_ops(
+    model: ModelInfo, device: DeviceProfile, layer: int, pass_shape: tuple[int, int, int], **cache: Unpack[CacheOptions]
+) -> list[Operator]:
+    """One layer's QKᵀ, softmax, SV, cache update (and a latent's expansion): their FLOPs over the useful pairs,
+    their KV bytes by the cache's layout."""
+    tokens_in, cache_len_before, batch = pass_shape
+    read, update_read, update_written = layer_kv_positions(model, layer, tokens_in, cache_len_before, **cache)
+    per_position = model.kv_bytes_per_token_per_layer * batch
+    per_pair = 2 * model.heads * layer_pairs(model.windows[layer], tokens_in, cache_len_before) * batch
+    read_bytes = read * per_position
+
+    def op(name: str, kind: str, flops: int = 0, kv: tuple[int, int] = (0, 0), **parts: object) -> Operator:
+        return Operator(name, kind, layer, Cost.priced(device, flops, kv=kv, **parts))
+
+    ops = []
+    if model.latent_cache:  # kv_b_proj reads the cached latent; QKᵀ and SV read its expansion (activations)
+        keys = keys_seen(model, layer, tokens_in, cache_len_before)
+        weights = model.kv_expand_params * model.bytes_per_element
+        expand = Cost.priced(device, 2 * model.kv_expand_params * keys * batch, weights, (read_bytes, 0))
+        k_bytes = v_bytes = 0
+    else:  # QKᵀ reads the keys, SV the values
+        k_bytes = read_bytes * model.cache_key_width // (model.cache_key_width + model.cache_value_width)
+        v_bytes = read_bytes - k_bytes
+    qk, sv = per_pair * model.head_dim, per_pair * model.sv_head_dim
+    ops.append(op("QKᵀ", SCORES, qk, (k_bytes, 0), attention_flops=qk))
+    ops.append(op("softmax", SOFTMAX))
+    ops.append(op("SV", VALUES, sv, (v_bytes, 0), attention_flops=sv))
+    layout = cache.get("cache_layout", "concatenating")
+    ops.append(op(UPDATE_NAMES[layout], KV_UPDATE, 0, (update_read * per_position, update_written * per_position)))
+    if model.latent_cache:
+        ops.append(Operator("kv_b_proj", KV_EXPAND, layer, expand))
+    return ops
+
+
 def layer_ops(
-    model: ModelInfo, device: DeviceProfile, layer: int, linear: dict[str, int], pass_shape: tuple[int, int, int]
-) -> list[OpCost]:
+    model: ModelInfo,
+    device: DeviceProfile,
+    layer: int,
+    linear: dict[str, int],
+    pass_shape: tuple[int, int, int],
+    **cache: Unpack[CacheOptions],
+) -> list[Operator]:
     """One decoder layer's operators in one pass: `linear` is its entry of `layer_linear_params`, `pass_shape`
     (tokens_in, cache_len_before, batch)."""
-    tokens_in, cache_len_before, batch = pass_shape
+    tokens_in, _, batch = pass_shape
 
-    def linear_op(name: str, kind: str, params: int) -> OpCost:  # 2 FLOPs per weight per token, weights read once
-        return _op(name, kind, layer, device, 2 * params * tokens_in * batch, params * model.bytes_per_element)
+    def linear_op(name: str, kind: str, params: int, weights: int | None = None) -> Operator:
+        """2 FLOPs per weight per token, its weights read once (`weights` params where more are read than used)."""
+        read = (params if weights is None else weights) * model.bytes_per_element
+        return Operator(name, kind, layer, Cost.priced(device, 2 * params * tokens_in * batch, read))
 
     ops = [
         linear_op(name, PROJECTIONS, linear[name])
         for name in ("q_proj", "k_proj", "v_proj", "o_proj")
         if name in linear
     ]
-    keys = keys_seen(model, layer, tokens_in, cache_len_before)
-    per_key = 2 * model.heads * tokens_in * keys * batch
-    seen_bytes = keys * model.kv_bytes_per_token_per_layer * batch
-    expand: list[OpCost] = []
-    if model.latent_cache:  # kv_b_proj reads the cached latent; QKᵀ and SV read its expansion (activations)
-        flops = 2 * model.kv_expand_params * keys * batch
-        weights = model.kv_expand_params * model.bytes_per_element
-        t_weights, t_kv = memory_time_s(weights, 0, device), memory_time_s(seen_bytes, 0, device)
-        op = OpCost(
-            "kv_b_proj", KV_EXPAND, layer, flops, weights, seen_bytes, 0, t_weights, t_kv, flops / device.peak_flops
-        )
-        expand.append(op)
-        k_bytes = v_bytes = 0
-    else:  # QKᵀ reads the keys, SV the values
-        k_bytes = seen_bytes * model.cache_key_width // (model.cache_key_width + model.cache_value_width)
-        v_bytes = seen_bytes - k_bytes
-    ops.append(_kv_op("QKᵀ", SCORES, layer, device, per_key * model.head_dim, (k_bytes, 0)))
-    ops.append(_op("softmax", SOFTMAX, layer, device))
-    ops.append(_kv_op("SV", VALUES, layer, device, per_key * model.sv_head_dim, (v_bytes, 0)))
-    ops.append(_kv_op("cache update (concatenate)", KV_UPDATE, layer, device, 0, (seen_bytes, seen_bytes)))
-    ops += expand
+    ops += attention_ops(model, device, layer, pass_shape, **cache)
     if linear["router_weights"]:  # its weights are read either way; its maths counted only as a linear layer
-        router = linear_op("router", ROUTER, linear["router"])
-        ops.append(
-            _op("router", ROUTER, layer, device, router.flops, linear["router_weights"] * model.bytes_per_element)
-        )
+        ops.append(linear_op("router", ROUTER, linear["router"], linear["router_weights"]))
     if linear["mlp"] or model.experts is None:
         name = "gate, up, down" if "q_proj" in linear else "every linear layer"
         name += " but kv_b_proj" if model.latent_cache else ""
@@ -192,7 +179,7 @@ def layer_ops(
 
 def expert_ops(
     model: ModelInfo, device: DeviceProfile, pass_shape: tuple[int, int, int], touched: Sequence[int] | None
-) -> list[OpCost]:
+) -> list[Operator]:
     """The experts each MoE layer reads: the distinct ones its router chose (all of them without the router's record),
     each token multiplying by k of them."""
     e = model.experts
@@ -203,7 +190,12 @@ def expert_ops(
     flops = 2 * e.experts_per_token * e.expert_params * tokens_in * batch
     counts = list(touched) if touched is not None else [e.n_experts] * e.moe_layers
     return [
-        _op(f"{count} of {e.n_experts} experts", EXPERTS, first_moe + i, device, flops, count * e.expert_bytes)
+        Operator(
+            f"{count} of {e.n_experts} experts",
+            EXPERTS,
+            first_moe + i,
+            Cost.priced(device, flops, count * e.expert_bytes, expert_bytes_read=count * e.expert_bytes),
+        )
         for i, count in enumerate(counts)
     ]
 
@@ -211,44 +203,39 @@ def expert_ops(
 def operator_costs(
     model: ModelInfo,
     device: DeviceProfile,
-    tokens_in: int,
-    cache_len_before: int,
-    batch: int = 1,
+    shape: tuple[int, int, int],
     experts_touched: Sequence[int] | None = None,
-) -> list[OpCost]:
-    """Every operator of a pass, layer by layer, then the embedding, the LM head and the weights no operator
-    multiplies: the split of `pass_cost(model, device, tokens_in, cache_len_before, batch, experts_touched)`."""
-    shape = (tokens_in, cache_len_before, batch)
+    **cache: Unpack[CacheOptions],
+) -> list[Operator]:
+    """Every operator of a pass of `shape` (tokens_in, cache_len_before, batch), layer by layer, then the embedding,
+    the LM head and the weights no operator multiplies: the split of `pass_cost(model, device, *shape,
+    experts_touched, **cache)`."""
+    tokens_in, _, batch = shape
     linear = layer_linear_params(model)
-    ops = [op for layer in range(model.layers) for op in layer_ops(model, device, layer, linear[layer], shape)]
+    ops = [op for layer in range(model.layers) for op in layer_ops(model, device, layer, linear[layer], shape, **cache)]
     ops += expert_ops(model, device, shape, experts_touched)
     bpe = model.bytes_per_element
     # An untied input table is only gathered row by row; a tied one is the LM head's, read there.
     gathered = 0 if model.tied_embeddings else tokens_in * batch * model.hidden_size * bpe
     name = "token embedding (its tied table is read as the LM head)" if model.tied_embeddings else "token embedding"
-    ops.append(_op(name, EMBEDDING, None, device, 0, gathered))
+    ops.append(Operator(name, EMBEDDING, None, Cost.priced(device, 0, gathered)))
     lm_head_flops = 2 * model.lm_head_params * batch  # the last position's logits only
-    ops.append(_op("LM head", LM_HEAD, None, device, lm_head_flops, model.lm_head_params * bpe))
-    counted = sum(op.weight_bytes_read for op in ops)
-    rest = weight_bytes_read(model, tokens_in * batch, experts_touched) - counted
-    ops.append(_op("norms, biases, other", OTHER_WEIGHTS, None, device, 0, rest))
-    return ops
+    ops.append(Operator("LM head", LM_HEAD, None, Cost.priced(device, lm_head_flops, model.lm_head_params * bpe)))
+    rest = weight_bytes_read(model, tokens_in * batch, experts_touched) - sum(op.cost.weight_bytes_read for op in ops)
+    ops.append(Operator("norms, biases, other", OTHER_WEIGHTS, None, Cost.priced(device, 0, rest)))
+    layout = {"cache_layout": cache.get("cache_layout", "concatenating"), "cache_capacity": cache.get("cache_capacity")}
+    return [replace(op, cost=replace(op.cost, **layout)) for op in ops]  # each says the layout it was costed for
 
 
-def pass_operators(model: ModelInfo, device: DeviceProfile, record: PassRecord) -> list[OpCost]:
-    """The operators of a recorded pass, with the experts its routers chose (as the engine costs it)."""
+def pass_operators(model: ModelInfo, device: DeviceProfile, record: PassRecord) -> list[Operator]:
+    """The operators of a recorded pass, with the experts its routers chose and the cache layout it was costed with
+    (as the engine costs it)."""
     touched = record.experts_touched or None
-    return operator_costs(model, device, record.tokens_in, record.cache_len_before, record.batch, touched)
+    layout = {"cache_layout": record.cost.cache_layout, "cache_capacity": record.cost.cache_capacity}
+    shape = (record.tokens_in, record.cache_len_before, record.batch)
+    return operator_costs(model, device, shape, touched, **layout)
 
 
-def summed(ops: Sequence[OpCost]) -> PassCost:
-    """The operators added back into one pass's cost: equal to `pass_cost` (its MoE fields are left at 0)."""
-    return PassCost(
-        flops=sum(op.flops for op in ops),
-        weight_bytes_read=sum(op.weight_bytes_read for op in ops),
-        kv_bytes_read=sum(op.kv_bytes_read for op in ops),
-        kv_bytes_written=sum(op.kv_bytes_written for op in ops),
-        t_weight_read_s=sum(op.t_weight_read_s for op in ops),
-        t_kv_s=sum(op.t_kv_s for op in ops),
-        t_compute_s=sum(op.t_compute_s for op in ops),
-    )
+def summed(ops: Sequence[Operator]) -> Cost:
+    """The operators added back into one pass's cost: equal to `pass_cost` (its active_params left at 0)."""
+    return total([op.cost for op in ops])

@@ -34,8 +34,9 @@ class ExpertsInfo:
 
 
 class LayerWindows:
-    """Every layer's sliding window and how many layers slide, for a dataclass with `layers` and `layer_windows`
-    fields: the loaded model (`ModelInfo`) and an At-scale config (`explorer.scale.config.Architecture`)."""
+    """Every layer's sliding window, how many layers slide and the positions each holds, for a dataclass with `layers`
+    and `layer_windows` fields: the loaded model (`ModelInfo`) and an At-scale config
+    (`explorer.scale.config.Architecture`)."""
 
     layers: int
     layer_windows: tuple[int, ...]  # empty: every layer attends to every position
@@ -48,6 +49,13 @@ class LayerWindows:
     @property
     def sliding_layers(self) -> int:
         return sum(1 for w in self.windows if w)
+
+    def kv_positions_held(self, layer: int, positions: int) -> int:
+        """Positions a layer's cache keeps after `positions` have gone in: a sliding layer keeps the last window - 1
+        (transformers' DynamicSlidingWindowLayer: the next query brings the window's last position itself). The one
+        rule for the live run and At scale alike."""
+        window = self.windows[layer]
+        return min(positions, window - 1) if window else positions
 
 
 @dataclass(frozen=True)
@@ -137,12 +145,6 @@ class ModelInfo(LayerWindows):
     def kv_bytes_per_token_full_layers(self) -> int:
         """What one more position adds once every sliding layer holds its window: the full layers' K and V."""
         return self.full_layers * self.kv_bytes_per_token_per_layer
-
-    def kv_positions_held(self, layer: int, positions: int) -> int:
-        """Positions a layer's cache keeps after `positions` have gone in: a sliding layer keeps the last window - 1
-        (transformers' DynamicSlidingWindowLayer: the next query brings the window's last position itself)."""
-        window = self.windows[layer]
-        return min(positions, window - 1) if window else positions
 
     @property
     def kv_bytes_per_token_per_layer(self) -> int:

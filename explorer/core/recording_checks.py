@@ -86,7 +86,7 @@ def read_recording(raw: bytes) -> Recording:
     members = read_members(raw)
     meta = check_meta(parse(RecordingMeta, members[META], META))
     check_trace_size(members[TRACE])  # the counts it declares bound its lists before pydantic builds any of them
-    trace = check_trace(parse(Trace, members[TRACE], TRACE))
+    trace = check_trace(parse(Trace, members[TRACE], TRACE)).recosted()  # modelled afresh: today's conventions
     maps = None
     if ATTENTION in members:
         maps = read_maps(members[ATTENTION], meta, trace)

@@ -2,8 +2,9 @@
 
 Frozen dataclasses, serialisable to JSON (with a `schema` version) and to CSV (one row per pass). Derived facts
 (percentiles, overhead, arithmetic intensity) are properties, computed from the stored measurements. The model's and
-the device's figures a trace carries live in `explorer.core.profiles`, the statistics in `explorer.core.stats`; as
-parts of a Trace their names are importable from here too.
+the device's figures a trace carries live in `explorer.core.profiles`, each pass's modelled `Cost` in
+`explorer.core.roofline`, the statistics in `explorer.core.stats`; as parts of a Trace their names are importable from
+here too.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from explorer.core.profiles import DeviceProfile, ExpertsInfo, ModelInfo
+from explorer.core.roofline import CacheLayout, CacheOptions, Cost, pass_cost
 from explorer.core.stats import ItlPercentiles, Spread, percentile
 
 SCHEMA_VERSION = 2  # 2: repeats, token times on passes, the modelled cost nested
@@ -36,51 +38,6 @@ class TopToken:
 
 
 @dataclass(frozen=True)
-class PassCost:
-    """The roofline model's prediction for one pass (all modelled): what it computes and moves, and how long that
-    takes at the device's peak compute and bandwidth."""
-
-    flops: int  # matmuls + attention scores and values at the real cache length
-    weight_bytes_read: int  # every weight once per pass
-    kv_bytes_read: int  # attention's read of every cached K and V, plus the cache update's own read (see roofline)
-    kv_bytes_written: int  # the cache update's write: the whole grown cache when the cache concatenates
-    t_weight_read_s: float  # weight_bytes_read / read bandwidth
-    t_kv_s: float  # kv_bytes_read / read bandwidth + kv_bytes_written / copy bandwidth
-    t_compute_s: float  # flops / peak FLOP/s
-    expert_bytes_read: int = 0  # the part of weight_bytes_read that is MoE experts: the distinct ones routed to
-    active_params: int = 0  # params whose weights the pass reads (dense part + experts routed to); 0 in older traces
-
-    @property
-    def kv_bytes_moved(self) -> int:
-        return self.kv_bytes_read + self.kv_bytes_written
-
-    @property
-    def bytes_moved(self) -> int:
-        """Weights read plus KV-cache traffic: what the memory side of the roofline divides by the bandwidths (reads by
-        the read-only figure, writes by the copy figure)."""
-        return self.weight_bytes_read + self.kv_bytes_moved
-
-    @property
-    def arithmetic_intensity(self) -> float:
-        """FLOPs per byte moved: the same bytes as `t_memory_s`, so it agrees with `bound`."""
-        return self.flops / max(1, self.bytes_moved)
-
-    @property
-    def t_memory_s(self) -> float:
-        return self.t_weight_read_s + self.t_kv_s
-
-    @property
-    def roofline_time_s(self) -> float:
-        """The roofline model's lower bound: the slower of moving the bytes and doing the maths."""
-        return max(self.t_compute_s, self.t_memory_s)
-
-    @property
-    def bound(self) -> str:
-        """Which side of the ridge the pass sits on, from its intensity: never asserted, always computed."""
-        return "compute" if self.t_compute_s >= self.t_memory_s else "memory"
-
-
-@dataclass(frozen=True)
 class PassRecord:
     """One forward pass: what went in, what the cache held, how long it took, and the model's prediction for it."""
 
@@ -94,7 +51,7 @@ class PassRecord:
     start_s: float  # measured: when the forward began, seconds after the request started
     wall_s: float  # measured: the forward alone
     token_s: float  # measured: when this pass's token was sampled, seconds after the request started
-    cost: PassCost  # modelled
+    cost: Cost  # modelled, with the cache layout it was counted for
     token_id: int  # the token sampled from this pass's last-position logits
     token_text: str
     top_tokens: tuple[TopToken, ...]
@@ -122,6 +79,21 @@ class PassRecord:
     def beats_model(self) -> bool:
         """Faster than the model's floor by more than 10 %: the device figures were too low for this pass."""
         return self.cost.roofline_time_s > PLAUSIBLE_SLACK * self.wall_s
+
+    def recosted(self, model: ModelInfo, device: DeviceProfile) -> PassRecord:
+        """The same measurements with the cost modelled afresh at `device`'s figures, for the cache layout and the
+        experts it was counted with."""
+        cost = pass_cost(
+            model,
+            device,
+            self.tokens_in,
+            self.cache_len_before,
+            self.batch,
+            self.experts_touched or None,
+            cache_layout=self.cost.cache_layout,
+            cache_capacity=self.cost.cache_capacity,
+        )
+        return replace(self, cost=cost)
 
     @property
     def achieved_flops_per_s(self) -> float:
@@ -311,6 +283,24 @@ class Trace(ItlPercentiles, JsonRecord):
         return spread
 
     @property
+    def cache_layout(self) -> CacheLayout:
+        """The KV cache layout its passes were costed with."""
+        return self.prefill.cost.cache_layout
+
+    @property
+    def cache_options(self) -> CacheOptions:
+        """That layout as `pass_cost`'s keywords, to model other passes on the same cache."""
+        return {"cache_layout": self.cache_layout, "cache_capacity": self.prefill.cost.cache_capacity}
+
+    def recosted(self, device: DeviceProfile | None = None) -> Trace:
+        """The same measurements with every pass's cost modelled afresh by today's conventions, at `device`'s figures
+        (the trace's own by default): after the figures are re-taken, and for a trace written under an older
+        convention (a recording, a JSON file), which is converted as it is read."""
+        device = self.device if device is None else device
+        repeats = tuple(tuple(p.recosted(self.model, device) for p in passes) for passes in self.repeats)
+        return replace(self, device=device, repeats=repeats)
+
+    @property
     def same_tokens_every_repeat(self) -> bool:
         return all(tuple(p.token_id for p in passes) == self.generated_token_ids for passes in self.repeats)
 
@@ -337,7 +327,7 @@ class Trace(ItlPercentiles, JsonRecord):
             raise ValueError(f"trace schema {data.get('schema')!r} is not the supported {SCHEMA_VERSION}")
         known = {f.name for f in fields(cls)}
         rest = {k: v for k, v in data.items() if k in known}
-        return cls(
+        return cls(  # the modelled costs follow today's conventions: recosted from the measurements
             **{
                 **rest,
                 "model": model_from_dict(data["model"]),
@@ -347,7 +337,7 @@ class Trace(ItlPercentiles, JsonRecord):
                 "prompt_tokens_text": tuple(data["prompt_tokens_text"]),
                 "repeats": tuple(tuple(pass_from_dict(p) for p in passes) for passes in data["repeats"]),
             }
-        )
+        ).recosted()
 
     @classmethod
     def from_json(cls, text: str) -> Trace:
@@ -379,7 +369,7 @@ def pass_from_dict(p: dict[str, Any]) -> PassRecord:
     return PassRecord(
         **{
             **p,
-            "cost": PassCost(**p["cost"]),
+            "cost": Cost(**p["cost"]),
             "top_tokens": tuple(TopToken(**t) for t in p["top_tokens"]),
             "input_token_ids": tuple(p["input_token_ids"]),
             "kv_layer_bytes": tuple(p["kv_layer_bytes"]),
@@ -397,7 +387,7 @@ COST_CSV_DERIVED = ("t_memory_s", "roofline_time_s", "arithmetic_intensity", "bo
 def passes_to_csv(passes: tuple[PassRecord, ...]) -> str:
     """One row per pass: every measured field, the modelled cost's fields flattened, and the derived columns."""
     pass_columns = [f.name for f in fields(PassRecord) if f.name != "cost"] + list(PASS_CSV_DERIVED)
-    cost_columns = [f.name for f in fields(PassCost)] + list(COST_CSV_DERIVED)
+    cost_columns = [f.name for f in fields(Cost)] + list(COST_CSV_DERIVED)
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(pass_columns + cost_columns)

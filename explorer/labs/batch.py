@@ -17,7 +17,7 @@ from explorer.core.engine import LiveRequest, OnPass
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import QUIET, LabProgress
 from explorer.core.loading import LoadedModel
-from explorer.core.roofline import kv_cache_bytes, pass_cost
+from explorer.core.roofline import kv_cache_bytes, pass_cost, ridge_batch
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
 
@@ -28,7 +28,7 @@ from explorer.labs.batch_result import BatchResult as BatchResult
 from explorer.labs.batch_result import BatchRun as BatchRun
 from explorer.labs.batch_settings import DEFAULT_BATCH_SIZES as DEFAULT_BATCH_SIZES
 from explorer.labs.batch_settings import DEFAULT_BUDGET_S as DEFAULT_BUDGET_S
-from explorer.labs.batch_settings import MAX_BATCH, BatchConfig, check_settings
+from explorer.labs.batch_settings import BatchConfig, check_settings
 from explorer.labs.batch_settings import parse_batch_sizes as parse_batch_sizes
 
 # Public-domain text (the opening of "A Tale of Two Cities"): different windows of it make different prompts of the
@@ -52,14 +52,6 @@ def prompt_set(lm: LoadedModel, prompt_tokens: int, count: int, distinct: bool) 
         ids = ids + ids
     starts = range(count) if distinct else [0] * count
     return [ids[s : s + prompt_tokens] for s in starts]
-
-
-def ridge_batch(lm: LoadedModel, device: DeviceProfile, cache_len: int) -> int | None:
-    """The smallest batch size whose decode step (at `cache_len`) the roofline calls compute-bound on this device."""
-    for batch in range(1, MAX_BATCH + 1):
-        if pass_cost(lm.info, device, 1, cache_len, batch=batch).bound == "compute":
-            return batch
-    return None
 
 
 @dataclass(frozen=True)
@@ -170,11 +162,12 @@ def run_batch_sweep(
         live = run_batched(lm, device, rows, config.new_tokens, hand_over)
         runs.append(batch_run(lm, live, [solo[r % count] for r in range(batch)], batch))
     progress(1.0, "Done.")
+    decode_context = config.prompt_tokens + config.new_tokens // 2  # the middle decode step's cache
     return BatchResult(
         config=config,
         device=device,
         prompts=tuple(tuple(p) for p in prompts),
         solo_token_ids=tuple(solo),
         runs=tuple(runs),
-        ridge_batch=ridge_batch(lm, device, config.prompt_tokens + config.new_tokens // 2),
+        ridge_batch=ridge_batch(lambda b: pass_cost(lm.info, device, 1, decode_context, batch=b)),
     )

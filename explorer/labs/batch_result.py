@@ -10,7 +10,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from explorer.core.trace import DEVICE_SAMPLES, DeviceProfile, JsonRecord, PassCost, PassRecord, pass_from_dict
+from explorer.core.roofline import Cost
+from explorer.core.trace import DEVICE_SAMPLES, DeviceProfile, JsonRecord, PassRecord, pass_from_dict
 from explorer.labs.batch_settings import BatchConfig
 
 
@@ -56,7 +57,7 @@ class BatchRun:
         return self.passes[-1].kv_cache_bytes
 
     @property
-    def median_step_cost(self) -> PassCost:
+    def median_step_cost(self) -> Cost:
         return self.passes[len(self.passes) // 2].cost
 
     def summary(self) -> dict[str, object]:
@@ -104,11 +105,36 @@ class BatchResult(JsonRecord):
     prompts: tuple[tuple[int, ...], ...]  # the distinct prompts (token ids)
     solo_token_ids: tuple[tuple[int, ...], ...]  # each distinct prompt's tokens run alone
     runs: tuple[BatchRun, ...]
-    ridge_batch: int | None  # the smallest batch whose decode step is compute-bound here, None if none up to MAX
+    ridge_batch: int | None  # the smallest batch whose decode step is compute-bound here (modelled), None if none up to
+    # the one search range (`explorer.core.roofline.RIDGE_BATCH_LIMIT`; results recorded before it searched to 256)
 
     @property
     def every_request_matches_solo(self) -> bool:
         return all(all(run.matches_solo) for run in self.runs)
+
+    def step_sentence(self) -> str:
+        """How much slower a decode step of the largest batch is than one of the smallest, modelled and measured,
+        and the largest measured jump between two neighbouring batch sizes: the claim computed from the numbers."""
+        runs = sorted(self.runs, key=lambda run: run.batch_size)
+        small, large = runs[0], runs[-1]
+        if small is large:
+            return f"Only batch {small.batch_size} was run: nothing to compare its step with."
+        modelled = large.median_step_cost.roofline_time_s / small.median_step_cost.roofline_time_s
+        measured = large.median_step_s / small.median_step_s
+        tokens = large.batch_size / small.batch_size
+        sentence = (
+            f"By the roofline model a step of B = {large.batch_size} takes {modelled:.1f}× a step of "
+            f"B = {small.batch_size} (the weights are read once for all of them) and makes {tokens:g}× the tokens; "
+            f"measured here it took {measured:.1f}× ({small.median_step_s * 1e3:,.0f} → "
+            f"{large.median_step_s * 1e3:,.0f} ms)"
+        )
+        a, b = max(zip(runs, runs[1:]), key=lambda pair: pair[1].median_step_s - pair[0].median_step_s)
+        if len(runs) > 2 and b.median_step_s > a.median_step_s:
+            sentence += (
+                f", the largest step up from B = {a.batch_size} to {b.batch_size} ({a.median_step_s * 1e3:,.0f} → "
+                f"{b.median_step_s * 1e3:,.0f} ms)"
+            )
+        return sentence + "."
 
     def to_dict(self) -> dict[str, Any]:
         return {  # the settings, the two answers, then what they rest on

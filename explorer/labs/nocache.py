@@ -20,7 +20,6 @@ from explorer.core.engine import (
 from explorer.core.errors import out_of_memory_as_run_failed
 from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
 from explorer.core.loading import LoadedModel
-from explorer.core.roofline import pass_flops, weight_bytes_read
 from explorer.core.timing import timed
 from explorer.core.trace import DeviceProfile
 
@@ -40,6 +39,7 @@ from explorer.labs.nocache_result import check_settings as check_settings
 from explorer.labs.nocache_result import estimate_s as estimate_s
 from explorer.labs.nocache_result import growth_verdict as growth_verdict
 from explorer.labs.nocache_result import loop_floors_s as loop_floors_s
+from explorer.labs.nocache_result import naive_step_cost
 from explorer.labs.nocache_result import validate as validate
 
 PROGRESS_REPORTS = 10  # the naive loop reports about this many times, however long it is
@@ -62,16 +62,8 @@ def uncached_loop(
             logits, wall_s = timed(lm.torch_device, forward_without_cache, lm.model, ids)
         token_id = int(logits.argmax(-1).item())
         length = len(sequence)
-        steps.append(
-            Step(
-                position=length,
-                tokens_processed=length,
-                wall_s=wall_s,
-                flops=pass_flops(lm.info, length, length),
-                bytes_moved=weight_bytes_read(lm.info, length),
-                token_id=token_id,
-            )
-        )
+        flops, bytes_moved = naive_step_cost(lm.info, length)
+        steps.append(Step(length, length, wall_s, flops, bytes_moved, token_id))
         sequence.append(token_id)
         if on_step and (k + 1) % max(1, new_tokens // PROGRESS_REPORTS) == 0:
             on_step((k + 1) / new_tokens, f"naive loop: step {k + 1} of {new_tokens}")

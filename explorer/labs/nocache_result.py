@@ -7,7 +7,7 @@ back from JSON (`NoCacheResult.from_json`) for a bundled result, with no model a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -185,14 +185,21 @@ class NoCacheResult(JsonRecord):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NoCacheResult:
-        """Back from `to_dict`: the measured steps and the trace; every derived figure is recomputed from them."""
-        return cls(
-            prompt_len=int(data["prompt_len"]),
-            cached=steps_from_dict(data["cached"]),
-            uncached=steps_from_dict(data["uncached"]),
-            cached_trace=Trace.from_dict(data["cached_trace"]),
-            estimate_s=float(data["estimate_s_modelled"]),
+        """Back from `to_dict`: the measured steps and the trace; every modelled figure (each step's FLOPs and bytes,
+        the estimate) is modelled again from them, by today's conventions, and every derived one recomputed."""
+        trace = Trace.from_dict(data["cached_trace"])
+        prompt_len = int(data["prompt_len"])
+        cached = tuple(
+            replace(step, flops=p.cost.flops, bytes_moved=p.cost.bytes_moved)
+            for step, p in zip(steps_from_dict(data["cached"]), trace.passes, strict=True)
         )
+        uncached = tuple(
+            replace(step, flops=naive_flops, bytes_moved=naive_bytes)
+            for step in steps_from_dict(data["uncached"])
+            for naive_flops, naive_bytes in [naive_step_cost(trace.model, step.tokens_processed)]
+        )
+        estimate = estimate_s(trace.model, trace.device, prompt_len, len(uncached))
+        return cls(prompt_len, cached, uncached, trace, estimate)
 
     @classmethod
     def from_json(cls, text: str) -> NoCacheResult:
@@ -238,10 +245,15 @@ def cached_floor_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, step
     return pass_cost(info, device, 1, cache_len_before=prompt_len + step - 1).roofline_time_s
 
 
+def naive_step_cost(info: ModelInfo, length: int) -> tuple[int, int]:
+    """(FLOPs, bytes) of a naive step over `length` tokens with no cache: a prefill of them all, weights read once."""
+    return pass_flops(info, length, length), weight_bytes_read(info, length)
+
+
 def naive_floor_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, step: int) -> float:
     """The naive loop's step `step` at the roofline: the whole sequence so far, weights read once, nothing kept."""
-    length = prompt_len + step
-    return roofline_time(pass_flops(info, length, length), weight_bytes_read(info, length), device)
+    flops, bytes_read = naive_step_cost(info, prompt_len + step)
+    return roofline_time(flops, bytes_read, device)
 
 
 def loop_floors_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, steps: int, cached: bool) -> list[float]:

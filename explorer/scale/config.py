@@ -88,10 +88,17 @@ class Architecture(LayerWindows):
     expert_intermediate_size: int = 0
     moe_layers: int = 0  # layers with experts; the others keep the dense MLP of `intermediate_size`
     expert_biases: bool = False  # biases on the router and on every expert's projections (gpt-oss)
+    experts_shipped_as: str = ""  # how the published weights store the experts where not as `stored_dtype`:
+    # "mxfp4" where config.json's quantization_config says so (gpt-oss); "" otherwise
 
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
+
+    @property
+    def sv_head_dim(self) -> int:
+        """Values per head that P @ V multiplies by: head_dim in every architecture the what-if reads."""
+        return self.head_dim
 
 
 @dataclass(frozen=True)
@@ -322,6 +329,7 @@ def moe_fields(data: dict[str, Any], model_type: str, layers: int, name: str) ->
         "expert_intermediate_size": _whole(data, width_key, name),
         "moe_layers": sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0),
         "expert_biases": model_type in EXPERT_BIAS_TYPES,
+        "experts_shipped_as": experts_shipped_as(data),
     }
 
 
@@ -368,3 +376,11 @@ def parse_config(data: dict[str, Any], name: str, display_name: str, source: str
         layer_windows=layer_windows(data, model_type, layers, name),
         **moe_fields(data, model_type, layers, name),
     )
+
+
+def experts_shipped_as(data: dict[str, Any]) -> str:
+    """ "mxfp4" where config.json's quantization_config stores the experts in MXFP4 (gpt-oss: every weight but
+    attention, the router, the embedding and the LM head, which its `modules_to_not_convert` name); else ""."""
+    quantization = data.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    return "mxfp4" if method == "mxfp4" else ""

@@ -3,8 +3,11 @@ can be checked by hand from config.json and the spec sheets."""
 
 from __future__ import annotations
 
-from explorer.scale.params import attention_biases_per_layer, storage_bits
-from explorer.scale.whatif import ALL_REDUCES_PER_LAYER, WhatIf
+from dataclasses import replace
+
+from explorer.core.roofline import layer_pairs
+from explorer.scale.params import attention_biases_per_layer, expert_weight_params, storage_bits
+from explorer.scale.whatif import ALL_REDUCES_PER_LAYER, WhatIf, decode_step
 
 
 def _n(value: float) -> str:
@@ -34,12 +37,24 @@ def param_lines(result: WhatIf) -> list[str]:
         f"{_n(c.norms)}",
         f"  lm_head = {head}",
         f"  params = {_n(c.total)}",
-        f"weight_bytes = params x {storage_bits(s.weights_storage) / 8:g} bytes ({s.weights_storage}) = "
-        f"{_n(result.weight_bytes)}",
+        weight_bytes_line(result),
         f"kv per new token = 2 (K and V) x layers x kv_heads x head_dim x bytes = 2 x {a.layers} x {a.kv_heads} x "
         f"{a.head_dim} x {storage_bits(s.kv_storage) / 8:g} ({s.kv_storage}) = {_n(result.kv_bytes_per_new_token)}",
         *window_lines(result),
     ]
+
+
+def weight_bytes_line(result: WhatIf) -> str:
+    s = result.scenario
+    per = f"{storage_bits(s.weights_storage) / 8:g} bytes ({s.weights_storage})"
+    if not s.arch.is_moe or s.experts_storage == s.weights_storage:
+        return f"weight_bytes = params x {per} = {_n(result.weight_bytes)}"
+    experts = expert_weight_params(s.arch)
+    return (
+        f"weight_bytes = (params - expert weights) x {per} + expert weights x {storage_bits(s.experts_storage) / 8:g} "
+        f"bytes ({s.experts_storage}) = {_n(result.counts.total - experts)} x {storage_bits(s.weights_storage) / 8:g} "
+        f"+ {_n(experts)} x {storage_bits(s.experts_storage) / 8:g} = {_n(result.weight_bytes)}"
+    )
 
 
 def expert_lines(result: WhatIf) -> list[str]:
@@ -64,8 +79,9 @@ def window_lines(result: WhatIf) -> list[str]:
             "position)"
         ]
     return [
-        f"  {a.sliding_layers} of {a.layers} layers slide: each keeps at most its window of positions; one request's "
-        f"cache at T = {s.context:,} holds sum over layers of min(T, window) positions",
+        f"  {a.sliding_layers} of {a.layers} layers slide: each keeps at most window - 1 positions, as transformers' "
+        "cache holds them (the next query brings the window's last position itself); one request's cache at "
+        f"T = {s.context:,} holds sum over layers of min(T, window - 1) positions",
         f"kv_bytes_per_token = that cache / T = {_n(result.kv_bytes_per_token)}",
     ]
 
@@ -90,40 +106,46 @@ def shard_lines(result: WhatIf) -> list[str]:
 
 def decode_lines(result: WhatIf) -> list[str]:
     s, d, part = result.scenario, result.decode, result.shard
-    a = s.arch
+    a, c = s.arch, d.cost
     return [
         f"decode step, batch B = {s.batch}, context T = {s.context:,}, per GPU [modelled, spec peak and bandwidth]",
-        f"  weights read = {read_rule(result)} = {_n(d.weight_bytes)} bytes -> "
-        f"{_ms(d.t_weight_s)} at {s.gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
-        f"  KV moved = B x (the cache at T read + 1 position written: {_n(part.kv_bytes_per_token)}) = "
-        f"{_n(d.kv_bytes)} bytes -> "
-        f"{_ms(d.t_kv_s)}",
-        f"  FLOPs = B x (2 x {_n(result.counts.linear)} matmul weights + 4 x layers x heads x head_dim x T) / N = "
-        f"{s.batch} x (2 x {_n(result.counts.linear)} + 4 x {a.layers} x {a.heads} x {a.head_dim} x {s.context}) / "
-        f"{s.gpus} = {d.flops:.4g} -> {_ms(d.t_compute_s)} at {s.peak_flops / 1e12:,.1f} TFLOP/s",
-        f"  decode_step_s_floor = max(compute, weights + KV) + all-reduces = max({_ms(d.t_compute_s)}, "
-        f"{_ms(d.t_memory_s)}) + {_ms(d.t_link_s)} = {_ms(d.floor_s)} ({d.bound}-bound)",
+        f"  weights read = {read_rule(result)} = {_n(c.weight_bytes_read)} bytes -> "
+        f"{_ms(c.t_weight_read_s)} at {s.gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
+        f"  KV moved (a read-once cache, as vLLM's paged one) = B x (the cache at T and the new position read + "
+        f"the new position written; {_n(part.kv_bytes_per_token)} bytes a position) = {_n(c.kv_bytes_read)} + "
+        f"{_n(c.kv_bytes_written)} bytes -> {_ms(c.t_kv_s)}",
+        f"  FLOPs = B x (2 x {_n(result.counts.linear)} matmul weights + 4 x heads x head_dim x useful pairs (T + 1 "
+        f"keys a layer, at most its window)) / N = {s.batch} x (2 x {_n(result.counts.linear)} + 4 x {a.heads} x "
+        f"{a.head_dim} x {_n(sum(layer_pairs(w, 1, s.context) for w in a.windows))}) / {s.gpus} = "
+        f"{c.flops:.4g} -> {_ms(c.t_compute_s)} at {s.peak_flops / 1e12:,.1f} TFLOP/s",
+        f"  decode_step_s_floor = max(compute, weights + KV) + all-reduces = max({_ms(c.t_compute_s)}, "
+        f"{_ms(c.t_memory_s)}) + {_ms(d.t_link_s)} = {_ms(d.floor_s)} ({d.bound}-bound)",
         f"  decode_tokens_per_s_ceiling = B / floor = {result.decode_tokens_per_s_ceiling:,.1f} tokens/s in all, "
         f"{result.decode_tokens_per_s_ceiling_per_stream:,.1f} per stream",
     ]
 
 
 def read_rule(result: WhatIf) -> str:
-    if not result.scenario.arch.is_moe:
-        return "every weight once per step, whatever B"
+    a = result.scenario.arch
+    table = "" if a.tied_embeddings else ", the untied input table only gathered (B rows, not the whole table)"
+    if not a.is_moe:
+        return f"every weight once per step, whatever B{table}"
     return (
-        "every weight outside the experts once, and per sparse layer the distinct experts B tokens pick, "
+        f"every weight outside the experts once{table}, and per sparse layer the distinct experts B tokens pick, "
         f"{result.experts_read_per_layer:.2f} expected (uniform routing assumed)"
     )
 
 
 def prefill_lines(result: WhatIf) -> list[str]:
     s, p = result.scenario, result.prefill
+    c = p.cost
     return [
         f"prefill, one prompt of P = {s.prompt_tokens:,} tokens, per GPU [modelled]",
         "  FLOPs = (2 x (matmul weights - LM head) x P + 2 x LM head (last position only) + 4 x layers x heads x "
-        f"head_dim x P (P + 1) / 2 (causal pairs)) / N = {p.flops:.4g} -> {_ms(p.t_compute_s)}",
-        f"  bytes = weights once + P x KV per token written = {_n(p.weight_bytes + p.kv_bytes)} -> {_ms(p.t_memory_s)}",
+        "head_dim x P (P + 1) / 2 (the useful causal pairs: a fused kernel skips the masked tiles; fewer on sliding "
+        f"layers)) / N = {c.flops:.4g} -> {_ms(c.t_compute_s)}",
+        f"  bytes = weights once (P rows of an untied input table) + the prompt's KV written and read = "
+        f"{_n(c.bytes_moved)} -> {_ms(c.t_memory_s)}",
         f"  prefill_s_floor = max(compute, memory) + all-reduces = {_ms(p.floor_s)} ({p.bound}-bound)",
     ]
 
@@ -145,40 +167,64 @@ def batch_lines(result: WhatIf) -> list[str]:
         f"{_n(s.memory_bytes)} - {_n(part.weight_bytes)}) / {_n(part.kv_bytes_at(s, s.context))}) = "
         f"{result.max_batch:,} "
         f"[memory spec: {s.gpu.memory_text}; an engine keeps some for activations, so fewer in practice]",
-        f"KV reads overtake the weights at context T >= weights / (B x KV per token) - 1 = {overtake}",
+        f"kv_crossover_context = the shortest T whose step moves as many KV bytes as weight bytes (B x the KV moved "
+        f"at T >= weights read) = {overtake}",
     ]
+
+
+FLAT_GAIN = 1.1  # tokens/s gaining under 10 % over the last doubling of B is a curve that has flattened
+
+
+def curve_shape(result: WhatIf) -> str:
+    """What the tokens/s curve does over its last doubling of B up to where it ends (the memory wall), computed from
+    the curve itself: "" where it has no doubling to read."""
+    s = result.scenario
+    top = max(result.max_batch, s.batch)
+    if top < 2:
+        return ""
+    gain = (top / decode_step(s, top).floor_s) / ((top // 2) / decode_step(s, top // 2).floor_s)
+    shape = "the curve flattens" if gain < FLAT_GAIN else "the curve keeps rising"
+    return f"{shape}: tokens/s gains {gain - 1:.0%} from B = {top // 2:,} to {top:,}"
 
 
 def knee_text(result: WhatIf) -> str:
     """Where the decode step turns compute-bound, said only where a batch that fits reaches it: a knee beyond the
-    memory's max batch cannot be reached on this GPU, so it is named as out of reach, not as a knee."""
+    memory's max batch cannot be reached on this GPU, so it is named as out of reach, not as a knee; then what the
+    curve does, read off the curve."""
     s, ridge = result.scenario, result.ridge_batch
+    if ridge is not None and ridge <= result.max_batch:
+        return f"the step turns compute-bound at B = {ridge:,} (the roofline's knee)"
+    shape = curve_shape(result)
     if ridge is None:
-        return (
+        said = (
             f"at context {s.context:,} each request brings more KV bytes than its FLOPs can hide, so no batch turns "
-            "the step compute-bound: the curve flattens instead"
+            "the step compute-bound"
         )
-    if ridge > result.max_batch:
-        return (
+    else:
+        said = (
             f"the step stays memory-bound at every batch that fits: it would turn compute-bound only at "
             f"B = {ridge:,}, beyond the memory's {result.max_batch:,}"
         )
-    return f"the step turns compute-bound at B = {ridge:,} (the roofline's knee)"
+    return f"{said}; {shape}" if shape else said
 
 
 def caveat_lines(result: WhatIf) -> list[str]:
-    a, c = result.scenario.arch, result.counts
+    s, c = result.scenario, result.counts
     lines = [
-        f"assumptions: weights stored as {result.scenario.weights_storage}, the KV cache as "
-        f"{result.scenario.kv_storage} (a quantized format's scales not counted), compute in "
-        f"{result.scenario.dtype}; no speculative decoding; every pass "
-        "reaches the spec peak and bandwidth (real kernels reach less: see this machine's own gap on the page)",
+        f"assumptions: weights stored as {s.weights_storage}"
+        + (f" (the experts as {s.experts_storage})" if s.arch.is_moe else "")
+        + f", the KV cache as {s.kv_storage} (fp8, int8 and int4 scales not counted; MXFP4's counted), compute in "
+        f"{s.dtype}; no speculative decoding; every pass reaches the spec peak and bandwidth (real kernels reach "
+        "less: see this machine's own gap on the page)",
     ]
-    if not a.tied_embeddings:
-        share = c.embeddings / c.total
+    if not s.arch.tied_embeddings:
+        every = decode_step(replace(s, batch=1), 1).cost
+        whole = every.weight_bytes_read + result.shard.table_bytes
         lines.append(
-            f"the floor reads every weight once per step; the untied input table ({share:.1%} of the weights) is "
-            "in fact only gathered row by row, so a stricter floor is that much lower"
+            f"the untied input table ({c.embeddings / c.total:.1%} of the weights) is gathered row by row, as a "
+            "lookup reads it (the live run's convention too); the back-of-envelope 'every weight once per token' "
+            f"reads it whole: {_n(whole)} bytes a step at B = 1, {s.gpu.bandwidth_bytes_per_s / whole:,.1f} "
+            "tokens/s at the spec bandwidth, weights alone"
         )
     return lines
 

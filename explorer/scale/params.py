@@ -7,12 +7,15 @@ import math
 from dataclasses import dataclass
 
 from explorer.core.errors import BadInput
+from explorer.core.roofline import positions_held
 from explorer.scale.config import Architecture
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # what a pass computes in: the spec table has its peaks
-# What weights or the KV cache can be stored in (the quantization what-if), in bits per element. A quantized format's
-# scales add a few per cent (e.g. one bf16 scale per 32-128 weights): not counted, so its bytes are a floor.
-STORAGE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16, "fp8": 8, "int8": 8, "int4": 4}
+# What weights or the KV cache can be stored in (the quantization what-if), in bits per element. fp8, int8 and int4
+# scales add a few per cent (e.g. one bf16 scale per 32-128 weights): not counted, so their bytes are a floor. MXFP4
+# (the OCP microscaling format gpt-oss ships its experts in) counts its scales: 4-bit values and one 8-bit scale per
+# block of 32, 4 + 8/32 = 4.25 bits a value.
+STORAGE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16, "fp8": 8, "int8": 8, "mxfp4": 4.25, "int4": 4}
 
 
 def bytes_per_element(dtype: str) -> int:
@@ -21,7 +24,7 @@ def bytes_per_element(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def storage_bits(dtype: str) -> int:
+def storage_bits(dtype: str) -> float:
     if dtype not in STORAGE_BITS:
         raise BadInput(f"Unknown storage type '{dtype}': use one of {', '.join(STORAGE_BITS)}.")
     return STORAGE_BITS[dtype]
@@ -153,20 +156,29 @@ def weights_read_params(arch: Architecture, tokens: int, counts: ParamCounts | N
     return counts.dense + counts.moe_layers * expected_experts_read(arch, tokens) * counts.expert_each
 
 
-def weight_bytes(arch: Architecture, dtype: str) -> int:
-    """Every parameter once (a tied table once), in `dtype`."""
-    return stored_bytes(count_params(arch).total, dtype)
+def expert_weight_params(arch: Architecture) -> int:
+    """The experts' projection weights, biases left out: what a quantized checkpoint stores in its experts' format
+    (gpt-oss's MXFP4 blocks; the biases stay in the weights' dtype)."""
+    return arch.moe_layers * arch.n_experts * expert_weights(arch)
 
 
-def kv_positions(arch: Architecture, context: int) -> int:
-    """Positions the KV cache holds at `context`, summed over layers: a sliding layer keeps at most its window."""
-    return sum(min(context, w) if w else context for w in arch.windows)
+def weight_bytes(arch: Architecture, dtype: str, experts_dtype: str | None = None) -> int:
+    """Every parameter once (a tied table once), in `dtype`; the experts' weights in `experts_dtype` where given."""
+    experts = expert_weight_params(arch) if experts_dtype else 0
+    rest = stored_bytes(count_params(arch).total - experts, dtype)
+    return rest + (stored_bytes(experts, experts_dtype) if experts_dtype else 0)
 
 
 def kv_bytes_at(arch: Architecture, context: int, dtype: str, kv_heads: int | None = None) -> int:
-    """One request's whole KV cache at `context` tokens: K and V of every layer's kept positions."""
+    """One request's whole KV cache at `context` tokens: K and V of the positions every layer holds, window - 1 at
+    most in a sliding layer (`explorer.core.roofline.positions_held`: the live run's rule too)."""
+    return kv_position_bytes(arch, positions_held(arch, context), dtype, kv_heads)
+
+
+def kv_position_bytes(arch: Architecture, positions: int, dtype: str, kv_heads: int | None = None) -> int:
+    """K and V of `positions` layer-positions (summed over layers): 2 x kv_heads x head_dim values each."""
     heads = arch.kv_heads if kv_heads is None else kv_heads
-    return stored_bytes(2 * heads * arch.head_dim * kv_positions(arch, context), dtype)
+    return stored_bytes(2 * heads * arch.head_dim * positions, dtype)
 
 
 def kv_bytes_per_token(arch: Architecture, dtype: str, kv_heads: int | None = None) -> int:

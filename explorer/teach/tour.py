@@ -17,11 +17,19 @@ from explorer.charts import attention as attention_charts
 from explorer.charts import kv as kv_charts
 from explorer.charts import run as run_charts
 from explorer.charts import tour as charts
-from explorer.charts.cost import median_decode_index, prefill_ridge_sentence
+from explorer.charts.cost import median_decode_index
 from explorer.charts.latency import decode_bytes_sentence
+from explorer.charts.roofline import prefill_ridge_sentence
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.figure_trust import caveat, marked_bound
-from explorer.core.roofline import pass_cost
+from explorer.core.roofline import (
+    LAYOUT_NAMES,
+    LAYOUT_WORDS,
+    RIDGE_BATCH_LIMIT,
+    CacheOptions,
+    pass_cost,
+    ridge_batch,
+)
 from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import human_bytes, ms, short_time
 
@@ -169,8 +177,9 @@ def prefill_slide(run: Run) -> Slide:
         "All prompt tokens are in memory together, yet none may see a later one: prefill is parallel, not "
         "bidirectional. The timed pass uses PyTorch's fused attention (SDPA with is_causal=True), which applies the "
         "mask inside the kernel and skips the tiles wholly above the diagonal, so most future scores are never "
-        "computed. The maps drawn here come from a separate, untimed replay with eager attention: it computes all "
-        "T × T scores and sets the future ones to 0 before the softmax."
+        "computed: the roofline counts only the useful pairs, T (T + 1) / 2 per head. The maps drawn here come from a "
+        "separate, untimed replay with eager attention: it computes all T × T scores and sets the future ones to 0 "
+        "before the softmax."
     ) + more_sink
     note = "" if full_maps(run) else f"Why no maps: {run.attention_note}"
     return replace(_slide(1, [first, second], chart, frame, caption, source, more), note=note)
@@ -310,26 +319,30 @@ def latency_slide(run: Run) -> Slide:
 
 
 # --- 7: why batching helps decode ------------------------------------------------------------------------------------
+def ridge_words(ridge: int | None) -> str:
+    return f"compute-bound from B = {ridge:,}" if ridge else f"memory-bound at every B up to {RIDGE_BATCH_LIMIT:,}"
+
+
 def batching_slide(run: Run) -> Slide:
     trace = run.trace
     frame = charts.batch_frame(trace)
     one, big = frame.iloc[0], frame.iloc[-1]
     context = charts.decode_context(trace)
-    ridge = charts.decode_ridge_batch(trace.model, trace.device, context)
+
+    def ridge(options: CacheOptions) -> int | None:
+        return ridge_batch(lambda b: pass_cost(trace.model, trace.device, 1, context, batch=b, **options))
+
     weights = pass_cost(trace.model, trace.device, 1, context).weight_bytes_read
+    modelled_for = f"Modelled: {ridge_words(ridge(trace.cache_options))} for {LAYOUT_NAMES[trace.cache_layout]}"
+    if trace.cache_layout != "read_once":
+        modelled_for += f", {ridge_words(ridge({'cache_layout': 'read_once'}))} for {LAYOUT_NAMES['read_once']}"
     sentences = [
         f"Modelled: one decode step reads all {human_bytes(weights)} of weights once, for 1 sequence or "
         f"{big.batch}: {big.batch} take {ms(big.step_ms / 1e3)}, not {big.batch} × {ms(one.step_ms / 1e3)}, "
         f"{big.tokens_per_s / one.tokens_per_s:,.1f}× the tokens/s.",
-        (
-            f"Compute-bound from B = {ridge:,}"
-            if ridge
-            else f"Memory-bound at every B up to {charts.RIDGE_BATCH_LIMIT:,}"
-        )
-        + " (modelled)"
+        modelled_for
         + caveat(trace.device)
-        + f"; this {_origin(run)}'s one sequence: {ms(charts.median_decode_s(trace))} per step "
-        f"({run.measured}, "
+        + f". This {_origin(run)}'s one sequence: {ms(charts.median_decode_s(trace))} per step ({run.measured}, "
         "black tick).",
     ]
     return _slide(
@@ -337,11 +350,13 @@ def batching_slide(run: Run) -> Slide:
         sentences,
         charts.batch_chart(frame, run.height_px),
         frame,
-        f"Modelled decode steps at this run's context ({context} cached positions per sequence); tokens/s above each "
-        "bar.",
+        f"Modelled decode steps at this run's context ({context} cached positions per sequence), for "
+        f"{LAYOUT_NAMES[trace.cache_layout]}; tokens/s above each bar.",
         f"modelled (roofline: the run's model shapes and device figures) · black tick {run.measured}",
         "Each sequence brings its own KV cache, read every step, so the KV part grows with B while the weight read "
-        "does not. The Batching page measures real batched steps on this model.",
+        f"does not. The bars model {LAYOUT_WORDS[trace.cache_layout]}; a serving engine's paged cache reads each "
+        "sequence's cache once a step and writes only the new position, so its KV part is smaller and its step "
+        "crosses the ridge at a smaller B. The Batching page measures real batched steps on this model.",
     )
 
 

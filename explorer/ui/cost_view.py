@@ -1,22 +1,47 @@
-"""The Cost page's sections: the utilisation comparison and the per-op profile of one pass."""
+"""The Cost page's sections: its takeaway, the utilisation comparison, the per-op profile of one pass, and the device
+figures; every section that shows a decode pass defaults to the page's one (`charts.cost.median_decode_index`)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from explorer.charts import cost as charts
+from explorer.charts import device as device_charts
 from explorer.charts import profile as profile_charts
-from explorer.core.profiler import profile_pass
+from explorer.charts import roofline as roofline_charts
+from explorer.core.profiler import PassProfile, profile_pass
 from explorer.core.trace import Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
 from explorer.hosting.settings import LabSize
 from explorer.ui.recordings import needs_live_run
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
-from explorer.ui.state import PROFILE, RunResult
-from explorer.ui.widgets import chart, metrics, secondary, table
+from explorer.ui.state import PROFILE, RunResult, current_run
+from explorer.ui.widgets import ChartFirst, chart, metrics, secondary, table
 
 PROFILE_BUDGET_S = 120.0
+
+
+def kept_profile(result: RunResult) -> PassProfile | None:
+    """The profile taken of this run (any pass), None before one is taken."""
+    kept = PROFILE.get()  # (run label, PassProfile)
+    return kept[1] if kept and kept[0] == result.label else None
+
+
+def lead_line() -> str:
+    """The page's first line: each phase's time per token, from the session's run (before the page asks for it)."""
+    run = current_run()
+    if run is None:
+        return "Time per token of each phase, then where a pass's time goes: by the roofline model, and measured."
+    return charts.per_token_sentence(run.trace, "recorded" if run.recorded is not None else "measured")
+
+
+def takeaway_section(result: RunResult, layout: ChartFirst) -> None:
+    """What the first line means, overhead's share and where it goes, and the decode's bound as the model's floor:
+    above the main chart on a laptop, right under it when presenting (the chart stays in the first screen)."""
+    aside = layout.controls()
+    for sentence in charts.takeaway(result.trace, kept_profile(result)):
+        aside.markdown(sentence)  # numbers and fixed words only (profiler group names are ours)
 
 
 def utilisation_section(trace: Trace) -> None:
@@ -34,10 +59,11 @@ def utilisation_section(trace: Trace) -> None:
             decode_indices,
             index=decode_indices.index(median_index),
             format_func=lambda k: f"pass {k} ({ms(trace.passes[k].wall_s)})",
-            help="Defaults to the decode pass with the median measured time.",
+            key="utilisation-pass",
+            help="Defaults to the page's decode pass: the one with the median measured time.",
         )
         shown.append(trace.passes[decode_index])
-    utilisation = charts.utilisation_frame(shown, device)
+    utilisation = roofline_charts.utilisation_frame(shown, device)
     for column, row in zip(st.columns(len(shown)), utilisation.itertuples(index=False)):
         with column:
             st.markdown(f"**{row.label}**")  # built from the phase and the index: no user text
@@ -58,7 +84,7 @@ def utilisation_section(trace: Trace) -> None:
                 columns=1,
             )
     chart(
-        charts.utilisation_chart(utilisation),
+        roofline_charts.utilisation_chart(utilisation),
         utilisation,
         "utilisation",
         "Each pass's achieved compute as a share of the peak, and its achieved bandwidth as a share of the device's "
@@ -81,10 +107,12 @@ def profile_section(result: RunResult) -> None:
     profile_index = st.selectbox(
         "Pass to profile",
         [p.index for p in trace.passes],
-        index=min(3, trace.new_tokens - 1),
+        index=charts.median_decode_index(trace) or 0,  # the page's decode pass, or the prefill of a one-token run
+        key="profile-pass",
         format_func=lambda k: f"pass {k} ({trace.passes[k].phase}, {ms(trace.passes[k].wall_s)} in the run)",
-        help="0 is the prefill. The run's tokens are replayed up to this pass (untimed); the pass then runs once to "
-        "warm up, three times timed without the profiler and once timed under it.",
+        help="0 is the prefill; defaults to the page's decode pass (the median measured time). The run's tokens are "
+        "replayed up to this pass (untimed); the pass then runs once to warm up, three times timed without the "
+        "profiler and once timed under it.",
     )
     if st.button("Profile this pass", help="Runs the model again: the replay and five runs of this pass."):
         run_lab(
@@ -99,31 +127,48 @@ def profile_section(result: RunResult) -> None:
     if profiled is None:
         st.info("Press **Profile this pass** to see where its time goes, op by op.")
     else:
-        metrics(
-            [
-                ("Profiled wall", ms(profiled.wall_s_profiled), "measured: the pass under the profiler"),
-                (
-                    "Without the profiler",
-                    ms(profiled.wall_s_unprofiled),
-                    "measured: same pass, no profiler, median of 3",
-                ),
-                ("In the run", ms(profiled.wall_s_run), "measured: the pass as the run timed it (median over repeats)"),
-            ]
+        profiled_pass(trace, profiled)
+
+
+def profiled_pass(trace: Trace, profiled: PassProfile) -> None:
+    """A profiled pass: its three timings, its time by what ran beside its roofline bar, and every op."""
+    metrics(
+        [
+            ("Profiled wall", ms(profiled.wall_s_profiled), "measured: the pass under the profiler"),
+            (
+                "Without the profiler",
+                ms(profiled.wall_s_unprofiled),
+                "measured: same pass, no profiler, median of 3",
+            ),
+            ("In the run", ms(profiled.wall_s_run), "measured: the pass as the run timed it (median over repeats)"),
+        ]
+    )
+    parts = profile_charts.profile_frame(profiled)
+    same_pass_bar = profile_charts.roofline_parts(charts.time_split_frame(trace), profiled.pass_index)
+    chart(
+        profile_charts.profile_chart(parts, same_pass_bar),
+        parts,
+        "profile",
+        "Bottom: the profiled pass by what ran; the dark grey remainder is time in no op. The gap between the "
+        "black and red ticks is what profiling itself added. Top: the same pass's bar from the chart above.",
+        f"groups measured ({profiled.time_kind} per op, torch.profiler) · remainder = profiled wall − every op's "
+        "self time · top bar modelled, its overhead = measured − modelled",
+    )
+    with secondary("Every op in the profiled pass"):
+        table(
+            profile_charts.ops_frame(profiled),
+            "Each op the profiler saw, with the group of the module it ran in, its calls and its own time.",
+            f"measured: {profiled.time_kind}, summed over the op's calls in the pass",
         )
-        parts = profile_charts.profile_frame(profiled)
-        same_pass_bar = profile_charts.roofline_parts(charts.time_split_frame(trace), profile_index)
-        chart(
-            profile_charts.profile_chart(parts, same_pass_bar),
-            parts,
-            "profile",
-            "Bottom: the profiled pass by what ran; the dark grey remainder is time in no op. The gap between the "
-            "black and red ticks is what profiling itself added. Top: the same pass's bar from the chart above.",
-            f"groups measured ({profiled.time_kind} per op, torch.profiler) · remainder = profiled wall − every op's "
-            "self time · top bar modelled, its overhead = measured − modelled",
+
+
+def device_section(trace: Trace) -> None:
+    """The figures the roofline divides by, each with its source (a secondary section)."""
+    with secondary("The device figures"):
+        table(
+            device_charts.device_frame(trace.device),
+            "What the roofline divides by, with where each figure came from.",
+            "measured: best of 5 fixed-size microbenchmarks, taken when the 'measured at' row says · spec: datasheet · "
+            "nvml: the driver's clocks · achieved: raised to what a pass of this run did",
         )
-        with secondary("Every op in the profiled pass"):
-            table(
-                profile_charts.ops_frame(profiled),
-                "Each op the profiler saw, with the group of the module it ran in, its calls and its own time.",
-                f"measured: {profiled.time_kind}, summed over the op's calls in the pass",
-            )
+        st.caption(device_charts.DEVICE_NOTE[trace.device.kind])

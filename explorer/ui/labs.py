@@ -7,6 +7,7 @@ import math
 
 import streamlit as st
 
+from explorer.charts.device import figures_used_sentence
 from explorer.core import slo
 from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, Request
 from explorer.core.errors import BadInput
@@ -22,7 +23,7 @@ from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS
 from explorer.labs.nocache_result import NoCacheResult
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
-from explorer.ui.state import BATCH_RESULT, NOCACHE_RESULT, current_run
+from explorer.ui.state import BATCH_RESULT, NOCACHE_RESULT, Slot, current_run
 from explorer.ui.widgets import ITL_SLO_MS, current_slos_s, escape_markdown, show_error
 
 CHARS_PER_TOKEN = 4  # English runs ~4 characters a token: enough for an estimate before anything is tokenized
@@ -41,8 +42,15 @@ def _modelled_for(info: ModelInfo, device: DeviceProfile) -> str:
 
 
 # --- without a KV cache ----------------------------------------------------------------------------------------------
-def nocache_estimate_line(prompt: str, new_tokens: int, budget_s: float) -> str:
-    """What the naive loop will cost, before it runs: from the last run's figures and an approximate prompt length."""
+def nocache_estimate_line(prompt: str, new_tokens: int, budget_s: float, shown: NoCacheResult | None = None) -> str:
+    """What the naive loop will cost, before it runs: from the last run's figures and an approximate prompt length.
+    For the settings of the result shown below, that result's own estimate: one figure for one setting."""
+    if shown is not None and (prompt, new_tokens) == (shown.cached_trace.prompt_text, len(shown.uncached)):
+        return (
+            f"For these settings the naive loop was modelled at ≈{shown.estimate_s:.1f} s "
+            f"({_modelled_for(shown.cached_trace.model, shown.cached_trace.device)}, its {shown.prompt_len} prompt "
+            "tokens): the estimate shown with the result below. Change a setting for a fresh estimate."
+        )
     figures = last_figures()
     if figures is None:
         return (
@@ -92,7 +100,7 @@ def nocache_inputs(shown: NoCacheResult | None = None) -> None:
             help="A run whose modelled estimate is longer is refused before it starts.",
         )
     )
-    st.caption(nocache_estimate_line(prompt, new_tokens, budget_s))
+    st.caption(nocache_estimate_line(prompt, new_tokens, budget_s, shown))
     if st.button("Run both loops", type="primary"):
         request = Request(prompt, max_new_tokens=new_tokens, use_chat_template=False)
 
@@ -184,3 +192,11 @@ def batch_itl_slo_s(result: BatchResult) -> tuple[float, str]:
     itl_slo_s = current_slos_s(defaults)[1]
     said = "yours, from the Latency page" if ITL_SLO_MS in st.session_state else f"default, {defaults.source}"
     return itl_slo_s, said
+
+
+def figures_used(result_device: DeviceProfile, key: Slot[object], result: object) -> None:
+    """Which device figures the shown result's modelled numbers use (a recorded result's: the recording machine's),
+    beside this session's live run's."""
+    live = current_run()
+    recorded = key.get() is not result
+    st.caption(figures_used_sentence(result_device, recorded, live.trace.device if live else None))

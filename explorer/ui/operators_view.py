@@ -6,8 +6,10 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.charts import operators as charts
+from explorer.charts.cost import median_decode_index
 from explorer.core import operators
 from explorer.core.profiler import MODELLED_KINDS, PassProfile
+from explorer.core.roofline import LAYOUT_WORDS
 from explorer.core.trace import Trace
 from explorer.core.units import human_bytes, human_flops
 from explorer.ui.state import PROFILE, RunResult
@@ -27,17 +29,20 @@ def operators_section(trace: Trace) -> None:
         "The same roofline model, split by what each layer runs: q, k, v, o, QKᵀ, softmax, SV, the cache update, "
         "the MLP (or the experts routed to, and the router), then the embedding and the LM head. Each operator's "
         "floor is the slower of its maths and its bytes; the floors add up to at least the pass's floor, where one "
-        "operator's maths may hide behind another's reads."
+        "operator's maths may hide behind another's reads. QKᵀ and SV count the useful (causal) pairs; the cache "
+        f"update and attention's reads follow {LAYOUT_WORDS[trace.cache_layout]}."
     )
     index = st.selectbox(
         "Pass",
         [p.index for p in trace.passes],
+        index=median_decode_index(trace) or 0,  # the page's decode pass, or the prefill of a one-token run
         format_func=lambda k: (
             f"pass {k} ({trace.passes[k].phase}, {trace.passes[k].tokens_in} tokens in, "
             f"{trace.passes[k].cache_len_before} cached)"
         ),
         key="operators-pass",
-        help="0 is the prefill. The table is modelled: no run needed for any pass.",
+        help="0 is the prefill; defaults to the page's decode pass (the median measured time). The table is modelled: "
+        "no run needed for any pass.",
     )
     record = trace.passes[index]
     ops = operators.pass_operators(trace.model, trace.device, record)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -16,7 +17,7 @@ from explorer.core.measure import measure
 from explorer.core.trace import Trace
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
-from explorer.scale.config import DEFAULT_MODEL, load_architecture, shipped, shipped_key
+from explorer.scale.config import DEFAULT_MODEL, Architecture, load_architecture, shipped, shipped_key
 from explorer.scale.explain import formula_lines, knee_text
 from explorer.scale.local import LocalGap, local_gap
 from explorer.scale.measured_here import HERE_NEW_TOKENS, HERE_PROMPT, compare_here, shape_name
@@ -71,13 +72,25 @@ def _gpu_inputs(heads: int) -> tuple[str, int, str]:
     return gpu, int(gpus), dtype
 
 
-def _storage_inputs(dtype: str) -> tuple[str, str]:
-    """The quantization what-if: how the weights and the KV cache are stored (compute stays in `dtype`)."""
+def _storage_inputs(dtype: str, arch: Architecture) -> tuple[str, str, str | None]:
+    """The quantization what-if: how the weights, the KV cache and (a mixture of experts) the experts are stored
+    (compute stays in `dtype`); the experts default to how the model ships them (gpt-oss: MXFP4)."""
     kinds = list(STORAGE_BITS)
     left, right = st.columns(2)
     weights = left.selectbox("Weights stored as", kinds, index=kinds.index(dtype), key=f"scale-weights-{dtype}")
     kv = right.selectbox("KV cache stored as", kinds, index=kinds.index(dtype), key=f"scale-kv-{dtype}")
-    return weights, kv
+    if not arch.is_moe:
+        return weights, kv, None
+    shipped_as = arch.experts_shipped_as or weights
+    experts = st.selectbox(
+        "Experts stored as",
+        kinds,
+        index=kinds.index(shipped_as),
+        key=f"scale-experts-{arch.name}-{shipped_as}",
+        help="The experts' weights (their biases stay as the weights). Defaults to how the model ships them"
+        + (f": {arch.experts_shipped_as}, as its config.json says." if arch.experts_shipped_as else "."),
+    )
+    return weights, kv, experts
 
 
 def what_if_inputs() -> WhatIf:
@@ -88,7 +101,7 @@ def what_if_inputs() -> WhatIf:
             arch = load_architecture(_model_input(), hosted=is_hosted())
         with middle:
             gpu, gpus, dtype = _gpu_inputs(arch.heads)
-            weights_dtype, kv_dtype = _storage_inputs(dtype)
+            weights_dtype, kv_dtype, experts_dtype = _storage_inputs(dtype, arch)
         with right:
             top = arch.max_context
             batch = st.number_input("Batch B (requests decoded together)", 1, MAX_BATCH_INPUT, 1)
@@ -99,7 +112,16 @@ def what_if_inputs() -> WhatIf:
                 "Prompt tokens (for the prefill)", 1, top, min(DEFAULT_PROMPT_TOKENS, top), key=f"scale-prompt-{top}"
             )
         scenario = Scenario(
-            arch, find_gpu(gpu), dtype, gpus, int(batch), int(context), int(prompt), weights_dtype, kv_dtype
+            arch,
+            find_gpu(gpu),
+            dtype,
+            gpus,
+            int(batch),
+            int(context),
+            int(prompt),
+            weights_dtype,
+            kv_dtype,
+            experts_dtype,
         )
         return what_if(scenario)
     except BadInput as exc:
@@ -131,9 +153,22 @@ def kv_help(result: WhatIf) -> str:
         return "modelled: 2 x layers x kv_heads x head_dim x bytes"
     return (
         f"modelled: one request's cache at context {s.context:,} / {s.context:,}: {a.sliding_layers} of {a.layers} "
-        f"layers slide and keep at most their window ({', '.join(f'{w:,}' for w in sorted(set(a.windows) - {0}))} "
-        "positions); only the others grow with the context"
+        f"layers slide and keep at most their window - 1 positions, as transformers' cache does (windows "
+        f"{', '.join(f'{w:,}' for w in sorted(set(a.windows) - {0}))}); only the others grow with the context"
     )
+
+
+CONVENTIONS = (
+    "Counted as the live pages count a run: a sliding layer holds window - 1 positions (transformers' cache); the "
+    "input embedding table is gathered row by row (the back-of-envelope 'weights / bandwidth' reads it whole: the "
+    "formulas below give both); attention costs its useful causal pairs; the KV cache is read "
+    "once a step, as a serving engine's paged cache (vLLM), where the explorer's own engine (transformers' "
+    "DynamicCache) re-reads and re-writes it."
+)
+
+
+def stored_as(s: Scenario) -> str:
+    return s.weights_storage + (f", the experts as {s.experts_storage}" if s.arch.is_moe else "")
 
 
 def headline(result: WhatIf) -> None:
@@ -142,7 +177,7 @@ def headline(result: WhatIf) -> None:
     ridge = f"{result.ridge_batch:,}" if result.ridge_batch is not None else "none"
     figures = [
         ("Parameters", f"{result.params / 1e9:.3g} B", params_help(result)),
-        ("Weights", human_bytes(result.weight_bytes), f"modelled: params stored as {s.weights_storage}"),
+        ("Weights", human_bytes(result.weight_bytes), f"modelled: params stored as {stored_as(s)}"),
         ("KV per token", f"{result.kv_bytes_per_token:,} B", kv_help(result)),
         ("Max batch", f"{result.max_batch:,}", f"modelled: weights + KV at context {s.context:,} in GPU memory"),
     ]
@@ -162,7 +197,7 @@ def headline(result: WhatIf) -> None:
     st.caption(
         f"Spec, per GPU: {s.gpu.name}, {s.peak_flops / 1e12:,.1f} TFLOP/s dense {s.dtype}, "
         f"{s.gpu.bandwidth_bytes_per_s / GB:,.0f} GB/s, {s.gpu.memory_text} ({s.gpu.source}){link}. Model: "
-        f"{escape_markdown(s.arch.display_name)}, config from {escape_markdown(s.arch.source)}."
+        f"{escape_markdown(s.arch.display_name)}, config from {escape_markdown(s.arch.source)}. {CONVENTIONS}"
     )
     if not result.fits:
         need = result.shard.weight_bytes + s.batch * result.shard.kv_bytes_at(s, s.context)
@@ -202,19 +237,23 @@ def decode_vs_context(result: WhatIf, gap: LocalGap | None) -> None:
     frame = charts.decode_context_frame(result, factor)
     crossover = result.kv_crossover_context
     if crossover is None:
-        where = "never overtakes them: every layer slides, so the cache stops growing at the window"
+        where = "never reaches them: every layer slides, so the cache stops growing at the window"
     elif crossover <= s.arch.max_context:
-        where = f"overtakes them at T = {crossover:,}"
+        where = f"reaches them at T = {crossover:,} (KV moved ≥ weights read)"
     else:
-        where = f"would overtake them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
-    chart(
-        charts.decode_context_chart(frame, result, factor),
-        frame,
-        "scale-decode-vs-context",
+        where = f"would reach them only at T = {crossover:,}, beyond the model's {s.arch.max_context:,}"
+    caption = (
         f"A decode step at batch {s.batch:,}: the weights are read once whatever the context; the KV cache grows with "
-        f"it and {where}.",
-        "modelled from config.json and spec figures" + (" · dashed: assumption (this machine's gap)" if factor else ""),
+        f"it and {where}."
     )
+    scaled_chart(charts.decode_context_chart(frame, result, factor), frame, "scale-decode-vs-context", caption, gap)
+
+
+def scaled_chart(built: alt.LayerChart, frame: pd.DataFrame, name: str, caption: str, gap: LocalGap | None) -> None:
+    """A chart of the GPU's modelled floor, with this machine's gap (when there is a run) drawn apart, dashed and thin:
+    an assumption, said in its source line."""
+    source = "modelled from config.json and spec figures"
+    chart(built, frame, name, caption, source + (" · dashed: assumption (this machine's gap)" if gap else ""))
 
 
 def tokens_vs_batch(result: WhatIf, gap: LocalGap | None) -> None:
@@ -225,20 +264,19 @@ def tokens_vs_batch(result: WhatIf, gap: LocalGap | None) -> None:
     experts = ""
     if s.arch.is_moe:
         a = s.arch
+        first, last = frame.iloc[0], frame[frame["fits"]].iloc[-1] if frame["fits"].any() else frame.iloc[-1]
+        lead = [row.tokens_per_s / row.tokens_per_s_every_expert for row in (first, last)]
         experts = (
-            f" A mixture of experts bends lower than a dense model: at B = 1 a layer reads {a.experts_per_token} of "
-            f"its {a.n_experts} experts, and each request added picks more of them (expected distinct experts "
-            f"n (1 - (1 - k/n)^B) under uniform routing, an assumption), so the weight read itself grows with B; "
-            "the grey dotted line reads every expert at any B."
+            f" At B = 1 a layer reads {a.experts_per_token} of its {a.n_experts} experts, and each request added picks "
+            f"more of them (expected distinct experts n (1 - (1 - k/n)^B) under uniform routing, an assumption), so "
+            f"the weight read itself grows with B: {lead[0]:,.1f}× the tokens/s of reading every expert (the grey "
+            f"dotted line) at B = 1, {lead[1]:,.1f}× at B = {int(last.batch):,}."
         )
-    chart(
-        charts.batch_chart(frame, result, factor),
-        frame,
-        "scale-tokens-vs-batch",
+    caption = (
         f"One weight read serves every request of a step, so tokens/s grows with B until memory runs out at "
-        f"B = {result.max_batch:,}; {knee}.{experts}",
-        "modelled ceilings" + (" · dashed: assumption (this machine's gap)" if factor else ""),
+        f"B = {result.max_batch:,}; {knee}.{experts}"
     )
+    scaled_chart(charts.batch_chart(frame, result, factor), frame, "scale-tokens-vs-batch", caption, gap)
 
 
 def memory(result: WhatIf) -> None:
@@ -260,7 +298,8 @@ def formulas(result: WhatIf) -> None:
             st.caption(
                 f"The same from the command line: `python -m explorer whatif --model {s.arch.name} --gpu "
                 f"'{s.gpu.name}' --gpus {s.gpus} --dtype {s.dtype} --weights-dtype {s.weights_storage} --kv-dtype "
-                f"{s.kv_storage} --batch {s.batch} --context {s.context} --prompt-tokens {s.prompt_tokens} --explain`"
+                f"{s.kv_storage}{f' --experts-dtype {s.experts_storage}' if s.arch.is_moe else ''} --batch {s.batch} "
+                f"--context {s.context} --prompt-tokens {s.prompt_tokens} --explain`"
             )
 
 

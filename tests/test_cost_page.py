@@ -1,0 +1,32 @@
+"""The Cost page through AppTest: it leads with each phase's time per token, overhead's share and the model's floor,
+and every section that shows a decode pass starts from the same one (the median measured pass)."""
+
+from __future__ import annotations
+
+from explorer.charts.cost import median_decode_index
+from explorer.core.engine import Request, check_request, generate
+from explorer.core.loading import LoadedModel
+from explorer.core.trace import DeviceProfile
+from explorer.ui import state as ui_state
+from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+
+
+def test_the_cost_page_leads_with_time_per_token_and_keeps_one_default_decode_pass(
+    tiny_lm: LoadedModel, cpu_figures: DeviceProfile
+) -> None:
+    request = Request("a prompt of some tokens", max_new_tokens=6, use_chat_template=False)
+    trace = generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)
+    at = open_page("pages/cost.py", ui_state.RunResult(trace, None, "", "run 1: tokens"))
+    assert not at.error, [e.value for e in at.error]
+    assert at.caption[0].value.startswith(f"A prefill: {trace.prompt_len} tokens in ")  # the page's first line
+    assert "a token; a decode pass: " in at.caption[0].value and "for one (measured)." in at.caption[0].value
+    text = [m.value for m in at.markdown]
+    why = next(i for i, t in enumerate(text) if t.startswith("Per token, the decode pass"))
+    assert text[why + 1].startswith("Overhead, the measured time the roofline does not explain, is ")
+    assert "That is the model's floor" in text[why + 2]
+    index = median_decode_index(trace)
+    assert index is not None
+    for key in ("utilisation-pass", "profile-pass", "operators-pass"):
+        assert at.selectbox(key=key).value == index, key
+    assert any(t.startswith(f"The decode (pass {index}) does ") for t in text)  # its bound, by its intensity
+    assert any(f"Pass {index}:" in c.value for c in at.caption)  # its KV term written out

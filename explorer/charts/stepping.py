@@ -1,15 +1,22 @@
-"""The step mode's builders: the request so far, its attention rows appended pass by pass, its cache and pass times."""
+"""The step mode's builders: the request so far and its newest pass, its attention rows appended pass by pass (and the
+newest few enlarged), its inter-token gaps with the passes that were disturbed marked, its cache and pass times."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+import altair as alt
 import numpy as np
 import pandas as pd
 
-from explorer.charts.attention import ATTENDED, MASKED, WINDOW_POSITIONS
+from explorer.charts.attention import ATTENDED, MASKED, MASKED_COLOR, PROB_SCALE, WINDOW_POSITIONS
 from explorer.charts.common import display_token, position_label
+from explorer.charts.latency import itl_chart, itl_frame
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bytes, short_time
+
+DISTURBED_MARK = "⚠"  # beside a pass timed while other work ran (`PassRecord.disturbed`)
 
 
 def running_figures(trace: Trace, done: bool) -> list[tuple[str, str, str]]:
@@ -22,6 +29,16 @@ def running_figures(trace: Trace, done: bool) -> list[tuple[str, str, str]]:
         ("ITL p50 so far", short_time(trace.itl_p50_s), "measured: median of the gaps so far"),
         ("KV cache", human_bytes(trace.final_kv_cache_bytes), "measured: bytes of the real cache tensors"),
     ]
+
+
+def newest_pass_line(trace: Trace, escape: Callable[[str], str]) -> str:
+    """The newest pass in one line of Markdown (its token, anyone's text, through `escape`): what it computed, the
+    token it sampled and its measured time, marked when it was disturbed."""
+    p = trace.passes[-1]
+    what = f"prefill of {p.tokens_in} tokens" if p.is_prefill else "decode of 1 token"
+    mark = f" · {DISTURBED_MARK} disturbed: other work ran beside it" if p.disturbed else ""
+    token = escape(display_token(p.token_text))
+    return f"**Pass {p.index}** ({what}) → **“{token}”** in **{short_time(p.wall_s)}** (measured){mark}"
 
 
 def tokens_line(trace: Trace) -> str:
@@ -64,3 +81,76 @@ def attention_rows_frame(maps: AttentionMaps, layer: int, head: int) -> pd.DataF
                 }
             )
     return pd.DataFrame(records)
+
+
+NEWEST_ROWS = 6  # the strip's rows: the map's newest ones, each tall enough to see on a projector
+
+
+def newest_rows_frame(rows: pd.DataFrame, count: int = NEWEST_ROWS) -> pd.DataFrame:
+    """The last `count` query rows of `attention_rows_frame`, each named by the pass that computed it: the newest row
+    drawn large (in the whole map a row is a few pixels tall once the prompt is long)."""
+    last = int(rows["query_pos"].max())
+    newest = rows[rows["query_pos"] > last - count].copy()
+    prompt_len = int(rows.loc[rows["phase"] == "prefill", "query_pos"].max()) + 1
+    newest["row"] = [  # query position T + k is computed by decode pass k + 1; every prompt row by the prefill
+        f"pass {q - prompt_len + 1}: {label}" if q >= prompt_len else f"prefill: {label}"
+        for q, label in zip(newest["query_pos"], newest["query"])
+    ]
+    return newest
+
+
+def newest_rows_chart(frame: pd.DataFrame, height_px: int = 220) -> alt.LayerChart:
+    """The strip of the newest rows: one row per query, a cell per key position in the cache, oldest to newest, in
+    the map's colours (grey: masked by the causal mask)."""
+    order = frame.drop_duplicates("query_pos").sort_values("query_pos")["row"].tolist()
+    base = alt.Chart(frame).encode(
+        x=alt.X("key_pos:O", title="key position, oldest → newest", axis=alt.Axis(labels=False, ticks=False)),
+        y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)),
+        tooltip=["row", "key", alt.Tooltip("prob:Q", format=".4f", title="probability")],
+    )
+    attended = (
+        base.transform_filter("!datum.masked")
+        .mark_rect()
+        .encode(color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=None))
+    )
+    masked = base.transform_filter("datum.masked").mark_rect(color=MASKED_COLOR)
+    return alt.layer(attended, masked).properties(height=height_px)
+
+
+def step_itl_frame(trace: Trace, itl_slo_s: float) -> pd.DataFrame:
+    """The ITL frame of `latency.itl_frame`, with each gap's pass marked when it was disturbed."""
+    frame = itl_frame(trace, itl_slo_s)
+    frame["timing"] = [
+        "disturbed: other work ran beside it" if trace.passes[k].disturbed else "clean" for k in frame["pass"]
+    ]
+    return frame
+
+
+def step_itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
+    """The ITL bars against the SLO (`latency.itl_chart`), a ⚠ over each disturbed pass's bar."""
+    marks = (
+        alt.Chart(frame)
+        .transform_filter("datum.timing != 'clean'")
+        .mark_text(text=DISTURBED_MARK, baseline="bottom", dy=-4)
+        .encode(x="token_index:O", y="itl_ms:Q", tooltip=["token_index:O", "timing:N"])
+    )
+    return itl_chart(frame, itl_slo_s) + marks
+
+
+MARKED_IN_TRACE = "the trace (JSON) keeps each pass's figure (`beside_cpu_s`)"
+
+
+def disturbed_sentence(passes: Sequence[PassRecord], marked: str = MARKED_IN_TRACE) -> str:
+    """One line naming the passes timed while other work ran beside them (`PassRecord.disturbed`), and where they are
+    `marked`; "" when none was."""
+    disturbed = [p for p in passes if p.disturbed]
+    if not disturbed:
+        return ""
+    shown = ", ".join(str(p.index) for p in disturbed[:8]) + (" …" if len(disturbed) > 8 else "")
+    most = max((p.beside_cpu_s or 0.0) / p.wall_s for p in disturbed)
+    which = f"pass {shown}" if len(disturbed) == 1 else f"passes {shown}"
+    return (
+        f"Disturbed: {len(disturbed)} of {len(passes)} passes ({which}) were timed while other work used the CPU "
+        f"beside them (measured: up to {most:.0%} of a pass's time, by other sessions of this server or other "
+        f"programs), so their times may be high; {marked}. Run again on a quiet server for a clean measurement."
+    )

@@ -2,9 +2,11 @@
 
 Each step is the engine's own timed step (`LiveRequest.step`), so a stepped request's passes are measured exactly as
 a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the
-room spent looking at them. An untimed eager shadow (`AttentionReplay`) is fed the same token after each step and
-keeps that pass's attention maps. The step that finishes the request checks its device figures as every run's are
-(`keep_figures_honest`) and frees both caches: `to_trace()` is then the Trace a normal run would have produced.
+room spent looking at them. On a shared server each timed pass goes through the server's gate (`PassGate.timing`:
+apart from other sessions' drawing, with what ran beside it kept on its record, `PassRecord.beside_cpu_s`). An
+untimed eager shadow (`AttentionReplay`) is fed the same token after each step and keeps that pass's attention maps.
+The step that finishes the request checks its device figures as every run's are (`keep_figures_honest`) and frees
+both caches: `to_trace()` is then the Trace a normal run would have produced.
 
 `LiveSteps` holds every live stepped request of a process weakly, so that any caller can free the ones left idle
 (the owner may never come back to look).
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -34,6 +38,11 @@ from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import keep_figures_honest, prepare_device
 from explorer.core.trace import PassRecord, Trace
+from explorer.hosting.quiet import PassGate, Timed
+
+# A pass that follows other work on the device this closely runs warm (its threads awake, as in a Run's back-to-back
+# passes), so its untimed twin is skipped: in a room, the twin would double every click's time on the device.
+WARM_WITHIN_S = 0.5
 
 
 @dataclass(eq=False)  # compared and hashed by identity: a LiveSteps registry holds it in a WeakSet
@@ -47,6 +56,7 @@ class SteppedRequest:
     last_used_s: float  # time.monotonic() of the last claim or step
     figures: FiguresStore  # where its device figures came from: the finished run is checked against them there
     finished: Trace | None = None  # set by the step that finishes the request
+    forward_s: float = 0.0  # every forward it ran so far (warm twins, timed passes, attention rows), seconds
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)  # held while stepping or freeing
 
     @classmethod
@@ -92,22 +102,37 @@ class SteppedRequest:
             self.last_used_s = time.monotonic()
             return not self.freed
 
-    def step(self) -> PassRecord:
+    def step(self, gate: PassGate | None = None) -> PassRecord:
         """ONE real pass (prefill first, then one decode), timed by the engine, then its attention (untimed); the
-        last one also finishes the request (its trace kept, both caches freed)."""
+        last one also finishes the request (its trace kept, both caches freed). With a server's `gate`, the pass is
+        timed apart from drawing (the wait for it off the request's clock) and its record says what ran beside it; a
+        warm twin runs first unless the device worked within WARM_WITHIN_S."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
-            self.warm_up()
-            self.live.clock.resume()
-            try:
-                record = self.live.step()
-            finally:
-                self.live.clock.pause()
-            self.replay.step(list(record.input_token_ids))
+            if gate is None or gate.quiet_for_s() > WARM_WITHIN_S:
+                self._forward(self.warm_up)
+            started_s = time.perf_counter()
+            with gate.timing() if gate is not None else nullcontext(Timed()) as timed:
+                self.live.clock.resume()
+                try:
+                    record = self.live.step()
+                finally:
+                    self.live.clock.pause()
+            self.forward_s += time.perf_counter() - started_s - timed.waited_for_drawing_s
+            if timed.beside is not None:
+                record = self.live.passes[-1] = replace(record, beside_cpu_s=timed.beside.cpu_s)
+            self._forward(lambda: self.replay.step(list(record.input_token_ids)))
+            if gate is not None:
+                gate.worked()
             if self.done:
                 self.finished = keep_figures_honest(self.to_trace(), self.figures)
                 self._free()
             self.last_used_s = time.monotonic()
         return record
+
+    def _forward(self, work: Callable[[], object]) -> None:
+        started_s = time.perf_counter()
+        work()
+        self.forward_s += time.perf_counter() - started_s
 
     def warm_up(self) -> None:
         """One untimed pass of the same shape as the timed one, right before it, with the request's clock paused.

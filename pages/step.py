@@ -19,7 +19,16 @@ st.caption(
     "runs ONE decode pass: one new token, reading the cache. Keys (outside the text boxes): → = next token, Home = "
     "reset."
 )
-shown = current.request if active else stepper.DEFAULT_STEP  # a locked form shows the request being stepped
+shown = current.request if active else stepper.DEFAULT_STEP
+# A locked form shows the request being stepped; a free one what was typed last (the defaults at first). Set through
+# the widgets' keys before they are drawn: a keyed widget keeps its state when its default changes.
+for key, value in (
+    ("step-prompt", shown.prompt),
+    ("step-new-tokens", shown.max_new_tokens),
+    ("step-template", shown.use_chat_template),
+):
+    if active or key not in st.session_state:
+        st.session_state[key] = value
 with (
     st.expander(f"Prompt: {escape_markdown(shown.prompt[:60])}", expanded=False) if compact else st.container(),
     st.form("step-form", border=False),

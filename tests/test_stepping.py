@@ -64,10 +64,10 @@ def prefill_on_the_step_page(
     """The step page after Prefill, on `model_dir` with the sidebar's `sampling`, no chat template (as the CLI's
     --no-chat-template)."""
     at = step_page_on(model_dir, sampling)
-    at.text_input[0].input(prompt)
-    at.number_input[0].set_value(max_new_tokens)
-    at.toggle[0].set_value(False)
-    at.button[0].click().run()  # Prefill
+    at.text_input(key="step-prompt").input(prompt)
+    at.number_input(key="step-new-tokens").set_value(max_new_tokens)
+    at.toggle(key="step-template").set_value(False)
+    at.button(key="step-prefill").click().run()
     assert not at.exception, at.exception
     return at
 
@@ -85,8 +85,15 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
     assert [b - a for a, b in zip(sizes, sizes[1:])] == [tiny_lm.info.kv_bytes_per_token] * 3
     expected = measure(tiny_lm, Request("hi there", max_new_tokens=6, use_chat_template=False)).generated_token_ids
     assert tuple(p.token_id for p in stepped.passes) == expected[:4]
-    # attention rows, KV growth, KV per layer, ITL of the passes so far, pass times against the roofline
-    assert len(at.get("vega_lite_chart")) == 5
+    # attention rows, the newest enlarged, KV growth, KV per layer, ITL of the passes so far, pass times
+    assert chart_names(at) == [
+        "step-attention",
+        "step-newest-rows",
+        "step-kv",
+        "step-kv-layers",
+        "step-itl",
+        "step-times",
+    ]
     assert at.button(key="step-next").proto.shortcut == "right" and at.button(key="step-reset").proto.shortcut == "home"
     at.button(key="step-end").click().run()  # finishes: the stepped request becomes the current run
     assert at.session_state[ui_state.RUN].trace.generated_token_ids == expected
@@ -102,15 +109,17 @@ def test_an_empty_prompt_is_one_line_and_nothing_steps(tiny_llama_dir: Path, pro
     at: AppTest = new_app()
     at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(model=str(tiny_llama_dir), device="cpu")
     at.switch_page("pages/step.py").run()
-    at.text_input[0].input(prompt)
-    at.button[0].click().run()
+    at.text_input(key="step-prompt").input(prompt)
+    at.button(key="step-prefill").click().run()
     assert not at.exception and any("empty" in e.value for e in at.error)
     assert stepper.STEPPED not in at.session_state
 
 
 def test_the_prefill_shows_the_cache_it_wrote_per_layer(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there")
-    assert len(at.get("vega_lite_chart")) == 4  # no ITL yet after the prefill alone: a line says so
+    assert (
+        "step-itl" not in chart_names(at) and len(chart_names(at)) == 5
+    )  # no ITL after the prefill alone: a line says so
     assert any("no inter-token latency yet" in i.value for i in at.info)
     assert any("What the prefill wrote: 8 positions in every layer" in c.value for c in at.caption)
 
@@ -161,9 +170,9 @@ def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
         (
             "step",
             RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-            "The step failed: RuntimeError: CUDA out of memory",
+            "Step mode's prefill failed: RuntimeError: CUDA out of memory",
         ),
-        ("claim", BadInput("Waited 1 s for the device: try again."), "Waited 1 s for the device"),  # refused in line
+        ("start", BadInput("The attention maps would need 9 GiB: try a shorter prompt."), "would need 9 GiB"),
     ],
 )
 def test_a_failed_prefill_stays_on_screen_and_leaves_the_form_usable(
@@ -174,8 +183,8 @@ def test_a_failed_prefill_stays_on_screen_and_leaves_the_form_usable(
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and said in errors[0], errors  # not wiped by a rerun
     assert stepper.STEPPED not in at.session_state  # no request without a pass is kept
-    prefill = at.button[0]
-    assert prefill.label == "Prefill" and not prefill.disabled and not at.text_input[0].disabled
+    prefill = at.button(key="step-prefill")
+    assert prefill.label == "Prefill" and not prefill.disabled and not at.text_input(key="step-prompt").disabled
     assert at.button(key="step-next").disabled
     prefill.click().run()  # the same form, pressed again, now runs
     assert not at.error and len(at.session_state[stepper.STEPPED].passes) == 1
@@ -190,7 +199,7 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     assert not at.error, [e.value for e in at.error]
     at.button(key="step-reset").click().run()
-    at.button[0].click().run()  # Prefill again, within the same minute
+    at.button(key="step-prefill").click().run()  # Prefill again, within the same minute
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and "1 runs per minute per visitor" in errors[0], errors
     assert stepper.STEPPED not in at.session_state
@@ -235,17 +244,18 @@ def test_autoplay_that_finishes_redraws_the_buttons(tiny_llama_dir: Path, tiny_l
 
 # --- Prefill while it has to wait (issue 23): the waiting UI is drawn outside the form ------------------------------
 def press_prefill(at: AppTest, prompt: str) -> AppTest:
-    at.text_input[0].input(prompt)
-    at.number_input[0].set_value(4)
-    at.toggle[0].set_value(False)
-    return at.button[0].click().run()
+    at.text_input(key="step-prompt").input(prompt)
+    at.number_input(key="step-new-tokens").set_value(4)
+    at.toggle(key="step-template").set_value(False)
+    return at.button(key="step-prefill").click().run()
 
 
 def assert_first_pass_without_error(at: AppTest) -> None:
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert len(at.session_state[stepper.STEPPED].passes) == 1
-    assert at.text_input[0].value == "hi there" and at.text_input[0].disabled  # the locked form shows what stepped
+    prompt = at.text_input(key="step-prompt")
+    assert prompt.value == "hi there" and prompt.disabled  # the locked form shows what stepped
 
 
 def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
@@ -297,11 +307,12 @@ def chart_names(at: AppTest) -> list[str]:
     return [label.removeprefix("Download data: ").removesuffix(".csv") for label in labels if label.endswith(".csv")]
 
 
-def test_presenting_the_step_page_puts_the_map_and_the_kv_growth_first(
+def test_presenting_the_step_page_puts_the_newest_pass_its_row_and_the_kv_growth_first(
     tiny_llama_dir: Path, tiny_lm: LoadedModel
 ) -> None:
-    """Presenting, after Prefill: the attention map and the KV growth before anything else of the request, the locked
-    prompt folded into an expander that names it (the browser test measures that both sit in the first screen)."""
+    """Presenting, after Prefill: the newest pass's line, then the newest rows of the map and the KV growth before
+    anything else of the request, the locked prompt folded into an expander that names it (the browser tests measure
+    that they sit in the first screen)."""
     from explorer.ui.presenter import PRESENTER_KEY
 
     at: AppTest = new_app()
@@ -309,7 +320,9 @@ def test_presenting_the_step_page_puts_the_map_and_the_kv_growth_first(
     at.session_state[PRESENTER_KEY] = True
     at = press_prefill(at.switch_page("pages/step.py").run(), "hi there")
     assert not at.exception, at.exception
-    assert at.main.expander[0].label == "Prompt: hi there" and at.text_input[0].value == "hi there"
-    assert chart_names(at)[:2] == ["step-attention", "step-kv"]
+    assert at.main.expander[0].label == "Prompt: hi there" and at.text_input(key="step-prompt").value == "hi there"
+    assert chart_names(at)[:2] == ["step-newest-rows", "step-kv"]
+    first = at.main.get("markdown")
+    assert any(m.value.startswith("**Pass 0** (prefill of ") for m in first), [m.value for m in first]
     laptop = prefill_on_the_step_page(tiny_llama_dir, "hi there")  # on a laptop: the form open, as before
     assert not laptop.main.expander and "step-attention" in chart_names(laptop)

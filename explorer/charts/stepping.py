@@ -17,6 +17,9 @@ from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bytes, short_time
 
 DISTURBED_MARK = "⚠"  # beside a pass timed while other work ran (`PassRecord.disturbed`)
+# Fit the width only: the height given is the plot's, and axes and legends add to it. Streamlit's default ("fit")
+# squeezes the whole chart into that height, so large type leaves the plot itself a few pixels tall.
+FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")
 
 
 def running_figures(trace: Trace, done: bool) -> list[tuple[str, str, str]]:
@@ -35,10 +38,10 @@ def newest_pass_line(trace: Trace, escape: Callable[[str], str]) -> str:
     """The newest pass in one line of Markdown (its token, anyone's text, through `escape`): what it computed, the
     token it sampled and its measured time, marked when it was disturbed."""
     p = trace.passes[-1]
-    what = f"prefill of {p.tokens_in} tokens" if p.is_prefill else "decode of 1 token"
-    mark = f" · {DISTURBED_MARK} disturbed: other work ran beside it" if p.disturbed else ""
+    what = f"prefill of {p.tokens_in} tokens" if p.is_prefill else "decode"
+    mark = f" {DISTURBED_MARK} disturbed" if p.disturbed else ""
     token = escape(display_token(p.token_text))
-    return f"**Pass {p.index}** ({what}) → **“{token}”** in **{short_time(p.wall_s)}** (measured){mark}"
+    return f"**Pass {p.index}** · {what} → **“{token}”** in **{short_time(p.wall_s)}** (measured){mark}"
 
 
 def tokens_line(trace: Trace) -> str:
@@ -92,20 +95,22 @@ def newest_rows_frame(rows: pd.DataFrame, count: int = NEWEST_ROWS) -> pd.DataFr
     last = int(rows["query_pos"].max())
     newest = rows[rows["query_pos"] > last - count].copy()
     prompt_len = int(rows.loc[rows["phase"] == "prefill", "query_pos"].max()) + 1
+    tokens = newest["query"].str.split(":", n=1).str[1]  # position_label's "position:token"
     newest["row"] = [  # query position T + k is computed by decode pass k + 1; every prompt row by the prefill
-        f"pass {q - prompt_len + 1}: {label}" if q >= prompt_len else f"prefill: {label}"
-        for q, label in zip(newest["query_pos"], newest["query"])
+        f"pass {q - prompt_len + 1} · {token}" if q >= prompt_len else f"prompt {q} · {token}"
+        for q, token in zip(newest["query_pos"], tokens)
     ]
     return newest
 
 
-def newest_rows_chart(frame: pd.DataFrame, height_px: int = 220) -> alt.LayerChart:
-    """The strip of the newest rows: one row per query, a cell per key position in the cache, oldest to newest, in
-    the map's colours (grey: masked by the causal mask)."""
+def newest_rows_chart(frame: pd.DataFrame, height_px: int = 180) -> alt.LayerChart:
+    """The strip of the newest rows: one row per query (named by its pass and token), a cell per key position in the
+    cache, oldest to newest, in the map's colours (grey: masked by the causal mask). `height_px` is the strip's own;
+    its axes add to it (`FIT_WIDTH`)."""
     order = frame.drop_duplicates("query_pos").sort_values("query_pos")["row"].tolist()
     base = alt.Chart(frame).encode(
         x=alt.X("key_pos:O", title="key position, oldest → newest", axis=alt.Axis(labels=False, ticks=False)),
-        y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)),
+        y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=130, labelOverlap=False)),
         tooltip=["row", "key", alt.Tooltip("prob:Q", format=".4f", title="probability")],
     )
     attended = (
@@ -114,7 +119,7 @@ def newest_rows_chart(frame: pd.DataFrame, height_px: int = 220) -> alt.LayerCha
         .encode(color=alt.Color("prob:Q", scale=PROB_SCALE, title="probability (√ scale)", legend=None))
     )
     masked = base.transform_filter("datum.masked").mark_rect(color=MASKED_COLOR)
-    return alt.layer(attended, masked).properties(height=height_px)
+    return alt.layer(attended, masked).properties(height=height_px, autosize=FIT_WIDTH)
 
 
 def step_itl_frame(trace: Trace, itl_slo_s: float) -> pd.DataFrame:
@@ -127,14 +132,16 @@ def step_itl_frame(trace: Trace, itl_slo_s: float) -> pd.DataFrame:
 
 
 def step_itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
-    """The ITL bars against the SLO (`latency.itl_chart`), a ⚠ over each disturbed pass's bar."""
+    """The ITL bars against the SLO (`latency.itl_chart`), a ⚠ over each disturbed pass's bar. Its plot keeps its
+    height whatever its legends and axes take (`FIT_WIDTH`): fitted into 280 px, the presenter theme's larger type
+    left the bars a sliver and cut the axis title."""
     marks = (
         alt.Chart(frame)
         .transform_filter("datum.timing != 'clean'")
         .mark_text(text=DISTURBED_MARK, baseline="bottom", dy=-4)
         .encode(x="token_index:O", y="itl_ms:Q", tooltip=["token_index:O", "timing:N"])
     )
-    return itl_chart(frame, itl_slo_s) + marks
+    return (itl_chart(frame, itl_slo_s) + marks).properties(autosize=FIT_WIDTH)
 
 
 MARKED_IN_TRACE = "the trace (JSON) keeps each pass's figure (`beside_cpu_s`)"

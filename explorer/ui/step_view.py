@@ -19,37 +19,36 @@ from explorer.ui.widgets import chart, current_slos_s, escape_markdown, metrics,
 FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the newest pass, its attention row and the KV growth
 NEWEST_ROWS_KEY = "step-newest-rows"  # the strip of the map's newest rows
 KV_GROWTH_KEY = "step-kv-growth"
-# Their plot height when presenting: under the title, caption, folded prompt, buttons and the newest pass's line
-# (about 300 px at 1280 x 720), each chart with its axes and legends ends above 720 px (measured in
-# tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go below.
-FIRST_SCREEN_CHART_PX = 220
+ITL_KEY = "step-itl-chart"
+# Their plots' height when presenting (axes and legends add to it): under the title, caption, folded prompt, buttons and
+# the newest pass's line (about 320 px at 1280 x 720), each chart with its axes and legends ends above 720 px
+# (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
+# below. Six rows of the strip in 170 px: each about 28 px tall, where a row of the whole map is a few pixels.
+FIRST_SCREEN_CHART_PX = 170
 DISTURBED_WHERE = f"each is marked {step_charts.DISTURBED_MARK} over its bar in the inter-token latency chart"
 
 
 def step_view(current: SteppedRequest) -> None:
     """The stepped request so far: its newest pass in one line, the newest rows of its attention map enlarged and its
-    KV cache growing (presenting: side by side, in the first screen), its figures and tokens, the whole map, the
-    cache per layer, the gaps between its tokens and each pass's time against the roofline."""
+    KV cache growing (presenting: side by side, in the first screen, and sent first), its figures and tokens, the
+    whole map, the cache per layer, the gaps between its tokens and each pass's time against the roofline."""
     trace, maps = current.to_trace(), current.attention()
     first = st.container(key=FIRST_SCREEN_KEY)
     first.markdown(step_charts.newest_pass_line(trace, escape_markdown))
-    if presenting():
-        newest_box, kv_box = first.columns(2)
-    else:
+    presenting_now = presenting()
+    newest_box, kv_box = first.columns(2) if presenting_now else (None, None)
+    figures_box, map_box = st.container(), st.container()
+    layer, head = step_pickers(maps)  # drawn under the map, read before it is drawn
+    rows = step_charts.attention_rows_frame(maps, layer, head)
+    with newest_box or st.container():
+        step_newest_rows(rows, FIRST_SCREEN_CHART_PX if presenting_now else None)
+    with kv_box or st.container():
+        step_kv_growth(trace, FIRST_SCREEN_CHART_PX if presenting_now else None, "bottom" if presenting_now else "top")
+    with figures_box:
         metrics(step_charts.running_figures(trace, current.done))
         st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
-        newest_box = kv_box = None
-    rows = step_attention(maps)
-    if newest_box is not None and kv_box is not None:
-        with newest_box:
-            step_newest_rows(rows, FIRST_SCREEN_CHART_PX)
-        with kv_box:
-            step_kv_growth(trace, FIRST_SCREEN_CHART_PX, legend_orient="bottom")
-        metrics(step_charts.running_figures(trace, current.done))
-        st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
-    else:
-        step_newest_rows(rows)
-        step_kv_growth(trace)
+    with map_box:
+        step_attention(maps, rows, layer, head)
     last = trace.passes[-1]
     table(step_charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
     step_kv_layers(trace)
@@ -57,25 +56,25 @@ def step_view(current: SteppedRequest) -> None:
     step_times(trace)
 
 
-def step_attention(maps: AttentionMaps) -> pd.DataFrame:
-    """The prefill's map and the decode rows under it, for the chosen layer and head (pickers under the map); the
-    frame it drew, for the strip of its newest rows."""
-    drawn_here = st.container()  # filled after the pickers are read, so that the map stands above them
+def step_pickers(maps: AttentionMaps) -> tuple[int, int]:
+    """The layer and head the map and its newest rows show."""
     layer_col, head_col = st.columns(2)
     layer = layer_col.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key="step-layer")
     head = head_col.selectbox("Head", list(range(maps.heads)), key="step-head")
-    frame = step_charts.attention_rows_frame(maps, layer, head)
-    with drawn_here:
-        chart(
-            attention_charts.prefill_chart(frame),
-            frame,
-            "step-attention",
-            f"Layer {layer}, head {head}: the prefill's T × T map with its causal mask, then one row per decode pass "
-            "appended below it: one key longer each time, no mask needed. "
-            + attention_charts.sink_sentence(maps, layer, head),
-            "measured (captured attention probabilities, untimed eager shadow)",
-        )
-    return frame
+    return layer, head
+
+
+def step_attention(maps: AttentionMaps, frame: pd.DataFrame, layer: int, head: int) -> None:
+    """The prefill's map and the decode rows under it, for the chosen layer and head."""
+    chart(
+        attention_charts.prefill_chart(frame),
+        frame,
+        "step-attention",
+        f"Layer {layer}, head {head}: the prefill's T × T map with its causal mask, then one row per decode pass "
+        "appended below it: one key longer each time, no mask needed. "
+        + attention_charts.sink_sentence(maps, layer, head),
+        "measured (captured attention probabilities, untimed eager shadow)",
+    )
 
 
 def step_newest_rows(rows: pd.DataFrame, height_px: int | None = None) -> None:
@@ -83,7 +82,7 @@ def step_newest_rows(rows: pd.DataFrame, height_px: int | None = None) -> None:
     newest = step_charts.newest_rows_frame(rows)
     with st.container(key=NEWEST_ROWS_KEY):
         chart(
-            step_charts.newest_rows_chart(newest, height_px or 220),
+            step_charts.newest_rows_chart(newest, height_px or 180),
             newest,
             "step-newest-rows",
             "The newest rows of the map above, enlarged: the bottom row is the last pass's query attending to every "
@@ -95,9 +94,10 @@ def step_newest_rows(rows: pd.DataFrame, height_px: int | None = None) -> None:
 def step_kv_growth(trace: Trace, height_px: int | None = None, legend_orient: str = "top") -> None:
     """The cache as it grew pass by pass."""
     growth = kv_charts.growth_frame(trace)
+    drawn = kv_charts.growth_chart(growth, height_px or 380, legend_orient)
     with st.container(key=KV_GROWTH_KEY):
         chart(
-            kv_charts.growth_chart(growth, height_px or 380, legend_orient),
+            drawn if height_px is None else drawn.properties(autosize=step_charts.FIT_WIDTH),
             growth,
             "step-kv",
             f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers"
@@ -139,15 +139,16 @@ def step_itl(trace: Trace) -> None:
         return
     itl_slo_s = current_slos_s()[1]
     itl = step_charts.step_itl_frame(trace, itl_slo_s)
-    chart(
-        step_charts.step_itl_chart(itl, itl_slo_s),
-        itl,
-        "step-itl",
-        "Each decode pass's gap since the previous token, against the ITL SLO of the Latency page: the pause between "
-        f"clicks is not counted (the request's clock stops between passes); {step_charts.DISTURBED_MARK} marks a "
-        "pass timed while other work ran beside it.",
-        "measured: the time between consecutive sampled tokens, and the CPU other work used beside each pass",
-    )
+    with st.container(key=ITL_KEY):
+        chart(
+            step_charts.step_itl_chart(itl, itl_slo_s),
+            itl,
+            "step-itl",
+            "Each decode pass's gap since the previous token, against the ITL SLO of the Latency page: the pause "
+            "between clicks is not counted (the request's clock stops between passes); "
+            f"{step_charts.DISTURBED_MARK} marks a pass timed while other work ran beside it.",
+            "measured: the time between consecutive sampled tokens, and the CPU other work used beside each pass",
+        )
 
 
 def step_times(trace: Trace) -> None:

@@ -275,7 +275,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
         releaser.join()
     assert_first_pass_without_error(at)
     assert said and said[0].startswith("Another session is using the device")  # it said so while it waited
-    start = next(t for t in queue.turns if t.what == "step" and t.number > other.number)
+    start = next(t for t in queue.turns if t.what == "prefill" and t.number > other.number)
     assert start.waited_s >= HELD_AFTER_SOMEONE_WAITS_S  # its turn came when the other session's ended
 
 
@@ -297,7 +297,7 @@ def test_a_prefill_while_the_server_warms_up_waits_then_runs(
     assert device_session().warmer.status().state == "warm"
     turns = device_session().queue.turns
     warm = next(t for t in turns if t.what == "warm-up")
-    step = next(t for t in turns if t.what == "step" and t.number > warm.number)
+    step = next(t for t in turns if t.what == "prefill" and t.number > warm.number)
     assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended
 
 

@@ -59,7 +59,7 @@ def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
         STEPPED.set(started)
         return _step(started, admitted)
 
-    if on_device(DeviceAsk("step", "Step mode's prefill", inputs, request, passes=1), start):
+    if on_device(DeviceAsk("prefill", "Step mode's prefill", inputs, request, passes=1), start):
         return True
     reset_stepping()  # refused, failed, or left the line: no request without a pass
     return False

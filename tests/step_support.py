@@ -17,15 +17,16 @@ FIRST_SCREEN_JS = """() => {
   const kv = document.querySelector(".st-key-step-kv-growth svg.marks");
   const line = document.querySelector(".st-key-step-first-screen [data-testid='stMarkdownContainer']");
   return {rows: strip ? [...strip.querySelectorAll("g.role-axis-label text")].map(t => t.textContent) : [],
-          kv_points: kv ? kv.querySelectorAll("g.mark-symbol path").length : 0,
+          kv_points: kv ? kv.querySelectorAll("g.mark-symbol.role-mark path").length : 0,
           line: line ? line.innerText : ""};
 }"""
-# Pass k's row in the strip, its point in the KV growth (k + 1 points: the prefill's and one per decode), its line.
+# Pass k's row in the strip (the prefill's rows are the prompt's), its point in the KV growth (k + 1 points: the
+# prefill's and one per decode), its line.
 PASS_DRAWN_JS = (
     "(k) => { const d = ("
     + FIRST_SCREEN_JS
-    + ")(); return d.rows.some(r => r.startsWith(`pass ${k} ·`)) && d.kv_points === k + 1"
-    + " && d.line.startsWith(`Pass ${k} ·`); }"
+    + ")(); const row = d.rows.some(r => r.startsWith(k === 0 ? 'prompt ' : `pass ${k} ·`));"
+    + " return row && d.kv_points === k + 1 && d.line.startsWith(`Pass ${k} ·`); }"
 )
 PASS_TIME = re.compile(r"in ([\d.]+) (ms|s) \(measured\)")
 

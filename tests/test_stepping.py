@@ -16,6 +16,7 @@ from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.hosting import session as hosting_session
+from explorer.hosting.beside import Beside
 from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui import queue as ui_queue
@@ -326,3 +327,42 @@ def test_presenting_the_step_page_puts_the_newest_pass_its_row_and_the_kv_growth
     assert any(m.value.startswith("**Pass 0** (prefill of ") for m in first), [m.value for m in first]
     laptop = prefill_on_the_step_page(tiny_llama_dir, "hi there")  # on a laptop: the form open, as before
     assert not laptop.main.expander and "step-attention" in chart_names(laptop)
+
+
+# --- a pass timed while other work ran beside it is marked, never shown clean (issue 30) ---------------------------
+@pytest.fixture
+def everything_disturbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timed pass of the server finds a second of other work's CPU beside it."""
+    from explorer.hosting import quiet
+
+    monkeypatch.setattr(quiet, "beside", lambda _before, _after: Beside(other_threads_s=1.0, other_processes_s=0.0))
+
+
+@pytest.mark.usefixtures("everything_disturbed")
+def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel
+) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi there")
+    at.button(key="step-next").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    lines = [m.value for m in at.main.get("markdown") if m.value.startswith("**Pass 1**")]
+    assert len(lines) == 1 and lines[0].endswith("(measured) ⚠ disturbed"), lines
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("Disturbed: 2 of 2 passes (passes 0, 1) were timed while other work") for w in warnings)
+    stepped = at.session_state[stepper.STEPPED]
+    assert [p.beside_cpu_s for p in stepped.passes] == [1.0, 1.0] and all(p.disturbed for p in stepped.passes)
+
+
+@pytest.mark.usefixtures("everything_disturbed")
+def test_a_disturbed_run_says_so_on_every_page_that_shows_it(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    at = new_app()
+    at.sidebar.text_area[0].input("hi there")
+    at.sidebar.number_input[0].set_value(3)
+    next(t for t in at.sidebar.text_input if t.label == "Model").input(str(tiny_llama_dir))
+    next(b for b in at.sidebar.button if b.label == "Run").click().run()
+    assert not at.exception, at.exception
+    trace = at.session_state[ui_state.RUN].trace
+    assert [p.beside_cpu_s for p in trace.passes] == [1.0] * 3  # each pass its own interval, in the trace JSON too
+    assert any("Disturbed: 3 of 3 passes" in w.value for w in at.warning)
+    at.switch_page("pages/latency.py").run()
+    assert any(c.value.startswith("⚠ Disturbed: 3 of 3 passes") for c in at.caption)

@@ -1,7 +1,8 @@
 """Step by step presenting at 1280 × 720 in a real browser: after Prefill and two → presses, the ITL chart draws its two
 bars (with a plot tall enough to see them), the newest pass's token and time and its attention row lie inside the
-first screen, and each press drew the new row and KV position within the pass + KEY_TO_ROW_BEYOND_PASS_S: a loose
-bound for a shared machine; `benchmarks/step_latency.py` measures against the 0.5 s target. Uses the session's app
+first screen, and each press drew the new row and KV position within the pass + KEY_TO_ROW_BEYOND_PASS_S + the pass x
+LOAD_FACTOR: a loose bound for a shared machine (when other work slows the pass, it slows the warm twin, the attention
+row and the drawing as much); `benchmarks/step_latency.py` measures against the 0.5 s target. Uses the session's app
 server and Chromium (tests/conftest.py); the driver's pieces are in tests/step_support.py."""
 
 from __future__ import annotations
@@ -18,14 +19,11 @@ VIEWPORT = {"width": 1280, "height": 720}
 PREFILL_TIMEOUT_S = 180  # the shared server may not have loaded the model yet (warming is off there)
 PRESS_TIMEOUT_S = 90
 KEY_TO_ROW_BEYOND_PASS_S = 5.0
-# The ITL chart's bars, and its vertical axis (the plot's height): both were a few pixels in presenter mode once.
+LOAD_FACTOR = 5.0
+# The ITL chart's bars' heights: the plot was squeezed to a few pixels in presenter mode once (issue 31, item 7).
 ITL_JS = """() => {
   const svg = document.querySelector(".st-key-step-itl-chart svg.marks");
-  if (!svg) return {bars: [], axis_px: 0};
-  const bars = [...svg.querySelectorAll("g.mark-rect.role-mark path")].map(b => b.getBoundingClientRect().height);
-  const axes = [...svg.querySelectorAll("g.role-axis-domain path, g.role-axis-domain line")]
-    .map(d => d.getBoundingClientRect()).filter(r => r.height > r.width).map(r => r.height);
-  return {bars, axis_px: Math.max(0, ...axes)};
+  return svg ? [...svg.querySelectorAll("g.mark-rect.role-mark path")].map(b => b.getBoundingClientRect().height) : [];
 }"""
 # Boxes in the first screen, every scrolling element at the top: the newest pass's line and the strip of new rows.
 FIRST_SCREEN_BOXES_JS = """() => {
@@ -71,6 +69,6 @@ def test_browser_presenting_step_by_step_draws_the_new_token_row_and_itl_bars_in
     assert drawn["line"].startswith("Pass 2 · decode → “") and "(measured)" in drawn["line"]  # token and time
     assert any(r.startswith("pass 2 ·") for r in drawn["rows"]), drawn["rows"]  # the new row, labelled
     assert inside(boxes["line"]) and inside(boxes["rows"]), boxes
-    assert len(itl["bars"]) == 2 and min(itl["bars"]) > 0 and itl["axis_px"] >= 100, itl
-    slow = [k for k in presses if k.beyond_pass_ms > KEY_TO_ROW_BEYOND_PASS_S * 1e3]
+    assert len(itl) == 2 and min(itl) > 0 and max(itl) >= 100, itl  # the taller bar fills most of a tall plot
+    slow = [k for k in presses if k.beyond_pass_ms > KEY_TO_ROW_BEYOND_PASS_S * 1e3 + LOAD_FACTOR * k.pass_ms]
     assert not slow, slow

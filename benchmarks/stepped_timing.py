@@ -92,7 +92,7 @@ def prefills(lm: LoadedModel, figures: FiguresStore, rounds: int) -> None:
             twin_ms.append(SteppedRequest.start(lm, checked, figures=figures).step().wall_s * 1e3)
             cold = SteppedRequest.start(lm, checked, figures=figures)
             cold.live.clock.resume()
-            cold_ms.append(cold.live.step().wall_s * 1e3)  # no twin: right after `start`'s warm-up, as a Run's
+            cold_ms.append(cold.live.step().wall_s * 1e3)  # no twin: right after the stepped one
         print(f"prefill of {len(checked.prompt_ids)} tokens ({prompt!r}):")
         print(line("  run", run_ms))
         print(line("  stepped, warm twin first", twin_ms, statistics.median(run_ms)))

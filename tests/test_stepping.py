@@ -324,7 +324,7 @@ def test_presenting_the_step_page_puts_the_newest_pass_its_row_and_the_kv_growth
     assert at.main.expander[0].label == "Prompt: hi there" and at.text_input(key="step-prompt").value == "hi there"
     assert chart_names(at)[:2] == ["step-newest-rows", "step-kv"]
     first = at.main.get("markdown")
-    assert any(m.value.startswith("**Pass 0** (prefill of ") for m in first), [m.value for m in first]
+    assert any(m.value.startswith("**Pass 0** · prefill of 8 tokens → ") for m in first), [m.value for m in first]
     laptop = prefill_on_the_step_page(tiny_llama_dir, "hi there")  # on a laptop: the form open, as before
     assert not laptop.main.expander and "step-attention" in chart_names(laptop)
 

@@ -36,12 +36,13 @@ from explorer.core.engine import (
 )
 from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import keep_figures_honest, prepare_device
+from explorer.core.measure import keep_figures_honest
 from explorer.core.trace import PassRecord, Trace
 from explorer.hosting.quiet import PassGate, Timed
 
-# A pass that follows other work on the device this closely runs warm (its threads awake, as in a Run's back-to-back
-# passes), so its untimed twin is skipped: in a room, the twin would double every click's time on the device.
+# A decode that follows other work on the device this closely runs warm (its threads awake, as in a Run's back-to-back
+# passes; every session's decode has the same shapes but the cache length), so its untimed twin is skipped: in a room
+# the twin would add a pass to every click's time on the device. A prefill always gets its twin: its shape is its own.
 WARM_WITHIN_S = 0.5
 
 
@@ -68,14 +69,15 @@ class SteppedRequest:
         progress: Report | None = None,
         figures: FiguresStore | None = None,
     ) -> SteppedRequest:
-        """A checked request (`engine.check_request`, as a run's) held to the attention cap, then the device figures
-        and the warm-up (`prepare_device`, once), ready for the prefill."""
+        """A checked request (`engine.check_request`, as a run's) held to the attention cap, and the device figures,
+        ready for the prefill. No generic warm-up (`prepare_device`'s): each timed pass has its own warm twin of its
+        own shape right before it (`step`), which a Run's passes get from the pass before them."""
         prompt_len, new_tokens = len(checked.prompt_ids), checked.request.max_new_tokens
         # The attention shadow keeps every layer; it is refused up front if the whole request would pass the cap.
         decode_lens = [prompt_len + k for k in range(1, new_tokens)]
         layers = check_capture(lm.info, None, prompt_len, decode_lens, attention_cap_bytes)
         figures = FiguresStore() if figures is None else figures  # the owner's; kept to check the finished run
-        profile = prepare_device(lm, figures, progress=progress)
+        profile = figures.get(lm.torch_device.type, lm.info.dtype, progress=progress)
         live = LiveRequest(lm, checked, profile, seeded(checked.request.sampling))
         live.clock.pause()  # nothing runs until the first click
         return cls(lm, checked, live, AttentionReplay(lm, layers), time.monotonic(), figures)
@@ -106,9 +108,9 @@ class SteppedRequest:
         """ONE real pass (prefill first, then one decode), timed by the engine, then its attention (untimed); the
         last one also finishes the request (its trace kept, both caches freed). With a server's `gate`, the pass is
         timed apart from drawing (the wait for it off the request's clock) and its record says what ran beside it; a
-        warm twin runs first unless the device worked within WARM_WITHIN_S."""
+        warm twin runs first, for a decode unless the device worked within WARM_WITHIN_S."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
-            if gate is None or gate.quiet_for_s() > WARM_WITHIN_S:
+            if gate is None or not self.passes or gate.quiet_for_s() > WARM_WITHIN_S:
                 self._forward(self.warm_up)
             started_s = time.perf_counter()
             with gate.timing() if gate is not None else nullcontext(Timed()) as timed:
@@ -177,7 +179,9 @@ class SteppedRequest:
         """The request so far as a Trace; once finished, the Trace a normal run would have produced."""
         if self.finished is not None:
             return self.finished
-        return finished_trace(self.lm, self.checked, [self.live], warmup_ran=True)  # `start` warmed up
+        return finished_trace(
+            self.lm, self.checked, [self.live], warmup_ran=True
+        )  # each pass warmed by its twin or by the work just before
 
     def free(self) -> None:
         """Drop both caches now (reset, a new prompt, a failed step), after a pass that is running ends."""

@@ -59,31 +59,34 @@ def top5_frame(p: PassRecord) -> pd.DataFrame:
 
 def attention_rows_frame(maps: AttentionMaps, layer: int, head: int) -> pd.DataFrame:
     """The prefill's T x T map (masked cells marked), then each decode pass's one row over the cache, in the shape
-    `prefill_chart` draws: one cell per (query, key). Long requests keep their last WINDOW_POSITIONS positions."""
+    `prefill_chart` draws: one cell per (query, key). Long requests keep their last WINDOW_POSITIONS positions. Built
+    column by column (drawn on every click of a room: a record per cell took tens of milliseconds)."""
     T = maps.prompt_len
     rows = [(q, maps.prefill[layer][head, q, :T]) for q in range(T)]
     rows += [(T + k, row[head]) for k, row in enumerate(maps.decode[layer])]  # decode pass k+1 feeds position T + k
     last = rows[-1][0]
     start = max(0, last + 1 - WINDOW_POSITIONS)
-    records = []
-    for query, probs in rows:
-        if query < start:
-            continue
-        for key in range(start, T if query < T else len(probs)):
-            masked = key > query
-            records.append(
-                {
-                    "query_pos": query,
-                    "key_pos": key,
-                    "query": position_label(query, maps.tokens_text[query]),
-                    "key": position_label(key, maps.tokens_text[key]),
-                    "prob": float(np.float32(probs[key])),
-                    "masked": masked,
-                    "cell": MASKED if masked else ATTENDED,
-                    "phase": "prefill" if query < T else "decode",
-                }
-            )
-    return pd.DataFrame(records)
+    queries, keys, probs = [], [], []
+    for query, row in rows[start:]:  # row q is query position q: the first `start` fall outside the window
+        stop = T if query < T else len(row)
+        queries.append(np.full(stop - start, query))
+        keys.append(np.arange(start, stop))
+        probs.append(np.asarray(row[start:stop], dtype=np.float32))
+    query_pos, key_pos = np.concatenate(queries), np.concatenate(keys)
+    labels = np.array([position_label(p, maps.tokens_text[p]) for p in range(last + 1)], dtype=object)
+    masked = key_pos > query_pos
+    return pd.DataFrame(
+        {
+            "query_pos": query_pos,
+            "key_pos": key_pos,
+            "query": labels[query_pos],
+            "key": labels[key_pos],
+            "prob": np.concatenate(probs).astype(np.float64),
+            "masked": masked,
+            "cell": np.where(masked, MASKED, ATTENDED),
+            "phase": np.where(query_pos < T, "prefill", "decode"),
+        }
+    )
 
 
 NEWEST_ROWS = 6  # the strip's rows: the map's newest ones, each tall enough to see on a projector

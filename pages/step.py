@@ -9,8 +9,8 @@ from explorer.ui.widgets import escape_markdown
 st.title("Step by step")
 current = stepper.stepped()
 active = current is not None
-# Presenting a request under way, the first 1280 × 720 screen is for its attention map and its KV cache: the one-line
-# caption stays, the locked prompt folds away (it still shows the prompt being stepped) and the pace goes below.
+# Presenting a request under way, the first 1280 × 720 screen is for its newest pass, its attention row and its KV
+# cache: the one-line caption stays, the locked prompt folds away (it still shows the prompt being stepped).
 compact = presenting() and active
 st.caption(
     "Prefill: ONE pass over every prompt token, writing the KV cache; each Next token (→): ONE decode pass."
@@ -19,54 +19,71 @@ st.caption(
     "runs ONE decode pass: one new token, reading the cache. Keys (outside the text boxes): → = next token, Home = "
     "reset."
 )
-shown = current.request if active else stepper.DEFAULT_STEP  # a locked form shows the request being stepped
+shown = current.request if active else stepper.DEFAULT_STEP
+# A locked form shows the request being stepped; a free one what was typed last (the defaults at first). Set through
+# the widgets' keys before they are drawn: a keyed widget keeps its state when its default changes.
+for key, value in (
+    ("step-prompt", shown.prompt),
+    ("step-new-tokens", shown.max_new_tokens),
+    ("step-template", shown.use_chat_template),
+):
+    if active or key not in st.session_state:
+        st.session_state[key] = value
 with (
     st.expander(f"Prompt: {escape_markdown(shown.prompt[:60])}", expanded=False) if compact else st.container(),
     st.form("step-form", border=False),
 ):
-    prompt = st.text_input("Prompt", value=shown.prompt, disabled=active)
+    prompt = st.text_input("Prompt", value=shown.prompt, disabled=active, key="step-prompt")
     left, right = st.columns(2)
-    new_tokens = left.number_input("Max new tokens", 1, 256, shown.max_new_tokens, disabled=active)
-    template = right.toggle("Use the chat template", value=shown.use_chat_template, disabled=active)
-    prefill_pressed = st.form_submit_button("Prefill", type="primary", disabled=active)
+    new_tokens = left.number_input(
+        "Max new tokens", 1, 256, shown.max_new_tokens, disabled=active, key="step-new-tokens"
+    )
+    template = right.toggle(
+        "Use the chat template", value=shown.use_chat_template, disabled=active, key="step-template"
+    )
+    prefill_pressed = st.form_submit_button("Prefill", type="primary", disabled=active, key="step-prefill")
 # Acted on after the form: waiting in line draws a "Leave the queue" button (a callback), which no form may hold.
 if prefill_pressed and stepper.prefill(prompt, int(new_tokens), template):
     st.rerun()  # the form is drawn again, locked, above the request's first pass
 # else its one-line error stays on screen (a rerun would wipe it) and the form stays usable
 
-steps_disabled = current is None or current.done  # nothing to step, or the request has finished
-buttons = st.columns(4)
-if buttons[0].button(
-    "Next token",
-    key="step-next",
-    disabled=steps_disabled,
-    shortcut="Right",
-    help="Key: → (right arrow). One decode pass.",
-):
-    stepper.step_once()
-if buttons[1].button("Run to end", key="step-end", disabled=steps_disabled):
-    stepper.run_to_end()
-autoplay = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=steps_disabled)
-if buttons[3].button(
-    "Reset", key="step-reset", disabled=not active, shortcut="Home", help="Key: Home. Frees the KV cache."
-):
-    stepper.reset_stepping()
-    st.rerun()
-view_slot = st.container() if presenting() else None  # presenting: the request's view above the pace, charts first
-pace_s = st.select_slider("Autoplay pace (s per pass)", [0.5, 1.0, 2.0, 3.0], value=1.0, disabled=not autoplay)
-
-current = stepper.stepped()
-if current is None or not current.passes:
-    st.info("Type a prompt and press **Prefill**: one real pass on the model, then one decode pass per click.")
-    st.stop()
+autoplay = bool(st.session_state.get("step-autoplay")) and current is not None and not current.done
+pace_s = float(st.session_state.get("step-pace", 1.0))
 
 
-@st.fragment(run_every=pace_s if autoplay and not current.done else None)
-def live_view() -> None:
-    if autoplay and not current.done and stepper.step_once() and current.done:
-        st.rerun()  # the whole page, so the buttons drawn above it show the request as finished
+# A click on Next token (or →) reruns this fragment alone: its buttons and the request's view, not the sidebar, the
+# form or the page around them, so the new row is drawn a pass and a view's drawing after the key.
+@st.fragment(run_every=pace_s if autoplay else None)
+def stepping() -> None:
+    current = stepper.stepped()
+    steps_disabled = current is None or current.done  # nothing to step, or the request has finished
+    if steps_disabled:
+        st.session_state["step-autoplay"] = False  # a finished request stops autoplay (before its switch is drawn)
+    buttons = st.columns(4)
+    next_pressed = buttons[0].button(
+        "Next token", key="step-next", disabled=steps_disabled, shortcut="Right", help="Key: → (right arrow). One pass."
+    )
+    end_pressed = buttons[1].button("Run to end", key="step-end", disabled=steps_disabled)
+    playing = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=steps_disabled)
+    reset_pressed = buttons[3].button(
+        "Reset", key="step-reset", disabled=current is None, shortcut="Home", help="Key: Home. Frees the KV cache."
+    )
+    if reset_pressed:
+        stepper.reset_stepping()
+        st.rerun()  # the whole page: the form unlocks
+    if playing != autoplay:
+        st.rerun()  # the whole page: the fragment's timer starts or stops with it
+    stepped_now = (next_pressed or playing) and stepper.step_once()
+    if end_pressed:
+        stepper.run_to_end()
+    current = stepper.stepped()
+    if current is not None and current.done and (stepped_now or end_pressed):
+        st.rerun()  # the whole page, so the sidebar offers the finished request as the session's run
+    if current is None or not current.passes:
+        st.info("Type a prompt and press **Prefill**: one real pass on the model, then one decode pass per click.")
+        return
     step_view.step_view(current)
 
 
-with view_slot if view_slot is not None else st.container():
-    live_view()
+stepping()
+st.select_slider("Autoplay pace (s per pass)", [0.5, 1.0, 2.0, 3.0], value=1.0, key="step-pace", disabled=not autoplay)

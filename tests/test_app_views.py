@@ -98,13 +98,13 @@ def test_every_chart_of_the_compare_page_offers_png_svg_and_csv(tiny_app: AppTes
 
 def test_every_chart_of_the_step_page_offers_png_svg_and_csv(tiny_app: AppTest) -> None:
     at = tiny_app.switch_page("pages/step.py").run()
-    at.text_input[0].input("Step me")
-    next(b for b in at.button if b.label == "Prefill").click().run()
-    next(b for b in at.button if b.label == "Next token").click().run()
+    at.text_input(key="step-prompt").input("Step me")
+    at.button(key="step-prefill").click().run()
+    at.button(key="step-next").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     charts, downloads = chart_downloads(at)
     assert charts >= 3 and downloads == {"csv": charts, "png": charts, "svg": charts}  # attention, KV, times
-    next(b for b in at.button if b.label == "Reset").click().run()
+    at.button(key="step-reset").click().run()
 
 
 def test_presenter_mode_shows_large_tables_and_collapses_secondary_sections(tiny_app: AppTest) -> None:

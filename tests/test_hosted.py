@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from explorer.core import engine
 from explorer.core.errors import BadInput
 from explorer.core.loading import load_model
-from explorer.hosting.queue import DeviceQueue, QueueStatus, ScriptActivity, read_turn_log, wait_sentence
+from explorer.hosting.queue import DeviceQueue, QueueStatus, read_turn_log, wait_sentence, work_ahead
 from explorer.hosting.session import DeviceSession, ModelStore
 from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
@@ -168,13 +168,23 @@ def test_hosted_visitors_get_a_device_choice_only_when_the_operator_allows_it() 
     assert not hosted(EXPLORER_ALLOW_DEVICE_CHOICE="no").device_choice
 
 
-def test_wait_sentences() -> None:
-    unknown = wait_sentence(QueueStatus(False, True, 1, None, 2.0, 0, None), 120)
-    assert "You are next in line" in unknown and "not known" in unknown and "at most 120 s" in unknown
-    one = wait_sentence(QueueStatus(False, True, 1, 4.2, 2.0, 1, 8.9), None)
-    assert "the last turn took 8.9 s" in one and "at most" not in one
-    third = wait_sentence(QueueStatus(False, True, 3, 7.6, 4.0, 5, 3.1), None)
-    assert "number 3 in line: 2 waiting before you" in third and "about 8 s" in third and "3.1 s on average" in third
+def test_wait_sentences_say_the_work_ahead_in_passes() -> None:
+    unknown = wait_sentence(QueueStatus(False, True, 1, 1, (), None, 2.0), 120)
+    assert "You are next in line: 1 pass ahead, how long is not known" in unknown and "at most 120 s" in unknown
+    third = wait_sentence(QueueStatus(False, True, 3, 2, (), 0.12, 4.0), None)
+    assert "You are number 3 in line (2 waiting before you): 2 passes ahead, about 0.1 s." in third
+    assert "at most" not in third
+    lab = wait_sentence(QueueStatus(False, True, 2, 16, ("lab",), 12.4, 1.0), None)
+    assert "16 passes and a lab ahead, about 12 s" in lab
+    soon = wait_sentence(QueueStatus(False, True, 1, 1, (), 0.04, 0.0), None)
+    assert "1 pass ahead, any moment now" in soon
+
+
+def test_work_ahead_names_passes_and_other_work() -> None:
+    assert work_ahead(0, ()) == "nothing"
+    assert work_ahead(1, ()) == "1 pass"
+    assert work_ahead(0, ("lab", "lab")) == "2 labs"
+    assert work_ahead(3, ("device figures", "lab")) == "3 passes, a device measurement and a lab"
 
 
 # --- the queue -------------------------------------------------------------------------------------------------------
@@ -244,19 +254,20 @@ def test_only_one_holder_at_a_time_under_contention() -> None:
     assert most == 1 and len(queue.turns) == 64  # 120 turns, the latest 64 kept
 
 
-def test_place_expected_wait_and_cancel() -> None:
+def test_place_expected_wait_in_passes_and_cancel() -> None:
     clock = FakeClock()
     queue = DeviceQueue(clock=clock)
-    for duration in (2.0, 4.0):  # two finished turns: 3 s on average
-        t = queue.enter("run")
-        clock.now += duration
+    for passes, held_s in ((1, 0.2), (1, 0.4)):  # two finished steps: 0.3 s a pass on average
+        t = queue.enter("step", passes=passes)
+        clock.now += held_s
         queue.release(t)
-    holder = queue.enter("run")
-    clock.now += 1.0
-    second, third = queue.enter("run"), queue.enter("lab")
+    holder = queue.enter("step", passes=1)
+    clock.now += 0.1
+    second, third = queue.enter("run", passes=8), queue.enter("step", passes=1)
     status = queue.status(third)
-    assert (status.holding, status.in_line, status.ahead) == (False, True, 2)
-    assert status.expected_wait_s == pytest.approx((3.0 - 1.0) + 3.0) and status.mean_turn_s == pytest.approx(3.0)
+    assert (status.holding, status.in_line, status.ahead, status.passes_ahead) == (False, True, 2, 9)
+    # the holder's 0.3 s less the 0.1 s it has used, then 8 passes at the steps' 0.3 s (no run has finished yet)
+    assert status.expected_wait_s == pytest.approx(0.2 + 8 * 0.3)
     assert not queue.wait(third, 0)
     queue.release(second)  # cancelled while waiting: the one behind moves up
     assert queue.status(third).ahead == 1 and not queue.status(second).in_line
@@ -266,33 +277,36 @@ def test_place_expected_wait_and_cancel() -> None:
     assert [t.ended for t in queue.turns][-2:] == ["cancelled", "released"]
 
 
-def test_a_finished_turn_is_kept_until_its_thread_ends() -> None:
-    queue = DeviceQueue()
-    holder = queue.enter("run")
-    drawing = threading.Event()
-    thread = threading.Thread(target=drawing.wait, args=(30,))
-    thread.start()
-    queue.release_when_done(holder, thread, limit_s=30)
-    nxt = queue.enter("run")
-    assert not queue.wait(nxt, 0.2)  # the page is still being drawn
-    drawing.set()
-    assert queue.wait(nxt, 10)
-    assert queue.turns[-1].ended == "after drawing"
+def test_the_expected_wait_takes_each_kinds_own_time_per_pass_and_per_turn() -> None:
+    clock = FakeClock()
+    queue = DeviceQueue(clock=clock)
+    for what, passes, held_s in (("run", 10, 2.0), ("step", 1, 0.1), ("lab", None, 30.0)):
+        t = queue.enter(what, passes=passes)
+        clock.now += held_s
+        queue.release(t)
+    holder = queue.enter("lab")
+    run, step, me = queue.enter("run", passes=5), queue.enter("step", passes=1), queue.enter("step", passes=1)
+    status = queue.status(me)
+    assert status.passes_ahead == 6 and status.other_work_ahead == ("lab",)
+    assert status.expected_wait_s == pytest.approx(30.0 + 5 * 0.2 + 0.1)
+    for ticket in (holder, run, step, me):
+        queue.release(ticket)
 
 
-def test_a_kept_turn_ends_at_its_limit() -> None:
-    queue = DeviceQueue()
-    holder = queue.enter("run")
-    stuck = threading.Event()
-    thread = threading.Thread(target=stuck.wait, args=(30,))
-    thread.start()
-    try:
-        queue.release_when_done(holder, thread, limit_s=0.3)
-        nxt = queue.enter("run")
-        assert queue.wait(nxt, 10)
-        assert queue.turns[-1].ended == "hold limit"
-    finally:
-        stuck.set()
+def test_a_turn_ends_with_its_work_and_its_log_line_has_the_passes_it_ran(tmp_path: Path) -> None:
+    log = tmp_path / "turns.jsonl"
+    queue = DeviceQueue(log_path=log)
+    step = queue.enter("step", owner="abc", passes=1)
+    nxt = queue.enter("step", owner="def", passes=1)
+    queue.record_work(step, 1, 0.061, 0.15)
+    queue.record_work(nxt, 1, 9.0, 9.0)  # not on the device yet: ignored
+    queue.release(step)
+    assert queue.wait(nxt, 0)  # the next session's pass starts at once: nothing is kept for drawing
+    queue.release(nxt)
+    first, second = read_turn_log(log)
+    assert (first.passes, first.pass_s, first.forward_s, first.ended) == (1, 0.061, 0.15, "released")
+    assert (second.passes, second.pass_s, second.first_ahead) == (0, 0.0, 1)
+    assert second.entered_unix_s == pytest.approx(second.granted_unix_s - second.waited_s)
 
 
 def in_a_thread(work: object) -> None:
@@ -317,15 +331,6 @@ def test_a_place_in_line_whose_thread_is_gone_is_dropped() -> None:
     nxt = queue.enter("run")
     queue.release(holder)
     assert queue.wait(nxt, 5) and queue.turns[-1].ended == "owner gone"
-
-
-def test_a_kept_turn_ends_when_its_session_takes_the_next() -> None:
-    queue = DeviceQueue()
-    first = queue.enter("step", owner="session-a")
-    queue.release_when_done(first, threading.current_thread(), limit_s=30)  # this thread goes on (a rerun)
-    second = queue.enter("step", owner="session-a")
-    assert queue.wait(second, 0) and queue.turns[-1].ended == "after drawing"
-    queue.release(second)
 
 
 # --- a turn in a script run that Streamlit stops or reruns (a double click, a closed tab) ---------------------------
@@ -370,12 +375,19 @@ def test_a_rerun_or_stop_after_the_turn_gives_it_back_when_the_script_ends(
     assert script_queue.wait(other, 5)
 
 
-def test_a_double_click_reruns_into_the_next_turn_at_once(script_queue: DeviceQueue) -> None:
-    with ui_queue.device_turn("step"):
-        pass  # the first click's pass; its page is drawing when the second click reruns the script in this thread
-    with ui_queue.device_turn("step") as turn:  # the second click's pass: this session's kept turn is given back
+def test_a_turn_is_given_back_when_its_work_ends_before_the_page_draws(script_queue: DeviceQueue) -> None:
+    with ui_queue.device_turn("step", passes=1) as turn:
+        turn.ran(1, 0.05, 0.12)  # the first click's pass; its page draws next
+    other = script_queue.enter("run", owner="another session")
+    assert script_queue.wait(other, 0)  # no turn is kept while a page draws
+    script_queue.release(other)
+    with ui_queue.device_turn("step", passes=1) as turn:  # a double click's second pass
         assert script_queue.holds(turn.ticket)
-    assert [t.ended for t in script_queue.turns] == ["after drawing"]
+    assert [(t.what, t.passes, t.ended) for t in script_queue.turns] == [
+        ("step", 1, "released"),
+        ("run", 0, "released"),
+        ("step", 0, "released"),
+    ]
 
 
 def test_the_turn_log_has_one_line_per_turn(tmp_path: Path) -> None:
@@ -391,22 +403,6 @@ def test_the_turn_log_has_one_line_per_turn(tmp_path: Path) -> None:
         ("lab", "def", 1, "released"),
     ]
     assert turns[0].released_unix_s <= turns[1].granted_unix_s
-
-
-def test_script_activity_counts_other_drawing_threads() -> None:
-    activity = ScriptActivity()
-    stop = threading.Event()
-    threads = [threading.Thread(target=stop.wait, args=(30,)) for _ in range(3)]
-    for t in threads:
-        t.start()
-        activity.note(t)
-    me = threads[0].ident
-    assert activity.others_drawing(me, frozenset()) == 2
-    assert activity.others_drawing(me, frozenset({threads[1].ident})) == 1  # a waiting session draws nothing
-    stop.set()
-    for t in threads:
-        t.join()
-    assert activity.others_drawing(me, frozenset()) == 0
 
 
 # --- loading: one answer for a missing folder and a folder that holds no model ---------------------------------------

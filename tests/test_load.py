@@ -1,10 +1,10 @@
 """Load: four browser sessions on the app as deployed (`deploy/run.sh`, hosted mode, loopback only) press Run within
 one second. All finish; each page shows its own prompt's run and no other session's; the device turns of the four
-runs never overlap in wall-clock time (from the server's turn log), and each turn lasted until its page was drawn;
-the sessions that waited showed their place in line; each waiting run's prefill is within 2x of a solo prefill
-(the median of three solo runs in the same test on the same server: two before the four clicks, one after, so a
-machine that got busier or quieter meanwhile moves the reference too). A second test leaves the queue while another
-session runs.
+runs never overlap in wall-clock time (from the server's turn log), and each turn ended with its work, before its page
+was drawn; the sessions that waited showed their place in line; each waiting run's prefill is within 4x of a solo
+prefill (the median of three solo runs in the same test on the same server: two before the four clicks, one after,
+so a machine that got busier or quieter meanwhile moves the reference too), or its page marks it disturbed (timed
+while other work ran beside it). A second test leaves the queue while another session runs.
 
 Bounded: short prompts, 4 new tokens, every wait has a deadline. Needs Debian's chromium and `playwright`, as the
 browser smoke test does.
@@ -51,16 +51,15 @@ COLD_RUN_TIMEOUT_S = 180  # the first run of a fresh server loads the model (a f
 ALL_RUNS_TIMEOUT_S = 240  # four short runs one after another, each drawing its page, on a busy 2-core machine
 PAGE_TIMEOUT_S = 60
 CLICKS_WITHIN_S = 1.0
-# A waiter's prefill against the solo median: clean runs measured 0.9-1.3x; a turn given back before its page was
-# drawn measured ~3x (issue 10), which this catches.
-# 2.0 failed now and then (3.4x once in a fresh-clone run: four Chromium sessions redraw on the same 2 cores); a turn
-# given back before drawing is also caught by the not-flagged check above.
+# A waiter's prefill against the solo median: clean runs measured 0.9-1.3x; a pass timed during another page's drawing
+# measured ~3x before the gate (issue 10). 2.0 failed now and then (3.4x once in a fresh-clone run: four Chromium
+# sessions redraw on the same 2 cores); a slower one must be marked disturbed on its page.
 PREFILL_FACTOR = 4.0
 # The solo references' prompts, as long as the sessions' own.
 SOLO_PROMPTS = [f"Solo {i}: name one {thing}." for i, thing in enumerate(["tree", "bird", "fish"])]
 QUEUE_TEXT = ("You are next in line", "You are number")  # while waiting ("you were number n" is said after)
 HOLDING_TEXT = "Live: each token appears"  # the live stream's caption, drawn only once a run holds the device
-CONTENDED = "were drawing a page on this server"  # the app's note on a run timed while another page was drawn
+CONTENDED = "timed while other work used the CPU beside them"  # the app's note on a disturbed run
 
 
 @dataclass
@@ -238,26 +237,24 @@ def test_four_sessions_at_once_take_clean_turns(
         assert trace.prompt_text == v.prompt
         assert v.prompt in text
         assert not [p for p in PROMPTS if p != v.prompt and p in text], f"session {v.index} shows another's prompt"
-    # Serialized: four run turns, none overlapping another in wall-clock time, each kept until its page was drawn.
+    # Serialized: four run turns, none overlapping another in wall-clock time, each given back with its work done.
     runs = [t for t in turns if t.what == "run"]
     assert len(runs) == SESSIONS, turns
     spans = sorted((t.granted_unix_s, t.released_unix_s) for t in runs)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
-    assert all(t.ended == "after drawing" for t in runs), [t.ended for t in runs]
+    assert all(t.ended == "released" and 1 <= t.passes <= int(NEW_TOKENS) for t in runs), runs
     # The three that waited saw their place in line while waiting, and their page says where they were.
     waiters = [v for v, text in zip(visitors, texts) if "Waited" in text]
     assert len(waiters) == SESSIONS - 1
     assert all(v.saw_queue for v in waiters), [(v.index, v.saw_queue) for v in waiters]
-    # Each waiting run started after the page before it was drawn: none was flagged as timed during another's drawing
-    # (with the turn given back before drawing, all three were flagged when measured).
-    assert not [v.index for v, text in zip(visitors, texts) if v in waiters and CONTENDED in text]
     places = sorted(t.first_ahead for t in runs)
     assert places == list(range(SESSIONS)), places
     # Clean timings: every waiting run's prefill within PREFILL_FACTOR of the solo median.
     ratios = {v.index: round(_prefill_ms(t) / solo_ms, 2) for v, t in zip(visitors, traces)}
     print(f"[load test] prefill / solo median, by session: {ratios}")
-    slow = {v.index: ratios[v.index] for v in waiters if ratios[v.index] >= PREFILL_FACTOR}
-    assert not slow, f"waiting runs' prefill over {PREFILL_FACTOR}x solo ({solo_text} ms): {slow}"
+    flagged = {v.index for v, text in zip(visitors, texts) if CONTENDED in text}
+    slow = {v.index: ratios[v.index] for v in waiters if ratios[v.index] >= PREFILL_FACTOR and v.index not in flagged}
+    assert not slow, f"waiting runs' prefill over {PREFILL_FACTOR}x solo ({solo_text} ms), not marked: {slow}"
 
 
 def test_a_waiting_visitor_can_leave_the_queue(
@@ -283,4 +280,4 @@ def test_a_waiting_visitor_can_leave_the_queue(
     leaver.page.wait_for_function(IDLE_JS, timeout=PAGE_TIMEOUT_S * 1000)
     after = _trace(leaver, folder)
     assert after.prompt_text == before.prompt_text == "Before: name one bird."  # nothing ran
-    assert [t.ended for t in read_turn_log(turn_log) if t.what == "run"][-2:] == ["cancelled", "after drawing"]
+    assert [t.ended for t in read_turn_log(turn_log) if t.what == "run"][-2:] == ["cancelled", "released"]

@@ -16,6 +16,7 @@ from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.hosting import session as hosting_session
+from explorer.hosting.beside import Beside
 from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui import queue as ui_queue
@@ -64,10 +65,10 @@ def prefill_on_the_step_page(
     """The step page after Prefill, on `model_dir` with the sidebar's `sampling`, no chat template (as the CLI's
     --no-chat-template)."""
     at = step_page_on(model_dir, sampling)
-    at.text_input[0].input(prompt)
-    at.number_input[0].set_value(max_new_tokens)
-    at.toggle[0].set_value(False)
-    at.button[0].click().run()  # Prefill
+    at.text_input(key="step-prompt").input(prompt)
+    at.number_input(key="step-new-tokens").set_value(max_new_tokens)
+    at.toggle(key="step-template").set_value(False)
+    at.button(key="step-prefill").click().run()
     assert not at.exception, at.exception
     return at
 
@@ -85,8 +86,15 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
     assert [b - a for a, b in zip(sizes, sizes[1:])] == [tiny_lm.info.kv_bytes_per_token] * 3
     expected = measure(tiny_lm, Request("hi there", max_new_tokens=6, use_chat_template=False)).generated_token_ids
     assert tuple(p.token_id for p in stepped.passes) == expected[:4]
-    # attention rows, KV growth, KV per layer, ITL of the passes so far, pass times against the roofline
-    assert len(at.get("vega_lite_chart")) == 5
+    # attention rows, the newest enlarged, KV growth, KV per layer, ITL of the passes so far, pass times
+    assert chart_names(at) == [
+        "step-attention",
+        "step-newest-rows",
+        "step-kv",
+        "step-kv-layers",
+        "step-itl",
+        "step-times",
+    ]
     assert at.button(key="step-next").proto.shortcut == "right" and at.button(key="step-reset").proto.shortcut == "home"
     at.button(key="step-end").click().run()  # finishes: the stepped request becomes the current run
     assert at.session_state[ui_state.RUN].trace.generated_token_ids == expected
@@ -102,15 +110,17 @@ def test_an_empty_prompt_is_one_line_and_nothing_steps(tiny_llama_dir: Path, pro
     at: AppTest = new_app()
     at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(model=str(tiny_llama_dir), device="cpu")
     at.switch_page("pages/step.py").run()
-    at.text_input[0].input(prompt)
-    at.button[0].click().run()
+    at.text_input(key="step-prompt").input(prompt)
+    at.button(key="step-prefill").click().run()
     assert not at.exception and any("empty" in e.value for e in at.error)
     assert stepper.STEPPED not in at.session_state
 
 
 def test_the_prefill_shows_the_cache_it_wrote_per_layer(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there")
-    assert len(at.get("vega_lite_chart")) == 4  # no ITL yet after the prefill alone: a line says so
+    assert (
+        "step-itl" not in chart_names(at) and len(chart_names(at)) == 5
+    )  # no ITL after the prefill alone: a line says so
     assert any("no inter-token latency yet" in i.value for i in at.info)
     assert any("What the prefill wrote: 8 positions in every layer" in c.value for c in at.caption)
 
@@ -161,9 +171,9 @@ def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
         (
             "step",
             RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-            "The step failed: RuntimeError: CUDA out of memory",
+            "Step mode's prefill failed: RuntimeError: CUDA out of memory",
         ),
-        ("claim", BadInput("Waited 1 s for the device: try again."), "Waited 1 s for the device"),  # refused in line
+        ("start", BadInput("The attention maps would need 9 GiB: try a shorter prompt."), "would need 9 GiB"),
     ],
 )
 def test_a_failed_prefill_stays_on_screen_and_leaves_the_form_usable(
@@ -174,8 +184,8 @@ def test_a_failed_prefill_stays_on_screen_and_leaves_the_form_usable(
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and said in errors[0], errors  # not wiped by a rerun
     assert stepper.STEPPED not in at.session_state  # no request without a pass is kept
-    prefill = at.button[0]
-    assert prefill.label == "Prefill" and not prefill.disabled and not at.text_input[0].disabled
+    prefill = at.button(key="step-prefill")
+    assert prefill.label == "Prefill" and not prefill.disabled and not at.text_input(key="step-prompt").disabled
     assert at.button(key="step-next").disabled
     prefill.click().run()  # the same form, pressed again, now runs
     assert not at.error and len(at.session_state[stepper.STEPPED].passes) == 1
@@ -190,7 +200,7 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     assert not at.error, [e.value for e in at.error]
     at.button(key="step-reset").click().run()
-    at.button[0].click().run()  # Prefill again, within the same minute
+    at.button(key="step-prefill").click().run()  # Prefill again, within the same minute
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and "1 runs per minute per visitor" in errors[0], errors
     assert stepper.STEPPED not in at.session_state
@@ -235,17 +245,18 @@ def test_autoplay_that_finishes_redraws_the_buttons(tiny_llama_dir: Path, tiny_l
 
 # --- Prefill while it has to wait (issue 23): the waiting UI is drawn outside the form ------------------------------
 def press_prefill(at: AppTest, prompt: str) -> AppTest:
-    at.text_input[0].input(prompt)
-    at.number_input[0].set_value(4)
-    at.toggle[0].set_value(False)
-    return at.button[0].click().run()
+    at.text_input(key="step-prompt").input(prompt)
+    at.number_input(key="step-new-tokens").set_value(4)
+    at.toggle(key="step-template").set_value(False)
+    return at.button(key="step-prefill").click().run()
 
 
 def assert_first_pass_without_error(at: AppTest) -> None:
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert len(at.session_state[stepper.STEPPED].passes) == 1
-    assert at.text_input[0].value == "hi there" and at.text_input[0].disabled  # the locked form shows what stepped
+    prompt = at.text_input(key="step-prompt")
+    assert prompt.value == "hi there" and prompt.disabled  # the locked form shows what stepped
 
 
 def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
@@ -265,7 +276,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
         releaser.join()
     assert_first_pass_without_error(at)
     assert said and said[0].startswith("Another session is using the device")  # it said so while it waited
-    start = next(t for t in queue.turns if t.what == "step" and t.number > other.number)
+    start = next(t for t in queue.turns if t.what == "prefill" and t.number > other.number)
     assert start.waited_s >= HELD_AFTER_SOMEONE_WAITS_S  # its turn came when the other session's ended
 
 
@@ -287,7 +298,7 @@ def test_a_prefill_while_the_server_warms_up_waits_then_runs(
     assert device_session().warmer.status().state == "warm"
     turns = device_session().queue.turns
     warm = next(t for t in turns if t.what == "warm-up")
-    step = next(t for t in turns if t.what == "step" and t.number > warm.number)
+    step = next(t for t in turns if t.what == "prefill" and t.number > warm.number)
     assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended
 
 
@@ -297,11 +308,12 @@ def chart_names(at: AppTest) -> list[str]:
     return [label.removeprefix("Download data: ").removesuffix(".csv") for label in labels if label.endswith(".csv")]
 
 
-def test_presenting_the_step_page_puts_the_map_and_the_kv_growth_first(
+def test_presenting_the_step_page_puts_the_newest_pass_its_row_and_the_kv_growth_first(
     tiny_llama_dir: Path, tiny_lm: LoadedModel
 ) -> None:
-    """Presenting, after Prefill: the attention map and the KV growth before anything else of the request, the locked
-    prompt folded into an expander that names it (the browser test measures that both sit in the first screen)."""
+    """Presenting, after Prefill: the newest pass's line, then the newest rows of the map and the KV growth before
+    anything else of the request, the locked prompt folded into an expander that names it (the browser tests measure
+    that they sit in the first screen)."""
     from explorer.ui.presenter import PRESENTER_KEY
 
     at: AppTest = new_app()
@@ -309,7 +321,48 @@ def test_presenting_the_step_page_puts_the_map_and_the_kv_growth_first(
     at.session_state[PRESENTER_KEY] = True
     at = press_prefill(at.switch_page("pages/step.py").run(), "hi there")
     assert not at.exception, at.exception
-    assert at.main.expander[0].label == "Prompt: hi there" and at.text_input[0].value == "hi there"
-    assert chart_names(at)[:2] == ["step-attention", "step-kv"]
+    assert at.main.expander[0].label == "Prompt: hi there" and at.text_input(key="step-prompt").value == "hi there"
+    assert chart_names(at)[:2] == ["step-newest-rows", "step-kv"]
+    first = at.main.get("markdown")
+    assert any(m.value.startswith("**Pass 0** · prefill of 8 tokens → ") for m in first), [m.value for m in first]
     laptop = prefill_on_the_step_page(tiny_llama_dir, "hi there")  # on a laptop: the form open, as before
     assert not laptop.main.expander and "step-attention" in chart_names(laptop)
+
+
+# --- a pass timed while other work ran beside it is marked, never shown clean (issue 30) ---------------------------
+@pytest.fixture
+def everything_disturbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timed pass of the server finds a second of other work's CPU beside it."""
+    from explorer.hosting import quiet
+
+    monkeypatch.setattr(quiet, "beside", lambda _before, _after: Beside(other_threads_s=1.0, other_processes_s=0.0))
+
+
+@pytest.mark.usefixtures("everything_disturbed")
+def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel
+) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi there")
+    at.button(key="step-next").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    lines = [m.value for m in at.main.get("markdown") if m.value.startswith("**Pass 1**")]
+    assert len(lines) == 1 and lines[0].endswith("(measured) ⚠ disturbed"), lines
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("Disturbed: 2 of 2 passes (passes 0, 1) were timed while other work") for w in warnings)
+    stepped = at.session_state[stepper.STEPPED]
+    assert [p.beside_cpu_s for p in stepped.passes] == [1.0, 1.0] and all(p.disturbed for p in stepped.passes)
+
+
+@pytest.mark.usefixtures("everything_disturbed")
+def test_a_disturbed_run_says_so_on_every_page_that_shows_it(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    at = new_app()
+    at.sidebar.text_area[0].input("hi there")
+    at.sidebar.number_input[0].set_value(3)
+    next(t for t in at.sidebar.text_input if t.label == "Model").input(str(tiny_llama_dir))
+    next(b for b in at.sidebar.button if b.label == "Run").click().run()
+    assert not at.exception, at.exception
+    trace = at.session_state[ui_state.RUN].trace
+    assert [p.beside_cpu_s for p in trace.passes] == [1.0] * 3  # each pass its own interval, in the trace JSON too
+    assert any("Disturbed: 3 of 3 passes" in w.value for w in at.warning)
+    at.switch_page("pages/latency.py").run()
+    assert any(c.value.startswith("⚠ Disturbed: 3 of 3 passes") for c in at.caption)

@@ -71,12 +71,20 @@ def test_on_a_gpu_the_warm_up_decodes_to_the_last_cache_length_and_stops_where_t
     assert warm_up_shapes(ends, stopping) == 2  # greedy: the run stops at its third token, and so does the warm-up
 
 
-def test_step_mode_warms_up_at_its_requests_shapes(fresh_lm: LoadedModel) -> None:
+def test_step_mode_warms_each_timed_pass_with_a_twin_of_its_own_shape(fresh_lm: LoadedModel) -> None:
+    """No generic warm-up at the start: the prefill click runs an untimed prefill of the prompt's length right before
+    the timed one, and a decode click (no server gate: the device may have been idle) an untimed decode first."""
     seen = forwards_seen(fresh_lm)
     checked = check_request(fresh_lm, Request(PROMPT, max_new_tokens=4, use_chat_template=False))
     stepped = SteppedRequest.start(fresh_lm, checked)
     try:
-        assert seen[3] == len(checked.prompt_ids) and seen[:3] == [engine.WARMUP_PROMPT_TOKENS, 1, 1]
+        assert seen == []
+        stepped.step()
+        T = len(checked.prompt_ids)
+        assert seen[:2] == [T, T], seen
+        before = len(seen)
+        stepped.step()
+        assert seen[before : before + 2] == [1, 1], seen
     finally:
         stepped.free()
 

@@ -2,7 +2,8 @@
 by side with asyncio), each doing what an attendee does:
 
 1. opens the app;
-2. on Step by step, types its own prompt and presses Prefill, then Next token 3 times (one pass per click);
+2. on Step by step, types its own prompt and presses Prefill, then Next token 3 times (one pass per click), noting
+   after each the page's own "Last ITL" and whether it marked that pass as disturbed;
 3. presses Run in the sidebar with its own prompt (4 new tokens), and sees its run on "Inside one inference";
 4. opens the Tour from a recording link (`/tour?recording=short-chat`), a new session in the same tab.
 
@@ -74,6 +75,13 @@ PASSES_JS = """const m = [...document.querySelectorAll("[data-testid='stMetric']
 return !!m && m.querySelector("[data-testid='stMetricValue']").innerText.trim().split(" ")[0] === String(arg);"""
 MAIN_HAS_JS = """const main = document.querySelector("[data-testid='stMain']");
 return !!main && main.textContent.includes(arg);"""
+# After a Next token: the page's "Last ITL" (`explorer.charts.stepping.running_figures`) and its newest pass's line.
+NEWEST_PASS_JS = """() => {
+  const m = [...document.querySelectorAll("[data-testid='stMetric']")]
+    .find(e => (e.querySelector("[data-testid='stMetricLabel']") || {}).innerText === "Last ITL");
+  const line = document.querySelector(".st-key-step-first-screen [data-testid='stMarkdownContainer']");
+  return {itl: m ? m.querySelector("[data-testid='stMetricValue']").innerText : "", line: line ? line.innerText : ""};
+}"""
 TOUR_JS = """const main = document.querySelector("[data-testid='stMain']");
 const h = main && main.querySelector("h1");
 const drawn = main && main.querySelector("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg");
@@ -99,6 +107,8 @@ class Visit:
     errors: list[str] = field(default_factory=list)  # error lines and exceptions shown, any page
     page_errors: list[str] = field(default_factory=list)  # uncaught JavaScript errors
     seconds: float = 0.0
+    itl_ms: list[float] = field(default_factory=list)  # each Next token's "Last ITL", as its page showed it
+    disturbed: list[bool] = field(default_factory=list)  # whether its page marked that pass as disturbed
 
     @property
     def ok(self) -> bool:
@@ -121,6 +131,14 @@ class Visit:
             f"place shown {'yes' if self.showed_place else 'no'}{'; warm-up wait shown' if self.saw_warming else ''}; "
             f"{stages}; errors {len(self.errors)}: {problems}"
         )
+
+
+def shown_ms(text: str) -> float | None:
+    """A time as `explorer.core.units.short_time` shows it ("87 ms", "1.44 s"), in milliseconds."""
+    found = re.fullmatch(r"([\d.]+) (ms|s)", text.strip())
+    if not found:
+        return None
+    return float(found.group(1)) * (1.0 if found.group(2) == "ms" else 1e3)
 
 
 def session_prompt(index: int) -> str:
@@ -213,6 +231,11 @@ class _Session:
         next_token = self.page.locator("[data-testid='stMain']").get_by_role("button", name="Next token")
         for passes in range(2, STEP_PASSES + 1):
             await self.click_and_wait(next_token, PASSES_JS, passes, f"Next token ({passes} passes)")
+            newest = await self.page.evaluate(NEWEST_PASS_JS)
+            itl_ms = shown_ms(newest["itl"])
+            if itl_ms is not None:
+                self.visit.itl_ms.append(itl_ms)
+                self.visit.disturbed.append("disturbed" in newest["line"])
         await self.until(MAIN_HAS_JS, self.visit.prompt.split()[-1].rstrip("."), "Step shows its own prompt")
 
     async def runs(self) -> None:
@@ -232,13 +255,18 @@ class _Session:
         await self.page.goto(f"{self.url}/tour?recording={RECORDING}")
         await self.until(TOUR_JS, TITLES[0], f"Tour from ?recording={RECORDING}")
 
-    async def attend(self) -> Visit:
+    async def attend(self, only: tuple[str, ...] | None = None) -> Visit:
+        """Every stage in order (`only`: those named)."""
         started = time.monotonic()
         stages: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("open", self.opens_the_app),
-            ("step", self.steps),
-            ("run", self.runs),
-            ("tour", self.tours),
+            (name, stage)
+            for name, stage in (
+                ("open", self.opens_the_app),
+                ("step", self.steps),
+                ("run", self.runs),
+                ("tour", self.tours),
+            )
+            if only is None or name in only
         ]
         try:
             await self.open()
@@ -259,22 +287,26 @@ class _Session:
         return self.visit
 
 
-async def _workshop(url: str, sessions: int, stage_timeout_s: float) -> list[Visit]:
+async def _workshop(url: str, sessions: int, stage_timeout_s: float, only: tuple[str, ...] | None) -> list[Visit]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
             visits = [Visit(i, session_prompt(i)) for i in range(sessions)]
-            return list(await asyncio.gather(*(_Session(browser, url, v, stage_timeout_s).attend() for v in visits)))
+            attending = (_Session(browser, url, v, stage_timeout_s).attend(only) for v in visits)
+            return list(await asyncio.gather(*attending))
         finally:
             await browser.close()
 
 
-def run_workshop(url: str, sessions: int, stage_timeout_s: float = 180.0) -> list[Visit]:
-    """N sessions at once on the server at `url`, each attending the whole workshop; their visits, in order.
+def run_workshop(
+    url: str, sessions: int, stage_timeout_s: float = 180.0, only: tuple[str, ...] | None = None
+) -> list[Visit]:
+    """N sessions at once on the server at `url`, each attending the whole workshop (`only`: the stages named, e.g.
+    ("open", "step") for one person stepping alone); their visits, in order.
 
     Runs in a thread of its own with its own event loop and Chromium, so that it works beside Playwright's sync API
     (the tests' shared browser) in the caller's thread."""
     with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _workshop(url, sessions, stage_timeout_s)).result()
+        return pool.submit(asyncio.run, _workshop(url, sessions, stage_timeout_s, only)).result()

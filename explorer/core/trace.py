@@ -61,6 +61,9 @@ class PassRecord:
     # tokens (every sequence of the batch), and their ids; () for a dense model
     experts_touched: tuple[int, ...] = ()
     experts_chosen: tuple[tuple[int, ...], ...] = ()
+    # measured on a shared server: the CPU seconds other work used while this pass was timed (the server's other
+    # threads, other processes: explorer.hosting.beside); None where nobody measured it (the CLI, older traces)
+    beside_cpu_s: float | None = None
 
     @property
     def batch(self) -> int:
@@ -96,6 +99,12 @@ class PassRecord:
         return replace(self, cost=cost)
 
     @property
+    def disturbed(self) -> bool:
+        """Other work used the CPU for over DISTURBED_SHARE of this pass's time while it was timed: its time may be
+        high, and a page that shows it says so."""
+        return self.beside_cpu_s is not None and self.beside_cpu_s > DISTURBED_SHARE * self.wall_s
+
+    @property
     def achieved_flops_per_s(self) -> float:
         return self.cost.flops / self.wall_s if self.wall_s > 0 else 0.0
 
@@ -105,6 +114,9 @@ class PassRecord:
 
 
 PLAUSIBLE_SLACK = 1.1  # a measured pass may beat the modelled floor by this factor before the figures are re-taken
+# Other work's CPU beside a timed pass, as a share of the pass's time, past which the pass is marked disturbed: a fifth
+# of one core taken from the cores a pass runs on slows it by about a tenth on a 2-core machine.
+DISTURBED_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -281,6 +293,22 @@ class Trace(ItlPercentiles, JsonRecord):
         spread = Spread.of([passes[index].wall_s for passes in self.repeats if index < len(passes)])
         assert spread is not None
         return spread
+
+    def with_beside_cpu(self, beside_cpu_s: Sequence[float]) -> Trace:
+        """The same run with what ran beside each pass (`PassRecord.beside_cpu_s`), given for every pass of every
+        repeat in the order they ran; unchanged if the count does not match."""
+        flat = [p for passes in self.repeats for p in passes]
+        if len(flat) != len(beside_cpu_s):
+            return self
+        values = iter(beside_cpu_s)
+        return replace(
+            self, repeats=tuple(tuple(replace(p, beside_cpu_s=next(values)) for p in passes) for passes in self.repeats)
+        )
+
+    @property
+    def disturbed_passes(self) -> tuple[PassRecord, ...]:
+        """The shown repeat's passes timed while other work ran beside them (`PassRecord.disturbed`)."""
+        return tuple(p for p in self.passes if p.disturbed)
 
     @property
     def cache_layout(self) -> CacheLayout:

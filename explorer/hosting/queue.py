@@ -1,5 +1,5 @@
-"""How the sessions of one server take turns on its one device: a FIFO ticket queue with expected waits, a log of
-every turn, and which script threads are drawing meanwhile. Pure Python and thread-safe, no Streamlit and no torch."""
+"""How the sessions of one server take turns on its one device: a FIFO ticket queue whose expected waits count the
+passes ahead, and a log of every turn with the passes it ran. Pure Python and thread-safe, no Streamlit and no torch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import statistics
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +21,9 @@ class Ticket:
     what: str  # "run", "lab", "device figures"
     owner: str = ""  # an anonymous session label, never a prompt or a path
     entered_s: float = 0.0  # the queue's clock
-    thread_id: int = 0  # the script thread that waits with it: a waiting session draws nothing worth counting
+    thread_id: int = 0  # the script thread that waits with it
+    passes: int | None = None  # the passes its work will run, at most (a step 1, a run new tokens x repeats); None:
+    # work not counted in passes (a lab, the device figures, the warm-up)
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,10 @@ class QueueStatus:
     holding: bool  # the ticket's turn has come
     in_line: bool  # waiting for it (False once it holds the device, or after it left)
     ahead: int  # turns before this one: the one on the device, if any, and those waiting in front
-    expected_wait_s: float | None  # None until a turn has finished and given a duration to go by
+    passes_ahead: int  # the passes those turns will still run, as their tickets said (at most)
+    other_work_ahead: tuple[str, ...]  # what the turns ahead not counted in passes are ("lab", "device figures")
+    expected_wait_s: float | None  # None until some turn has finished and given a duration to go by
     waited_s: float
-    recent_turns: int  # how many finished turns the estimate averages
-    mean_turn_s: float | None
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,15 @@ class TurnRecord:
     held_s: float
     granted_unix_s: float
     released_unix_s: float
-    ended: str  # "released", "cancelled" (never held), "after drawing", "hold limit", "owner gone" (its thread ended)
+    ended: str  # "released", "passed on" (a lab let others go first), "cancelled" (never held), "owner gone" (its
+    # thread ended without giving it back)
+    passes: int = 0  # the timed passes its work ran
+    pass_s: float = 0.0  # their measured seconds
+    forward_s: float = 0.0  # every forward it ran, timed or not (a step's warm twin and attention row too), seconds
+
+    @property
+    def entered_unix_s(self) -> float:
+        return self.granted_unix_s - self.waited_s
 
 
 @dataclass
@@ -59,7 +69,9 @@ class _Entry:
     thread: threading.Thread  # the thread that took the ticket: once it is gone, nobody can give the turn back
     granted_s: float | None = None
     granted_unix_s: float | None = None
-    hold_until_s: float | None = None  # a finished turn kept while its session draws, at most until then
+    passes: int = 0  # what its work reported running (`record_work`)
+    pass_s: float = 0.0
+    forward_s: float = 0.0
 
 
 @dataclass
@@ -68,10 +80,10 @@ class DeviceQueue:
 
     `enter()` takes a ticket at the back of the line; the head of the line gets the device as soon as it is free.
     `wait()` blocks up to a timeout (callers poll, so a waiting page can redraw its place and be cancelled);
-    `release()` gives the turn back or leaves the line; `release_when_done()` keeps a finished turn until the thread
-    that ran it ends (its page is drawn) or a limit passes, so the next run's passes never compete with that drawing.
-    The expected wait is the mean of the last few turns' durations times the turns ahead, less what the one on the
-    device has already used.
+    `release()` gives the turn back, as soon as its work and its record are done (drawing a page never holds it), or
+    leaves the line. The expected wait counts the work ahead: each ticket says how many passes it will run, and a pass
+    is expected to take what the last few turns of its kind took per pass (work not counted in passes, a lab, what
+    the last few turns of that kind took), less what the one on the device has already used.
     """
 
     history: int = 8
@@ -82,19 +94,15 @@ class DeviceQueue:
     _line: deque[_Entry] = field(default_factory=deque, init=False)
     _holder: _Entry | None = field(default=None, init=False)
     _next_number: int = field(default=1, init=False)
-    _durations_s: deque[float] = field(default_factory=deque, init=False)
+    _per_pass_s: dict[str, deque[float]] = field(default_factory=dict, init=False)  # by kind: held seconds per pass
+    _turn_s: dict[str, deque[float]] = field(default_factory=dict, init=False)  # by kind: held seconds per turn
     turns: deque[TurnRecord] = field(default_factory=lambda: deque(maxlen=64), init=False)  # the latest turns
 
     # --- taking and giving back turns ----------------------------------------------------------------------------
-    def enter(self, what: str, owner: str = "") -> Ticket:
-        """A ticket at the back of the line, owned by the calling thread. A turn that `owner` still keeps while its
-        page draws (`release_when_done`) is given back first: that session has moved on (a rerun, a second click)."""
+    def enter(self, what: str, owner: str = "", passes: int | None = None) -> Ticket:
+        """A ticket at the back of the line, owned by the calling thread; `passes`: what its work will run, at most."""
         with self._cond:
-            holder = self._holder
-            if owner and holder is not None and holder.hold_until_s is not None and holder.ticket.owner == owner:
-                self._finish(holder, "after drawing")
-                self._holder = None
-            ticket = Ticket(self._next_number, what, owner, self.clock(), threading.get_ident())
+            ticket = Ticket(self._next_number, what, owner, self.clock(), threading.get_ident(), passes)
             self._next_number += 1
             ahead = len(self._line) + (self._holder is not None)
             self._line.append(_Entry(ticket, ahead, threading.current_thread()))
@@ -106,7 +114,7 @@ class DeviceQueue:
         deadline = None if timeout_s is None else self.clock() + timeout_s
         with self._cond:
             while True:
-                self._expire_holds()
+                self._drop_orphans()
                 if self._holder is not None and self._holder.ticket.number == ticket.number:
                     return True
                 if not any(e.ticket.number == ticket.number for e in self._line):
@@ -114,9 +122,7 @@ class DeviceQueue:
                 remaining = None if deadline is None else deadline - self.clock()
                 if remaining is not None and remaining <= 0:
                     return False
-                hold_left = self._hold_left_s()
-                step = min(x for x in (remaining, hold_left, 1.0) if x is not None)
-                self._cond.wait(max(step, 0.001))
+                self._cond.wait(max(min(x for x in (remaining, 1.0) if x is not None), 0.001))
 
     def release(self, ticket: Ticket, ended: str = "released") -> None:
         """Give the turn back, or leave the line if it had not come yet. Calling it again does nothing."""
@@ -133,18 +139,14 @@ class DeviceQueue:
                         self._promote()  # the ones behind move up
             self._cond.notify_all()
 
-    def release_when_done(self, ticket: Ticket, thread: threading.Thread, limit_s: float) -> None:
-        """Keep a finished turn until `thread` ends or `limit_s` passes, whichever is first; then give it back."""
+    def record_work(self, ticket: Ticket, passes: int, pass_s: float, forward_s: float) -> None:
+        """What the holder's work ran: `passes` timed passes of `pass_s` seconds, and `forward_s` seconds of forwards
+        in all (its untimed ones too). Kept in its turn's record; ignored once the turn is over."""
         with self._cond:
-            if self._holder is None or self._holder.ticket.number != ticket.number:
-                return
-            self._holder.hold_until_s = self.clock() + limit_s
-
-        def watch() -> None:
-            thread.join(limit_s)
-            self.release(ticket, "after drawing" if not thread.is_alive() else "hold limit")
-
-        threading.Thread(target=watch, name=f"device-turn-{ticket.number}", daemon=True).start()
+            if self._holder is not None and self._holder.ticket.number == ticket.number:
+                self._holder.passes += passes
+                self._holder.pass_s += pass_s
+                self._holder.forward_s += forward_s
 
     # --- what a waiting page shows ---------------------------------------------------------------------------------
     def holds(self, ticket: Ticket) -> bool:
@@ -156,29 +158,47 @@ class DeviceQueue:
         with self._cond:
             return len(self._line)
 
-    def waiting_thread_ids(self) -> frozenset[int]:
-        with self._cond:
-            return frozenset(e.ticket.thread_id for e in self._line)
-
     def status(self, ticket: Ticket) -> QueueStatus:
         with self._cond:
             now = self.clock()
-            durations = list(self._durations_s)
-            mean = statistics.fmean(durations) if durations else None
             waited = now - ticket.entered_s
             if self._holder is not None and self._holder.ticket.number == ticket.number:
-                return QueueStatus(True, False, 0, 0.0, waited, len(durations), mean)
+                return QueueStatus(True, False, 0, 0, (), 0.0, waited)
             place = next((i for i, e in enumerate(self._line) if e.ticket.number == ticket.number), None)
-            in_front = len(self._line) if place is None else place
-            ahead = in_front + (self._holder is not None)
-            expected = None
-            if mean is not None:
-                used = 0.0 if self._holder is None or self._holder.granted_s is None else now - self._holder.granted_s
-                current = max(0.0, mean - used) if self._holder is not None else 0.0
-                expected = current + mean * in_front
-            return QueueStatus(False, place is not None, ahead, expected, waited, len(durations), mean)
+            in_front = list(self._line)[: len(self._line) if place is None else place]
+            ahead = in_front if self._holder is None else [self._holder, *in_front]
+            passes = sum(self._passes_left(e) for e in ahead)
+            others = tuple(e.ticket.what for e in ahead if e.ticket.passes is None)
+            expected: float | None = 0.0
+            for entry in ahead:
+                alone = self._expected_s(entry)
+                if alone is None or expected is None:
+                    expected = None
+                    continue
+                used = now - entry.granted_s if entry is self._holder and entry.granted_s is not None else 0.0
+                expected += max(0.0, alone - used)
+            return QueueStatus(False, place is not None, len(ahead), passes, others, expected, waited)
 
     # --- inside the lock -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _passes_left(entry: _Entry) -> int:
+        return max(0, (entry.ticket.passes or 0) - entry.passes)
+
+    def _expected_s(self, entry: _Entry) -> float | None:
+        """What `entry`'s whole turn should take, from the recent turns: its passes at the recent seconds per pass of
+        its kind (of any kind, if none of its own has finished); work not in passes at its kind's (any kind's) turn."""
+
+        def mean(by_kind: dict[str, deque[float]]) -> float | None:
+            own = by_kind.get(entry.ticket.what)
+            pooled = [v for values in by_kind.values() for v in values]
+            values = list(own) if own else pooled
+            return statistics.fmean(values) if values else None
+
+        if entry.ticket.passes is not None:
+            per_pass = mean(self._per_pass_s)
+            return None if per_pass is None else per_pass * entry.ticket.passes
+        return mean(self._turn_s)
+
     def _promote(self) -> None:
         if self._holder is None and self._line:
             self._holder = self._line.popleft()
@@ -186,22 +206,13 @@ class DeviceQueue:
             self._holder.granted_unix_s = self.wall_clock()
             self._cond.notify_all()
 
-    def _hold_left_s(self) -> float | None:
-        if self._holder is None or self._holder.hold_until_s is None:
-            return None
-        return self._holder.hold_until_s - self.clock()
-
-    def _expire_holds(self) -> None:
-        """A kept turn past its limit is given back here too, in case its watcher never ran; so is a turn whose thread
-        is gone (nothing can give it back any more), and a place in line whose thread is gone."""
+    def _drop_orphans(self) -> None:
+        """A turn whose thread is gone is taken back (nothing can give it back any more), and so is a place in line
+        whose thread is gone."""
         for entry in [e for e in self._line if not e.thread.is_alive()]:
             self._line.remove(entry)
             self._record(entry, "owner gone")
-        left = self._hold_left_s()
-        if self._holder is not None and left is not None and left <= 0:
-            self._finish(self._holder, "hold limit")
-            self._holder = None
-        elif self._holder is not None and self._holder.hold_until_s is None and not self._holder.thread.is_alive():
+        if self._holder is not None and not self._holder.thread.is_alive():
             self._finish(self._holder, "owner gone")
             self._holder = None
         self._promote()
@@ -209,10 +220,15 @@ class DeviceQueue:
     def _finish(self, entry: _Entry, ended: str) -> None:
         now = self.clock()
         held_s = now - (entry.granted_s if entry.granted_s is not None else now)
-        self._durations_s.append(held_s)
-        while len(self._durations_s) > self.history:
-            self._durations_s.popleft()
+        what = entry.ticket.what
+        self._keep(self._turn_s, what, held_s)
+        passes = entry.passes or entry.ticket.passes or 0  # what it ran; else what it said it would
+        if passes > 0:
+            self._keep(self._per_pass_s, what, held_s / passes)
         self._record(entry, ended)
+
+    def _keep(self, by_kind: dict[str, deque[float]], what: str, value: float) -> None:
+        by_kind.setdefault(what, deque(maxlen=self.history)).append(value)
 
     def _record(self, entry: _Entry, ended: str) -> None:
         now, now_unix = self.clock(), self.wall_clock()
@@ -227,6 +243,9 @@ class DeviceQueue:
             granted_unix_s=entry.granted_unix_s if entry.granted_unix_s is not None else now_unix,
             released_unix_s=now_unix,
             ended=ended,
+            passes=entry.passes,
+            pass_s=entry.pass_s,
+            forward_s=entry.forward_s,
         )
         self.turns.append(record)
         if self.log_path is not None:
@@ -237,51 +256,51 @@ class DeviceQueue:
                 pass  # the log is for the operator; a full disk must not stop the demo
 
 
-class ScriptActivity:
-    """Which script threads of this process are alive: each browser session's script run is one thread, from its
-    first line to its last drawing. A run is flagged when another session's script was drawing while its passes ran
-    (sampled at the start and after every pass), since that drawing competes with the passes for the same cores."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._threads: dict[int, threading.Thread] = {}
-
-    def note(self, thread: threading.Thread) -> None:
-        with self._lock:
-            self._threads = {i: t for i, t in self._threads.items() if t.is_alive()}
-            if thread.ident is not None:
-                self._threads[thread.ident] = thread
-
-    def others_drawing(self, me: int, waiting: frozenset[int]) -> int:
-        """Alive script threads other than `me` that are not waiting in the device's line."""
-        with self._lock:
-            return sum(1 for i, t in self._threads.items() if i != me and i not in waiting and t.is_alive())
-
-
 def read_turn_log(path: Path) -> list[TurnRecord]:
     """The turns a log holds, oldest first."""
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return [TurnRecord(**json.loads(line)) for line in lines if line.strip()]
 
 
+# What a turn not counted in passes is called in a waiting line: (one, several).
+OTHER_WORK_NAMES = {
+    "lab": ("a lab", "labs"),
+    "device figures": ("a device measurement", "device measurements"),
+    "warm-up": ("the server's warm-up", "warm-ups"),
+}
+
+
+def work_ahead(passes: int, others: tuple[str, ...]) -> str:
+    """The work ahead in a waiting line, in words: "2 passes", "1 pass and a lab", "nothing"."""
+    parts = [f"{passes} pass{'' if passes == 1 else 'es'}"] if passes else []
+    for what, count in Counter(others).items():
+        one, several = OTHER_WORK_NAMES.get(what, (f"a {what}", f"{what} turns"))
+        parts.append(one if count == 1 else f"{count} {several}")
+    if not parts:
+        return "nothing"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def wait_sentence(status: QueueStatus, max_wait_s: float | None) -> str:
-    """What a waiting visitor reads, redrawn as the line moves. "Number n in line" counts the turn on the device."""
+    """What a waiting visitor reads, redrawn as the line moves: the work ahead in passes (and any lab or device
+    measurement) and the time it should take. "Number n in line" counts the turn on the device."""
     if status.ahead <= 1:
         place = "You are next in line"
     else:
-        waiting = status.ahead - 1
-        place = f"You are number {status.ahead} in line: {waiting} waiting before you, behind the run on the device"
+        place = f"You are number {status.ahead} in line ({status.ahead - 1} waiting before you)"
+    ahead = f"{work_ahead(status.passes_ahead, status.other_work_ahead)} ahead"
     if status.expected_wait_s is None:
-        expected = "Expected wait: not known until a first turn has finished"
-    elif status.expected_wait_s < 1:
-        expected = "Expected wait: any moment now"
+        expected = "how long is not known until a first turn has finished"
+    elif status.expected_wait_s < 0.1:
+        expected = "any moment now"
     else:
-        turns = "the last turn took" if status.recent_turns == 1 else f"the last {status.recent_turns} turns took"
         expected = (
-            f"Expected wait: about {status.expected_wait_s:.0f} s ({turns} {status.mean_turn_s:.1f} s on average)"
+            f"about {status.expected_wait_s:.1f} s"
+            if status.expected_wait_s < 10
+            else (f"about {status.expected_wait_s:.0f} s")
         )
     limit = f" (a run waits at most {max_wait_s:.0f} s)" if max_wait_s else ""
     return (
-        "Another session is using the device, so this run waits its turn and the timings stay clean. "
-        f"{place}. {expected}. Waiting for {status.waited_s:.0f} s so far{limit}."
+        "Another session is using the device, so this waits its turn and the timings stay clean. "
+        f"{place}: {ahead}, {expected}. Waiting for {status.waited_s:.0f} s so far{limit}."
     )

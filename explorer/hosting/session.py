@@ -1,7 +1,8 @@
 """What the sessions of one server process share: its one device and everything that lives as long as the process
-(the loaded models, the queue for the device, the warm-up, the device figures, which scripts are drawing, the live
-stepped requests, read-only caches). One object, created once per server (`explorer.ui.shared.device_session`) and
-fresh in every test, so nothing a run leaves behind lives in a module. Pure Python, no Streamlit."""
+(the loaded models, the queue for the device, the gate between timed passes and drawing, the warm-up, the device
+figures, the live stepped requests, read-only caches). One object, created once per server
+(`explorer.ui.shared.device_session`) and fresh in every test, so nothing a run leaves behind lives in a module. Pure
+Python, no Streamlit."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Generic, TypeVar
 from explorer.core.device import FiguresStore
 from explorer.core.loading import LoadedModel, Progress, load_model
 from explorer.hosting.live_steps import LiveSteps
-from explorer.hosting.queue import DeviceQueue, ScriptActivity
+from explorer.hosting.queue import DeviceQueue
+from explorer.hosting.quiet import PassGate
 from explorer.hosting.warm import Warmer
 
 T = TypeVar("T")
@@ -67,7 +69,7 @@ class DeviceSession:
     queue: DeviceQueue = field(default_factory=DeviceQueue)
     warmer: Warmer = field(default_factory=Warmer)
     figures: FiguresStore = field(default_factory=FiguresStore)
-    activity: ScriptActivity = field(default_factory=ScriptActivity)  # which sessions' scripts are drawing
+    gate: PassGate = field(default_factory=PassGate)  # timed passes and the drawing of pages kept apart
     steps: LiveSteps = field(default_factory=LiveSteps)  # every session's live stepped request, weakly held
     read_once: ReadOnce[object] = field(default_factory=ReadOnce)  # tokenizers and bundled files, read once
 

@@ -2,9 +2,11 @@
 
 Each step is the engine's own timed step (`LiveRequest.step`), so a stepped request's passes are measured exactly as
 a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the
-room spent looking at them. An untimed eager shadow (`AttentionReplay`) is fed the same token after each step and
-keeps that pass's attention maps. The step that finishes the request checks its device figures as every run's are
-(`keep_figures_honest`) and frees both caches: `to_trace()` is then the Trace a normal run would have produced.
+room spent looking at them. On a shared server each timed pass goes through the server's gate (`PassGate.timing`:
+apart from other sessions' drawing, with what ran beside it kept on its record, `PassRecord.beside_cpu_s`). An
+untimed eager shadow (`AttentionReplay`) is fed the same token after each step and keeps that pass's attention maps.
+The step that finishes the request checks its device figures as every run's are (`keep_figures_honest`) and frees
+both caches: `to_trace()` is then the Trace a normal run would have produced.
 
 `LiveSteps` holds every live stepped request of a process weakly, so that any caller can free the ones left idle
 (the owner may never come back to look).
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -32,8 +36,14 @@ from explorer.core.engine import (
 from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import keep_figures_honest, prepare_device
+from explorer.core.measure import keep_figures_honest
 from explorer.core.trace import PassRecord, Trace
+from explorer.hosting.quiet import PassGate, Timed
+
+# A decode that follows other work on the device this closely runs warm (its threads awake, as in a Run's back-to-back
+# passes; every session's decode has the same shapes but the cache length), so its untimed twin is skipped: in a room
+# the twin would add a pass to every click's time on the device. A prefill always gets its twin: its shape is its own.
+WARM_WITHIN_S = 0.5
 
 
 @dataclass(eq=False)  # compared and hashed by identity: a LiveSteps registry holds it in a WeakSet
@@ -47,6 +57,7 @@ class SteppedRequest:
     last_used_s: float  # time.monotonic() of the last claim or step
     figures: FiguresStore  # where its device figures came from: the finished run is checked against them there
     finished: Trace | None = None  # set by the step that finishes the request
+    forward_s: float = 0.0  # every forward it ran so far (warm twins, timed passes, attention rows), seconds
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)  # held while stepping or freeing
 
     @classmethod
@@ -58,14 +69,15 @@ class SteppedRequest:
         progress: Report | None = None,
         figures: FiguresStore | None = None,
     ) -> SteppedRequest:
-        """A checked request (`engine.check_request`, as a run's) held to the attention cap, then the device figures
-        and the warm-up (`prepare_device`, once), ready for the prefill."""
+        """A checked request (`engine.check_request`, as a run's) held to the attention cap, and the device figures,
+        ready for the prefill. No generic warm-up (`prepare_device`'s): each timed pass has its own warm twin of its
+        own shape right before it (`step`), which a Run's passes get from the pass before them."""
         prompt_len, new_tokens = len(checked.prompt_ids), checked.request.max_new_tokens
         # The attention shadow keeps every layer; it is refused up front if the whole request would pass the cap.
         decode_lens = [prompt_len + k for k in range(1, new_tokens)]
         layers = check_capture(lm.info, None, prompt_len, decode_lens, attention_cap_bytes)
         figures = FiguresStore() if figures is None else figures  # the owner's; kept to check the finished run
-        profile = prepare_device(lm, figures, checked, progress=progress)
+        profile = figures.get(lm.torch_device.type, lm.info.dtype, progress=progress)
         live = LiveRequest(lm, checked, profile, seeded(checked.request.sampling))
         live.clock.pause()  # nothing runs until the first click
         return cls(lm, checked, live, AttentionReplay(lm, layers), time.monotonic(), figures)
@@ -92,22 +104,37 @@ class SteppedRequest:
             self.last_used_s = time.monotonic()
             return not self.freed
 
-    def step(self) -> PassRecord:
+    def step(self, gate: PassGate | None = None) -> PassRecord:
         """ONE real pass (prefill first, then one decode), timed by the engine, then its attention (untimed); the
-        last one also finishes the request (its trace kept, both caches freed)."""
+        last one also finishes the request (its trace kept, both caches freed). With a server's `gate`, the pass is
+        timed apart from drawing (the wait for it off the request's clock) and its record says what ran beside it; a
+        warm twin runs first, for a decode unless the device worked within WARM_WITHIN_S."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
-            self.warm_up()
-            self.live.clock.resume()
-            try:
-                record = self.live.step()
-            finally:
-                self.live.clock.pause()
-            self.replay.step(list(record.input_token_ids))
+            if gate is None or not self.passes or gate.quiet_for_s() > WARM_WITHIN_S:
+                self._forward(self.warm_up)
+            started_s = time.perf_counter()
+            with gate.timing() if gate is not None else nullcontext(Timed()) as timed:
+                self.live.clock.resume()
+                try:
+                    record = self.live.step()
+                finally:
+                    self.live.clock.pause()
+            self.forward_s += time.perf_counter() - started_s - timed.waited_for_drawing_s
+            if timed.beside is not None:
+                record = self.live.passes[-1] = replace(record, beside_cpu_s=timed.beside.cpu_s)
+            self._forward(lambda: self.replay.step(list(record.input_token_ids)))
+            if gate is not None:
+                gate.worked()
             if self.done:
                 self.finished = keep_figures_honest(self.to_trace(), self.figures)
                 self._free()
             self.last_used_s = time.monotonic()
         return record
+
+    def _forward(self, work: Callable[[], object]) -> None:
+        started_s = time.perf_counter()
+        work()
+        self.forward_s += time.perf_counter() - started_s
 
     def warm_up(self) -> None:
         """One untimed pass of the same shape as the timed one, right before it, with the request's clock paused.
@@ -160,7 +187,9 @@ class SteppedRequest:
         """The request so far as a Trace; once finished, the Trace a normal run would have produced."""
         if self.finished is not None:
             return self.finished
-        return finished_trace(self.lm, self.checked, [self.live], warmup_ran=True)  # `start` warmed up
+        return finished_trace(
+            self.lm, self.checked, [self.live], warmup_ran=True
+        )  # each pass warmed by its twin or by the work just before
 
     def free(self) -> None:
         """Drop both caches now (reset, a new prompt, a failed step), after a pass that is running ends."""

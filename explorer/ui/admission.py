@@ -38,6 +38,7 @@ class DeviceAsk:
     request: Request | None = None  # checked against the caps before the turn, tokenized in it
     lab: LabSize | None = None  # a lab's size (what == "lab"): a hosted server refuses a lab without one
     counts: bool = True  # against the session's rate limit: new work does, a step of an admitted request does not
+    passes: int | None = None  # the passes it will run, at most, for the waiting line; None: a lab, the figures
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def on_device(ask: DeviceAsk, work: Callable[[Admitted], T]) -> T | None:
         if ask.counts:
             count_run(policy)
         wait_for_warming(session.warmer)
-        with device_turn(ask.what) as turn:
+        with device_turn(ask.what, ask.passes) as turn:
             lm = load(session, inputs) if inputs is not None else None
             checked = None
             if ask.request is not None and lm is not None:

@@ -1,11 +1,11 @@
 """The device queue of this server process as a session meets it: a turn on the device (first come first served, see
-`explorer.hosting.queue.DeviceQueue`) with the session's place in line while it waits, the per-session rate limit,
-and what other sessions draw meanwhile. The queue itself is the shared `DeviceSession`'s (`explorer.ui.shared`)."""
+`explorer.hosting.queue.DeviceQueue`) with the session's place in line and the passes ahead while it waits, the
+per-session rate limit, and drawing kept apart from other sessions' timed passes (`explorer.hosting.quiet`). The
+queue and the gate are the shared `DeviceSession`'s (`explorer.ui.shared`)."""
 
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,17 +14,12 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.core.errors import BadInput
-from explorer.hosting.queue import DeviceQueue, Ticket, wait_sentence
+from explorer.hosting.queue import DeviceQueue, Ticket, wait_sentence, work_ahead
 from explorer.hosting.settings import HostedPolicy
 from explorer.ui.shared import device_session, hosting_policy
 from explorer.ui.state import LEFT_QUEUE, RUN_STARTS
 
-DRAW_HOLD_S = 30.0  # a finished run keeps the device while its page is drawn, at most this long
 POLL_S = 0.5  # how often a waiting page redraws its place in line (each redraw is also where a click can cancel)
-CONTENTION_NOTE = (
-    "While this run's passes were timed, {n} other session(s) were drawing a page on this server: the timings may be "
-    "slower than on a quiet machine. Run again for a clean measurement."
-)
 
 
 def count_run(policy: HostedPolicy | None = None) -> None:
@@ -33,10 +28,15 @@ def count_run(policy: HostedPolicy | None = None) -> None:
     RUN_STARTS.set(policy.check_rate(RUN_STARTS.get() or (), time.monotonic()))
 
 
-def note_script() -> None:
-    """Count this script run as drawing until its thread ends (the sidebar calls it on every script run)."""
-    if get_script_run_ctx(suppress_warning=True) is not None:
-        device_session().activity.note(threading.current_thread())
+@contextmanager
+def drawing() -> Iterator[None]:
+    """Build and send a chart or a table apart from other sessions' timed passes: it waits while one runs (briefly),
+    and a pass that starts meanwhile waits for it (briefly). Outside a script run it just draws."""
+    if get_script_run_ctx(suppress_warning=True) is None:
+        yield
+        return
+    with device_session().gate.drawing():
+        yield
 
 
 # --- a turn ----------------------------------------------------------------------------------------------------------
@@ -77,17 +77,23 @@ def _wait_for_turn(queue: DeviceQueue, ticket: Ticket, max_wait_s: float | None)
             break
     box.empty()
     waited_s = queue.status(ticket).waited_s
+    ahead = work_ahead(first.passes_ahead, first.other_work_ahead)
     st.caption(
         f"Waited {waited_s:.1f} s for another session's run to finish (you were number {first.ahead} in line when "
-        "you asked)."
+        f"you asked, with {ahead} ahead)."
     )
 
 
 class DeviceTurn:
-    """A session's turn on the device, as `device_turn()` yields it. Long work calls `pass_on()` between its units."""
+    """A session's turn on the device, as `device_turn()` yields it. Long work calls `pass_on()` between its units;
+    work that runs passes says so (`ran`), for the turn log and the next waiting line's estimate."""
 
     def __init__(self, queue: DeviceQueue, ticket: Ticket) -> None:
         self.queue, self.ticket = queue, ticket
+
+    def ran(self, passes: int, pass_s: float, forward_s: float) -> None:
+        """`passes` timed passes of `pass_s` seconds, in `forward_s` seconds of forwards in all (untimed ones too)."""
+        self.queue.record_work(self.ticket, passes, pass_s, forward_s)
 
     def pass_on(self) -> None:
         """If anyone is waiting, let them go first and take the device back after them: long work then never blocks
@@ -95,51 +101,28 @@ class DeviceTurn:
         if self.queue.waiting == 0:
             return
         self.queue.release(self.ticket, "passed on")
-        self.ticket = self.queue.enter(self.ticket.what, self.ticket.owner)
+        self.ticket = self.queue.enter(self.ticket.what, self.ticket.owner, self.ticket.passes)
         _wait_for_turn(self.queue, self.ticket, max_wait_s=None)  # admitted once already: no refusal mid-way
 
 
 @contextmanager
-def device_turn(what: str = "run") -> Iterator[DeviceTurn]:
-    """Hold the device for a whole run, waiting in line (and saying so) while other sessions hold it.
+def device_turn(what: str = "run", passes: int | None = None) -> Iterator[DeviceTurn]:
+    """Hold the device for one piece of work (`passes`: the passes it will run, at most, for the waiting line),
+    waiting in line (and saying so) while other sessions hold it.
 
-    The turn outlives the `with` block: it ends when this session's script run ends, so the page this run is about
-    to draw never competes with the next session's passes (at most DRAW_HOLD_S), or when this session takes its next
-    turn (a rerun, a second click). Outside a script run, or when the block raises, it ends at once. Streamlit raises
-    its rerun or stop exception at the next draw or session-state access after a click or a closed tab, wherever
-    that falls: so the turn is handed to the queue in `finally`, with no Streamlit call between the block and that.
-    Taking a turn also frees any session's stepped request left idle: a session that walked away must not keep its
-    cache on the device others are queuing for.
+    The turn ends as soon as the work is done and recorded: the page it draws next holds nothing, so the next session's
+    passes start at once (drawing and passes are kept apart by the gate instead: `drawing()`). Streamlit raises its
+    rerun or stop exception at the next draw or session-state access after a click or a closed tab, wherever that
+    falls: so the turn is given back in `finally`, with no Streamlit call between the block and that. Taking a turn
+    also frees any session's stepped request left idle: a session that walked away must not keep its cache on the
+    device others are queuing for.
     """
     session = device_session()
     queue = session.queue
-    turn = DeviceTurn(queue, queue.enter(what, _session_label()))  # gives back this session's turn kept for drawing
-    finished = False
+    turn = DeviceTurn(queue, queue.enter(what, _session_label(), passes))
     try:
         _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
         session.steps.sweep()
         yield turn
-        finished = True
     finally:
-        if finished and get_script_run_ctx(suppress_warning=True) is not None:
-            queue.release_when_done(turn.ticket, threading.current_thread(), DRAW_HOLD_S)
-        else:  # an error, a refusal, a click or a closed tab: nothing left to draw for this run
-            queue.release(turn.ticket)
-
-
-class ContentionProbe:
-    """Samples, at the start and after every pass, how many other sessions' scripts are drawing (not waiting)."""
-
-    def __init__(self) -> None:
-        self.me = threading.get_ident()
-        self.most = 0
-        self.sample()
-
-    def sample(self) -> None:
-        session = device_session()
-        others = session.activity.others_drawing(self.me, session.queue.waiting_thread_ids())
-        self.most = max(self.most, others)
-
-    @property
-    def note(self) -> str:
-        return CONTENTION_NOTE.format(n=self.most) if self.most else ""
+        queue.release(turn.ticket)

@@ -7,9 +7,10 @@ What holds the device and for how long (one turn each, first come first served, 
   warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
   then starts warm;
 - a sidebar run: loading (once per model), the device figures (measured once per server, kept in its
-  `DeviceSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay, then the
-  drawing of that session's page: the turn ends when the session's script run ends (at most `DRAW_HOLD_S`), so the
-  next run's passes never share the cores with that drawing;
+  `DeviceSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay; the page is
+  drawn after the turn, and the next session's passes are kept apart from that drawing by the server's gate
+  (`explorer.hosting.quiet`: between this run's own passes, with its clock paused, other sessions' charts go first),
+  each pass's record saying what still ran beside it;
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
@@ -21,22 +22,25 @@ Changing a view takes no turn: it only reads the session's stored run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 
 import streamlit as st
 
+from explorer.charts.stepping import disturbed_sentence
 from explorer.core.attention import capture_attention
 from explorer.core.device import FiguresStore
-from explorer.core.engine import CheckedRequest, OnPass, Request
+from explorer.core.engine import CheckedRequest, OnPass, Request, generate
 from explorer.core.errors import ExplorerError
 from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel, resolve_device
-from explorer.core.measure import keep_figures_honest, measure, prepare_device, recost
+from explorer.core.measure import keep_figures_honest, prepare_device, recost
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
+from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.settings import LabSize
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.queue import ContentionProbe
 from explorer.ui.shared import device_session
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
 from explorer.ui.waiting import progress_bar
@@ -55,10 +59,11 @@ def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
 
 
 def run_streaming(
-    lm: LoadedModel, checked: CheckedRequest, figures: FiguresStore, probe: ContentionProbe | None = None
+    lm: LoadedModel, checked: CheckedRequest, figures: FiguresStore, gate: PassGate | None = None
 ) -> Trace:
     """The device figures and the warm-up on a progress bar, then the timed run, drawing each token with its gap as its
-    pass finishes (the drawing falls inside the ITL)."""
+    pass finishes (the drawing falls inside the ITL); with a server's `gate`, every pass is timed apart from other
+    sessions' drawing and its record says what still ran beside it (as `measure` runs it otherwise)."""
     live = st.container(border=True)
     live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
     stream = live.empty()
@@ -66,15 +71,20 @@ def run_streaming(
     token_times: list[float] = []
 
     def on_pass(p: PassRecord) -> None:
-        if probe is not None:
-            probe.sample()
         streamed.append(p)
         token_times.append(p.token_s)  # the trace's own definition of when a token arrived
         gaps = [b - a for a, b in zip(token_times, token_times[1:])]
         stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
 
     with progress_bar("Preparing the device…") as report:
-        trace = measure(lm, checked, figures, on_pass=OnPass(see=on_pass), progress=report)
+        profile = prepare_device(lm, figures, progress=report)
+        report(1.0, "Running the request: the timed passes…")
+        timed = TimedRun(gate) if gate is not None else None
+        with timed if timed is not None else nullcontext():
+            trace = generate(lm, checked, profile, OnPass(on_pass, timed.between if timed else None), warmed_up=True)
+    trace = keep_figures_honest(trace, figures)
+    if timed is not None:
+        trace = trace.with_beside_cpu([b.cpu_s for b in timed.passes_beside])
     stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
     return trace
 
@@ -103,23 +113,27 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         repeats=inputs.repeats,
         decode_path=inputs.decode_path,
     )
-    return on_device(DeviceAsk("run", "The run", inputs, request), lambda admitted: _run(admitted, inputs))
+    ask = DeviceAsk("run", "The run", inputs, request, passes=request.max_new_tokens * request.repeats)
+    return on_device(ask, lambda admitted: _run(admitted, inputs))
 
 
 def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
     LAST_INPUTS.set(inputs)  # a model that loaded: the labs run on the sidebar's last one
     assert admitted.checked is not None
-    probe = ContentionProbe()
-    trace = run_streaming(admitted.model, admitted.checked, admitted.session.figures, probe)
-    result = replace(remember(trace, inputs.prompt), contention_note=probe.note)
+    started_s = time.perf_counter()
+    trace = run_streaming(admitted.model, admitted.checked, admitted.session.figures, admitted.session.gate)
+    result = replace(remember(trace, inputs.prompt), contention_note=disturbed_sentence(trace.passes))
     RUN.set(result)
     if result.contention_note:
         st.warning(result.contention_note)
-    if not inputs.capture_attention:
+    if inputs.capture_attention:
+        result = attach_attention(admitted.model, result, admitted.policy.attention_cap_bytes)
+    else:
         result = replace(result, attention_note=ATTENTION_OFF)
         RUN.set(result)
-        return result
-    return attach_attention(admitted.model, result, admitted.policy.attention_cap_bytes)
+    timed = [p for passes in trace.repeats for p in passes]
+    admitted.turn.ran(len(timed), sum(p.wall_s for p in timed), time.perf_counter() - started_s)
+    return result
 
 
 def remeasure_device(device_choice: str, dtype: str) -> None:

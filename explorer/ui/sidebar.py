@@ -11,7 +11,6 @@ from explorer.core.loading import DEVICES, DTYPES, EMBEDDED
 from explorer.core.perfetto import perfetto_json
 from explorer.core.trace import DecodePath, Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
-from explorer.ui.queue import note_script
 from explorer.ui.recordings import as_recording_bytes
 from explorer.ui.runner import remeasure_device
 from explorer.ui.shared import device_session, hosting_policy
@@ -61,7 +60,6 @@ def sidebar_policy() -> HostedPolicy:
 
 def sidebar() -> RunInputs | None:
     """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
-    note_script()  # every script run counts as drawing until it ends: a run timed meanwhile is flagged
     device_session().steps.sweep()  # a session that walked away from a stepped request never comes back to free it
     if LEFT_QUEUE.pop():
         st.sidebar.info("You left the queue: nothing ran.")

@@ -92,7 +92,7 @@ class RunResult:
     attention: AttentionMaps | None
     attention_note: str  # shown where maps are missing: not requested, or over the cap
     label: str  # "run 3: 'Explain in one…'" for overlays
-    contention_note: str = ""  # set when another session drew a page while this run's passes were timed
+    contention_note: str = ""  # the line naming passes timed while other work ran beside them (none: "")
     recorded: RecordingMeta | None = None  # a recording opened in the app (explorer.ui.recordings); None when live
 
 

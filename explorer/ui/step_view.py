@@ -1,74 +1,92 @@
-"""The Step page's view of the request so far: its attention rows, its KV cache and its inter-token latency."""
+"""The Step page's view of the request so far: its newest pass, its attention rows (the newest enlarged), its KV cache
+and its inter-token latency, with every pass timed while other work ran beside it marked."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from explorer.charts import attention as attention_charts
 from explorer.charts import cost as charts
 from explorer.charts import kv as kv_charts
-from explorer.charts import latency as latency_charts
 from explorer.charts import stepping as step_charts
+from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import Trace
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui.presenter import presenting
-from explorer.ui.widgets import chart, current_slos_s, metrics, table
+from explorer.ui.widgets import chart, current_slos_s, escape_markdown, metrics, table
 
-FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the attention map and the KV growth, in the first screen
-# Their plot height then: under the title, caption, folded prompt and buttons (about 260 px at 1280 x 720), each chart
-# with its axes and legends ends above 720 px (measured in tests/test_browser_legibility.py); the pickers go below.
-FIRST_SCREEN_CHART_PX = 280
+FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the newest pass, its attention row and the KV growth
+NEWEST_ROWS_KEY = "step-newest-rows"  # the strip of the map's newest rows
+KV_GROWTH_KEY = "step-kv-growth"
+ITL_KEY = "step-itl-chart"
+# Their plots' height when presenting (axes and legends add to it): under the title, caption, folded prompt, buttons and
+# the newest pass's line (about 320 px at 1280 x 720), each chart with its axes and legends ends above 720 px
+# (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
+# below. Six rows of the strip in 170 px: each about 28 px tall, where a row of the whole map is a few pixels.
+FIRST_SCREEN_CHART_PX = 170
+DISTURBED_WHERE = f"each is marked {step_charts.DISTURBED_MARK} over its bar in the inter-token latency chart"
 
 
 def step_view(current: SteppedRequest) -> None:
-    """The stepped request so far: its figures and tokens, the last pass's top five, its attention rows, its KV cache
-    (growing, and per layer), the gaps between its tokens and each pass's time against the roofline."""
-    trace = current.to_trace()
-    if presenting():  # the room first sees the map gain a row and the cache gain a position, side by side
-        left, right = st.container(key=FIRST_SCREEN_KEY).columns(2)
-        with left:
-            step_attention(current, FIRST_SCREEN_CHART_PX)
-        with right:
-            step_kv_growth(trace, FIRST_SCREEN_CHART_PX, legend_orient="bottom")
-    metrics(step_charts.running_figures(trace, current.done))
-    st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
+    """The stepped request so far: its newest pass in one line, the newest rows of its attention map enlarged and its
+    KV cache growing (presenting: side by side, in the first screen, and sent first), its figures and tokens, the
+    whole map, the cache per layer, the gaps between its tokens and each pass's time against the roofline."""
+    trace, maps = current.to_trace(), current.attention()
+    first = st.container(key=FIRST_SCREEN_KEY)
+    first.markdown(step_charts.newest_pass_line(trace, escape_markdown))
+    presenting_now = presenting()
+    newest_box, kv_box = first.columns(2) if presenting_now else (None, None)
+    figures_box, map_box = st.container(), st.container()
+    layer, head = step_pickers(maps)  # drawn under the map, read before it is drawn
+    rows = step_charts.attention_rows_frame(maps, layer, head)
+    with newest_box or st.container():
+        step_newest_rows(rows, FIRST_SCREEN_CHART_PX if presenting_now else None)
+    with kv_box or st.container():
+        step_kv_growth(trace, FIRST_SCREEN_CHART_PX if presenting_now else None, "bottom" if presenting_now else "top")
+    with figures_box:
+        metrics(step_charts.running_figures(trace, current.done))
+        st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
+    with map_box:
+        step_attention(maps, rows, layer, head)
     last = trace.passes[-1]
     table(step_charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
-    if not presenting():
-        step_attention(current)
-        step_kv_growth(trace)
     step_kv_layers(trace)
     step_itl(trace)
-    timing = charts.time_split_frame(trace)
-    chart(
-        charts.time_split_chart(timing),
-        timing,
-        "step-times",
-        "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "
-        "Cost page.",
-        "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
-    )
+    step_times(trace)
 
 
-def step_attention(current: SteppedRequest, height_px: int | None = None) -> None:
-    """The prefill's map and the decode rows under it, for the chosen layer and head. With `height_px` (presenting:
-    half the first screen) the map is drawn first and compact, its pickers under it."""
-    maps = current.attention()
-    drawn_here = st.container()  # filled after the pickers are read, so that the map stands above them when compact
+def step_pickers(maps: AttentionMaps) -> tuple[int, int]:
+    """The layer and head the map and its newest rows show."""
     layer_col, head_col = st.columns(2)
     layer = layer_col.selectbox("Layer", maps.layers, index=len(maps.layers) // 2, key="step-layer")
     head = head_col.selectbox("Head", list(range(maps.heads)), key="step-head")
-    frame = step_charts.attention_rows_frame(maps, layer, head)
-    compact = height_px is not None
-    colours = "Brighter = more attention (√ scale), grey = masked. " if compact else ""
-    with drawn_here if compact else st.container():
+    return layer, head
+
+
+def step_attention(maps: AttentionMaps, frame: pd.DataFrame, layer: int, head: int) -> None:
+    """The prefill's map and the decode rows under it, for the chosen layer and head."""
+    chart(
+        attention_charts.prefill_chart(frame),
+        frame,
+        "step-attention",
+        f"Layer {layer}, head {head}: the prefill's T × T map with its causal mask, then one row per decode pass "
+        "appended below it: one key longer each time, no mask needed. "
+        + attention_charts.sink_sentence(maps, layer, head),
+        "measured (captured attention probabilities, untimed eager shadow)",
+    )
+
+
+def step_newest_rows(rows: pd.DataFrame, height_px: int | None = None) -> None:
+    """The map's newest rows, enlarged: the row the last pass computed at the bottom."""
+    newest = step_charts.newest_rows_frame(rows)
+    with st.container(key=NEWEST_ROWS_KEY):
         chart(
-            attention_charts.prefill_chart(frame, height_px, compact=compact),
-            frame,
-            "step-attention",
-            f"Layer {layer}, head {head}: the prefill's T × T map with its causal mask, then one row per decode pass "
-            f"appended below it: one key longer each time, no mask needed. {colours}"
-            + attention_charts.sink_sentence(maps, layer, head),
+            step_charts.newest_rows_chart(newest, height_px or 180),
+            newest,
+            "step-newest-rows",
+            "The newest rows of the map above, enlarged: the bottom row is the last pass's query attending to every "
+            "position in the cache (brighter = more attention, √ scale; grey = masked).",
             "measured (captured attention probabilities, untimed eager shadow)",
         )
 
@@ -76,18 +94,20 @@ def step_attention(current: SteppedRequest, height_px: int | None = None) -> Non
 def step_kv_growth(trace: Trace, height_px: int | None = None, legend_orient: str = "top") -> None:
     """The cache as it grew pass by pass."""
     growth = kv_charts.growth_frame(trace)
-    chart(
-        kv_charts.growth_chart(growth, height_px or 380, legend_orient),
-        growth,
-        "step-kv",
-        f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers"
-        + (
-            f" until the sliding layers hold their window, then {trace.model.kv_bytes_per_token_full_layers:,} B."
-            if trace.model.sliding_layers
-            else "."
-        ),
-        "measured: bytes of the real cache tensors",
-    )
+    drawn = kv_charts.growth_chart(growth, height_px or 380, legend_orient)
+    with st.container(key=KV_GROWTH_KEY):
+        chart(
+            drawn if height_px is None else drawn.properties(autosize=step_charts.FIT_WIDTH),
+            growth,
+            "step-kv",
+            f"Each decode pass adds exactly one position: {trace.model.kv_bytes_per_token:,} B across all layers"
+            + (
+                f" until the sliding layers hold their window, then {trace.model.kv_bytes_per_token_full_layers:,} B."
+                if trace.model.sliding_layers
+                else "."
+            ),
+            "measured: bytes of the real cache tensors",
+        )
 
 
 def step_kv_layers(trace: Trace) -> None:
@@ -109,17 +129,37 @@ def step_kv_layers(trace: Trace) -> None:
 
 
 def step_itl(trace: Trace) -> None:
-    """The gaps between the tokens so far, against the session's ITL SLO (set on the Latency page)."""
+    """The gaps between the tokens so far, against the session's ITL SLO (set on the Latency page), each disturbed
+    pass marked."""
+    disturbed = step_charts.disturbed_sentence(trace.passes, DISTURBED_WHERE)
+    if disturbed:
+        st.warning(disturbed)
     if not trace.itl_s:
         st.info("One token so far, so no inter-token latency yet: press **Next token** for the first decode pass.")
         return
     itl_slo_s = current_slos_s()[1]
-    itl = latency_charts.itl_frame(trace, itl_slo_s)
+    itl = step_charts.step_itl_frame(trace, itl_slo_s)
+    with st.container(key=ITL_KEY):
+        chart(
+            step_charts.step_itl_chart(itl, itl_slo_s),
+            itl,
+            "step-itl",
+            "Each decode pass's gap since the previous token, against the ITL SLO of the Latency page: the pause "
+            "between clicks is not counted (the request's clock stops between passes); "
+            f"{step_charts.DISTURBED_MARK} marks a pass timed while other work ran beside it.",
+            "measured: the time between consecutive sampled tokens, and the CPU other work used beside each pass",
+        )
+
+
+def step_times(trace: Trace) -> None:
+    """Each pass's time against the roofline, as on the Cost page."""
+    timing = charts.time_split_frame(trace)
+    disturbed = len(trace.disturbed_passes)
     chart(
-        latency_charts.itl_chart(itl, itl_slo_s),
-        itl,
-        "step-itl",
-        "Each decode pass's gap since the previous token, against the ITL SLO of the Latency page: the pause between "
-        "clicks is not counted (the request's clock stops between passes).",
-        "measured: the time between consecutive sampled tokens",
+        charts.time_split_chart(timing),
+        timing,
+        "step-times",
+        "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "
+        "Cost page" + (f" ({disturbed} of these passes were disturbed: see the warning above)." if disturbed else "."),
+        "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
     )

@@ -39,9 +39,11 @@ def reset_stepping() -> None:
         current.free()
 
 
-def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) -> None:
-    """A new stepped request on the sidebar's model and sampling (a new prompt frees the old one's cache first); it
-    meets the same caps and rate limit as a run."""
+def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
+    """A new stepped request on the sidebar's model and sampling (a new prompt frees the old one's cache first), and
+    its prefill, in one turn on the device; whether both happened. It meets the same caps and rate limit as a run. On a
+    failure its one-line error is on screen and no request is kept: one without a pass has nothing to show, and it
+    would keep the prompt form locked. Never call it inside a form: waiting in line draws a button with a callback."""
     reset_stepping()
     inputs = last_inputs()
     request = Request(
@@ -52,28 +54,31 @@ def start_stepping(prompt: str, max_new_tokens: int, use_chat_template: bool) ->
         decode_path=inputs.decode_path,
     )
 
-    def start(admitted: Admitted) -> None:
+    def start(admitted: Admitted) -> bool:
         assert admitted.checked is not None
         with progress_bar("Preparing the device…") as report:
             cap_bytes, figures = admitted.policy.attention_cap_bytes, admitted.session.figures
             started = SteppedRequest.start(admitted.model, admitted.checked, cap_bytes, report, figures)
         admitted.session.steps.add(started)
         STEPPED.set(started)
+        return _step(started, admitted)
 
-    on_device(DeviceAsk("step", "Step mode's start", inputs, request), start)
-
-
-def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
-    """Start a stepped request and run its prefill; whether both happened. On a failure its one-line error is on
-    screen and no request is kept: one without a pass has nothing to show, and it would keep the prompt form locked.
-    Never call it inside a form: waiting in line draws a button with a callback."""
-    start_stepping(prompt, max_new_tokens, use_chat_template)
-    if stepped() is None:  # refused or failed to start: its error is on screen
-        return False
-    if step_once():
+    if on_device(DeviceAsk("prefill", "Step mode's prefill", inputs, request, passes=1), start):
         return True
-    reset_stepping()  # a refusal in line keeps the request as it was, with no pass: drop it too
+    reset_stepping()  # refused, failed, or left the line: no request without a pass
     return False
+
+
+def _step(current: SteppedRequest, admitted: Admitted) -> bool:
+    """The request's next pass, in this turn, through the server's gate; the turn is told what it ran."""
+    forward_before_s = current.forward_s
+    try:
+        record = current.step(admitted.session.gate)
+    except Exception:
+        reset_stepping()  # a pass that failed half-way leaves a cache no later pass may extend
+        raise
+    admitted.turn.ran(1, record.wall_s, current.forward_s - forward_before_s)
+    return True
 
 
 def step_once() -> bool:
@@ -83,18 +88,13 @@ def step_once() -> bool:
     if current is None or current.done:
         return False
 
-    def step(_admitted: Admitted) -> bool:
+    def step(admitted: Admitted) -> bool:
         if not current.claim():  # freed by an idle sweep while this click waited in line
             say_freed_when_idle()
             return False
-        try:
-            current.step()
-        except Exception:
-            reset_stepping()  # a pass that failed half-way leaves a cache no later pass may extend
-            raise
-        return True
+        return _step(current, admitted)
 
-    if not on_device(DeviceAsk("step", "The step", counts=False), step):  # admitted once, at its start
+    if not on_device(DeviceAsk("step", "The step", counts=False, passes=1), step):  # admitted once, at its start
         return False
     if current.done:  # the finished request becomes the session's current run, as if it had been run at once
         result = remember(current.to_trace(), current.request.prompt)

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer.charts import export, theme
+from explorer.charts.stepping import disturbed_sentence
 from explorer.charts.tables import human_table
 from explorer.core import slo
 from explorer.core.errors import BadInput, one_line
@@ -21,6 +22,7 @@ from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
 from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
+from explorer.ui.queue import drawing
 from explorer.ui.state import ITL_SLO_MS, TTFT_SLO_MS, RunResult, Slot, current_run
 
 LOG = logging.getLogger(__name__)
@@ -64,6 +66,9 @@ def require_run() -> RunResult:
         recorded_banner(run.recorded)
     if run.trace.model.random_weights:
         shape_banner(run.trace)
+    disturbed = disturbed_sentence(run.trace.passes)
+    if disturbed:  # never a disturbed timing shown as a clean one, on any page that draws this run
+        st.caption(f"⚠ {disturbed}")
     return run
 
 
@@ -158,7 +163,13 @@ def spread_metric(
 
 def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
     """A chart in the session's theme, its one-line caption with where its numbers come from, and downloads of the
-    data behind it (CSV) and of the chart itself (PNG, SVG: the same theme)."""
+    data behind it (CSV) and of the chart itself (PNG, SVG: the same theme). Built and sent apart from other
+    sessions' timed passes (`drawing`)."""
+    with drawing():
+        _chart(chart_obj, data, name, caption, source)
+
+
+def _chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
     chart_obj = theme.apply(chart_obj, current_theme())
     st.altair_chart(chart_obj, width="stretch")
     st.caption(f"{caption} — *{source}*")
@@ -192,6 +203,11 @@ def table(data: pd.DataFrame, caption: str, source: str) -> None:
     first rows, in the large type. Why not the grid for both: it draws its cells on a canvas that no stylesheet
     reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges. Either
     way its columns get human labels with units and its floats are rounded (`charts.tables.human_table`)."""
+    with drawing():
+        _table(data, caption, source)
+
+
+def _table(data: pd.DataFrame, caption: str, source: str) -> None:
     data = human_table(data)
     if not presenting():
         st.dataframe(data, hide_index=True, width="stretch")

@@ -1,0 +1,81 @@
+"""What other work ran beside a timed pass: the CPU seconds this process's other threads and other processes used
+meanwhile, read from Linux's /proc (nothing is claimed where it cannot be read).
+
+Why both: every browser session of a server is a thread of one Python process, so another session drawing its page
+competes with a pass for the cores and for the interpreter's lock (a pass's Python dispatch needs it between kernels);
+a browser or another program on the same machine competes for the cores. The pass's own threads (the one that runs
+it and torch's worker threads, which are not Python threads) are not counted.
+
+Precision: a thread's CPU time comes from `/proc/self/task/TID/schedstat` in nanoseconds; the machine's busy time
+from `/proc/stat` in clock ticks (10 ms), so other processes are counted only beyond `TICK_ALLOWANCE_S`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+TICK_ALLOWANCE_S = 2 / TICKS_PER_S  # /proc/stat's busy time can be a tick off at each end of a short interval
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """CPU time counters at one moment (seconds); None where /proc could not be read."""
+
+    other_threads_s: dict[int, float]  # CPU time of each of this process's Python threads but the caller's, by id
+    process_s: float  # every thread of this process (`time.process_time`)
+    machine_busy_s: float | None  # every CPU's non-idle time, every process (/proc/stat)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """Other work's CPU seconds during an interval (measured)."""
+
+    other_threads_s: float  # this server's other threads: other sessions' scripts drawing, the web server
+    other_processes_s: float  # beyond TICK_ALLOWANCE_S: browsers or programs sharing the machine
+
+    @property
+    def cpu_s(self) -> float:
+        return self.other_threads_s + self.other_processes_s
+
+
+def thread_cpu_s(native_id: int) -> float | None:
+    """A thread's CPU time so far, in seconds; None once it has ended or where /proc has no schedstat."""
+    try:
+        return int((PROC / "self" / "task" / str(native_id) / "schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def machine_busy_s() -> float | None:
+    """Every CPU's busy time so far (user, nice, system, irq, softirq, steal), in seconds; None without /proc."""
+    try:
+        first = (PROC / "stat").read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq + steal) / TICKS_PER_S
+
+
+def snapshot(me: int | None = None) -> CpuSnapshot:
+    """The counters now, leaving out the thread `me` (a native id; the caller's by default)."""
+    me = threading.get_native_id() if me is None else me
+    ids = {t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id != me}
+    others = {i: s for i in ids if (s := thread_cpu_s(i)) is not None}
+    return CpuSnapshot(others, time.process_time(), machine_busy_s())
+
+
+def beside(before: CpuSnapshot, after: CpuSnapshot) -> Beside:
+    """What other work used between two snapshots taken by the same thread: each thread's growth (a thread started
+    meanwhile counts whole; one that ended meanwhile cannot be read, and counts nothing)."""
+    threads = sum((s - before.other_threads_s.get(i, 0.0) for i, s in after.other_threads_s.items()), 0.0)
+    processes = 0.0
+    if before.machine_busy_s is not None and after.machine_busy_s is not None:
+        machine = after.machine_busy_s - before.machine_busy_s
+        processes = max(0.0, machine - (after.process_s - before.process_s) - TICK_ALLOWANCE_S)
+    return Beside(threads, processes)

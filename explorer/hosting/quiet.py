@@ -1,0 +1,141 @@
+"""Timed passes kept apart from the drawing of pages on one server: a pass waits, briefly, for charts being drawn, and
+a chart that starts meanwhile waits for the pass; each timed pass comes back with what other work ran beside it.
+
+Why: a session's turn on the device ends with its passes (`explorer.hosting.queue`), so the next session's passes
+run while the last one's page is drawn, and every session is a thread of one Python process. The gate narrows that
+overlap to what it cannot reach (a page's other work, a browser on the same machine), and `explorer.hosting.beside`
+measures what is left, so that a page can mark a pass that was disturbed instead of showing its time as clean.
+Both waits are bounded: a pass never waits more than `wait_for_drawing_s` for charts, a chart never more than
+`drawing_waits_at_most_s` for passes. Pure Python and thread-safe, no Streamlit and no torch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from explorer.hosting.beside import Beside, CpuSnapshot, beside, snapshot
+
+WAIT_FOR_DRAWING_S = 0.25  # a chart is built and sent in 10-200 ms here: a pass waits for those in flight, no longer
+DRAWING_WAITS_AT_MOST_S = 2.0  # a pass takes 0.05-1 s here, a run lets charts in between its passes
+
+
+@dataclass
+class Timed:
+    """What one timed section met: filled as it goes (`beside` once it ends)."""
+
+    waited_for_drawing_s: float = 0.0  # before it started, for charts in flight
+    drawing_in_flight: int = 0  # charts still being drawn when it started anyway (its wait ran out)
+    beside: Beside | None = None  # other work's CPU during it; None until it ends
+
+
+@dataclass
+class PassGate:
+    """Drawing (many threads at once) and timed passes (one at a time) kept apart, both waits bounded."""
+
+    wait_for_drawing_s: float = WAIT_FOR_DRAWING_S
+    drawing_waits_at_most_s: float = DRAWING_WAITS_AT_MOST_S
+    clock: Callable[[], float] = time.monotonic
+    _cond: threading.Condition = field(default_factory=threading.Condition, init=False)
+    _drawing: Counter[int] = field(default_factory=Counter, init=False)  # thread -> nesting depth of its sections
+    _waiting: set[int] = field(default_factory=set, init=False)  # threads whose chart waits for a pass
+    _let_in: set[int] = field(default_factory=set, init=False)  # let in when a pass ended: they go before the next
+    _timing: int | None = field(default=None, init=False)  # the thread timing passes
+    _last_work_s: float = field(default=float("-inf"), init=False)
+
+    @contextmanager
+    def drawing(self) -> Iterator[None]:
+        """A chart (or any drawing) built and sent: it waits while another thread times a pass, at most
+        `drawing_waits_at_most_s`; passes that start meanwhile wait for it (at most their own bound)."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._drawing[me] == 0 and self._timing not in (None, me):
+                self._waiting.add(me)
+                self._cond.wait_for(
+                    lambda: me in self._let_in or self._timing in (None, me), self.drawing_waits_at_most_s
+                )
+                self._waiting.discard(me)
+                self._let_in.discard(me)
+            self._drawing[me] += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._drawing[me] -= 1
+                if self._drawing[me] <= 0:
+                    del self._drawing[me]
+                self._cond.notify_all()
+
+    @contextmanager
+    def timing(self) -> Iterator[Timed]:
+        """One timed pass: after the charts in flight (bounded), with new ones held back, and what ran beside it."""
+        timed = Timed()
+        self.hold(timed)
+        started = snapshot()
+        try:
+            yield timed
+        finally:
+            timed.beside = beside(started, snapshot())
+            self.let_go()
+
+    def quiet_for_s(self) -> float:
+        """Seconds since the device last did work this gate heard of (a timed pass ended, or `worked()`)."""
+        with self._cond:
+            return self.clock() - self._last_work_s
+
+    def worked(self) -> None:
+        """The device just did untimed work (a warm twin, an attention row): it is warm now."""
+        with self._cond:
+            self._last_work_s = self.clock()
+
+    # --- the two sides of a timed section: `timing()` and `TimedRun` pair them ---------------------------------------
+    def hold(self, timed: Timed) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            self._cond.wait_for(lambda: self._timing in (None, me))  # the device's queue already serialises passes
+            self._timing = me
+            started = self.clock()
+            self._cond.wait_for(lambda: self._others_drawing(me) == 0, self.wait_for_drawing_s)
+            timed.waited_for_drawing_s += self.clock() - started
+            timed.drawing_in_flight = max(timed.drawing_in_flight, self._others_drawing(me))
+
+    def let_go(self) -> None:
+        with self._cond:
+            self._timing = None
+            self._let_in |= self._waiting  # the charts held back go before the next pass, whoever times it
+            self._last_work_s = self.clock()
+            self._cond.notify_all()
+
+    def _others_drawing(self, me: int) -> int:
+        return sum(1 for t in self._drawing if t != me) + len(self._let_in - {me})
+
+
+class TimedRun:
+    """Many timed passes in a row, each apart from drawing: the gate is held around them, and between any two (where
+    a run's request clock is paused: `explorer.core.engine.OnPass.hand_over`) the charts held back are let in and
+    waited for. `between()` closes one pass's interval; `passes_beside` is each interval's other work, in order."""
+
+    def __init__(self, gate: PassGate) -> None:
+        self.gate = gate
+        self.timed = Timed()
+        self.passes_beside: list[Beside] = []
+        self._started: CpuSnapshot | None = None
+
+    def __enter__(self) -> TimedRun:
+        self.gate.hold(self.timed)
+        self._started = snapshot()
+        return self
+
+    def between(self) -> None:
+        assert self._started is not None, "between() outside the run"
+        self.passes_beside.append(beside(self._started, snapshot()))
+        self.gate.let_go()
+        self.gate.hold(self.timed)
+        self._started = snapshot()
+
+    def __exit__(self, *_: object) -> None:
+        self.gate.let_go()

@@ -1,7 +1,8 @@
 """What the sessions of one server process share: its one device and everything that lives as long as the process
 (the loaded models, the queue for the device, the warm-up, the device figures, which scripts are drawing, the live
-stepped requests, read-only caches). One object, created once per server (`explorer.ui.session.device_session`) and
-fresh in every test, so nothing a run leaves behind lives in a module. Pure Python, no Streamlit."""
+stepped requests, the Room's rooms, read-only caches). One object, created once per server
+(`explorer.ui.session.device_session`) and fresh in every test, so nothing a run leaves behind lives in a module. Pure
+Python, no Streamlit."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from explorer.core.device import FiguresStore
 from explorer.core.loading import LoadedModel, Progress, load_model
 from explorer.hosting.live_steps import LiveSteps
 from explorer.hosting.queue import DeviceQueue, ScriptActivity
+from explorer.hosting.rooms import RoomStore
 from explorer.hosting.warm import Warmer
 
 T = TypeVar("T")
@@ -69,6 +71,7 @@ class DeviceSession:
     figures: FiguresStore = field(default_factory=FiguresStore)
     activity: ScriptActivity = field(default_factory=ScriptActivity)  # which sessions' scripts are drawing
     steps: LiveSteps = field(default_factory=LiveSteps)  # every session's live stepped request, weakly held
+    rooms: RoomStore = field(default_factory=RoomStore)  # the Room page's rooms, their rounds and results
     read_once: ReadOnce[object] = field(default_factory=ReadOnce)  # tokenizers and bundled files, read once
 
     @classmethod

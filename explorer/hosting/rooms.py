@@ -24,7 +24,7 @@ from explorer.core.trace import JsonRecord
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: a code read off a projector is typed right
 CODE_LENGTH = 5  # 32^5 = 33 million codes
 CODE_PATTERN = re.compile(f"^[{CODE_ALPHABET}]{{{CODE_LENGTH}}}$")
-IDLE_S = 30 * 60.0  # a room nobody joined, submitted to or ran a round in for this long is closed
+IDLE_S = 30 * 60.0  # a room whose page nobody opened, submitted to or ran a round in for this long is closed
 RUNNING_LIMIT_S = 15 * 60.0  # a round still running after this was lost with its server thread: it reopens
 MAX_ROOMS = 64  # rooms open at once on one server
 MAX_MEMBERS = 500  # people who joined one room
@@ -73,11 +73,21 @@ class RoomView:
     members: int
     current: Round  # the round that is open or running
     finished: tuple[Round, ...]  # done rounds, oldest first
-    version: int  # changes with every change to the room: a page polls it to know when to redraw
+    rounds_version: int  # changes when a round starts, ends or reopens: a page redraws then (`RoomStatus`)
 
     @property
     def is_presenter(self) -> bool:
         return self.participant == PRESENTER
+
+
+@dataclass(frozen=True)
+class RoomStatus:
+    """What a page polls every few seconds: cheap, joins nobody. It redraws itself when `rounds_version` moves; the
+    rest (people, prompts in) it only prints."""
+
+    rounds_version: int
+    members: int
+    current: Round
 
 
 @dataclass
@@ -87,15 +97,16 @@ class _Room:
     current: Round
     last_active_s: float
     finished: list[Round] = field(default_factory=list)
-    version: int = 0
+    rounds_version: int = 0
 
-    def touch(self, now_s: float) -> None:
+    def touch(self, now_s: float, rounds_changed: bool = False) -> None:
         self.last_active_s = now_s
-        self.version += 1
+        self.rounds_version += rounds_changed
 
     def view(self, member: str) -> RoomView:
+        members = self.members
         return RoomView(
-            self.code, self.members[member], len(self.members), self.current, tuple(self.finished), self.version
+            self.code, members[member], len(members), self.current, tuple(self.finished), self.rounds_version
         )
 
 
@@ -155,15 +166,15 @@ class RoomStore:
                 if len(room.members) >= MAX_MEMBERS:
                     raise BadInput(f"Room {room.code} has {MAX_MEMBERS} people, its most: ask for another room.")
                 room.members[member] = max(room.members.values()) + 1
-                room.touch(now_s)
+            room.touch(now_s)  # a room whose page is drawn is in use (the page's poll, `status`, does not count)
             return room.view(member)
 
-    def version(self, code: str) -> int:
-        """The room's version (see `RoomView.version`); -1 once it is gone. Cheap: a page polls it."""
+    def status(self, code: str) -> RoomStatus | None:
+        """The room's round and counts, or None once it has closed. Cheap, joins nobody: a page polls it."""
         with self._lock:
             self._sweep()
             room = self._rooms.get(code)
-            return -1 if room is None else room.version
+            return None if room is None else RoomStatus(room.rounds_version, len(room.members), room.current)
 
     # --- a round -----------------------------------------------------------------------------------------------------
     def submit(self, code: str, member: str, prompt: str, max_round_size: int | None) -> Round:
@@ -209,7 +220,7 @@ class RoomStore:
             if not current.submissions:
                 raise BadInput(f"Round {current.number} has no prompts yet: ask the room to submit theirs first.")
             room.current = replace(current, state=RUNNING, started_s=now_s, note="")
-            room.touch(now_s)
+            room.touch(now_s, rounds_changed=True)
             return room.current
 
     def finish_round(self, code: str, number: int, result: JsonRecord) -> None:
@@ -221,7 +232,7 @@ class RoomStore:
                 return
             room.finished = [*room.finished, replace(room.current, state=DONE, result=result)][-ROUNDS_KEPT:]
             room.current = Round(number + 1)
-            room.touch(now_s)
+            room.touch(now_s, rounds_changed=True)
 
     def reopen_round(self, code: str, number: int, note: str) -> None:
         """Round `number` did not finish (refused, failed, cut off): open again with its prompts, saying why."""
@@ -251,7 +262,7 @@ class RoomStore:
 
     def _reopen(self, room: _Room, note: str) -> None:
         room.current = replace(room.current, state=OPEN, started_s=None, note=note)
-        room.touch(self.clock())
+        room.touch(self.clock(), rounds_changed=True)
 
     def _sweep(self) -> float:
         """Close rooms idle past `idle_s` (never one whose round runs), reopen a round running past its limit, and
@@ -264,7 +275,6 @@ class RoomStore:
             elif current.state == OPEN and any(now_s - s.at_s > self.idle_s for s in current.submissions):
                 kept = tuple(s for s in current.submissions if now_s - s.at_s <= self.idle_s)
                 room.current = replace(current, submissions=kept)
-                room.version += 1
             if room.current.state != RUNNING and now_s - room.last_active_s > self.idle_s:
                 del self._rooms[code]
                 self._expired[code] = None

@@ -23,7 +23,7 @@ from explorer.core.errors import BadInput
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
-from explorer.labs.room_records import Lane, LeftOut, RoomRound, request_id
+from explorer.labs.room_records import Lane, LeftOut, RoomRound, participant_of, request_id
 from explorer.labs.schedule import engine
 from explorer.labs.schedule.records import RequestRecord, StepRecord
 from explorer.labs.schedule.run import load_average
@@ -120,7 +120,7 @@ def difference(served: RequestRecord, alone: RequestRecord, tokenizer: object) -
 def lane(lm: LoadedModel, served: RequestRecord, alone: tuple[RequestRecord, tuple[StepRecord, ...]]) -> Lane:
     record, steps = alone
     return Lane(
-        participant=int(served.id.removeprefix("p")),
+        participant=participant_of(served.id),
         prompt_text=served.prompt_text,
         answer_text=lm.tokenizer.decode(list(served.token_ids), skip_special_tokens=True),
         prompt_tokens=served.prompt_len,

@@ -23,6 +23,11 @@ def request_id(participant: int) -> str:
     return f"p{participant}"
 
 
+def participant_of(request: str) -> int:
+    """The person's number back from their request's id ("p3" -> 3)."""
+    return int(request.removeprefix("p"))
+
+
 @dataclass(frozen=True)
 class Lane(ItlPercentiles):
     """One person's request: as the round served it, and the same prompt served alone by the same engine."""
@@ -163,6 +168,35 @@ class RoomRound(JsonRecord):
             steps=tuple(s.index for s in steps),
             total_steps=len(self.steps),
             same_tokens=lane.same_tokens,
+        )
+
+    def decode_steps_by_batch(self) -> dict[int, tuple[float, ...]]:
+        """The round's decode-only steps' measured times, by how many requests each carried."""
+        by_batch: dict[int, list[float]] = {}
+        for s in self.steps:
+            if s.kind == "decode":
+                by_batch.setdefault(len(s.entries), []).append(s.wall_s)
+        return {batch: tuple(times) for batch, times in sorted(by_batch.items())}
+
+    @property
+    def alone_decode_step_s(self) -> tuple[float, ...]:
+        """Every alone run's decode steps: a batch of one, on the same engine."""
+        return tuple(t for lane in self.lanes for t in lane.alone_decode_step_s)
+
+    def batch_sentence(self) -> str:
+        """The batching lesson in numbers from this round: its largest decode batch's median step against alone."""
+        by_batch, alone = self.decode_steps_by_batch(), self.alone_decode_step_s
+        if not by_batch or not alone:
+            return "No decode step to compare: every answer was one token."
+        batch = max(by_batch)
+        step_s, alone_s = statistics.median(by_batch[batch]), statistics.median(alone)
+        if batch == 1:
+            one = f"{short_time(step_s)} in the round, {short_time(alone_s)} alone"
+            return f"Every decode step carried one request: {one}."
+        return (
+            f"A decode step of {batch} requests took {short_time(step_s)} (median of {len(by_batch[batch])}), one "
+            f"request alone {short_time(alone_s)}: {batch} tokens for {step_s / alone_s:.1f}x the time of one. The "
+            "weights are read once per step, whoever is in it."
         )
 
     def seen_by(self, participant: int | None, show_prompts: bool = False) -> RoomRound:

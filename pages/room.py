@@ -16,6 +16,6 @@ if room is None:
     st.stop()
 room_view.room_header(room)
 room_view.prompt_panel(room)
-room_view.presenter_panel(room)
+room = room_view.presenter_panel(room)  # read again after a start that did not finish
 room_view.live_line(room)
 room_view.results(room)

@@ -78,7 +78,9 @@ def test_each_person_sees_only_their_own_prompt_and_answer(tiny_round: RoomRound
     assert all(lane.prompt_text for lane in tiny_round.seen_by(1, show_prompts=True).lanes)  # the presenter's choice
 
 
-def test_a_prompt_over_the_token_cap_is_left_out_with_one_line(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> None:
+def test_a_prompt_over_the_token_cap_is_left_out_with_one_line(
+    tiny_lm: LoadedModel, cpu_figures: DeviceProfile
+) -> None:
     long_prompt = "word " * 80
     ask = ask_for(("short one", long_prompt), 2, max_prompt_tokens=40)
     served = run_round(tiny_lm, cpu_figures, ask)

@@ -157,10 +157,11 @@ def submit(view: RoomView, text: str) -> None:
     st.rerun()  # the form again, with this prompt in it and the round's count
 
 
-def presenter_panel(view: RoomView) -> None:
-    """The presenter's start: how many new tokens each answer gets, and the button that serves the round."""
+def presenter_panel(view: RoomView) -> RoomView:
+    """The presenter's start: how many new tokens each answer gets, and the button that serves the round. The room
+    as the rest of the page draws it: read again after a start that did not finish (its line stays on screen)."""
     if not view.is_presenter:
-        return
+        return view
     cap = hosting_policy().max_new_tokens or 256
     left, right = st.columns([1, 2])
     new_tokens = left.number_input(
@@ -175,8 +176,13 @@ def presenter_panel(view: RoomView) -> None:
         "Start serves every prompt of the round together through transformers' continuous batching engine, then each "
         "prompt alone through the same engine: one turn on the device. Clicking anything meanwhile stops it."
     )
-    if right.button(f"Start round {view.current.number}", key="room-start", type="primary"):
-        start_round(view, int(new_tokens))
+    if not right.button(f"Start round {view.current.number}", key="room-start", type="primary"):
+        return view
+    start_round(view, int(new_tokens))
+    try:
+        return rooms().view(view.code, member())
+    except BadInput:  # closed meanwhile: the page's next run says so
+        return view
 
 
 def start_round(view: RoomView, new_tokens: int) -> None:

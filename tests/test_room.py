@@ -13,7 +13,6 @@ from explorer.charts import schedule as schedule_charts
 from explorer.core.engine import tokenize
 from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
-from explorer.core.trace import DeviceProfile
 from explorer.labs.room import RoundAsk, RoundPrompt, run_round
 from explorer.labs.room_records import RoomRound
 from tests.test_engine import hf_greedy_tokens
@@ -29,8 +28,8 @@ def ask_for(prompts: tuple[str, ...], new_tokens: int, **kwargs: object) -> Roun
 
 
 @pytest.fixture(scope="module")
-def tiny_round(tiny_lm: LoadedModel, cpu_figures: DeviceProfile) -> RoomRound:
-    return run_round(tiny_lm, cpu_figures, ask_for(TINY_PROMPTS, TINY_NEW_TOKENS))
+def tiny_round(tiny_lm: LoadedModel) -> RoomRound:
+    return run_round(tiny_lm, ask_for(TINY_PROMPTS, TINY_NEW_TOKENS))
 
 
 def test_every_persons_round_tokens_equal_their_prompt_alone_with_greedy_generate(
@@ -78,17 +77,15 @@ def test_each_person_sees_only_their_own_prompt_and_answer(tiny_round: RoomRound
     assert all(lane.prompt_text for lane in tiny_round.seen_by(1, show_prompts=True).lanes)  # the presenter's choice
 
 
-def test_a_prompt_over_the_token_cap_is_left_out_with_one_line(
-    tiny_lm: LoadedModel, cpu_figures: DeviceProfile
-) -> None:
+def test_a_prompt_over_the_token_cap_is_left_out_with_one_line(tiny_lm: LoadedModel) -> None:
     long_prompt = "word " * 80
     ask = ask_for(("short one", long_prompt), 2, max_prompt_tokens=40)
-    served = run_round(tiny_lm, cpu_figures, ask)
+    served = run_round(tiny_lm, ask)
     assert [lane.participant for lane in served.lanes] == [1]
     left = served.left_out_of(2)
     assert left is not None and "over this server's 40" in left.reason and long_prompt not in left.reason
     with pytest.raises(BadInput, match="No prompt of round 1 can be served"):
-        run_round(tiny_lm, cpu_figures, ask_for((long_prompt,), 2, max_prompt_tokens=40))
+        run_round(tiny_lm, ask_for((long_prompt,), 2, max_prompt_tokens=40))
 
 
 def test_the_builders_draw_a_lane_per_person_with_the_viewers_own_first(tiny_round: RoomRound) -> None:
@@ -117,12 +114,10 @@ EMBEDDED_PROMPTS = ("Name one fruit.", "What is the capital of France?", "Count 
 
 
 @pytest.mark.slow
-def test_a_round_of_three_on_the_embedded_model_gives_each_its_greedy_generate_tokens(
-    real_lm: LoadedModel, cpu_figures: DeviceProfile
-) -> None:
+def test_a_round_of_three_on_the_embedded_model_gives_each_its_greedy_generate_tokens(real_lm: LoadedModel) -> None:
     """The issue's correctness claim on the real model: each person's round tokens equal their chat-template prompt
     run alone with transformers' `generate(do_sample=False)` (both stop at the end-of-sequence token)."""
-    served = run_round(real_lm, cpu_figures, ask_for(EMBEDDED_PROMPTS, 8))
+    served = run_round(real_lm, ask_for(EMBEDDED_PROMPTS, 8))
     for lane, prompt in zip(served.lanes, EMBEDDED_PROMPTS):
         ids = tuple(tokenize(real_lm, prompt, use_chat_template=True))
         assert list(lane.token_ids) == hf_greedy_tokens(real_lm, ids, 8), lane.difference

@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 import transformers
 
-from explorer.core.engine import tokenize
+from explorer.core.cpu_facts import cpu_name
+from explorer.core.engine import tokenize, warm_up
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loading import LoadedModel
-from explorer.core.trace import DeviceProfile
 from explorer.labs.room_records import Lane, LeftOut, RoomRound, participant_of, request_id
 from explorer.labs.schedule import engine
 from explorer.labs.schedule.records import RequestRecord, StepRecord
@@ -136,12 +137,18 @@ def lane(lm: LoadedModel, served: RequestRecord, alone: tuple[RequestRecord, tup
     )
 
 
-def run_round(lm: LoadedModel, device: DeviceProfile, ask: RoundAsk, progress: Report = silent) -> RoomRound:
+def device_name(device: torch.device) -> str:
+    """The device by name: nothing in a round is costed against the device's figures, so none are measured."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def run_round(lm: LoadedModel, ask: RoundAsk, progress: Report = silent) -> RoomRound:
     """Serve the round's prompts together, then each alone; the record of both. The caller holds the device."""
     planned, left_out = plan(lm, ask)
     settings = settings_for(planned)
     check_fits(lm, planned, settings)
-    progress(0.0, "Warming up the engine…")
+    progress(0.0, "Warming up…")
+    warm_up(lm)  # the first forwards of a process pay for kernel set-up: the explorer's path, then the engine's
     engine.warm_up(lm, settings)
     together = part_of(progress, 0.05, 0.45)
     steps, served, _ = engine.serve(lm, planned, settings, STOP_AT_EOS, together)
@@ -152,7 +159,7 @@ def run_round(lm: LoadedModel, device: DeviceProfile, ask: RoundAsk, progress: R
         number=ask.number,
         model=lm.info.display_name,
         dtype=lm.info.dtype,
-        device=device.name,
+        device=device_name(lm.torch_device),
         settings=settings,
         max_new_tokens=ask.max_new_tokens,
         chat_template=ask.chat_template and lm.has_chat_template,

@@ -19,8 +19,6 @@ import streamlit as st
 from explorer.charts import room as charts
 from explorer.charts import schedule as schedule_charts
 from explorer.core.errors import BadInput
-from explorer.core.lab_progress import part_of
-from explorer.core.measure import prepare_device
 from explorer.core.units import short_time
 from explorer.hosting.rooms import RUNNING, RoomStore, RoomView, Round
 from explorer.labs.room import RoundAsk, RoundPrompt, run_round
@@ -214,8 +212,7 @@ def start_round(view: RoomView, new_tokens: int) -> None:
 
 def serve(admitted: Admitted, ask: RoundAsk) -> RoomRound:
     with progress_bar(f"Round {ask.number}: {len(ask.prompts)} prompts together, then each alone…") as report:
-        device = prepare_device(admitted.model, admitted.session.figures, progress=part_of(report, 0.0, 0.2))
-        return run_round(admitted.model, device, ask, part_of(report, 0.2, 1.0))
+        return run_round(admitted.model, ask, report)
 
 
 @st.fragment(run_every=POLL_S)

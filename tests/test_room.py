@@ -56,6 +56,7 @@ def test_the_steps_carry_every_prompt_and_new_token_and_the_room_shares_them(tin
     seat = tiny_round.seat(2)
     assert seat is not None and seat.batch == 3 and seat.steps == tuple(s.index for s in tiny_round.steps_of(2))
     assert "in a batch of 3" in seat.sentence() and "alone" in seat.sentence()
+    assert seat.steps_text == f"0–{len(tiny_round.steps) - 1}"  # every step, from the shared prefill on
     assert tiny_round.decode_steps_by_batch()[3] and "A decode step of 3 requests" in tiny_round.batch_sentence()
 
 

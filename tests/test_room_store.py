@@ -23,6 +23,7 @@ from explorer.hosting.rooms import (
     RUNNING_LIMIT_S,
     RoomStore,
 )
+from explorer.hosting.settings import HostedPolicy
 
 
 class Clock:
@@ -263,3 +264,13 @@ def test_many_sessions_at_once_fill_a_round_exactly_to_its_cap(store: RoomStore)
     assert len(accepted) == 8 and len(refused) == 8
     assert sorted(accepted + refused) == list(range(2, 18))  # every number given once
     assert sorted(s.participant for s in store.view(code, "presenter").current.submissions) == sorted(accepted)
+
+
+def test_the_round_size_cap_is_a_hosted_setting() -> None:
+    hosted = HostedPolicy.from_env({"EXPLORER_HOSTED": "1"})
+    assert hosted.max_room_size == 8 and "Room rounds of up to 8 prompts" in "; ".join(hosted.caps_lines())
+    assert HostedPolicy.from_env({"EXPLORER_HOSTED": "1", "EXPLORER_MAX_ROOM_SIZE": "3"}).max_room_size == 3
+    assert HostedPolicy.from_env({"EXPLORER_HOSTED": "1", "EXPLORER_MAX_ROOM_SIZE": "0"}).max_room_size is None
+    assert HostedPolicy.from_env({}).max_room_size is None  # locally: the store's own limit
+    with pytest.raises(BadInput, match="EXPLORER_MAX_ROOM_SIZE must be a whole number"):
+        HostedPolicy.from_env({"EXPLORER_HOSTED": "1", "EXPLORER_MAX_ROOM_SIZE": "many"})

@@ -95,26 +95,39 @@ class Seat:
             return None
         return self.itl_p50_s / self.alone_itl_p50_s
 
-    def sentence(self, who: str = "Your") -> str:
-        """What to notice, computed: the ITL in a batch against alone, or, for a one-token answer, the TTFT."""
+    @property
+    def steps_text(self) -> str:
+        """The steps as runs of consecutive numbers: "0–11, 14"."""
+        runs: list[list[int]] = []
+        for index in self.steps:
+            if runs and index == runs[-1][-1] + 1:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+    def sentence(self) -> str:
+        """What to notice, computed: your ITL in a batch against alone (or, for a one-token answer, your TTFT)."""
         if self.itl_p50_s is None or self.alone_itl_p50_s is None or self.batch is None:
             return (
-                f"{who} answer was one token: its TTFT was {short_time(self.ttft_s)} in the round against "
+                f"Your answer was one token: its TTFT was {short_time(self.ttft_s)} in the round against "
                 f"{short_time(self.alone_ttft_s)} alone."
             )
-        batch = f"{self.batch:g}"
-        ratio = self.itl_ratio or 0.0
+        batch, ratio = f"{self.batch:g}", self.itl_ratio or 0.0
         text = (
-            f"{who} ITL in a batch of {batch} was {short_time(self.itl_p50_s)} against "
+            f"Your ITL in a batch of {batch} was {short_time(self.itl_p50_s)} against "
             f"{short_time(self.alone_itl_p50_s)} alone ({ratio:.1f}x)"
         )
         if self.batch <= 1:
             return text + ": the others had finished, so your tokens rode alone."
         per_token = ratio / self.batch
-        return (
-            text + f": each of those steps made {batch} tokens, one per person, for {ratio:.1f}x the time of one "
-            f"({per_token:.2f}x per token). The step reads the weights once for everyone."
+        text += (
+            f": each of those steps made {batch} tokens, one per person, in {ratio:.1f}x the time of a step of one, "
+            f"so each token cost {per_token:.2f}x a token alone."
         )
+        if per_token < 1:
+            return text + " The step reads the weights once for everyone in it."
+        return text + " Batching saved nothing here: other work slowed these steps (a busy machine); run it again."
 
 
 @dataclass(frozen=True)
@@ -193,11 +206,13 @@ class RoomRound(JsonRecord):
         if batch == 1:
             one = f"{short_time(step_s)} in the round, {short_time(alone_s)} alone"
             return f"Every decode step carried one request: {one}."
-        return (
+        text = (
             f"A decode step of {batch} requests took {short_time(step_s)} (median of {len(by_batch[batch])}), one "
-            f"request alone {short_time(alone_s)}: {batch} tokens for {step_s / alone_s:.1f}x the time of one. The "
-            "weights are read once per step, whoever is in it."
+            f"request alone {short_time(alone_s)}: {batch} tokens for {step_s / alone_s:.1f}x the time of one."
         )
+        if step_s / alone_s < batch:
+            return text + " The weights are read once per step, whoever is in it."
+        return text + " Batching saved nothing here: other work slowed these steps (a busy machine)."
 
     def seen_by(self, participant: int | None, show_prompts: bool = False) -> RoomRound:
         """The round as `participant` may see it: their own lane whole, every other lane's text and tokens hidden

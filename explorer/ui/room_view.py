@@ -283,7 +283,10 @@ def your_request(run: RoomRound, viewer: int) -> None:
             ("Same tokens alone", "yes" if seat.same_tokens else "NO", "the round's tokens equal your alone run's"),
         ]
     )
-    st.caption(f"{seat.sentence()} — *measured*")
+    st.caption(
+        f"{seat.sentence()} Your tokens rode in engine steps {seat.steps_text} (of 0–{seat.total_steps - 1}), your "
+        "row outlined below. — *measured*"
+    )
     st.text(f"Your prompt: {lane.prompt_text}\nThe answer: {lane.answer_text}")  # text: never markdown
     if lane.difference:
         st.text(lane.difference)

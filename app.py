@@ -21,6 +21,7 @@ pages = {
         st.Page("pages/step.py", title="Step by step"),
         st.Page("pages/by_hand.py", title="By hand"),
         st.Page("pages/check_yourself.py", title="Check yourself"),
+        st.Page("pages/room.py", title="Room"),
     ],
     "Serving": [
         st.Page("pages/nocache.py", title="Without a KV cache"),

@@ -1,6 +1,6 @@
 """What the sessions of one server process share: its one device and everything that lives as long as the process
 (the loaded models, the queue for the device, the gate between timed passes and drawing, the warm-up, the device
-figures, the live stepped requests, read-only caches). One object, created once per server
+figures, the live stepped requests, the Room's rooms, read-only caches). One object, created once per server
 (`explorer.ui.shared.device_session`) and fresh in every test, so nothing a run leaves behind lives in a module. Pure
 Python, no Streamlit."""
 
@@ -17,6 +17,7 @@ from explorer.core.loading import LoadedModel, Progress, load_model
 from explorer.hosting.live_steps import LiveSteps
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import PassGate
+from explorer.hosting.rooms import RoomStore
 from explorer.hosting.warm import Warmer
 
 T = TypeVar("T")
@@ -71,6 +72,7 @@ class DeviceSession:
     figures: FiguresStore = field(default_factory=FiguresStore)
     gate: PassGate = field(default_factory=PassGate)  # timed passes and the drawing of pages kept apart
     steps: LiveSteps = field(default_factory=LiveSteps)  # every session's live stepped request, weakly held
+    rooms: RoomStore = field(default_factory=RoomStore)  # the Room page's rooms, their rounds and results
     read_once: ReadOnce[object] = field(default_factory=ReadOnce)  # tokenizers and bundled files, read once
 
     @classmethod

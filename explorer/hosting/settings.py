@@ -10,8 +10,8 @@ Every environment variable of the project and where it is read (README.md, "Host
 - here: EXPLORER_HOSTED, EXPLORER_ALLOWED_MODELS, EXPLORER_MAX_PROMPT_TOKENS, EXPLORER_MAX_PROMPT_CHARS,
   EXPLORER_MAX_NEW_TOKENS, EXPLORER_MAX_REPEATS, EXPLORER_MAX_BATCH, EXPLORER_MAX_LAB_S, EXPLORER_ATTENTION_CAP_MIB
   (in hosted mode), EXPLORER_RUNS_PER_MINUTE, EXPLORER_MAX_WAIT_S, EXPLORER_ALLOW_DEVICE_CHOICE, EXPLORER_TURN_LOG,
-  EXPLORER_ALLOWED_ENDPOINTS, EXPLORER_WARM (`warming_on`), and the variable a user names with
-  `remote --api-key-env` (`api_key_from_env`).
+  EXPLORER_ALLOWED_ENDPOINTS, EXPLORER_MAX_ROOM_SIZE (in hosted mode), EXPLORER_WARM (`warming_on`), and the variable
+  a user names with `remote --api-key-env` (`api_key_from_env`).
 - explorer/core/paths.py: EXPLORER_CACHE_DIR (the CLI must know it before torch loads; core never imports hosting).
 - explorer/core/attention.py: EXPLORER_ATTENTION_CAP_MIB outside hosted mode (its default cap; core never imports
   hosting).
@@ -44,6 +44,7 @@ MAX_LAB_S_ENV = "EXPLORER_MAX_LAB_S"
 ATTENTION_CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # the same variable explorer.core.attention reads outside hosted mode
 RUNS_PER_MINUTE_ENV = "EXPLORER_RUNS_PER_MINUTE"
 MAX_WAIT_ENV = "EXPLORER_MAX_WAIT_S"
+MAX_ROOM_SIZE_ENV = "EXPLORER_MAX_ROOM_SIZE"  # prompts in one round of a Room (explorer/hosting/rooms.py)
 # On a hosted server, one visitor switching device or dtype would load a second copy of the model and evict the one
 # everyone else is using: both stay at the server's defaults unless the operator sets this to 1.
 ALLOW_DEVICE_CHOICE_ENV = "EXPLORER_ALLOW_DEVICE_CHOICE"
@@ -81,6 +82,7 @@ HOSTED_MAX_LAB_S = 60.0  # a lab's own time budget may not exceed this
 HOSTED_ATTENTION_CAP_MIB = 64.0  # 30 layers x 9 heads x 256^2 x 2 bytes = 34 MiB fits; 512 tokens (141 MiB) does not
 HOSTED_RUNS_PER_MINUTE = 6
 HOSTED_MAX_WAIT_S = 120.0
+HOSTED_MAX_ROOM_SIZE = 8  # a round of 8 at 64 new tokens: ~8 s batched and ~25 s alone on 2 cores, one turn
 RATE_WINDOW_S = 60.0
 
 
@@ -127,6 +129,7 @@ class HostedPolicy:
     runs_per_minute: int | None = None  # per browser session: every run, lab and re-measure takes the device
     max_wait_s: float | None = None  # how long a run may wait for the device before it is refused
     device_choice: bool = True  # visitors may pick device and dtype; a hosted server pins them unless allowed
+    max_room_size: int | None = None  # prompts in one Room round; None: the store's own limit (rooms.MAX_ROUND_SIZE)
     turn_log: Path | None = None
 
     @classmethod
@@ -156,6 +159,7 @@ class HostedPolicy:
             attention_cap_mib=_number(env, ATTENTION_CAP_ENV, HOSTED_ATTENTION_CAP_MIB, whole=False),
             runs_per_minute=_number(env, RUNS_PER_MINUTE_ENV, HOSTED_RUNS_PER_MINUTE, whole=True),
             max_wait_s=_number(env, MAX_WAIT_ENV, HOSTED_MAX_WAIT_S, whole=False),
+            max_room_size=_number(env, MAX_ROOM_SIZE_ENV, HOSTED_MAX_ROOM_SIZE, whole=True),
             device_choice=env.get(ALLOW_DEVICE_CHOICE_ENV, "").strip().lower() in TRUE_WORDS,
             turn_log=turn_log,
         )
@@ -267,6 +271,7 @@ class HostedPolicy:
             (self.attention_cap_mib, lambda v: f"attention maps up to {v:.0f} MiB per run"),
             (self.runs_per_minute, lambda v: f"{v} runs per minute per visitor"),
             (self.max_wait_s, lambda v: f"a run waits at most {v:.0f} s for the device"),
+            (self.max_room_size, lambda v: f"Room rounds of up to {v} prompts"),
         ]
         lines += [describe(value) for value, describe in optional if value is not None]
         if not self.device_choice:

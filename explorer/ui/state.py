@@ -61,6 +61,8 @@ ENDPOINT_UPLOAD: Slot[tuple[str, object]] = Slot("endpoint_upload")  # (sha256, 
 ENDPOINT_TABLES: Slot[tuple[object, ...]] = Slot("endpoint_tables")  # (sweep, SLOs, tables): derived once
 EDITOR_VERSION: Slot[int] = Slot("by_hand_editor_version")  # bumped by Reset: new widget keys start from the seed's
 QUIZ_VERSION: Slot[int] = Slot("quiz_version")  # bumped by Start over: new radio keys start unanswered
+ROOM_MEMBER: Slot[str] = Slot("explorer_room_member")  # this session's opaque token in the Room store, never shown
+ROOM_CODE: Slot[str] = Slot("explorer_room_code")  # the room this session opened or joined (kept across pages)
 HISTORY_LENGTH = 5
 
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."

@@ -1,0 +1,177 @@
+"""The Room page's builders: one lane per person across the round's engine steps (the viewer's own highlighted), the
+tokens of each step by person (drawn by the Scheduling lab's step chart), step time against batch size, and each
+person's figures in the round and alone.
+
+Every `*_frame()` reads a `RoomRound` and a viewer (the person's number in the room, or None) and returns a tidy
+DataFrame (the data behind the chart, offered as CSV); people are labelled "you" and "participant N", never by name.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from explorer.charts.common import PHASE_COLOR
+from explorer.charts.schedule import legend_color, step_label
+from explorer.core.units import to_ms
+from explorer.labs.room_records import RoomRound, participant_of
+
+YOU = "you"
+ROUND, ALONE = "in the round", "alone (same engine)"
+SOURCE_DOMAIN, SOURCE_RANGE = [ROUND, ALONE], ["#6a51a3", "#969696"]
+
+
+def lane_label(participant: int, viewer: int | None) -> str:
+    return YOU if participant == viewer else f"participant {participant}"
+
+
+def lane_order(run: RoomRound, viewer: int | None) -> list[str]:
+    """The viewer's own lane first, then everyone else's by number."""
+    ordered = sorted(run.lanes, key=lambda lane: (lane.participant != viewer, lane.participant))
+    return [lane_label(lane.participant, viewer) for lane in ordered]
+
+
+# --- one lane per person ---------------------------------------------------------------------------------------------
+def lanes_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
+    """One row per person per step that carried their tokens: phase, tokens, the step's size and measured time."""
+    rows = [
+        {
+            "step": s.index,
+            "lane": lane_label(participant_of(e.request), viewer),
+            "you": participant_of(e.request) == viewer,
+            "phase": "prefill" if e.prefill_tokens else "decode",
+            "tokens": e.prefill_tokens + e.decode_tokens,
+            "requests_in_step": len(s.entries),
+            "start_ms": to_ms(s.start_s),
+            "wall_ms": to_ms(s.wall_s),
+        }
+        for s in run.steps
+        for e in s.entries
+    ]
+    columns = ["step", "lane", "you", "phase", "tokens", "requests_in_step", "start_ms", "wall_ms"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def lanes_chart(frame: pd.DataFrame, order: list[str]) -> alt.LayerChart:
+    """The round's schedule: a row per person, a column per engine step, a cell where the step carried their tokens
+    (prefill orange, decode green); the viewer's own row outlined and the others faded."""
+    base = alt.Chart(frame)
+    x = alt.X("step:O", title="engine step (one forward pass each)", axis=alt.Axis(labelAngle=0))
+    y = alt.Y("lane:N", sort=order, title=None, axis=alt.Axis(labelLimit=200))
+    cells = base.mark_rect(stroke="white", strokeWidth=1).encode(
+        x=x,
+        y=y,
+        color=alt.Color("phase:N", scale=PHASE_COLOR, title="tokens", legend=alt.Legend(orient="top")),
+        opacity=alt.condition("datum.you", alt.value(1.0), alt.value(0.45)),
+        tooltip=[
+            "lane:N",
+            "step:O",
+            "phase:N",
+            "tokens:Q",
+            "requests_in_step:Q",
+            alt.Tooltip("wall_ms:Q", format=".1f"),
+        ],
+    )
+    yours = (
+        base.transform_filter("datum.you").mark_rect(fillOpacity=0, stroke="#000000", strokeWidth=2).encode(x=x, y=y)
+    )
+    return (cells + yours).properties(height=70 + 30 * len(order))
+
+
+# --- tokens per step, as the Scheduling lab draws them ---------------------------------------------------------------
+def tokens_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
+    """The columns `explorer.charts.schedule.steps_chart` draws, with people's labels as its requests."""
+    order = {label: i for i, label in enumerate(lane_order(run, viewer))}
+    rows = []
+    for s in run.steps:
+        for e in s.entries:
+            lane = lane_label(participant_of(e.request), viewer)
+            rows.append(
+                {
+                    "step": s.index,
+                    "request": lane,
+                    "request_order": order.get(lane, len(order)),
+                    "phase": "prefill" if e.prefill_tokens else "decode",
+                    "tokens": e.prefill_tokens + e.decode_tokens,
+                    "chunk": e.chunk,
+                    "completes_prefill": e.completes_prefill,
+                    "kind": s.kind,
+                    "label": step_label(s.kind, s.has_partial_prefill),
+                    "start_ms": to_ms(s.start_s),
+                    "wall_ms": to_ms(s.wall_s),
+                    "step_tokens": s.tokens,
+                }
+            )
+    columns = ["step", "request", "request_order", "phase", "tokens", "chunk", "completes_prefill", "kind", "label"]
+    return pd.DataFrame(rows, columns=[*columns, "start_ms", "wall_ms", "step_tokens"])
+
+
+# --- step time against batch size ------------------------------------------------------------------------------------
+def batch_frame(run: RoomRound) -> pd.DataFrame:
+    """Every decode-only step's measured time with how many requests it carried: the round's, and each alone run's
+    (a batch of one on the same engine)."""
+    rows = [
+        {"run": ROUND, "batch": batch, "wall_ms": to_ms(t)}
+        for batch, times in run.decode_steps_by_batch().items()
+        for t in times
+    ]
+    rows += [{"run": ALONE, "batch": 1, "wall_ms": to_ms(t)} for t in run.alone_decode_step_s]
+    return pd.DataFrame(rows, columns=["run", "batch", "wall_ms"])
+
+
+def batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Each decode step as a point at its batch size, with the median of each batch size and run joined by a line."""
+    base = alt.Chart(frame)
+    x = alt.X("batch:Q", title="requests in the decode step (batch size)", axis=alt.Axis(tickMinStep=1, format="d"))
+    color = legend_color("run", SOURCE_DOMAIN, SOURCE_RANGE, None)
+    points = base.mark_point(filled=True, opacity=0.5, size=50).encode(
+        x=x,
+        y=alt.Y("wall_ms:Q", title="decode step time (ms, measured)"),
+        color=color,
+        tooltip=["run:N", "batch:Q", alt.Tooltip("wall_ms:Q", format=".1f")],
+    )
+    medians = (
+        base.transform_aggregate(median_ms="median(wall_ms)", groupby=["run", "batch"])
+        .mark_line(point=True, strokeWidth=2)
+        .encode(
+            x=x, y="median_ms:Q", color=color, tooltip=["run:N", "batch:Q", alt.Tooltip("median_ms:Q", format=".1f")]
+        )
+    )
+    return (points + medians).properties(height=240)
+
+
+# --- each person's figures -------------------------------------------------------------------------------------------
+def seats_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
+    """Per person (the viewer first): TTFT and ITL p50 in the round and alone, the batch their decode tokens rode
+    in, how many steps carried them, and whether their tokens equal their alone run's."""
+    order = lane_order(run, viewer)
+    rows = []
+    for lane in run.lanes:
+        seat = run.seat(lane.participant)
+        assert seat is not None
+        rows.append(
+            {
+                "person": lane_label(lane.participant, viewer),
+                "prompt_tokens": lane.prompt_tokens,
+                "new_tokens": lane.new_tokens,
+                "ttft_s": seat.ttft_s,
+                "alone_ttft_s": seat.alone_ttft_s,
+                "itl_p50_s": seat.itl_p50_s,
+                "alone_itl_p50_s": seat.alone_itl_p50_s,
+                "batch": seat.batch,
+                "steps_ridden": len(seat.steps),
+                "same_tokens_as_alone": seat.same_tokens,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    return frame.sort_values("person", key=lambda names: names.map(order.index)).reset_index(drop=True)
+
+
+def prompts_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
+    """The prompts and answers this viewer may see (their own; everyone's where the presenter shows them)."""
+    rows = [
+        {"person": lane_label(lane.participant, viewer), "prompt": lane.prompt_text, "answer": lane.answer_text}
+        for lane in run.lanes
+        if lane.prompt_text
+    ]
+    return pd.DataFrame(rows, columns=["person", "prompt", "answer"])

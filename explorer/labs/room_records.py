@@ -1,0 +1,251 @@
+"""A Room round's record, torch-free: each person's request as the round served it beside the same prompt served alone
+(`Lane`), every engine step, the round itself (`RoomRound`) with its JSON both ways, what one person may see of it
+(others' prompts and answers hidden), and each person's figures (`Seat`) with the sentence that says what to notice.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from explorer.core.stats import ItlPercentiles, percentile
+from explorer.core.trace import JsonRecord
+from explorer.core.units import short_time
+from explorer.labs.schedule.records import StepRecord, known
+from explorer.labs.schedule.workload import EngineSettings
+
+
+def request_id(participant: int) -> str:
+    """The engine's id for a person's request: the room's number, never a name or a session."""
+    return f"p{participant}"
+
+
+def participant_of(request: str) -> int:
+    """The person's number back from their request's id ("p3" -> 3)."""
+    return int(request.removeprefix("p"))
+
+
+@dataclass(frozen=True)
+class Lane(ItlPercentiles):
+    """One person's request: as the round served it, and the same prompt served alone by the same engine."""
+
+    participant: int  # the person's number in the room (1: whoever opened it)
+    prompt_text: str  # as typed; "" where hidden from the viewer
+    answer_text: str  # the round's answer; "" where hidden
+    prompt_tokens: int  # chat template included, as the engine got them
+    token_ids: tuple[int, ...]  # the round's new tokens; () where hidden
+    new_tokens: int  # how many the round made (kept where the tokens are hidden)
+    ttft_s: float  # measured: handed to the engine to its first token, in the round
+    token_times_s: tuple[float, ...]  # measured: each new token, after the round's start
+    alone_ttft_s: float  # measured: the same, the prompt served alone
+    alone_token_times_s: tuple[float, ...]  # measured: each new token alone, after its own start
+    alone_decode_step_s: tuple[float, ...]  # measured: each decode step of the alone run (a batch of one)
+    same_tokens: bool  # the round's tokens equal the alone run's, token for token
+    difference: str = ""  # where they first differ, when they do; "" where hidden
+
+    @property
+    def request(self) -> str:
+        return request_id(self.participant)
+
+    @property
+    def itl_s(self) -> tuple[float, ...]:
+        return tuple(b - a for a, b in zip(self.token_times_s, self.token_times_s[1:]))
+
+    @property
+    def alone_itl_s(self) -> tuple[float, ...]:
+        return tuple(b - a for a, b in zip(self.alone_token_times_s, self.alone_token_times_s[1:]))
+
+    @property
+    def alone_itl_p50_s(self) -> float | None:
+        return percentile(self.alone_itl_s, 50)
+
+    def hidden(self) -> Lane:
+        """This lane as another person sees it: times and counts, no text and no tokens."""
+        return replace(self, prompt_text="", answer_text="", token_ids=(), difference="")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A prompt the round did not serve, and why (never its text)."""
+
+    participant: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Seat:
+    """One person's figures in a round, all measured: TTFT and ITL in the round and alone, and the steps they rode."""
+
+    participant: int
+    ttft_s: float
+    alone_ttft_s: float
+    itl_p50_s: float | None  # None: a one-token answer has no gap
+    alone_itl_p50_s: float | None
+    batch: float | None  # median requests in the steps that carried this person's decode tokens
+    steps: tuple[int, ...]  # engine steps that carried any of this person's tokens
+    total_steps: int
+    same_tokens: bool
+
+    @property
+    def itl_ratio(self) -> float | None:
+        if self.itl_p50_s is None or not self.alone_itl_p50_s:
+            return None
+        return self.itl_p50_s / self.alone_itl_p50_s
+
+    @property
+    def steps_text(self) -> str:
+        """The steps as runs of consecutive numbers: "0–11, 14"."""
+        runs: list[list[int]] = []
+        for index in self.steps:
+            if runs and index == runs[-1][-1] + 1:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+    def sentence(self) -> str:
+        """What to notice, computed: your ITL in a batch against alone (or, for a one-token answer, your TTFT)."""
+        if self.itl_p50_s is None or self.alone_itl_p50_s is None or self.batch is None:
+            return (
+                f"Your answer was one token: its TTFT was {short_time(self.ttft_s)} in the round against "
+                f"{short_time(self.alone_ttft_s)} alone."
+            )
+        batch, ratio = f"{self.batch:g}", self.itl_ratio or 0.0
+        text = (
+            f"Your ITL in a batch of {batch} was {short_time(self.itl_p50_s)} against "
+            f"{short_time(self.alone_itl_p50_s)} alone ({ratio:.1f}x)"
+        )
+        if self.batch <= 1:
+            return text + ": the others had finished, so your tokens rode alone."
+        per_token = ratio / self.batch
+        text += (
+            f": each of those steps made {batch} tokens, one per person, in {ratio:.1f}x the time of a step of one, "
+            f"so each token cost {per_token:.2f}x a token alone."
+        )
+        if per_token < 1:
+            return text + " The step reads the weights once for everyone in it."
+        return text + " Batching saved nothing here: other work slowed these steps (a busy machine); run it again."
+
+
+@dataclass(frozen=True)
+class RoomRound(JsonRecord):
+    """One round of a room, served: every engine step of the batched run and every person's lane."""
+
+    code: str  # the room's code
+    number: int  # the round's number in the room
+    model: str  # display name
+    dtype: str
+    device: str
+    settings: EngineSettings
+    max_new_tokens: int
+    chat_template: bool  # prompts went through the model's chat template
+    steps: tuple[StepRecord, ...]  # the round's engine steps, measured
+    lanes: tuple[Lane, ...]  # in the order the prompts came
+    left_out: tuple[LeftOut, ...] = ()
+    load_avg_1m: float | None = None  # the OS's 1-minute load average as the round finished: others' work here
+    transformers_version: str = ""
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    @property
+    def all_same_tokens(self) -> bool:
+        return all(lane.same_tokens for lane in self.lanes)
+
+    def lane_of(self, participant: int | None) -> Lane | None:
+        return next((lane for lane in self.lanes if lane.participant == participant), None)
+
+    def left_out_of(self, participant: int | None) -> LeftOut | None:
+        return next((x for x in self.left_out if x.participant == participant), None)
+
+    def steps_of(self, participant: int) -> tuple[StepRecord, ...]:
+        """The engine steps that carried any of this person's tokens (prompt or new)."""
+        rid = request_id(participant)
+        return tuple(s for s in self.steps if any(e.request == rid for e in s.entries))
+
+    def seat(self, participant: int) -> Seat | None:
+        lane = self.lane_of(participant)
+        if lane is None:
+            return None
+        rid = request_id(participant)
+        steps = self.steps_of(participant)
+        decoding = [len(s.entries) for s in steps if any(e.request == rid and e.decode_tokens for e in s.entries)]
+        return Seat(
+            participant=participant,
+            ttft_s=lane.ttft_s,
+            alone_ttft_s=lane.alone_ttft_s,
+            itl_p50_s=lane.itl_p50_s,
+            alone_itl_p50_s=lane.alone_itl_p50_s,
+            batch=float(statistics.median(decoding)) if decoding else None,
+            steps=tuple(s.index for s in steps),
+            total_steps=len(self.steps),
+            same_tokens=lane.same_tokens,
+        )
+
+    def decode_steps_by_batch(self) -> dict[int, tuple[float, ...]]:
+        """The round's decode-only steps' measured times, by how many requests each carried."""
+        by_batch: dict[int, list[float]] = {}
+        for s in self.steps:
+            if s.kind == "decode":
+                by_batch.setdefault(len(s.entries), []).append(s.wall_s)
+        return {batch: tuple(times) for batch, times in sorted(by_batch.items())}
+
+    @property
+    def alone_decode_step_s(self) -> tuple[float, ...]:
+        """Every alone run's decode steps: a batch of one, on the same engine."""
+        return tuple(t for lane in self.lanes for t in lane.alone_decode_step_s)
+
+    def batch_sentence(self) -> str:
+        """The batching lesson in numbers from this round: its largest decode batch's median step against alone."""
+        by_batch, alone = self.decode_steps_by_batch(), self.alone_decode_step_s
+        if not by_batch or not alone:
+            return "No decode step to compare: every answer was one token."
+        batch = max(by_batch)
+        step_s, alone_s = statistics.median(by_batch[batch]), statistics.median(alone)
+        if batch == 1:
+            one = f"{short_time(step_s)} in the round, {short_time(alone_s)} alone"
+            return f"Every decode step carried one request: {one}."
+        text = (
+            f"A decode step of {batch} requests took {short_time(step_s)} (median of {len(by_batch[batch])}), one "
+            f"request alone {short_time(alone_s)}: {batch} tokens for {step_s / alone_s:.1f}x the time of one."
+        )
+        if step_s / alone_s < batch:
+            return text + " The weights are read once per step, whoever is in it."
+        return text + " Batching saved nothing here: other work slowed these steps (a busy machine)."
+
+    def seen_by(self, participant: int | None, show_prompts: bool = False) -> RoomRound:
+        """The round as `participant` may see it: their own lane whole, every other lane's text and tokens hidden
+        (unless `show_prompts`, the presenter's choice). `None`: someone with no lane (sees no text)."""
+        lanes = tuple(lane if show_prompts or lane.participant == participant else lane.hidden() for lane in self.lanes)
+        return replace(self, lanes=lanes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["steps"] = [
+            {**asdict(s), "prefill_tokens": s.prefill_tokens, "decode_tokens": s.decode_tokens, "kind": s.kind}
+            for s in self.steps
+        ]
+        derived = ("request", "itl_s", "itl_p50_s", "alone_itl_s", "alone_itl_p50_s")
+        data["lanes"] = [{**asdict(lane), **{name: getattr(lane, name) for name in derived}} for lane in self.lanes]
+        data["summary"] = {"lanes": len(self.lanes), "steps": len(self.steps), "all_same_tokens": self.all_same_tokens}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoomRound:
+        """Back from `to_dict` (the derived figures it adds for readers are recomputed, not read)."""
+        tuples = ("token_ids", "token_times_s", "alone_token_times_s", "alone_decode_step_s")
+        built = ("settings", "steps", "lanes", "left_out")
+        return cls(
+            **{name: value for name, value in known(cls, data).items() if name not in built},
+            settings=EngineSettings(**data["settings"]),
+            steps=tuple(StepRecord.from_dict(s) for s in data["steps"]),
+            lanes=tuple(
+                Lane(**{**known(Lane, lane), **{name: tuple(lane[name]) for name in tuples}}) for lane in data["lanes"]
+            ),
+            left_out=tuple(LeftOut(**x) for x in data.get("left_out", ())),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> RoomRound:
+        return cls.from_dict(json.loads(text))

@@ -1,0 +1,353 @@
+"""The Room page's sections: opening or joining a room by its code (`?room=CODE`), your prompt for the open round, the
+presenter's start (the round on the device, in one turn), a live line that redraws the page when a round ends, and
+each finished round as you may see it: your request inside the shared steps, a lane per person, the tokens of each
+step and the step time against the batch size.
+
+Privacy: a prompt is its author's. Everyone sees their own request whole and the others as anonymous lanes
+("participant 3") with times and counts only, in charts, tables and downloads alike. The presenter's screen is the
+same until the presenter switches on "Show the round's prompts and answers" (off by default, and the room is told
+that the presenter can): seeing what was asked makes the lanes concrete (a long answer keeps its lane decoding), but
+a projector should never show a typed prompt by accident.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import streamlit as st
+
+from explorer.charts import room as charts
+from explorer.charts import schedule as schedule_charts
+from explorer.core.errors import BadInput
+from explorer.core.units import short_time
+from explorer.hosting.rooms import RUNNING, RoomStore, RoomView, Round
+from explorer.labs.room import RoundAsk, RoundPrompt, run_round
+from explorer.labs.room_records import RoomRound
+from explorer.ui.admission import Admitted, DeviceAsk, on_device
+from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.state import ROOM_CODE, ROOM_MEMBER, last_inputs
+from explorer.ui.waiting import progress_bar
+from explorer.ui.widgets import chart, metrics, show_error, table
+
+ROOM_PARAM = "room"  # ?room=CODE: the link participants open
+POLL_S = 2.0  # how often an open Room page checks whether a round has started or ended
+DEFAULT_NEW_TOKENS = 16
+PRIVACY = (
+    "Prompts stay private: you see your own request whole and everyone else as an anonymous lane. The presenter can "
+    "choose to show the round's prompts and answers on their screen, so type nothing you would not show the room."
+)
+
+
+def member() -> str:
+    """This session's opaque token in the room store (made on first use, never shown)."""
+    token = ROOM_MEMBER.get()
+    if token is None:
+        token = secrets.token_urlsafe(12)
+        ROOM_MEMBER.set(token)
+    return token
+
+
+def rooms() -> RoomStore:
+    return device_session().rooms
+
+
+def enter(view: RoomView) -> None:
+    """This session is now in `view`'s room: kept across pages, and in the address bar as the room's link."""
+    ROOM_CODE.set(view.code)
+    if st.query_params.get(ROOM_PARAM) != view.code:
+        st.query_params[ROOM_PARAM] = view.code
+
+
+def leave() -> None:
+    ROOM_CODE.pop()
+    if ROOM_PARAM in st.query_params:
+        del st.query_params[ROOM_PARAM]
+
+
+def current_room() -> RoomView | None:
+    """The room this session is in: the link's `?room=CODE` first, else the one it opened or joined before. Opening
+    a room's link joins it. An unknown, malformed or closed code is one line, and the session leaves it."""
+    code = st.query_params.get(ROOM_PARAM) or ROOM_CODE.get()
+    if not code:
+        return None
+    try:
+        view = rooms().view(code, member())
+    except BadInput as exc:
+        show_error(str(exc))
+        leave()
+        return None
+    enter(view)
+    return view
+
+
+def open_or_join() -> None:
+    """Without a room: open one (you present) or join one by its code."""
+    left, right = st.columns(2)
+    left.subheader("Present")
+    left.caption("Open a room: you get a short code and a link for everyone, and you start each round.")
+    opened = left.button("Open a room", key="room-open", type="primary")
+    right.subheader("Join")
+    with right.form("room-join", border=False):
+        code = st.text_input("Room code", key="room-code", placeholder="K7QX2")
+        joined = st.form_submit_button("Join", key="room-join-submit")
+    try:
+        if opened:
+            enter(rooms().open_room(member()))
+        elif joined:
+            enter(rooms().view(code, member()))
+        else:
+            return
+    except BadInput as exc:
+        show_error(str(exc))
+        return
+    st.rerun()
+
+
+def room_link(code: str) -> str:
+    """The link participants open: this page's address in the presenter's browser, with the room's code."""
+    page = st.context.url
+    return f"{page}?{ROOM_PARAM}={code}" if page else f"/room?{ROOM_PARAM}={code}"
+
+
+def room_header(view: RoomView) -> None:
+    """The room's code and link, who you are in it, and a way out."""
+    role = (
+        "You opened this room: you start its rounds."
+        if view.is_presenter
+        else f"You are participant {view.participant}."
+    )
+    metrics(
+        [
+            ("Room code", view.code, "type it on the Room page, or open the link below"),
+            ("People", str(view.members), "who have opened the room's link (you included)"),
+            ("Open round", str(view.current.number), "the round that takes prompts now"),
+        ]
+    )
+    st.code(room_link(view.code), language=None)
+    st.caption(f"{role} Anyone with the link joins, no account. {PRIVACY}")
+    if st.button("Leave this room", key="room-leave"):
+        leave()
+        st.rerun()
+
+
+# --- the open round ------------------------------------------------------------------------------------------------
+def prompt_panel(view: RoomView) -> None:
+    """Your prompt for the open round: one per person per round, a later one replaces it."""
+    mine = view.current.prompt_of(view.participant)
+    with st.form("room-prompt"):
+        text = st.text_area("Your prompt", value=mine or "", key="room-prompt-text", height=90)
+        label = "Replace my prompt" if mine else "Submit my prompt"
+        sent = st.form_submit_button(label, type="primary", key="room-submit")
+    if sent:
+        submit(view, text)
+    elif mine is not None:
+        st.caption(f"Your prompt is in round {view.current.number}: the presenter starts the round.")
+
+
+def submit(view: RoomView, text: str) -> None:
+    try:
+        policy = hosting_policy()
+        policy.check_prompt_chars(text)  # before anything keeps it
+        rooms().submit(view.code, member(), text, policy.max_room_size)
+    except BadInput as exc:
+        show_error(str(exc))
+        return
+    st.rerun()  # the form again, with this prompt in it and the round's count
+
+
+def presenter_panel(view: RoomView) -> RoomView:
+    """The presenter's start: how many new tokens each answer gets, and the button that serves the round. The room
+    as the rest of the page draws it: read again after a start that did not finish (its line stays on screen)."""
+    if not view.is_presenter:
+        return view
+    cap = hosting_policy().max_new_tokens or 256
+    left, right = st.columns([1, 2])
+    new_tokens = left.number_input(
+        "New tokens per answer",
+        1,
+        cap,
+        min(DEFAULT_NEW_TOKENS, cap),
+        key="room-new-tokens",
+        help="greedy; an answer that ends sooner (end-of-sequence) leaves the batch",
+    )
+    right.caption(
+        "Start serves every prompt of the round together through transformers' continuous batching engine, then each "
+        "prompt alone through the same engine: one turn on the device. Clicking anything meanwhile stops it."
+    )
+    if not right.button(f"Start round {view.current.number}", key="room-start", type="primary"):
+        return view
+    start_round(view, int(new_tokens))
+    try:
+        return rooms().view(view.code, member())
+    except BadInput:  # closed meanwhile: the page's next run says so
+        return view
+
+
+def start_round(view: RoomView, new_tokens: int) -> None:
+    """The round on the device: fixed now, served in one turn, kept in the room; reopened (its prompts kept) if it
+    was refused, failed or cut off, so the presenter can start it again."""
+    store = rooms()
+    try:
+        policy = hosting_policy()
+        if policy.max_new_tokens is not None and new_tokens > policy.max_new_tokens:
+            raise BadInput(f"This server makes at most {policy.max_new_tokens} new tokens per answer: lower it.")
+        started = store.start_round(view.code, member())
+    except BadInput as exc:
+        show_error(str(exc))
+        return
+    inputs = last_inputs()  # the room runs on the model, dtype and chat-template choice of the sidebar's last run
+    prompts = tuple(RoundPrompt(s.participant, s.prompt) for s in started.submissions)
+    ask = RoundAsk(view.code, started.number, prompts, new_tokens, inputs.use_chat_template, policy.max_prompt_tokens)
+    result: RoomRound | None = None
+    try:
+        result = on_device(DeviceAsk("room", f"Round {started.number}", inputs), lambda admitted: serve(admitted, ask))
+    finally:  # also on a click or a closed tab mid-round: the round must not stay "running"
+        if result is None:
+            store.reopen_round(view.code, started.number, f"Round {started.number} did not finish: start it again.")
+        else:
+            store.finish_round(view.code, started.number, result)
+    if result is not None:
+        st.rerun()  # every section again, from the round's record
+
+
+def serve(admitted: Admitted, ask: RoundAsk) -> RoomRound:
+    with progress_bar(f"Round {ask.number}: {len(ask.prompts)} prompts together, then each alone…") as report:
+        return run_round(admitted.model, ask, report)
+
+
+@st.fragment(run_every=POLL_S)
+def watch(code: str, rounds_version: int) -> None:
+    """A live line about the open round; the whole page redraws when a round starts, ends or reopens (or the room
+    closes). Only this line redraws between those: cheap for a room of thirty, and nothing heavy draws while a
+    round's steps are timed."""
+    status = rooms().status(code)
+    if status is None or status.rounds_version != rounds_version:
+        st.rerun()
+    current = status.current
+    if current.state == RUNNING:
+        st.info(f"Round {current.number} is running on the device with {current.size} prompts: results appear here.")
+        return
+    note = f"{current.note} " if current.note else ""
+    st.caption(f"{note}Round {current.number}: {current.size} prompt(s) in · {status.members} people in the room.")
+
+
+def live_line(view: RoomView) -> None:
+    watch(view.code, view.rounds_version)
+
+
+# --- a finished round ----------------------------------------------------------------------------------------------
+def chosen_round(view: RoomView) -> Round | None:
+    """The newest finished round, or another chosen from the room's list."""
+    if not view.finished:
+        st.info("No round has run in this room yet: once the presenter starts one, every request appears here.")
+        return None
+    numbers = [r.number for r in reversed(view.finished)]
+    number = numbers[0] if len(numbers) == 1 else st.selectbox("Round", numbers, key=f"room-round-{numbers[0]}")
+    return next(r for r in view.finished if r.number == number)
+
+
+def results(view: RoomView) -> None:
+    finished = chosen_round(view)
+    if finished is None or not isinstance(finished.result, RoomRound):
+        return
+    show = view.is_presenter and st.toggle(
+        "Show the round's prompts and answers",
+        key="room-show-prompts",
+        help="Off: anonymous lanes only, as every participant sees them. The room was told you can.",
+    )
+    run = finished.result.seen_by(view.participant, show_prompts=show)
+    your_request(run, view.participant)
+    schedule_sections(run, view.participant)
+    everyone(run, view.participant, show)
+
+
+def your_request(run: RoomRound, viewer: int) -> None:
+    """Your TTFT and ITL in the round against alone, and the steps your tokens rode in."""
+    left_out = run.left_out_of(viewer)
+    if left_out is not None:
+        st.warning(left_out.reason)
+    seat, lane = run.seat(viewer), run.lane_of(viewer)
+    if seat is None or lane is None:
+        st.subheader(f"Round {run.number}: {len(run.lanes)} requests")
+        st.caption("You sent no prompt to this round: below, everyone's requests as anonymous lanes.")
+        return
+    st.subheader(f"Round {run.number}: your request among {len(run.lanes)}")
+    batch = "n/a" if seat.batch is None else f"{seat.batch:g}"
+    metrics(
+        [
+            ("Your TTFT", short_time(seat.ttft_s), "measured: handed to the engine to your first token, in the round"),
+            ("TTFT alone", short_time(seat.alone_ttft_s), "measured: your prompt served alone by the same engine"),
+            (f"Your ITL p50 (batch of {batch})", short_time(seat.itl_p50_s), "measured: median gap, in the round"),
+            ("ITL p50 alone", short_time(seat.alone_itl_p50_s), "measured: median gap, your prompt served alone"),
+            ("Steps you rode", f"{len(seat.steps)} of {seat.total_steps}", "engine steps that carried your tokens"),
+            ("Same tokens alone", "yes" if seat.same_tokens else "NO", "the round's tokens equal your alone run's"),
+        ]
+    )
+    st.caption(
+        f"{seat.sentence()} Your tokens rode in engine steps {seat.steps_text} (of 0–{seat.total_steps - 1}), your "
+        "row outlined below. — *measured*"
+    )
+    st.text(f"Your prompt: {lane.prompt_text}\nThe answer: {lane.answer_text}")  # text: never markdown
+    if lane.difference:
+        st.text(lane.difference)
+
+
+def schedule_sections(run: RoomRound, viewer: int) -> None:
+    """The shared schedule: a lane per person, the tokens of each step, the step time against the batch size."""
+    you = run.lane_of(viewer) is not None
+    lanes = charts.lanes_frame(run, viewer)
+    chart(
+        charts.lanes_chart(lanes, charts.lane_order(run, viewer)),
+        lanes,
+        "room-lanes",
+        "One row per person, one column per engine step (one forward pass): a cell where the step carried that "
+        "person's tokens, prefill orange, decode green. "
+        + (
+            "Your row is outlined; every column in it is one pass you shared with the rows lit beside it."
+            if you
+            else ""
+        ),
+        "measured: the engine's scheduled batches",
+    )
+    tokens = charts.tokens_frame(run, viewer)
+    chart(
+        schedule_charts.steps_chart(tokens),
+        tokens,
+        "room-steps",
+        "The tokens each forward pass computed, stacked by person (white seams), and below each step's time.",
+        "measured: tokens from the engine's scheduled batch, time around its forward and sampling",
+    )
+    batches = charts.batch_frame(run)
+    chart(
+        charts.batch_chart(batches),
+        batches,
+        "room-batch",
+        run.batch_sentence(),
+        "measured: the round's decode-only steps, and each prompt's decode steps alone",
+    )
+
+
+def everyone(run: RoomRound, viewer: int, show_prompts: bool) -> None:
+    """Every request's figures, the prompts this viewer may see, the round's record, and where it was measured."""
+    table(
+        charts.seats_frame(run, viewer),
+        "Every request: TTFT and ITL p50 in the round and alone, the batch its decode tokens rode in (median), the "
+        "steps that carried it, and whether its tokens equal its alone run's.",
+        "measured",
+    )
+    if show_prompts:
+        table(charts.prompts_frame(run, viewer), "The round's prompts and answers, shown by the presenter.", "as typed")
+    load = "" if run.load_avg_1m is None else f"; 1-minute load average {run.load_avg_1m:.1f} as it finished"
+    st.text(  # text, not markdown: the model name is whatever was typed
+        f"{run.model} · {run.dtype} on {run.device} · transformers {run.transformers_version} · greedy, "
+        f"{'chat template' if run.chat_template else 'no chat template'}, up to {run.max_new_tokens} new tokens · "
+        f"every figure measured on a machine other sessions may share{load}"
+    )
+    st.download_button(
+        f"Download round {run.number} (JSON)",
+        run.to_json(),
+        file_name=f"room-{run.code}-round-{run.number}.json",
+        mime="application/json",
+        key="room-json",
+        on_click="ignore",
+    )

@@ -38,11 +38,10 @@ else:
     with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log
         ui.presenter_toggle()
         ui.open_from_link()  # /?recording=NAME on any page: a talk's slide links straight to a view
-        inputs = ui.sidebar()
-        if inputs is not None:
-            ui.execute_run(inputs)
+        ui.ask_for_run(ui.sidebar())  # run under the page's title (`ui.page_title`), so it streams below it
         ui.recordings_sidebar()
         ui.remeasure_button()
         ui.sidebar_downloads()
     with ui.one_line_errors("page"):
         navigation.run()
+        ui.run_left_over()  # a page that drew no `ui.page_title`: the sidebar's Run runs here, then the page again

@@ -58,7 +58,12 @@ for sentence in [charts.bound_sentence(trace.prefill, device), charts.prefill_ri
     st.markdown(sentence)  # numbers and fixed words only
 if trace.decodes:
     st.markdown(charts.bound_sentence(trace.decodes[-1], device))
-    st.caption(charts.kv_traffic_formula(trace, trace.decodes[-1]) + " — *modelled*")
+    st.caption(
+        "Each decode pass reads the whole KV cache, and transformers' cache copies itself as it grows, so its traffic "
+        "grows with every token — *modelled*"
+    )
+    with st.expander("The KV traffic of the last pass, precisely"):
+        st.caption(charts.kv_traffic_formula(trace, trace.decodes[-1]) + " — *modelled*")
 if trace.model.experts is not None:
     with ui.secondary("Experts routed to, pass by pass"):
         st.markdown(experts.experts_sentence(trace))  # numbers and fixed words only
@@ -71,9 +76,10 @@ if trace.model.experts is not None:
 with ui.secondary("The raw predictions, pass by pass"):
     ui.table(
         charts.predicted_frame(trace),
-        "The raw predictions: roofline = max(compute, weight + KV reads); wall_over_roofline is how many times "
+        'The raw predictions: roofline = max(compute, weight + KV reads); "wall over roofline" is how many times '
         "slower than the model the pass really ran.",
-        "flops, bytes and t_* modelled from the model's shapes and the device figures · wall measured",
+        "FLOPs, bytes and every t (time) column modelled from the model's shapes and the device figures · wall "
+        "measured",
     )
 
 operators_view.operators_section(trace)

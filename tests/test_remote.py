@@ -517,7 +517,7 @@ def assert_renders(at) -> None:
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert len(at.get("vega_lite_chart")) == 2
-    assert any(records.ITL_RULE in i.value for i in at.info)  # the rule, on screen
+    assert any(records.ITL_RULE in m.value for m in at.markdown)  # the rule, on screen (in its expander)
     assert any("measured" in c.value for c in at.caption)
 
 

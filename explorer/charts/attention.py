@@ -342,11 +342,16 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
 
 NO_MASK_IN_DECODE = (
     "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so a token's query could "
-    "meet *later* tokens' keys and the causal mask must remove them (the timed pass's fused kernel skips the tiles "
-    "above the diagonal; the eager replay that draws these maps computes every score and sets the future ones to 0 "
-    "before the softmax). In decode the new token's "
-    "query meets only the keys in the KV cache: every one of them is from the past (or the token itself). The future "
-    "has not been generated yet, so there is nothing to mask."
+    "meet *later* tokens' keys, and the causal mask must remove them. In decode the new token's query meets only the "
+    "keys in the KV cache: every one of them is from the past (or the token itself). The future has not been "
+    "generated yet, so there is nothing to mask."
+)
+# The same, precisely: for a details expander under the plain sentence above.
+MASK_PRECISELY = (
+    "How the mask is applied: the timed pass runs PyTorch's fused attention kernel, which applies the mask inside "
+    "the kernel and skips the blocks of scores that lie wholly above the diagonal. The maps drawn here come from a "
+    "separate, untimed replay with eager attention, which computes every score and sets the future ones to 0 before "
+    "the softmax."
 )
 
 

@@ -1,8 +1,14 @@
-"""What every chart shares: phase colours, token labels fit for axes, and the measured/modelled/spec vocabulary."""
+"""What every chart shares: phase colours, token labels fit for axes, the measured/modelled/spec vocabulary, and
+tooltips that name a raw field as a person would."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import altair as alt
+from altair.utils import parse_shorthand
+
+from explorer.charts.tables import human_name
 
 PHASE_DOMAIN = ["prefill", "decode"]
 PHASE_RANGE = ["#d95f02", "#1b9e77"]  # prefill orange, decode green: the same in every chart
@@ -50,3 +56,41 @@ def phase_points(
     """Filled points coloured by phase: one per pass, in any chart that plots passes."""
     color = phase_color(legend_title, legend_orient)
     return chart.mark_point(filled=True, size=size, opacity=0.85).encode(color=color, **encodings)
+
+
+def _units(chart: object) -> Iterator[object]:
+    """A chart and every chart inside it (layers, concatenations, a facet's or repeat's inner spec)."""
+    yield chart
+    for attr in ("layer", "hconcat", "vconcat", "concat"):
+        children = getattr(chart, attr, alt.Undefined)
+        if children is not alt.Undefined:
+            for child in children:
+                yield from _units(child)
+    inner = getattr(chart, "spec", alt.Undefined)
+    if inner is not alt.Undefined and not isinstance(inner, dict):
+        yield from _units(inner)
+
+
+def _raw_field(tip: object) -> str | None:
+    """The field a tooltip shows under its own name (no title given), or None."""
+    # A channel's properties are read with `_get`: an attribute of the same name is Altair's chained setter.
+    if not isinstance(tip, alt.Tooltip) or tip._get("title") is not alt.Undefined:
+        return None
+    field = tip._get("field")
+    shorthand = tip._get("shorthand")
+    if field is alt.Undefined and isinstance(shorthand, str):
+        field = parse_shorthand(shorthand).get("field", alt.Undefined)
+    return field if isinstance(field, str) else None
+
+
+def name_tooltips(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    """Every tooltip entry that would show a raw field's name ("cache_len: 42") gets a person's name for it ("cache
+    len"), in place: Vega-Lite titles a tooltip entry with its field when a chart gives none. Returns the chart."""
+    for unit in _units(chart):
+        encoding = getattr(unit, "encoding", alt.Undefined)
+        tips = alt.Undefined if encoding is alt.Undefined else getattr(encoding, "tooltip", alt.Undefined)
+        for tip in tips if isinstance(tips, list) else [tips]:
+            field = _raw_field(tip)
+            if field is not None and human_name(field) != field:
+                tip["title"] = human_name(field)
+    return chart

@@ -194,7 +194,7 @@ def formula_text(model: ModelInfo, cache_len: int) -> str:
             f"cached positions = {total:,} B ({human_bytes(total)}). {cache_holds_text(model).capitalize()}."
         )
     return (
-        f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
+        f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head dim × "
         f"{model.bytes_per_element} B ({model.dtype}) = {model.kv_bytes_per_token:,} B per token; "
         f"× {cache_len:,} cached positions = {total:,} B ({human_bytes(total)})"
     )
@@ -211,7 +211,7 @@ def sliding_formula_text(model: ModelInfo, cache_len: int) -> str:
         parts.append(f"{count} sliding layers × min({cache_len:,}, {window} - 1) = {held:,} positions")
     total = kv_cache_bytes(model, cache_len)
     return (
-        f"per layer and position: 2 (K and V) × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
+        f"per layer and position: 2 (K and V) × {model.kv_heads} KV heads × {model.head_dim} head dim × "
         f"{model.bytes_per_element} B ({model.dtype}) = {per_layer:,} B; held: " + " + ".join(parts) + f" → "
         f"{total:,} B ({human_bytes(total)}). Past the window a token adds {model.kv_bytes_per_token_full_layers:,} B "
         "(the full layers only)."
@@ -248,8 +248,8 @@ def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
     rows = [
         ("K and V", 2, "two tensors per layer"),
         ("layers", model.layers, "every decoder block keeps its own cache"),
-        ("kv_heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
-        ("head_dim", model.head_dim, "values per head per position"),
+        ("KV heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
+        ("head dim", model.head_dim, "values per head per position"),
         ("bytes per element", model.bytes_per_element, model.dtype),
         ("= bytes per token", model.kv_bytes_per_token, "the product of the five above"),
         ("× cached positions", cache_len, "prompt + generated tokens fed back"),
@@ -279,8 +279,8 @@ def sliding_formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
     total = kv_cache_bytes(model, cache_len)
     rows = [
         ("K and V", 2, "two tensors per layer"),
-        ("kv_heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
-        ("head_dim", model.head_dim, "values per head per position"),
+        ("KV heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
+        ("head dim", model.head_dim, "values per head per position"),
         ("bytes per element", model.bytes_per_element, model.dtype),
         ("= bytes per layer and position", model.kv_bytes_per_token_per_layer, "the product of the four above"),
     ]

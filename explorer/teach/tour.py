@@ -184,7 +184,8 @@ def decode_slide(run: Run) -> Slide:
         frame = charts.decode_rows_frame(trace, steps)
         sentences = ["This run made a single token, so there is no decode pass: raise Max new tokens and run again."]
         chart = charts.decode_rows_chart(frame, trace.prompt_len, run.height_px)
-        return _slide(2, sentences, chart, frame, "No decode pass.", run.measured, attention_charts.NO_MASK_IN_DECODE)
+        more = f"{attention_charts.NO_MASK_IN_DECODE}\n\n{attention_charts.MASK_PRECISELY}"
+        return _slide(2, sentences, chart, frame, "No decode pass.", run.measured, more)
     first, last = trace.decodes[0].cache_len_after, trace.decodes[-1].cache_len_after
     median_s = charts.median_decode_s(trace)
     sentences = [
@@ -209,7 +210,8 @@ def decode_slide(run: Run) -> Slide:
         chart = charts.decode_rows_chart(frame, trace.prompt_len, run.height_px)
         caption = f"The first {len(frame)} decode passes: the keys each one query row reads (dashed: end of prompt)."
         source = f"{run.measured}: the run's cache lengths (attention maps were not captured)"
-    return _slide(2, sentences, chart, frame, caption, source, attention_charts.NO_MASK_IN_DECODE)
+    more = f"{attention_charts.NO_MASK_IN_DECODE}\n\n{attention_charts.MASK_PRECISELY}"
+    return _slide(2, sentences, chart, frame, caption, source, more)
 
 
 # --- 4: the cache grows ----------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ pages = {
 }
 if __name__ != "__main__":  # `streamlit run app.py` imports this file once, as the server (st.App): it warms up
     ui.route_every_link_through_the_app()  # a deep link on a fresh server runs this router, not the page file alone
+    ui.prime_profiler()  # in the thread that imported torch: a Profile in a script thread then logs no Kineto error
     app = st.App(__file__, lifespan=warm_lifespan)  # at start (explorer/ui/warm.py); sessions run it as __main__
 else:
     navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten

@@ -47,6 +47,8 @@ if buttons[0].button(
     stepper.step_once()
 if buttons[1].button("Run to end", key="step-end", disabled=steps_disabled):
     stepper.run_to_end()
+if steps_disabled:  # nothing left to play: the switch goes off, not greyed out while still on
+    st.session_state["step-autoplay"] = False  # before the toggle is drawn in this run
 autoplay = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=steps_disabled)
 if buttons[3].button(
     "Reset", key="step-reset", disabled=not active, shortcut="Home", help="Key: Home. Frees the KV cache."

@@ -46,7 +46,7 @@ def test_layers_frame(trace: Trace) -> None:
 def test_formula_text_and_frame(trace: Trace) -> None:
     n = trace.passes[-1].cache_len_after
     text = charts.formula_text(trace.model, n)
-    assert text.startswith("2 (K and V) × 2 layers × 2 KV heads × 16 head_dim × 4 B (float32) = 512 B per token")
+    assert text.startswith("2 (K and V) × 2 layers × 2 KV heads × 16 head dim × 4 B (float32) = 512 B per token")
     assert f"= {512 * n:,} B" in text
     frame = charts.formula_frame(trace.model, n)
     assert list(frame["value"]) == [2, 2, 2, 16, 4, 512, n, 512 * n]

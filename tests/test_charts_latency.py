@@ -166,7 +166,8 @@ def test_charts_serialise_with_the_slo_rules(trace: Trace) -> None:
         specs[name] = json.dumps(chart.to_dict())
     assert "ITL SLO 50 ms" in specs["itl"] and "ITL SLO 50 ms" in specs["runs_itl"]
     assert "TTFT SLO 1,000 ms" in specs["runs_ttft"]
-    assert '"slo_ms": 50.0' in specs["histogram"] and '"metric": "ITL p99"' in specs["histogram"]
+    assert '"line": "ITL SLO 50 ms"' in specs["histogram"] and '"metric": "ITL p99"' in specs["histogram"]
+    assert latency.HISTOGRAM_TITLE in specs["histogram"]
 
 
 def test_what_a_decode_gap_waits_on_is_computed_at_this_context_and_the_maximum() -> None:

@@ -330,9 +330,11 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
     )
     prompt_end = pd.DataFrame({"key_start": [prompt_len], "label": ["end of prompt"]})
     rule = alt.Chart(prompt_end).mark_rule(color="#d95f02", strokeDash=[4, 3]).encode(x="key_start:Q")
+    # The label reads away from the legend on the right: to the left of the rule when the rule is on the right half.
+    on_right = not frame.empty and prompt_len > 0.5 * float(frame["key_stop"].max())
     text = (
         alt.Chart(prompt_end)
-        .mark_text(align="left", dx=4, dy=-6, color="#d95f02")
+        .mark_text(align="right" if on_right else "left", dx=-4 if on_right else 4, dy=-6, color="#d95f02")
         .encode(x="key_start:Q", y=alt.value(0), text="label:N")
     )
     return alt.layer(cells, rule, text).properties(

@@ -84,6 +84,7 @@ def growth_check_text(frame: pd.DataFrame) -> str:
 
 FULL_LAYERS = "full-attention layers"
 SLIDING_LAYERS = "sliding-window layers"
+KIND_COLOURS = {FULL_LAYERS: SOURCE_RANGE[0], SLIDING_LAYERS: "#d95f02"}
 
 
 def layer_kind(model: ModelInfo, layer: int) -> str:
@@ -152,6 +153,8 @@ def kinds_chart(frame: pd.DataFrame) -> alt.Chart:
 def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """A bar per layer (measured; full and sliding layers in their own colours), a dash on each at the formula's
     bytes for that layer (modelled)."""
+    # The legend names only the kinds this model has: "sliding-window layers" for a model with none misleads.
+    kinds = [(kind, colour) for kind, colour in KIND_COLOURS.items() if kind in set(frame["kind"])]
     bars = (
         alt.Chart(frame)
         .mark_bar()
@@ -161,7 +164,7 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
             y=alt.Y("measured_kb:Q", title="K + V (kB)"),
             color=alt.Color(
                 "kind:N",
-                scale=alt.Scale(domain=[FULL_LAYERS, SLIDING_LAYERS], range=[SOURCE_RANGE[0], "#d95f02"]),
+                scale=alt.Scale(domain=[k for k, _ in kinds], range=[c for _, c in kinds]),
                 title=None,
                 legend=alt.Legend(orient="top"),
             ),

@@ -6,6 +6,7 @@ blocks (`widgets`) and one `*_view` module per page that needs more than a few l
 Pages call these and the pure builders in `explorer.charts`; nothing outside this package in `explorer` imports
 streamlit."""
 
+from explorer.core.profiler import prime_profiler
 from explorer.ui.guard import one_line_errors
 from explorer.ui.page_start import (
     ask_for_run,
@@ -51,6 +52,7 @@ __all__ = [
     "page_title",
     "page_with_run",
     "presenter_toggle",
+    "prime_profiler",
     "recordings_sidebar",
     "remeasure_button",
     "require_run",

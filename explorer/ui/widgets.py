@@ -1,4 +1,4 @@
-"""Page building blocks: a page's header, headline metrics, SLO inputs, window sliders, charts and tables with their
+"""Page building blocks: headline metrics, the session's SLO inputs, window sliders, charts and tables with their
 captions and downloads, and one-line errors."""
 
 from __future__ import annotations

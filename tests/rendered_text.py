@@ -5,7 +5,6 @@ table's column labels and cells, and every chart's titles, axis and legend title
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ INLINE_CODE = re.compile(r"`[^`\n]*`")  # a command or a file name, quoted as co
 GUIDE_CHANNELS = ("x", "y", "color", "fill", "stroke", "shape", "size", "opacity", "strokeDash", "row", "column")
 LABEL_CHANNELS = ("x", "y", "color", "fill", "stroke", "shape", "strokeDash", "row", "column", "facet")
 GUIDE_KEY = {"x": "axis", "y": "axis", "row": "header", "column": "header", "facet": "header"}
+GROUPING_FORMATS = {"localized", "compact", "accounting"}  # st.column_config formats that group thousands
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,10 @@ def _markdown_as_drawn(text: str) -> str:
     return EMPHASIS.sub(r"\1", text)
 
 
-def _frame_pieces(frame: pd.DataFrame, where: str) -> Iterator[Piece]:
+def _frame_pieces(frame: pd.DataFrame, where: str, grouped: set[str]) -> Iterator[Piece]:
+    """A table's column labels and text cells, and what a grid would print as `None`, `true`/`false` or a long number:
+    an empty cell, a boolean column, a number of five or more digits in a column not formatted in thousands
+    (`grouped`: the columns whose configured format groups them)."""
     for column in frame.columns:
         yield Piece(f"{where} column label", str(column))
         values = frame[column]
@@ -67,11 +70,29 @@ def _frame_pieces(frame: pd.DataFrame, where: str) -> Iterator[Piece]:
         nulls = values.isna()
         if nulls.any():
             yield Piece(f"{where} column {column!r}", "None (an empty cell)")
+        if pd.api.types.is_numeric_dtype(values) and str(column) not in grouped:
+            largest = values[~nulls].abs().max() if (~nulls).any() else 0
+            if largest >= 10_000:
+                yield Piece(f"{where} column {column!r}", f"{largest:.0f} (a number not grouped in thousands)")
+            continue
         for value in values[~nulls].unique()[:200]:
             if isinstance(value, bool):
                 yield Piece(f"{where} column {column!r}", str(value))
-            elif isinstance(value, str):
-                yield Piece(f"{where} column {column!r}", value)
+            elif isinstance(value, str):  # a static table's cells are markdown: read as drawn
+                yield Piece(f"{where} column {column!r}", _markdown_as_drawn(value) if where == "table" else value)
+
+
+def _grouped_columns(element: Element) -> set[str]:
+    """The columns of an st.dataframe whose configured number format groups thousands."""
+    try:
+        config = json.loads(element.proto.columns or "{}")
+    except (AttributeError, ValueError):
+        return set()
+    return {
+        name
+        for name, settings in config.items()
+        if str(settings.get("type_config", {}).get("format", "")) in GROUPING_FORMATS
+    }
 
 
 def _frames_of(element: Element) -> pd.DataFrame | None:
@@ -146,6 +167,9 @@ def _label_pieces(name: str, channel: dict, frame: pd.DataFrame | None, where: s
         if "format" not in channel:
             yield from (Piece(f"{where} text", str(v)) for v in values)
         return
+    if name == "tooltip" and channel.get("type") in ("nominal", "ordinal", None):  # a value as the tooltip prints it
+        yield from (Piece(f"{where} tooltip value", str(v).lower() if isinstance(v, bool) else str(v)) for v in values)
+        return
     if name in LABEL_CHANNELS and channel.get("type") in ("nominal", "ordinal"):
         yield from (Piece(f"{where} {name} label", str(v)) for v in values)
 
@@ -203,7 +227,7 @@ def _element_pieces(element: Element | Block, charts: list[int]) -> Iterator[Pie
     elif kind in ("dataframe", "table"):
         frame = _frames_of(element)
         if frame is not None:
-            yield from _frame_pieces(frame, kind)
+            yield from _frame_pieces(frame, kind, _grouped_columns(element) if kind == "dataframe" else set())
     elif kind == "vega_lite_chart" and isinstance(element, UnknownElement):
         charts.append(1)
         yield from chart_pieces(element.proto, f"chart {len(charts)}")
@@ -225,21 +249,18 @@ def page_pieces(at: AppTest) -> list[Piece]:
 
 
 def _large_unitless(text: str) -> Iterator[str]:
-    for match in LONG_NUMBER.finditer(text):
-        number = int(match.group())
-        if not (1900 <= number <= 2100 and len(match.group()) == 4) and math.isfinite(number):
-            yield match.group()
+    yield from (match.group() for match in LONG_NUMBER.finditer(text))
 
 
 def findings(page: str, pieces: list[Piece], allowed: dict[str, str] | None = None) -> list[Finding]:
-    """The raw names, `None`s, booleans and unit-less large numbers in `pieces`; `allowed` maps a text that is meant
-    as it is (found whole in a piece) to the reason it is."""
+    """The raw names, `None`s, booleans and unit-less large numbers in `pieces`; `allowed` maps a pattern (a regular
+    expression) for text that is meant as it is to the reason it is: what it matches is left out before the rules."""
     allowed = allowed or {}
     found: list[Finding] = []
     for piece in pieces:
         text = piece.text
         for meant in allowed:
-            text = text.replace(meant, " ")
+            text = re.sub(meant, " ", text)
         for rule, hits in (
             ("raw name", SNAKE.findall(text)),
             ("None", NONE.findall(text)),

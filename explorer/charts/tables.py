@@ -7,6 +7,7 @@ fields the same way (`human_name`)."""
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 import pandas as pd
@@ -69,17 +70,30 @@ def _large_seconds(values: pd.Series) -> bool:
     return bool(numbers.max() >= SECONDS_SHOWN_AS_MS_BELOW_S) if numbers.notna().any() else False
 
 
+def grouped(value: object) -> object:
+    """A number as text grouped in thousands (6,696,000 and 1,234.5, not 6696000.0); anything else as it is."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return value
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
+
+
+def _empty(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
 def human_column(name: str, values: pd.Series) -> tuple[str, pd.Series]:
-    """One column as shown: its label with its unit, its values scaled, rounded, yes/no or a dash where empty."""
+    """One column as shown: its label with its unit, its values scaled, rounded, yes/no or a dash where empty (a
+    number column with an empty cell becomes text, its numbers grouped: a grid prints an empty number as "None")."""
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
     label, factor = human_label(name, seconds_as_ms=not (numeric and _large_seconds(values)))
     if pd.api.types.is_bool_dtype(values) or (values.map(type).isin([bool]).all() and len(values)):
         return label, values.map(YES_NO)
     if pd.api.types.is_float_dtype(values) or (factor != 1.0 and numeric):
-        return label, (values.astype(float) * factor).map(rounded)
+        values = (values.astype(float) * factor).map(rounded)
+    if numeric and values.isna().any():
+        return label, values.astype(object).map(lambda v: EMPTY if _empty(v) else grouped(v))
     if not numeric:
-        values = values.map(lambda v: EMPTY if v is None or (isinstance(v, float) and math.isnan(v)) else v)
-        values = values.map(lambda v: YES_NO[v] if isinstance(v, bool) else v)
+        values = values.map(lambda v: EMPTY if _empty(v) else YES_NO[v] if isinstance(v, bool) else v)
     return label, values
 
 

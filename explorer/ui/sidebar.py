@@ -40,6 +40,7 @@ DTYPE_KEY = "sidebar-dtype"
 TEMPERATURE_KEY = "sidebar-temperature"
 TOP_K_KEY = "sidebar-top-k"
 SEED_KEY = "sidebar-seed"
+RUN_KEY = "sidebar-run"
 
 
 def sidebar_policy() -> HostedPolicy:
@@ -111,7 +112,7 @@ def sidebar() -> RunInputs | None:
             key=REPEATS_KEY,
         )
         model_and_sampling_inputs(policy)
-        submitted = st.form_submit_button("Run", type="primary", width="stretch")
+        submitted = st.form_submit_button("Run", type="primary", width="stretch", key=RUN_KEY)
     return sidebar_inputs() if submitted else None
 
 

@@ -4,7 +4,6 @@ captions and downloads, and one-line errors."""
 from __future__ import annotations
 
 import logging
-import numbers
 import re
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +14,7 @@ import streamlit as st
 
 from explorer.charts import export, theme
 from explorer.charts.common import name_tooltips
-from explorer.charts.tables import human_table
+from explorer.charts.tables import grouped, human_table
 from explorer.core import slo
 from explorer.core.errors import BadInput, one_line
 from explorer.core.trace import Spread, Trace
@@ -189,13 +188,6 @@ def table(data: pd.DataFrame, caption: str, source: str) -> None:
     st.caption(f"{caption} — *{source}*{more}")
 
 
-def grouped_number(value: object) -> object:
-    """A number as a static table shows it, grouped in thousands: 6,696,000 and 1,234.5 (not 6696000.0)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value:  # NaN is not equal to itself
-        return value
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
-
-
 def as_text(data: pd.DataFrame) -> pd.DataFrame:
     """A static table's text cells escaped (st.table renders Markdown in cells, and a cell can hold anyone's text: a
     server's error line, an uploaded file's strings) and its numbers grouped in thousands."""
@@ -204,7 +196,7 @@ def as_text(data: pd.DataFrame) -> pd.DataFrame:
         if pd.api.types.is_bool_dtype(escaped[column]):
             continue
         if pd.api.types.is_numeric_dtype(escaped[column]):
-            escaped[column] = escaped[column].map(grouped_number)
+            escaped[column] = escaped[column].map(grouped)
         escaped[column] = escaped[column].map(lambda v: escape_markdown(v) if isinstance(v, str) else v)
     return escaped
 

@@ -202,10 +202,11 @@ def chart_pieces(proto: object, where: str) -> Iterator[Piece]:
             yield from (Piece(f"{where} {name} title", text) for text in _title_texts(title))
 
 
-def _walk(node: Block | Element) -> Iterator[Element | Block]:
+def walk(node: Block | Element) -> Iterator[Element | Block]:
+    """A block and everything inside it, in the order drawn."""
     yield node
     for child in getattr(node, "children", {}).values():
-        yield from _walk(child)
+        yield from walk(child)
 
 
 def _element_pieces(element: Element | Block, charts: list[int]) -> Iterator[Piece]:
@@ -243,7 +244,7 @@ def page_pieces(at: AppTest) -> list[Piece]:
     charts: list[int] = []
     pieces: list[Piece] = []
     for root in (at.main, at.sidebar):
-        for element in _walk(root):
+        for element in walk(root):
             pieces.extend(_element_pieces(element, charts))
     return pieces
 

@@ -96,3 +96,10 @@ def test_charts_build(trace: Trace) -> None:
     for chart in built:
         assert isinstance(chart, alt.TopLevelMixin)
         assert "$schema" in chart.to_dict()
+
+
+def test_the_layers_legend_names_only_the_kinds_of_layer_the_model_has(trace: Trace) -> None:
+    """Issue 31: the legend listed "sliding-window layers" for a model with none."""
+    assert not trace.model.sliding_layers
+    color = charts.layers_chart(charts.layers_frame(trace, 0)).to_dict()["layer"][0]["encoding"]["color"]
+    assert color["scale"]["domain"] == [charts.FULL_LAYERS]

@@ -160,6 +160,45 @@ def test_batching_is_modelled_from_the_runs_own_figures(run: tuple[Trace, Attent
     assert frame["measured_ms"].iloc[0] == pytest.approx(charts.median_decode_s(trace) * 1e3)
 
 
+def test_the_batching_slide_draws_tokens_per_s_on_its_own_axis_not_as_labels_over_the_bars(
+    run: tuple[Trace, AttentionMaps],
+) -> None:
+    """Issue 31: slide 7's labels above each bar ran together ("51 tok/1/01 tok/s196 tok/s"): tokens/s is a line on
+    a right-hand axis of its own, the step times stay on the left."""
+    trace, _ = run
+    spec = charts.batch_chart(charts.batch_frame(trace), 400).to_dict()
+    assert spec["resolve"]["scale"]["y"] == "independent"
+    units = [spec["layer"][1], *spec["layer"][0]["layer"]]
+    marks = [u["mark"]["type"] if isinstance(u["mark"], dict) else u["mark"] for u in units]
+    assert "text" not in marks and "line" in marks
+    rate = units[marks.index("line")]["encoding"]["y"]
+    assert rate["field"] == "tokens_per_s" and rate["axis"]["orient"] == "right"
+
+
+def test_slide_3_labels_every_row_it_draws_and_keeps_its_end_of_prompt_away_from_the_legend(
+    run: tuple[Trace, AttentionMaps],
+) -> None:
+    trace, maps = run
+    slide = tour.slide(2, tour.Run(trace, maps, "", HEIGHT_PX, narrow=True))
+    assert slide.frame["step"].nunique() <= HEIGHT_PX // 50  # rows a slide's 18 px labels can each be read on
+    text = next(layer for layer in slide.chart.to_dict()["layer"] if layer["mark"]["type"] == "text")
+    assert text["mark"]["align"] == "right"  # the prompt ends near the right: the label reads leftwards
+
+
+def test_the_token_grid_draws_its_tokens_at_the_themes_text_size(run: tuple[Trace, AttentionMaps]) -> None:
+    """Issue 31: the token grid's text looked about 8 px. It sets no size of its own, so the theme's applies: 18 px
+    when presenting (measured in the browser walk), never under the theme's label size on a laptop either."""
+    from explorer.charts import theme
+
+    trace, maps = run
+    grid = tour.slide(0, tour.Run(trace, maps, "", HEIGHT_PX)).chart
+    for chosen in (theme.NORMAL, theme.PRESENTER):
+        spec = theme.apply(grid, chosen).to_dict()
+        text = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "text")
+        assert "fontSize" not in text["mark"]
+        assert spec["config"]["text"]["fontSize"] == chosen.mark_text_px >= chosen.label_px
+
+
 def test_the_ridge_batch_is_where_decode_turns_compute_bound(run: tuple[Trace, AttentionMaps]) -> None:
     trace, _ = run
     at_16 = pass_cost(trace.model, trace.device, 1, 50, batch=16)

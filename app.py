@@ -41,8 +41,7 @@ else:
         ui.open_from_link()  # /?recording=NAME on any page: a talk's slide links straight to a view
         ui.ask_for_run(ui.sidebar())  # run under the page's title (`ui.page_title`), so it streams below it
         ui.recordings_sidebar()
-        ui.remeasure_button()
-        ui.sidebar_downloads()
+        ui.remeasure_button()  # the downloads come after the page's title: after the run it may have made
     with ui.one_line_errors("page"):
         navigation.run()
         ui.run_left_over()  # a page that drew no `ui.page_title`: the sidebar's Run runs here, then the page again

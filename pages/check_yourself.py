@@ -53,4 +53,4 @@ for number, q in enumerate(quiz.QUESTIONS, start=1):
 
 right, answered = quiz.score(answers)
 summary.markdown(f"**{right} of {answered}** answered right · {len(quiz.QUESTIONS) - answered} to go")
-st.button("Start over", on_click=start_over)
+st.button("Start over", on_click=start_over, key="quiz-start-over")

@@ -20,8 +20,7 @@ from explorer.ui.page_start import (
 )
 from explorer.ui.recordings import open_from_link, recordings_sidebar
 from explorer.ui.routing import route_every_link_through_the_app
-from explorer.ui.runner import execute_run
-from explorer.ui.sidebar import remeasure_button, sidebar, sidebar_downloads
+from explorer.ui.sidebar import remeasure_button, sidebar
 from explorer.ui.state import current_run, history
 from explorer.ui.widgets import (
     chart,
@@ -43,7 +42,6 @@ __all__ = [
     "current_run",
     "current_slos_s",
     "escape_markdown",
-    "execute_run",
     "history",
     "lab_page",
     "metrics",
@@ -62,6 +60,5 @@ __all__ = [
     "run_metrics",
     "secondary",
     "sidebar",
-    "sidebar_downloads",
     "table",
 ]

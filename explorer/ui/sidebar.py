@@ -39,7 +39,7 @@ DEVICE_KEY = "sidebar-device"
 DTYPE_KEY = "sidebar-dtype"
 TEMPERATURE_KEY = "sidebar-temperature"
 TOP_K_KEY = "sidebar-top-k"
-SEED_KEY = "sidebar-seed"
+SEED_KEY = "sidebar-sampling-seed"  # a sampling seed: the random one that makes a run replayable
 RUN_KEY = "sidebar-run"
 
 

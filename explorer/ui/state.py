@@ -43,6 +43,7 @@ RUN_STARTS: Slot[tuple[float, ...]] = Slot("explorer_run_starts")  # monotonic t
 LEFT_QUEUE: Slot[bool] = Slot("explorer_left_queue")  # set by "Leave the queue", read once by the next script run
 RUN_ASKED: Slot[RunInputs] = Slot("explorer_run_asked")  # the sidebar's Run: run under the page's title, this run
 PROMPT_TYPED: Slot[str] = Slot("explorer_prompt_typed")  # a page's own Run ran this prompt: the sidebar shows it next
+DOWNLOADS_DRAWN: Slot[bool] = Slot("explorer_downloads_drawn")  # the sidebar's downloads, drawn in this script run
 STEPPED: Slot[SteppedRequest] = Slot("explorer_stepped")  # the session's stepped request (explorer.ui.stepper)
 PROFILE: Slot[tuple[str, PassProfile]] = Slot("explorer_profile")  # the last "Profile this pass" (cost_view)
 NOCACHE_RESULT: Slot[object] = Slot("explorer_nocache_result")  # the no-cache lab's last result

@@ -16,8 +16,7 @@ from explorer.ui.state import DOWNLOADS_DRAWN, PROMPT_TYPED, RUN_ASKED, RunInput
 from explorer.ui.widgets import ChartFirst, escape_markdown, presenting
 
 NO_RUN_YET = (
-    "No run yet: run this prompt on the real model (its passes are timed as they run, a few seconds here), or open a "
-    "recording in the sidebar."
+    "No run yet: run this prompt on the real model (every pass timed as it runs), or open a recording in the sidebar."
 )
 
 

@@ -33,17 +33,16 @@ pages = {
 }
 if __name__ != "__main__":  # `streamlit run app.py` imports this file once, as the server (st.App): it warms up
     ui.route_every_link_through_the_app()  # a deep link on a fresh server runs this router, not the page file alone
+    ui.prime_profiler()  # in the thread that imported torch: a Profile in a script thread then logs no Kineto error
     app = st.App(__file__, lifespan=warm_lifespan)  # at start (explorer/ui/warm.py); sessions run it as __main__
 else:
     navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
     with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log
         ui.presenter_toggle()
         ui.open_from_link()  # /?recording=NAME on any page: a talk's slide links straight to a view
-        inputs = ui.sidebar()
-        if inputs is not None:
-            ui.execute_run(inputs)
+        ui.ask_for_run(ui.sidebar())  # run under the page's title (`ui.page_title`), so it streams below it
         ui.recordings_sidebar()
-        ui.remeasure_button()
-        ui.sidebar_downloads()
+        ui.remeasure_button()  # the downloads come after the page's title: after the run it may have made
     with ui.one_line_errors("page"):
         navigation.run()
+        ui.run_left_over()  # a page that drew no `ui.page_title`: the sidebar's Run runs here, then the page again

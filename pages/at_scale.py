@@ -6,7 +6,7 @@ import streamlit as st
 from explorer import ui
 from explorer.ui import scale_view as view
 
-st.title("At scale: your model on your GPU")
+ui.page_title("At scale: your model on your GPU")
 st.caption(
     "This machine measures a 135M model truthfully; the questions people bring are about 8B–70B models on A100s and "
     "H100s. Pick a model, GPUs, dtype, batch and context: the roofline says the fastest a decode step can be (every "

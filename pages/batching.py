@@ -20,7 +20,7 @@ result = ui.lab_page(
     "batch",  # the bundled result shown until Run replaces it (recordings/labs/)
 )
 
-itl_slo_s, slo_source = labs.batch_itl_slo_s(result)
+itl_slo_s, slo_source = labs.batch_itl_slo_s()
 limit = f"searched up to B = {RIDGE_BATCH_LIMIT:,}"
 frame = charts.batch_frame(result)
 best = charts.largest_batch_within(frame, itl_slo_s * 1e3)

@@ -6,7 +6,7 @@ from explorer import ui
 from explorer.teach import by_hand
 from explorer.ui import by_hand_view as view
 
-st.title("By hand: one attention head, three tokens")
+ui.page_title("By hand: one attention head, three tokens")
 st.caption(
     "A worked example (d = 2): the same softmax(q·kᵀ/√d)·V runs in both phases; only which keys exist differs. The "
     "decode step reuses the prefill's k0–k2 and v0–v2 from the cache and appends its own k3 and v3."

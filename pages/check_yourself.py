@@ -11,7 +11,7 @@ def start_over() -> None:
     QUIZ_VERSION.set((QUIZ_VERSION.get() or 0) + 1)
 
 
-st.title("Check yourself")
+ui.page_title("Check yourself")
 st.caption(
     f"{len(quiz.QUESTIONS)} questions on prefill and decode, with the answers people often get wrong among the "
     "choices. Answers live only in this browser session: nothing is saved."
@@ -20,7 +20,7 @@ result = ui.current_run()
 trace = result.trace if result is not None else None
 maps = result.attention if result is not None else None
 if result is None:
-    st.info("No run yet: the questions work without one; press **Run** in the sidebar to see each answer in your run.")
+    ui.run_here("quiz", "No run yet: the questions work without one; run a prompt to see each answer in your own run.")
 
 summary = st.empty()  # filled once every answer below is known
 version = QUIZ_VERSION.get() or 0
@@ -53,4 +53,4 @@ for number, q in enumerate(quiz.QUESTIONS, start=1):
 
 right, answered = quiz.score(answers)
 summary.markdown(f"**{right} of {answered}** answered right · {len(quiz.QUESTIONS) - answered} to go")
-st.button("Start over", on_click=start_over)
+st.button("Start over", on_click=start_over, key="quiz-start-over")

@@ -13,9 +13,11 @@ current, layout = ui.chart_first_page(
 )
 runs = {r.label: r.trace for r in ui.history()} | {current.label: current.trace}
 if len(runs) < 2:
-    st.info(
-        "Only one run so far: change a setting in the sidebar and run again, or open a second recording there, then "
-        f"compare. A link can open two recordings at once: `?recording=A&{COMPARE_QUERY}=B`."
+    ui.run_here(
+        "compare",
+        "Only one run so far: run a second one here (another prompt, or the same one to see the noise), change a "
+        "setting in the sidebar, or open a second recording there, then compare. A link can open two recordings at "
+        f"once: `?recording=A&{COMPARE_QUERY}=B`.",
     )
     st.stop()
 labels = list(runs)

@@ -59,7 +59,12 @@ for sentence in [roofline_charts.bound_sentence(trace.prefill, device), roofline
     st.markdown(sentence)  # numbers and fixed words only
 if decode_index is not None:
     st.markdown(roofline_charts.bound_sentence(trace.passes[decode_index], device))
-    st.caption(charts.kv_traffic_formula(trace, trace.passes[decode_index]) + " — *modelled*")
+    st.caption(
+        "Each decode pass reads the whole KV cache, and transformers' cache copies itself as it grows, so its traffic "
+        "grows with every token — *modelled*"
+    )
+    with st.expander("The KV traffic of this pass, precisely"):
+        st.caption(charts.kv_traffic_formula(trace, trace.passes[decode_index]) + " — *modelled*")
 if trace.model.experts is not None:
     with ui.secondary("Experts routed to, pass by pass"):
         st.markdown(experts.experts_sentence(trace))  # numbers and fixed words only
@@ -72,11 +77,11 @@ if trace.model.experts is not None:
 with ui.secondary("The raw predictions, pass by pass"):
     ui.table(
         charts.predicted_frame(trace),
-        "The raw predictions: roofline = max(compute, weight + KV reads); wall_over_roofline is how many times "
+        'The raw predictions: roofline = max(compute, weight + KV reads); "wall over roofline" is how many times '
         "slower than the model the pass really ran.",
-        "flops, bytes and t_* modelled from the model's shapes and the device figures (attention: its useful causal "
-        "pairs, which a fused kernel computes, skipping the masked tiles; an untied input table: the rows gathered) · "
-        "wall measured",
+        "FLOPs, bytes and every t (time) column modelled from the model's shapes and the device figures (attention: "
+        "its useful causal pairs, which a fused kernel computes, skipping the masked tiles; an untied input table: the "
+        "rows gathered) · wall measured",
     )
 
 operators_view.operators_section(trace)

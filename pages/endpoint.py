@@ -3,14 +3,16 @@ over a concurrency sweep, against the SLOs, beside the local instrumented run.""
 
 import streamlit as st
 
+from explorer import ui
 from explorer.hosting.settings import EndpointPolicy
 from explorer.ui import endpoint_view as view
 
-st.title("Endpoint: a real serving engine")
+ui.page_title("Endpoint: a real serving engine")
 st.caption(
     "Point the explorer at any OpenAI-compatible streaming server (vLLM, SGLang, TGI, llama.cpp's server, "
     "`transformers serve`) and send the same prompt at rising concurrency: more requests in flight buy total "
-    "throughput and cost each user latency. The SLO lines and goodput are those of the Latency page."
+    "throughput and cost each user latency. The SLO lines and goodput use the session's one pair of SLOs, the same "
+    "as on every page."
 )
 policy = EndpointPolicy.from_env()
 view.hosted_caption(policy)

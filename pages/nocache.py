@@ -26,8 +26,10 @@ ui.metrics(
         ("Prompt tokens", str(result.prompt_len), "the naive loop's first step processes these"),
     ]
 )
-st.markdown(charts.growth_sentence(result))  # numbers and fixed words only
-st.caption(charts.estimate_sentence(result))
+st.markdown(charts.growth_plain(result))  # numbers and fixed words only
+with st.expander("How this is measured, precisely"):
+    st.markdown(charts.growth_sentence(result))
+    st.caption(charts.estimate_sentence(result))
 labs.figures_used(result.cached_trace.device, labs.NOCACHE_RESULT, result)
 frame = charts.nocache_frame(result)
 ui.chart(
@@ -62,10 +64,10 @@ ui.chart(
     "measured: bytes of the real cache tensors",
 )
 ui.table(
-    charts.projection_frame(result),
-    charts.projection_caption(result),
-    "modelled, scaled by this run's measured rate",
+    charts.projection_frame(result), charts.projection_plain(result), "modelled, scaled by this run's measured rate"
 )
+with st.expander("How the projection is made, precisely"):
+    st.caption(charts.projection_caption(result))
 with ui.secondary("Every step, both loops"):
     ui.table(
         frame,

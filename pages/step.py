@@ -3,10 +3,11 @@
 import streamlit as st
 
 from explorer.ui import step_view, stepper
+from explorer.ui.page_start import page_title
 from explorer.ui.presenter import presenting
 from explorer.ui.widgets import escape_markdown
 
-st.title("Step by step")
+page_title("Step by step")  # the sidebar's Run, if pressed, streams under the title
 current = stepper.stepped()
 active = current is not None
 # Presenting a request under way, the first 1280 × 720 screen is for its newest pass, its attention row and its KV

@@ -1,6 +1,7 @@
-"""Presenter mode at 1280 × 720 in a real browser, in one walk: every chart legible, the type large, each "One
-request" page's main chart and the Step page's map and KV growth inside the first screen; then the Tour's arrow keys
-right after the presenter switch.
+"""At 1280 × 720 in a real browser: first, a first-time visitor's landing page holds the prompt and Run in its first
+screen; then presenter mode in one walk: every chart legible, the type large (a key figure larger than its label),
+each "One request" page's main chart and the Step page's map and KV growth inside the first screen, the titles clear
+of Streamlit's header with the sidebar collapsed; then the Tour's arrow keys right after the presenter switch.
 
 How it measures: the tab opens `/?recording=short-chat&compare=bfloat16&presenter=1` (presenter mode and two
 recordings from one link, so Compare has a pair), then every page of the sidebar, every Tour slide (→ through them),
@@ -122,6 +123,9 @@ MEASURE_JS = """() => {
 # code, plain text and static tables.
 SIZES_JS = """() => {
   const px = el => parseFloat(getComputedStyle(el).fontSize);
+  // The element that draws an element's text: a metric's value and label are each a paragraph inside it, whose own
+  // size is what a reader sees (the value's box measured 44.8 px while its paragraph drew 22.4 px).
+  const deepest = el => { let e = el; while (e.firstElementChild) e = e.firstElementChild; return e; };
   const main = document.querySelector("[data-testid='stMain']");
   const all = selector => [...main.querySelectorAll(selector)];
   const chartText = all("[data-testid='stVegaLiteChart'] svg text");
@@ -130,7 +134,10 @@ SIZES_JS = """() => {
     chart_labels: chartText.filter(isLabel).map(px),
     chart_marks: chartText.filter(t => !isLabel(t)).map(px),
     paragraphs: all("[data-testid='stMarkdownContainer'] p").map(px),
-    metric_values: all("[data-testid='stMetricValue']").map(px),
+    metric_values: all("[data-testid='stMetricValue']").map(deepest).map(px),
+    metric_pairs: all("[data-testid='stMetric']").map(m => [m.querySelector("[data-testid='stMetricLabel']"),
+      m.querySelector("[data-testid='stMetricValue']")]).filter(([l, v]) => l && v)
+      .map(([l, v]) => ({label: l.innerText.trim(), label_px: px(deepest(l)), value_px: px(deepest(v))})),
     code: all("[data-testid='stCode'] code").map(px),
     text: all("[data-testid='stText']").map(px),
     tables: all("[data-testid='stTable'] td").map(px),
@@ -140,6 +147,7 @@ PRESENTER_MIN_PX = {  # at least: the issue's 18 px for chart labels; the rest a
     "chart_labels": 18,
     "paragraphs": 18,  # 16 px on a laptop
     "metric_values": 40,  # 36 px on a laptop
+    "chart_marks": 18,  # text drawn inside a chart: a token grid's tokens, values on bars
     "code": 18,  # 14 px
     "text": 18,  # 14 px
     "tables": 18,  # 14 px
@@ -155,6 +163,44 @@ BOXES_JS = """(selector) => {
   return {charts: [...document.querySelectorAll(selector)].map(box),
           sidebar: box(document.querySelector("[data-testid='stSidebar']"))};
 }"""
+
+
+# Whether Streamlit's header bar covers the page's title: opaque (it turns white once the sidebar is collapsed) and
+# reaching below the title's top. Every scrolling element at the top first, as a page opens.
+TITLE_UNDER_HEADER_JS = """() => {
+  for (const el of [document.scrollingElement, ...document.querySelectorAll("[data-testid='stMain'], section")])
+    if (el) el.scrollTop = 0;
+  const header = document.querySelector("[data-testid='stHeader']");
+  const title = document.querySelector("[data-testid='stMain'] h1");
+  if (!header || !title) return {missing: !title ? "title" : "header"};
+  const background = getComputedStyle(header).backgroundColor;
+  const rgba = background.match(/rgba\\([^)]*,\\s*([\\d.]+)\\)/);
+  const alpha = background === "transparent" ? 0 : rgba ? Number(rgba[1]) : 1;
+  const bottom = header.getBoundingClientRect().bottom, top = title.getBoundingClientRect().top;
+  return {title: title.innerText.trim(), header_bottom: bottom, title_top: top, background,
+          covered: alpha > 0 && bottom > top};
+}"""
+SIDEBAR_RIGHT_JS = "document.querySelector(\"[data-testid='stSidebar']\").getBoundingClientRect().right"
+SIDEBAR_BUTTON_JS = """(label) => {
+  const button = document.querySelector(`button[aria-label='${label}']`);
+  if (button) button.click();
+  return !!button;
+}"""
+
+
+def _titles_with_the_sidebar_collapsed(page, checks: list[dict]) -> None:  # noqa: ANN001
+    """Collapse the sidebar, as a speaker has it, and read whether the header covers the title: on a "One request"
+    page, then on a Tour slide and on the slide before it, reached by its arrow key; the sidebar is opened again."""
+    for label in ("Latency", "Tour"):
+        _goto(page, label)
+        assert page.evaluate(SIDEBAR_BUTTON_JS, "Collapse sidebar")
+        page.wait_for_function(f"() => {SIDEBAR_RIGHT_JS} < 50")
+        checks.append(page.evaluate(TITLE_UNDER_HEADER_JS))
+        if label == "Tour":  # the walk left it on its last slide
+            _rerun(page, lambda: page.keyboard.press("ArrowLeft"))
+            checks.append(page.evaluate(TITLE_UNDER_HEADER_JS))
+        assert page.evaluate(SIDEBAR_BUTTON_JS, "Expand sidebar")
+        page.wait_for_function(f"() => {SIDEBAR_RIGHT_JS} > 200")
 
 
 def _first_screen(page, where: str, selector: str, wanted: int, boxes: list[dict]) -> None:  # noqa: ANN001
@@ -205,7 +251,13 @@ def _measure(page, where: str, rows: list[dict], sizes: dict[str, list[float]], 
     wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
     for chart in page.evaluate(MEASURE_JS):
         rows.append({"where": where, **chart})
-    for kind, values in page.evaluate(SIZES_JS).items():
+    measured = page.evaluate(SIZES_JS)
+    for pair in measured.pop("metric_pairs"):  # a key figure larger than its label, on every metric
+        if not pair["value_px"] > pair["label_px"]:
+            small.append(
+                f"{where}: metric {pair['label']!r} value {pair['value_px']} px ≤ its label's {pair['label_px']}"
+            )
+    for kind, values in measured.items():
         sizes.setdefault(kind, []).extend(values)
         least = PRESENTER_MIN_PX.get(kind)
         if values and least is not None and min(values) < least:
@@ -220,6 +272,50 @@ def _prefill_on_the_step_page(page) -> None:  # noqa: ANN001
 
 
 needs_recording = pytest.mark.skipif(RECORDING not in bundled(), reason=f"{RECORDING} is not bundled")
+FIRST_PROMPT = "Name three primary colours."
+LIVE_BOX = "Live: each token appears as its pass finishes"  # explorer.ui.runner.run_streaming's caption
+# The boxes of the landing page's own prompt and Run (`explorer.ui.page_start.run_here`), every scroller at the top.
+RUN_HERE_JS = """() => {
+  for (const el of [document.scrollingElement, ...document.querySelectorAll("[data-testid='stMain'], section")])
+    if (el) el.scrollTop = 0;
+  const box = el => { if (!el) return null; const r = el.getBoundingClientRect();
+    return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
+  return {prompt: box(document.querySelector(".st-key-run-here-page-prompt textarea")),
+          run: box(document.querySelector(".st-key-run-here-page-run button"))};
+}"""
+
+
+def _inside_the_viewport(box: dict | None) -> bool:
+    return (
+        box is not None
+        and box["top"] >= 0
+        and box["left"] >= 0
+        and box["bottom"] <= VIEWPORT["height"]
+        and (box["right"] <= VIEWPORT["width"])
+    )
+
+
+def test_the_landing_page_holds_the_prompt_and_run_in_its_first_screen(tab, hosted_app: HostedApp) -> None:  # noqa: ANN001
+    """Issue 31's first-time visitor at 1280 × 720: the prompt and Run lie in the first screen of the landing page,
+    with no scrolling; that Run runs the prompt typed there, its tokens streaming under the page's title."""
+    page = tab
+    _open_link(page, hosted_app.url)  # a new session: no run yet
+    boxes = page.evaluate(RUN_HERE_JS)
+    print(f"\n[first screen] landing page at 1280 × 720: {boxes}")
+    assert _inside_the_viewport(boxes["prompt"]) and _inside_the_viewport(boxes["run"]), boxes
+    main = page.locator("[data-testid='stMain']")
+    prompt = main.get_by_label("Prompt", exact=True)
+    prompt.fill(FIRST_PROMPT)
+    prompt.blur()  # commits a Streamlit text area
+    main.get_by_role("button", name="Run", exact=True).click()
+    # The run streams its tokens right there, under the page's title: wait for the first (TTFT), not the whole run,
+    # which a later page's new session stops (a closed session's run ends at its next draw).
+    live = main.get_by_text(LIVE_BOX).first
+    live.wait_for(timeout=PREFILL_TIMEOUT_S * 1000)
+    main.get_by_text("(TTFT)").first.wait_for(timeout=PREFILL_TIMEOUT_S * 1000)
+    title, streamed = main.locator("h1").first.bounding_box(), live.bounding_box()
+    assert title and streamed and streamed["y"] > title["y"] + title["height"], (title, streamed)
+    assert page.locator("[data-testid='stAlertContentError']").count() == 0
 
 
 @needs_recording
@@ -251,6 +347,8 @@ def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
                 assert title == TITLES[index], (index, title)
                 _measure(page, f"Tour slide {index + 1}", rows, sizes, small)
                 page.screenshot(path=str(shots / f"legible-tour-{index + 1}.png"))
+    covered: list[dict] = []
+    _titles_with_the_sidebar_collapsed(page, covered)
     smallest = {kind: min(values) for kind, values in sizes.items() if values}
     (shots / "legibility.json").write_text(
         json.dumps({"charts": rows, "smallest_px": smallest, "first_screen": boxes}, indent=1)
@@ -274,6 +372,8 @@ def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
     ), {kind: len(values) for kind, values in sizes.items()}
     outside = [f"{b['where']}: {b['box']}" for b in boxes if not (b["inside"] and b["sidebar_open"])]
     assert len(boxes) == len(ONE_REQUEST_PAGES) + 2 and not outside, outside or boxes
+    print(f"[legibility] titles with the sidebar collapsed: {covered}")
+    assert len(covered) == 3 and not any(c.get("covered") or c.get("missing") for c in covered), covered
 
 
 @needs_recording

@@ -46,7 +46,7 @@ def test_layers_frame(trace: Trace) -> None:
 def test_formula_text_and_frame(trace: Trace) -> None:
     n = trace.passes[-1].cache_len_after
     text = charts.formula_text(trace.model, n)
-    assert text.startswith("2 (K and V) × 2 layers × 2 KV heads × 16 head_dim × 4 B (float32) = 512 B per token")
+    assert text.startswith("2 (K and V) × 2 layers × 2 KV heads × 16 head dim × 4 B (float32) = 512 B per token")
     assert f"= {512 * n:,} B" in text
     frame = charts.formula_frame(trace.model, n)
     assert list(frame["value"]) == [2, 2, 2, 16, 4, 512, n, 512 * n]
@@ -96,3 +96,10 @@ def test_charts_build(trace: Trace) -> None:
     for chart in built:
         assert isinstance(chart, alt.TopLevelMixin)
         assert "$schema" in chart.to_dict()
+
+
+def test_the_layers_legend_names_only_the_kinds_of_layer_the_model_has(trace: Trace) -> None:
+    """Issue 31: the legend listed "sliding-window layers" for a model with none."""
+    assert not trace.model.sliding_layers
+    color = charts.layers_chart(charts.layers_frame(trace, 0)).to_dict()["layer"][0]["encoding"]["color"]
+    assert color["scale"]["domain"] == [charts.FULL_LAYERS]

@@ -166,7 +166,8 @@ def test_charts_serialise_with_the_slo_rules(trace: Trace) -> None:
         specs[name] = json.dumps(chart.to_dict())
     assert "ITL SLO 50 ms" in specs["itl"] and "ITL SLO 50 ms" in specs["runs_itl"]
     assert "TTFT SLO 1,000 ms" in specs["runs_ttft"]
-    assert '"slo_ms": 50.0' in specs["histogram"] and '"metric": "ITL p99"' in specs["histogram"]
+    assert '"line": "ITL SLO 50 ms"' in specs["histogram"] and '"metric": "ITL p99"' in specs["histogram"]
+    assert latency.HISTOGRAM_TITLE in specs["histogram"]
 
 
 def test_what_a_decode_gap_waits_on_is_computed_at_this_context_and_the_maximum() -> None:
@@ -188,3 +189,14 @@ def test_what_a_decode_gap_waits_on_is_computed_at_this_context_and_the_maximum(
     assert latency.decode_bytes_sentence(SimpleNamespace(model=model, device=device, decodes=[])).startswith(  # type: ignore[arg-type]
         "Modelled, a decode pass of this model at the model's maximum of 8,192 tokens would move 1.13 GB of KV"
     )
+
+
+def test_the_histogram_has_a_title_and_names_its_lines_in_a_legend_not_over_the_bars(trace: Trace) -> None:
+    """Issue 31: the histogram had no title and its p50/p90 labels sat on the bars and on the SLO line."""
+    pooled = latency.pooled_percentiles_frame(trace)
+    spec = latency.itl_histogram_chart(latency.itl_distribution_frame(trace), pooled, 0.05).to_dict()
+    assert spec["title"] == latency.HISTOGRAM_TITLE
+    assert not any(layer["mark"]["type"] == "text" for layer in spec["layer"])
+    stroke = spec["layer"][1]["encoding"]["stroke"]
+    assert stroke["legend"]["orient"] == "top" and stroke["scale"]["domain"][-1] == "ITL SLO 50 ms"
+    assert [name.split(" ")[1] for name in stroke["scale"]["domain"][:-1]] == ["p50", "p90", "p99"]

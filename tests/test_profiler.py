@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,8 @@ from explorer.core.profiler import (
 )
 from explorer.core.trace import DeviceProfile, Trace
 from tests.cli_support import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def greedy_trace(lm: LoadedModel, device: DeviceProfile, new_tokens: int) -> Trace:
@@ -269,3 +275,56 @@ def test_the_profile_command_refuses_an_unreachable_pass_before_loading(tmp_path
         "error: --pass 4 needs at least 5 new tokens (pass 0 is the prefill): raise --max-new-tokens or pick a "
         "lower pass."
     )
+
+
+# A profile started in another thread than the one that imported torch, as the Cost page's Profile runs in a
+# Streamlit script thread; `before` runs first in the main thread.
+PROFILE_IN_A_THREAD = """
+import threading
+import torch
+{before}
+from torch.profiler import ProfilerActivity, profile
+
+def profile_once():
+    with profile(activities=[ProfilerActivity.CPU]):
+        torch.ones(8) @ torch.ones(8)
+
+worker = threading.Thread(target=profile_once)
+worker.start()
+worker.join()
+print("profiled")
+"""
+KINETO_ERROR = "External init callback must run in same thread as registerClient"
+
+
+def _stderr_of(before: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE_IN_A_THREAD.format(before=before)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "EXPLORER_WARM": "0"},
+    )
+    assert done.returncode == 0 and "profiled" in done.stdout, done.stderr[-2000:]
+    return done.stderr
+
+
+def test_priming_the_profiler_where_torch_was_imported_keeps_a_profile_in_a_script_thread_free_of_kineto_errors() -> (
+    None
+):
+    """Issue 31's "ERROR: External init callback must run in same thread…" after Profile: Kineto sets up its client
+    only in the thread that loaded torch. Without the priming the error is printed (the cause, shown); primed in that
+    thread, as the server does at start, it is gone."""
+    assert KINETO_ERROR in _stderr_of("")
+    assert KINETO_ERROR not in _stderr_of("from explorer.core.profiler import prime_profiler\nprime_profiler()")
+
+
+def test_the_server_primes_the_profiler_where_it_imports_torch() -> None:
+    """app.py's server branch (the import `streamlit run` makes, in the thread that imports torch through
+    `explorer.ui`) calls `ui.prime_profiler()`; the script branch (every session's thread) does not."""
+    tree = ast.parse((ROOT / "app.py").read_text())
+    branch = next(node for node in tree.body if isinstance(node, ast.If))
+    assert isinstance(branch.test, ast.Compare) and isinstance(branch.test.ops[0], ast.NotEq)  # __name__ != "__main__"
+    called = {ast.unparse(node.func) for node in ast.walk(ast.Module(branch.body, [])) if isinstance(node, ast.Call)}
+    assert "ui.prime_profiler" in called

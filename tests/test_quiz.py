@@ -220,7 +220,7 @@ def test_page_without_a_run_grades_and_explains() -> None:
     assert q0.explanation in markdown and q1.explanation in markdown
     assert f"**1 of 2** answered right · {len(quiz.QUESTIONS) - 2} to go" in markdown
     assert not at.text  # no run, no evidence
-    at.button[0].click().run()
+    at.button(key="quiz-start-over").click().run()
     assert all(r.value is None for r in at.radio)
 
 

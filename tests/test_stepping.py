@@ -243,6 +243,19 @@ def test_autoplay_that_finishes_redraws_the_buttons(tiny_llama_dir: Path, tiny_l
     assert at.button(key="step-next").disabled and at.button(key="step-end").disabled  # drawn after it finished
 
 
+def test_autoplay_goes_off_when_the_request_ends(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+    """Autoplay switched on, then the request finished another way (Run to end): the switch is off, not left on and
+    greyed out."""
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi", max_new_tokens=4)
+    at.toggle(key="step-autoplay").set_value(True).run()  # one pass more, the request still under way
+    assert not at.session_state[stepper.STEPPED].done and at.toggle(key="step-autoplay").value
+    at.button(key="step-end").click().run()
+    assert at.session_state[stepper.STEPPED].done
+    at.run()  # the next script run, as any click makes
+    autoplay = at.toggle(key="step-autoplay")
+    assert autoplay.disabled and not autoplay.value, (autoplay.disabled, autoplay.value)
+
+
 # --- Prefill while it has to wait (issue 23): the waiting UI is drawn outside the form ------------------------------
 def press_prefill(at: AppTest, prompt: str) -> AppTest:
     at.text_input(key="step-prompt").input(prompt)

@@ -160,6 +160,45 @@ def test_batching_is_modelled_from_the_runs_own_figures(run: tuple[Trace, Attent
     assert frame["measured_ms"].iloc[0] == pytest.approx(charts.median_decode_s(trace) * 1e3)
 
 
+def test_the_batching_slide_draws_tokens_per_s_on_its_own_axis_not_as_labels_over_the_bars(
+    run: tuple[Trace, AttentionMaps],
+) -> None:
+    """Issue 31: slide 7's labels above each bar ran together ("51 tok/1/01 tok/s196 tok/s"): tokens/s is a line on
+    a right-hand axis of its own, the step times stay on the left."""
+    trace, _ = run
+    spec = charts.batch_chart(charts.batch_frame(trace), 400).to_dict()
+    assert spec["resolve"]["scale"]["y"] == "independent"
+    units = [spec["layer"][1], *spec["layer"][0]["layer"]]
+    marks = [u["mark"]["type"] if isinstance(u["mark"], dict) else u["mark"] for u in units]
+    assert "text" not in marks and "line" in marks
+    rate = units[marks.index("line")]["encoding"]["y"]
+    assert rate["field"] == "tokens_per_s" and rate["axis"]["orient"] == "right"
+
+
+def test_slide_3_labels_every_row_it_draws_and_keeps_its_end_of_prompt_away_from_the_legend(
+    run: tuple[Trace, AttentionMaps],
+) -> None:
+    trace, maps = run
+    slide = tour.slide(2, tour.Run(trace, maps, "", HEIGHT_PX, narrow=True))
+    assert slide.frame["step"].nunique() <= HEIGHT_PX // 50  # rows a slide's 18 px labels can each be read on
+    text = next(layer for layer in slide.chart.to_dict()["layer"] if layer["mark"]["type"] == "text")
+    assert text["mark"]["align"] == "right"  # the prompt ends near the right: the label reads leftwards
+
+
+def test_the_token_grid_draws_its_tokens_at_the_themes_text_size(run: tuple[Trace, AttentionMaps]) -> None:
+    """Issue 31: the token grid's text looked about 8 px. It sets no size of its own, so the theme's applies: 18 px
+    when presenting (measured in the browser walk), never under the theme's label size on a laptop either."""
+    from explorer.charts import theme
+
+    trace, maps = run
+    grid = tour.slide(0, tour.Run(trace, maps, "", HEIGHT_PX)).chart
+    for chosen in (theme.NORMAL, theme.PRESENTER):
+        spec = theme.apply(grid, chosen).to_dict()
+        text = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "text")
+        assert "fontSize" not in text["mark"]
+        assert spec["config"]["text"]["fontSize"] == chosen.mark_text_px >= chosen.label_px
+
+
 def test_slide_7_says_which_cache_it_models_and_where_a_read_once_cache_crosses(
     run: tuple[Trace, AttentionMaps],
 ) -> None:
@@ -207,7 +246,7 @@ def serving_runs(tiny: Trace) -> list[tuple[str, Trace, str]]:
 
 def test_a_chunk_and_decode_step_is_never_shorter_than_a_decode_step(run: tuple[Trace, AttentionMaps]) -> None:
     """Over a tiny model's run and every bundled recording: a step that carries a chunk does the decode's own work
-    too, and the stall the sentence names is the prefill's share of the gap, not the whole gap."""
+    too, and the sentence names the lanes' own measure, each lane's longest wait between tokens."""
     assert bundled(), "no bundled recordings to check"
     for name, trace, word in serving_runs(run[0]):
         slide = tour.slide(7, tour.Run(trace, None, "", HEIGHT_PX, measured=word))
@@ -220,8 +259,13 @@ def test_a_chunk_and_decode_step_is_never_shorter_than_a_decode_step(run: tuple[
         lanes = frame.drop_duplicates("lane").set_index("lane")
         assert lanes.loc["one piece", "added_ms"] == pytest.approx(prefill_ms), name
         assert lanes.loc["one piece", "longest_gap_ms"] == pytest.approx(prefill_ms + decode_s * 1e3), name
-        stall = short_time(prefill_ms / 1e3)
-        assert f"in one piece it holds a running request's next token back {stall};" in slide.sentences[1], name
+        # The sentence says what the lanes' labels say (one measure: the longest wait between tokens), never the
+        # prefill's share of it beside the whole gap.
+        longest = short_time(lanes.loc["one piece", "longest_gap_ms"] / 1e3)
+        assert f"longest wait between tokens: {longest} with the prefill in one piece" in slide.sentences[1], name
+        for lane, gap_ms in lanes["longest_gap_ms"].dropna().items():
+            assert f"{lane}: {short_time(gap_ms / 1e3)}" in set(frame["lane_label"]), name
+            assert short_time(gap_ms / 1e3) in slide.sentences[1], (name, lane)
 
 
 def test_the_median_decode_is_a_true_median(run: tuple[Trace, AttentionMaps]) -> None:

@@ -330,9 +330,11 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
     )
     prompt_end = pd.DataFrame({"key_start": [prompt_len], "label": ["end of prompt"]})
     rule = alt.Chart(prompt_end).mark_rule(color="#d95f02", strokeDash=[4, 3]).encode(x="key_start:Q")
+    # The label reads away from the legend on the right: to the left of the rule when the rule is on the right half.
+    on_right = not frame.empty and prompt_len > 0.5 * float(frame["key_stop"].max())
     text = (
         alt.Chart(prompt_end)
-        .mark_text(align="left", dx=4, dy=-6, color="#d95f02")
+        .mark_text(align="right" if on_right else "left", dx=-4 if on_right else 4, dy=-6, color="#d95f02")
         .encode(x="key_start:Q", y=alt.value(0), text="label:N")
     )
     return alt.layer(cells, rule, text).properties(
@@ -342,11 +344,16 @@ def decode_chart(frame: pd.DataFrame, prompt_len: int) -> alt.LayerChart:
 
 NO_MASK_IN_DECODE = (
     "**Why decode needs no mask.** In prefill all prompt tokens are in memory together, so a token's query could "
-    "meet *later* tokens' keys and the causal mask must remove them (the timed pass's fused kernel skips the tiles "
-    "above the diagonal; the eager replay that draws these maps computes every score and sets the future ones to 0 "
-    "before the softmax). In decode the new token's "
-    "query meets only the keys in the KV cache: every one of them is from the past (or the token itself). The future "
-    "has not been generated yet, so there is nothing to mask."
+    "meet *later* tokens' keys, and the causal mask must remove them. In decode the new token's query meets only the "
+    "keys in the KV cache: every one of them is from the past (or the token itself). The future has not been "
+    "generated yet, so there is nothing to mask."
+)
+# The same, precisely: for a details expander under the plain sentence above.
+MASK_PRECISELY = (
+    "How the mask is applied: the timed pass runs PyTorch's fused attention kernel, which applies the mask inside "
+    "the kernel and skips the blocks of scores that lie wholly above the diagonal. The maps drawn here come from a "
+    "separate, untimed replay with eager attention, which computes every score and sets the future ones to 0 before "
+    "the softmax."
 )
 
 

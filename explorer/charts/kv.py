@@ -84,6 +84,7 @@ def growth_check_text(frame: pd.DataFrame) -> str:
 
 FULL_LAYERS = "full-attention layers"
 SLIDING_LAYERS = "sliding-window layers"
+KIND_COLOURS = {FULL_LAYERS: SOURCE_RANGE[0], SLIDING_LAYERS: "#d95f02"}
 
 
 def layer_kind(model: ModelInfo, layer: int) -> str:
@@ -152,6 +153,8 @@ def kinds_chart(frame: pd.DataFrame) -> alt.Chart:
 def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """A bar per layer (measured; full and sliding layers in their own colours), a dash on each at the formula's
     bytes for that layer (modelled)."""
+    # The legend names only the kinds this model has: "sliding-window layers" for a model with none misleads.
+    kinds = [(kind, colour) for kind, colour in KIND_COLOURS.items() if kind in set(frame["kind"])]
     bars = (
         alt.Chart(frame)
         .mark_bar()
@@ -161,7 +164,7 @@ def layers_chart(frame: pd.DataFrame) -> alt.LayerChart:
             y=alt.Y("measured_kb:Q", title="K + V (kB)"),
             color=alt.Color(
                 "kind:N",
-                scale=alt.Scale(domain=[FULL_LAYERS, SLIDING_LAYERS], range=[SOURCE_RANGE[0], "#d95f02"]),
+                scale=alt.Scale(domain=[k for k, _ in kinds], range=[c for _, c in kinds]),
                 title=None,
                 legend=alt.Legend(orient="top"),
             ),
@@ -194,7 +197,7 @@ def formula_text(model: ModelInfo, cache_len: int) -> str:
             f"cached positions = {total:,} B ({human_bytes(total)}). {cache_holds_text(model).capitalize()}."
         )
     return (
-        f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
+        f"2 (K and V) × {model.layers} layers × {model.kv_heads} KV heads × {model.head_dim} head dim × "
         f"{model.bytes_per_element} B ({model.dtype}) = {model.kv_bytes_per_token:,} B per token; "
         f"× {cache_len:,} cached positions = {total:,} B ({human_bytes(total)})"
     )
@@ -211,7 +214,7 @@ def sliding_formula_text(model: ModelInfo, cache_len: int) -> str:
         parts.append(f"{count} sliding layers × min({cache_len:,}, {window} - 1) = {held:,} positions")
     total = kv_cache_bytes(model, cache_len)
     return (
-        f"per layer and position: 2 (K and V) × {model.kv_heads} KV heads × {model.head_dim} head_dim × "
+        f"per layer and position: 2 (K and V) × {model.kv_heads} KV heads × {model.head_dim} head dim × "
         f"{model.bytes_per_element} B ({model.dtype}) = {per_layer:,} B; held: " + " + ".join(parts) + f" → "
         f"{total:,} B ({human_bytes(total)}). Past the window a token adds {model.kv_bytes_per_token_full_layers:,} B "
         "(the full layers only)."
@@ -262,8 +265,8 @@ def formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
         product = "(key + value slot) × layers × bytes"
     else:
         gqa = f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"
-        rows = [("K and V", 2, "two tensors per layer"), layers, ("kv_heads", model.kv_heads, gqa)]
-        rows.append(("head_dim", model.head_dim, "values per head per position"))
+        rows = [("K and V", 2, "two tensors per layer"), layers, ("KV heads", model.kv_heads, gqa)]
+        rows.append(("head dim", model.head_dim, "values per head per position"))
         product = "the product of the five above"
     total = kv_cache_bytes(model, cache_len)
     return factors_frame(
@@ -282,8 +285,8 @@ def sliding_formula_frame(model: ModelInfo, cache_len: int) -> pd.DataFrame:
     total = kv_cache_bytes(model, cache_len)
     rows = [
         ("K and V", 2, "two tensors per layer"),
-        ("kv_heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
-        ("head_dim", model.head_dim, "values per head per position"),
+        ("KV heads", model.kv_heads, f"not the {model.heads} query heads: GQA" if model.is_gqa else "= query heads"),
+        ("head dim", model.head_dim, "values per head per position"),
         ("bytes per element", model.bytes_per_element, model.dtype),
         ("= bytes per layer and position", model.kv_bytes_per_token_per_layer, "the product of the four above"),
     ]

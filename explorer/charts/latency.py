@@ -220,9 +220,26 @@ def itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
     return (bars + rules).properties(height=280)
 
 
+HISTOGRAM_TITLE = "How often each inter-token latency occurs"
+PERCENTILE_SHADES = ["#aaaaaa", "#777777", "#333333"]  # p50, p90, p99: darker further into the tail
+PERCENTILE_DASHES = [[1, 0], [4, 2], [1, 2]]
+
+
+def histogram_lines_frame(percentiles: pd.DataFrame, itl_slo_s: float) -> pd.DataFrame:
+    """The rules over the histogram: each pooled percentile and the ITL SLO, named with its value for the legend."""
+    slo_ms = to_ms(itl_slo_s)
+    rows = [
+        {"line": f"{row.metric} {figure_ms(row.value_ms)} ms", "metric": row.metric, "value_ms": row.value_ms}
+        for row in percentiles.itertuples(index=False)
+    ]
+    rows.append({"line": slo_label("ITL", slo_ms), "metric": "ITL SLO", "value_ms": slo_ms})
+    return pd.DataFrame(rows, columns=["line", "metric", "value_ms"])
+
+
 def itl_histogram_chart(frame: pd.DataFrame, percentiles: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
-    """The ITL distribution, with its pooled p50/p90/p99 (`pooled_percentiles_frame`) as grey rules and the ITL SLO
-    as a red one."""
+    """The ITL distribution under its title, with its pooled p50/p90/p99 (`pooled_percentiles_frame`) as grey rules
+    and the ITL SLO as a red one, each named with its value in the legend above the plot: labels drawn inside it sat
+    on the bars, on the SLO line and on each other."""
     histogram = (
         alt.Chart(frame)
         .mark_bar(color=SLO_RANGE[0], opacity=0.8)
@@ -231,20 +248,25 @@ def itl_histogram_chart(frame: pd.DataFrame, percentiles: pd.DataFrame, itl_slo_
             y=alt.Y("count():Q", title="tokens", axis=alt.Axis(tickMinStep=1, format="d")),  # counts are whole
         )
     )
-    base = alt.Chart(percentiles)
-    rules = base.mark_rule(color=PERCENTILE_COLOR, strokeWidth=2).encode(
-        x="value_ms:Q", tooltip=["metric:N", alt.Tooltip("value_ms:Q", format=".2f")]
+    lines = histogram_lines_frame(percentiles, itl_slo_s)
+    names = lines["line"].tolist()
+    shades = PERCENTILE_SHADES[: len(names) - 1] + [SLO_RULE_COLOR]
+    dashes = PERCENTILE_DASHES[: len(names) - 1] + [[6, 3]]
+    rules = (
+        alt.Chart(lines)
+        .mark_rule(strokeWidth=2)
+        .encode(
+            x="value_ms:Q",
+            stroke=alt.Stroke(
+                "line:N",
+                scale=alt.Scale(domain=names, range=shades),
+                legend=alt.Legend(title=None, orient="top", labelLimit=0, symbolType="stroke"),
+            ),
+            strokeDash=alt.StrokeDash("line:N", scale=alt.Scale(domain=names, range=dashes), legend=None),
+            tooltip=[alt.Tooltip("line:N", title="line")],
+        )
     )
-    # Rotated to read along their rule, inside the plot: p50 and p90 are often too close for level labels.
-    labels = base.mark_text(align="right", angle=270, dx=-4, dy=-3, baseline="bottom", color=PERCENTILE_COLOR).encode(
-        x="value_ms:Q", y=alt.value(0), text="metric:N"
-    )
-    slo_rule = (
-        alt.Chart(pd.DataFrame({"slo_ms": [to_ms(itl_slo_s)]}))
-        .mark_rule(color=SLO_RULE_COLOR, strokeDash=[6, 3], strokeWidth=2)
-        .encode(x="slo_ms:Q", tooltip=[alt.Tooltip("slo_ms:Q", title="ITL SLO (ms)", format=".2f")])
-    )
-    return (histogram + rules + labels + slo_rule).properties(height=240)
+    return (histogram + rules).properties(height=240, title=HISTOGRAM_TITLE)
 
 
 # --- runs compared ---------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ measured time for the same pass, group by group. Pure: operator costs (and a pro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,14 @@ WEIGHT_MS = "weight read ms"
 KV_MS = "KV ms"
 FLOOR_MS = "floor ms (max of compute, memory)"
 NUMBERS = [FLOPS, READ, WRITTEN, INTENSITY, BOUND, COMPUTE_MS, WEIGHT_MS, KV_MS, FLOOR_MS]
+# The model's own module names, as a table a person reads shows them; the CSV keeps the names the model code uses.
+SHOWN_NAMES = {
+    "q_proj": "Q projection",
+    "k_proj": "K projection",
+    "v_proj": "V projection",
+    "o_proj": "output projection",
+    "kv_b_proj": "latent expansion",
+}
 
 
 def _figures(cost: Cost) -> dict[str, object]:
@@ -67,9 +76,17 @@ def kinds_frame(ops: Sequence[Operator]) -> pd.DataFrame:
     return frame.astype({"layers": "Int64"})  # empty for what runs outside the layers
 
 
+def shown_name(name: str) -> str:
+    """An operator's name as a table shows it: 'Q projection' for the model's `q_proj`."""
+    for module, shown in SHOWN_NAMES.items():
+        name = re.sub(rf"\b{module}\b", shown, name)
+    return name
+
+
 def layer_frame(ops: Sequence[Operator], layer: int) -> pd.DataFrame:
-    """One decoder layer's operators."""
+    """One decoder layer's operators, under the names a person reads."""
     frame = operators_frame([op for op in ops if op.layer == layer])
+    frame["operator"] = frame["operator"].map(shown_name)
     return frame.drop(columns=["layer"])
 
 

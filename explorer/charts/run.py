@@ -125,7 +125,7 @@ def shapes_frame(trace: Trace, pass_index: int) -> pd.DataFrame:
         else ("none needed: the cache holds only the past")
     )
     rows = [
-        ("input_ids", [1, T], "all prompt tokens at once" if p.is_prefill else "only the token sampled last"),
+        ("input tokens", [1, T], "all prompt tokens at once" if p.is_prefill else "only the token sampled last"),
         ("Q", [1, H, T, d], "queries for the tokens computed now"),
         *kv_shape_rows(m, T, C, p.cache_len_before, gqa),
         ("scores = Q·Kᵀ", [1, H, T, C], "one row per query, one column per cached key"),

@@ -246,5 +246,5 @@ def memory_chart(frame: pd.DataFrame, result: WhatIf) -> alt.LayerChart:
     )
     layers = [areas, wall, text]
     if result.max_batch >= 1:
-        layers.append(_rule("batch", result.max_batch, f"max_batch = {result.max_batch:,}", "#e41a1c"))
+        layers.append(_rule("batch", result.max_batch, f"max batch {result.max_batch:,}", "#e41a1c"))
     return alt.layer(*layers).properties(height=260)

@@ -117,6 +117,31 @@ def projection_caption(result: NoCacheResult) -> str:
     return f"{method[0].upper()}{method[1:]}. The naive loop's projected total over the cached one's: {leads}."
 
 
+def projection_plain(result: NoCacheResult) -> str:
+    """The projections in one plain line: how many times as long the naive loop would take at each length, and
+    whether that factor grows with the length (computed, not assumed)."""
+    ratios = [(p.new_tokens, p.uncached_s / p.cached_s) for p in map(result.project, PROJECTED_TOKENS)]
+    leads = " and ".join(f"{ratio:,.0f}x as long at {n:,} new tokens" for n, ratio in ratios)
+    trend = "widens" if ratios[-1][1] > ratios[0][1] else "does not widen"
+    return f"For longer answers the gap {trend}: without a cache the whole request would take {leads}."
+
+
+def growth_plain(result: NoCacheResult) -> str:
+    """What the step times show, in plain words; `growth_sentence` says it with every number and the margin."""
+    if not result.compares_edges:
+        return f"Measured: this run is too short to compare its first steps with its last ({growth_verdict(result)})."
+    cached_ms, naive_ms = (to_ms(result.growth_s(steps)) for steps in (result.cached, result.uncached))
+    if result.grows_clearly_more:
+        return (
+            f"Measured: without the cache each step took longer as the text grew ({naive_ms:+,.1f} ms from the first "
+            f"steps to the last); with it, steps stayed about the same ({cached_ms:+,.1f} ms)."
+        )
+    return (
+        f"Measured: on this run the steps without a cache did not clearly outgrow those with it ({naive_ms:+,.1f} ms "
+        f"against {cached_ms:+,.1f} ms): a short answer or a busy machine hides the difference."
+    )
+
+
 def estimate_sentence(result: NoCacheResult) -> str:
     """The naive loop against the estimate it was admitted on."""
     note = result.estimate_note

@@ -1,10 +1,13 @@
 """Tables as a person reads them: a frame's snake_case columns get human labels with their units (`ttft_s` becomes
-"TTFT (ms)" in milliseconds), and floats are rounded to four significant digits. The frames themselves (and their
-CSV downloads) keep the raw names and full values; only what a page shows is relabelled."""
+"TTFT (ms)" in milliseconds, or stays in seconds where its values run past 10 s), floats are rounded to four
+significant digits, yes/no stand for booleans and a dash for an empty cell. The frames themselves (and their CSV
+downloads) keep the raw names and full values; only what a page shows is relabelled. A chart's tooltip names its raw
+fields the same way (`human_name`)."""
 
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 import pandas as pd
@@ -25,10 +28,14 @@ WORDS = {  # abbreviations a reader knows in capitals, and the words a name spel
     "p99": "p99",
 }
 SNAKE = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)+$")
+SECONDS_SHOWN_AS_MS_BELOW_S = 10.0  # a column of seconds reads in ms up to this; past it, 6696000 ms says nothing
+EMPTY = "—"  # an empty cell, as a person writes it (a grid would print "None")
+YES_NO = {True: "yes", False: "no"}
 
 
-def human_label(name: str) -> tuple[str, float]:
-    """('ITL p50 (ms)', 1000.0) for 'itl_p50_s': the label and the factor its values are multiplied by."""
+def human_label(name: str, seconds_as_ms: bool = True) -> tuple[str, float]:
+    """('ITL p50 (ms)', 1000.0) for 'itl_p50_s': the label and the factor its values are multiplied by; with
+    `seconds_as_ms` False a column of seconds keeps them: ('ITL p50 (s)', 1.0)."""
     if not SNAKE.match(name):
         return name, 1.0
     words = name.split("_")
@@ -36,7 +43,7 @@ def human_label(name: str) -> tuple[str, float]:
     if words[-2:] == ["per", "s"]:
         words, unit = words[:-2], "/s"
     elif words[-1] == "s":
-        words, unit, factor = words[:-1], "ms", 1e3
+        words, unit, factor = words[:-1], *(("ms", 1e3) if seconds_as_ms else ("s", 1.0))
     elif words[-1] in ("ms", "bytes", "mb", "gb", "tokens"):
         words, unit = words[:-1], {"mb": "MB", "gb": "GB"}.get(words[-1], words[-1])
     text = " ".join(WORDS.get(w, w) for w in words)
@@ -52,15 +59,51 @@ def rounded(value: object) -> object:
     return float(f"{value:.{SIGNIFICANT}g}")
 
 
+def human_name(name: str) -> str:
+    """A raw field's name as a person reads it, its values unchanged: 'cache_len' → 'cache len', 'wall_ms' → 'wall
+    (ms)', 'cumulative_s' → 'cumulative (s)' (a chart's tooltip, whose values stay as they are)."""
+    return human_label(name, seconds_as_ms=False)[0]
+
+
+def _large_seconds(values: pd.Series) -> bool:
+    numbers = pd.to_numeric(values, errors="coerce").abs()
+    return bool(numbers.max() >= SECONDS_SHOWN_AS_MS_BELOW_S) if numbers.notna().any() else False
+
+
+def grouped(value: object) -> object:
+    """A number as text grouped in thousands (6,696,000 and 1,234.5, not 6696000.0); anything else as it is."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return value
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
+
+
+def _empty(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def human_column(name: str, values: pd.Series) -> tuple[str, pd.Series]:
+    """One column as shown: its label with its unit, its values scaled, rounded, yes/no or a dash where empty (a
+    number column with an empty cell becomes text, its numbers grouped: a grid prints an empty number as "None")."""
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    label, factor = human_label(name, seconds_as_ms=not (numeric and _large_seconds(values)))
+    if pd.api.types.is_bool_dtype(values) or (values.map(type).isin([bool]).all() and len(values)):
+        return label, values.map(YES_NO)
+    if pd.api.types.is_float_dtype(values) or (factor != 1.0 and numeric):
+        values = (values.astype(float) * factor).map(rounded)
+    if numeric and values.isna().any():
+        return label, values.astype(object).map(lambda v: EMPTY if _empty(v) else grouped(v))
+    if not numeric:
+        values = values.map(lambda v: EMPTY if _empty(v) else YES_NO[v] if isinstance(v, bool) else v)
+    return label, values
+
+
 def human_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame as shown: human column labels with units, seconds as milliseconds, floats rounded."""
+    """The frame as shown: human column labels with units, seconds as milliseconds (or seconds past 10 s), floats
+    rounded, booleans as yes/no, empty text cells as a dash."""
     shown = pd.DataFrame(index=frame.index)
     for column in frame.columns:
-        label, factor = human_label(str(column))
+        label, values = human_column(str(column), frame[column])
         if label in shown.columns:  # two raw names for one label: keep this one's own name
-            label, factor = str(column), 1.0
-        values = frame[column]
-        if pd.api.types.is_float_dtype(values) or (factor != 1.0 and pd.api.types.is_numeric_dtype(values)):
-            values = (values.astype(float) * factor).map(rounded)
+            label, values = str(column), frame[column]
         shown[label] = values
     return shown

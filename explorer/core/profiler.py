@@ -10,6 +10,7 @@ framework dispatch and Python on a CPU, the GPU idling between kernels on CUDA.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 from collections import defaultdict
@@ -236,6 +237,18 @@ def group_events(events: list[FunctionEvent], on_gpu: bool) -> tuple[ProfileGrou
         )
         groups.append(ProfileGroup(name, sum(o.self_s for o in ops), tuple(ops)))
     return tuple(groups)
+
+
+# --- once per process -----------------------------------------------------------------------------------------------
+@functools.cache
+def prime_profiler() -> None:
+    """Start and stop torch's profiler once, in the calling thread. Kineto, its engine, sets up its client only in the
+    thread that loaded torch, and prints "ERROR: External init callback must run in same thread as registerClient"
+    when the first profile of a process starts in any other thread, as every Streamlit script thread is (the Cost
+    page's Profile). The app's server calls this where it imported torch, at start: later profiles, in any thread,
+    find Kineto set up."""
+    with profile(activities=[ProfilerActivity.CPU]):
+        pass
 
 
 # --- the replay ------------------------------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ PERCENTILES = (50, 90, 99)  # the fields of LevelSummary below, in this order
 
 ITL_RULE = (
     "ITL is per token: a chunk bringing n tokens g ms after the previous token-bearing chunk counts as n gaps of "
-    "g/n ms (SGLang bench_serving's rule; vLLM bench serve's one gap per chunk when n = 1). TTFT runs from opening "
+    "g/n ms (the rule of SGLang's `bench_serving`; vLLM's `bench serve` counts one gap per chunk, the same when "
+    "n = 1). TTFT runs from opening "
     "the connection to the first chunk with text, so it holds connecting, queueing, prefill and the network."
 )
 

@@ -188,12 +188,14 @@ def prefill_slide(run: Run) -> Slide:
 # --- 3: decode, one row per pass -------------------------------------------------------------------------------------
 def decode_slide(run: Run) -> Slide:
     trace = run.trace
-    steps = max(4, run.height_px // 40)
+    # Rows a slide can label: on a projector's 18 px labels, 10 rows in 400 px ran together and one was dropped.
+    steps = max(4, run.height_px // (50 if run.narrow else 40))
     if not trace.decodes:
         frame = charts.decode_rows_frame(trace, steps)
         sentences = ["This run made a single token, so there is no decode pass: raise Max new tokens and run again."]
         chart = charts.decode_rows_chart(frame, trace.prompt_len, run.height_px)
-        return _slide(2, sentences, chart, frame, "No decode pass.", run.measured, attention_charts.NO_MASK_IN_DECODE)
+        more = f"{attention_charts.NO_MASK_IN_DECODE}\n\n{attention_charts.MASK_PRECISELY}"
+        return _slide(2, sentences, chart, frame, "No decode pass.", run.measured, more)
     first, last = trace.decodes[0].cache_len_after, trace.decodes[-1].cache_len_after
     median_s = charts.median_decode_s(trace)
     sentences = [
@@ -218,7 +220,8 @@ def decode_slide(run: Run) -> Slide:
         chart = charts.decode_rows_chart(frame, trace.prompt_len, run.height_px)
         caption = f"The first {len(frame)} decode passes: the keys each one query row reads (dashed: end of prompt)."
         source = f"{run.measured}: the run's cache lengths (attention maps were not captured)"
-    return _slide(2, sentences, chart, frame, caption, source, attention_charts.NO_MASK_IN_DECODE)
+    more = f"{attention_charts.NO_MASK_IN_DECODE}\n\n{attention_charts.MASK_PRECISELY}"
+    return _slide(2, sentences, chart, frame, caption, source, more)
 
 
 # --- 4: the cache grows ----------------------------------------------------------------------------------------------
@@ -351,7 +354,8 @@ def batching_slide(run: Run) -> Slide:
         charts.batch_chart(frame, run.height_px),
         frame,
         f"Modelled decode steps at this run's context ({context} cached positions per sequence), for "
-        f"{LAYOUT_NAMES[trace.cache_layout]}; tokens/s above each bar.",
+        f"{LAYOUT_NAMES[trace.cache_layout]}: their time in the bars (left axis), the tokens/s they give as the line "
+        "(right axis).",
         f"modelled (roofline: the run's model shapes and device figures) · black tick {run.measured}",
         "Each sequence brings its own KV cache, read every step, so the KV part grows with B while the weight read "
         f"does not. The bars model {LAYOUT_WORDS[trace.cache_layout]}; a serving engine's paged cache reads each "
@@ -377,9 +381,11 @@ def serving_slide(run: Run) -> Slide:
     sentences = [
         f"This {trace.prompt_len}-token prefill took {ms(prefill_s)} ({run.measured}): {prefill_s / decode_s:,.1f} "
         f"decode steps' time ({decode_word}).",
-        f"Modelled: in one piece it holds a running request's next token back {short_time(added.iloc[0] / 1e3)}; "
-        f"chunked (Sarathi, vLLM) at most {short_time(added.iloc[1] / 1e3)} a step; on its own {machine} (DistServe) "
-        f"not at all, shipping {human_bytes(trace.prefill.kv_cache_bytes)} of KV.",
+        # One measure, the lanes' own: the running request's longest wait between two of its tokens.
+        f"Modelled, a running request's longest wait between tokens: {short_time(gaps.iloc[0] / 1e3)} with the "
+        f"prefill in one piece, {short_time(gaps.iloc[1] / 1e3)} chunked (Sarathi, vLLM), "
+        f"{short_time(gaps.iloc[2] / 1e3)} (one decode step) with it on its own {machine} (DistServe), which ships "
+        f"{human_bytes(trace.prefill.kv_cache_bytes)} of KV.",
     ]
     return _slide(
         7,

@@ -1,26 +1,33 @@
 """The one bridge to Streamlit, split by idea: what a session keeps (`state`), what every session shares (`shared`:
 the one `DeviceSession`), the one way onto the device (`admission`), a turn on it (`queue`), runs, labs and
 re-measuring (`runner`), recordings opened instead of a run (`recordings`), step mode (`stepper`), the shared sidebar
-(`sidebar`), page building blocks (`widgets`) and one `*_view` module per page that needs more than a few lines.
+(`sidebar`), how a page starts (`page_start`: its title, the run and Run where the visitor looks), page building
+blocks (`widgets`) and one `*_view` module per page that needs more than a few lines.
 Pages call these and the pure builders in `explorer.charts`; nothing outside this package in `explorer` imports
 streamlit."""
 
+from explorer.core.profiler import prime_profiler
 from explorer.ui.guard import one_line_errors
+from explorer.ui.page_start import (
+    ask_for_run,
+    chart_first_page,
+    lab_page,
+    page_title,
+    page_with_run,
+    require_run,
+    run_here,
+    run_left_over,
+)
 from explorer.ui.recordings import open_from_link, recordings_sidebar
 from explorer.ui.routing import route_every_link_through_the_app
-from explorer.ui.runner import execute_run
-from explorer.ui.sidebar import remeasure_button, sidebar, sidebar_downloads
+from explorer.ui.sidebar import remeasure_button, sidebar
 from explorer.ui.state import current_run, history
 from explorer.ui.widgets import (
     chart,
-    chart_first_page,
     current_slos_s,
     escape_markdown,
-    lab_page,
     metrics,
-    page_with_run,
     presenter_toggle,
-    require_run,
     run_metrics,
     secondary,
     table,
@@ -29,26 +36,29 @@ from explorer.ui.widgets import (
 # What pages and app.py use, and nothing else: tests and the other modules of this package import from the module
 # that owns a name (`explorer.ui.state`, `explorer.ui.queue`, ...).
 __all__ = [
+    "ask_for_run",
     "chart",
     "chart_first_page",
     "current_run",
     "current_slos_s",
     "escape_markdown",
-    "execute_run",
     "history",
     "lab_page",
     "metrics",
     "one_line_errors",
     "open_from_link",
+    "page_title",
     "page_with_run",
     "presenter_toggle",
+    "prime_profiler",
     "recordings_sidebar",
     "remeasure_button",
     "require_run",
     "route_every_link_through_the_app",
+    "run_here",
+    "run_left_over",
     "run_metrics",
     "secondary",
     "sidebar",
-    "sidebar_downloads",
     "table",
 ]

@@ -30,6 +30,8 @@ def why_no_mask(maps: AttentionMaps, trace: Trace, layout: ChartFirst) -> None:
     when presenting."""
     with layout.explanation("Why decode needs no mask", heading=False):
         st.markdown(charts.NO_MASK_IN_DECODE)
+        with st.expander("How the mask is applied, precisely"):
+            st.markdown(charts.MASK_PRECISELY)
         same = maps.same_tokens_as(trace)
         if same is not None:
             st.caption(

@@ -7,6 +7,7 @@ import streamlit as st
 
 from explorer.charts import by_hand as charts
 from explorer.teach import by_hand
+from explorer.ui.page_start import run_here
 from explorer.ui.state import EDITOR_VERSION, RunResult
 from explorer.ui.widgets import chart, escape_markdown, table
 
@@ -97,7 +98,7 @@ def toy_rows(prefill: by_hand.WorkedRow, decode: by_hand.WorkedRow) -> None:
 def run_section(result: RunResult | None) -> None:
     """The toy's quantities beside the model's, and a real prefill row and decode row of the run."""
     if result is None:
-        st.info("No run yet: press **Run** in the sidebar to see these shapes with the model's real numbers.")
+        run_here("by-hand", "No run yet: run a prompt to see these shapes with the model's real numbers.")
         return
     trace = result.trace
     decodes = [p.index for p in trace.decodes]

@@ -11,7 +11,6 @@ import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from explorer.charts import remote as charts
-from explorer.core import slo
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting import settings
 from explorer.labs import bundled
@@ -42,6 +41,11 @@ TRADEOFF_CAPTION = (
     "The throughput-latency trade-off: each point a concurrency level, labelled with its goodput. In general more "
     "requests in flight raise total tokens/s until the server saturates, each request waiting longer; an SLO does not "
     "cap that throughput, it caps goodput, the requests that meet it, which the labels count."
+)
+# The ITL rule in plain words first; its precise statement (`ITL_RULE`, also the CLI's and the JSON's) folds away.
+ITL_PLAIN = (
+    "A server often streams several tokens in one chunk: their wait is shared out evenly, so every token gets its "
+    "own inter-token latency. TTFT counts from opening the connection, so it holds the network and the queue too."
 )
 
 
@@ -251,35 +255,23 @@ def sweep_header(result: SweepResult) -> None:
         f"{endpoint.base_url} · model {endpoint.model} · {endpoint.api} API · {result.requests_per_level} requests "
         f"per level, up to {result.max_tokens} tokens each · measured {result.created_at}"
     )
-    st.info(ITL_RULE, icon=":material/straighten:")  # our rule, never the file's own copy of it
+    st.info(ITL_PLAIN, icon=":material/straighten:")
+    with st.expander("How ITL and TTFT are counted, precisely"):
+        st.markdown(ITL_RULE)  # our rule, never the file's own copy of it
     if result.stopped:  # a sweep keeps the levels that finished; this says why there are no more
         st.warning(f"The sweep stopped early: {escape_markdown(result.stopped)}")  # it may quote a server
     if result.tokens_note:
         st.warning(escape_markdown(result.tokens_note))  # it names the file's token sources: text, never markdown
 
 
-def sweep_slo_defaults(result: SweepResult) -> slo.SloDefaults:
-    """1.2 × the p99 TTFT and ITL at the sweep's lightest load, rounded: that level meets them and heavier ones can
-    miss them (a fixed 50 ms is missed at every level by a server on a small CPU)."""
-    if not result.levels:
-        return slo.REFERENCE
-    lightest = min(result.levels, key=lambda level: level.concurrency)
-    return slo.chosen_from(
-        lightest.ttft_percentile_s(99),
-        lightest.itl_percentile_s(99),
-        f"the p99s at this sweep's lightest load (concurrency {lightest.concurrency}):",
-    )
-
-
 def against_slos(result: SweepResult) -> tuple[float, float]:
     """The levels table and the two charts against the session's SLOs; returns the SLOs (seconds)."""
     st.subheader("Against your SLOs")
     st.caption(
-        "The same SLOs as the Latency page once you set one; until then defaults chosen from this sweep. A request is "
-        "good when its TTFT and the p99 of its ITLs are both strictly under them; changing an SLO re-reads the stored "
-        "requests: nothing is sent again."
+        "The session's one pair of SLOs, the same as on every other page. A request is good when its TTFT and the p99 "
+        "of its ITLs are both strictly under them; changing an SLO re-reads the stored requests: nothing is sent again."
     )
-    ttft_slo_s, itl_slo_s = slo_inputs(sweep_slo_defaults(result))
+    ttft_slo_s, itl_slo_s = slo_inputs()
     tables = sweep_tables(result, ttft_slo_s, itl_slo_s)
     table(
         tables.levels,
@@ -301,9 +293,9 @@ def every_request(result: SweepResult, ttft_slo_s: float, itl_slo_s: float) -> N
     with secondary("Every request"):  # collapsed in presenter mode: the levels above carry the idea
         table(
             sweep_tables(result, ttft_slo_s, itl_slo_s).requests,
-            "tpot_ms is (E2E − TTFT) / (tokens − 1), AIPerf's per-request ITL and vLLM's TPOT; tokens_from says what "
-            "counted the total / the tokens in each chunk (usage: the server's own count); tokens_disagree marks a "
-            "request whose chunk counts do not sum to the server's total.",
+            "TPOT is (E2E − TTFT) / (tokens − 1), AIPerf's per-request ITL and vLLM's TPOT; “tokens from” says what "
+            "counted the total / the tokens in each chunk (usage: the server's own count); “tokens disagree” marks "
+            "a request whose chunk counts do not sum to the server's total.",
             "measured",
         )
 

@@ -8,12 +8,10 @@ import math
 import streamlit as st
 
 from explorer.charts.device import figures_used_sentence
-from explorer.core import slo
 from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, Request
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel
-from explorer.core.stats import percentile
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize
@@ -24,7 +22,7 @@ from explorer.labs.nocache_result import NoCacheResult
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
 from explorer.ui.state import BATCH_RESULT, NOCACHE_RESULT, Slot, current_run
-from explorer.ui.widgets import ITL_SLO_MS, current_slos_s, escape_markdown, show_error
+from explorer.ui.widgets import current_slos_s, escape_markdown, show_error, slo_source
 
 CHARS_PER_TOKEN = 4  # English runs ~4 characters a token: enough for an estimate before anything is tokenized
 NOCACHE_MOST_S = 1800.0  # the largest time budget the page offers (a hosted server's cap, if lower)
@@ -182,16 +180,10 @@ def batch_mismatches(result: BatchResult) -> None:
         st.text(note)  # token texts come from the model: never markdown
 
 
-def batch_itl_slo_s(result: BatchResult) -> tuple[float, str]:
-    """The ITL SLO the Batching page checks each batch size against: the user's from the Latency page where set, else
-    1.2 × the smallest batch's p99 ITL, rounded (so the lightest load meets it and heavier ones can miss it); with the
-    line that says which."""
-    lightest = min(result.runs, key=lambda run: run.batch_size)
-    p99_s = percentile(lightest.itl_s, 99) if lightest.itl_s else None
-    defaults = slo.chosen_from(None, p99_s, f"batch size {lightest.batch_size}'s p99")
-    itl_slo_s = current_slos_s(defaults)[1]
-    said = "yours, from the Latency page" if ITL_SLO_MS in st.session_state else f"default, {defaults.source}"
-    return itl_slo_s, said
+def batch_itl_slo_s() -> tuple[float, str]:
+    """The ITL SLO the Batching page checks each batch size against: the session's one SLO (the user's where set, else
+    the same default every page uses), with the line that says which."""
+    return current_slos_s()[1], slo_source()
 
 
 def figures_used(result_device: DeviceProfile, key: Slot[object], result: object) -> None:

@@ -16,12 +16,17 @@ ON_VALUES = {"1", "true", "on", "yes"}
 # script); charts take their sizes from the presenter chart theme instead. A data grid (st.dataframe) draws on a
 # canvas that no stylesheet reaches: pages show tables through `table`, a static table when presenting. The header
 # (less space above and under the title) and notes (a recording's banner) are compact, so that a "One request" page's
-# main chart fits the first 1280 × 720 screen (`ChartFirst`).
+# main chart fits the first 1280 × 720 screen (`ChartFirst`). A metric's value and label are each a markdown paragraph:
+# the paragraph rule would make both 1.4rem, so each is named (the value larger than its label). The compact header
+# leaves the title under Streamlit's own header bar, which turns opaque white once the sidebar is collapsed, as a
+# speaker has it: the bar stays transparent (its buttons sit at the screen's edges, clear of the title).
 PRESENTER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p, [data-testid="stMain"] li { font-size: 1.4rem; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.15rem; }
-[data-testid="stMetricValue"] { font-size: 2.8rem; }
-[data-testid="stMetricLabel"] p { font-size: 1.3rem; }
+[data-testid="stMain"] [data-testid="stMetricValue"],
+[data-testid="stMain"] [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p { font-size: 2.8rem; }
+[data-testid="stMain"] [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p { font-size: 1.3rem; }
+[data-testid="stHeader"] { background: transparent; }
 [data-testid="stMain"] h1 { font-size: 2.6rem; padding: 0 0 0.25rem 0; }
 [data-testid="stMainBlockContainer"] { padding-top: 2.5rem; }
 [data-testid="stMain"] [data-testid="stAlert"] p { font-size: 1.15rem; }

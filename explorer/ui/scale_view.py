@@ -24,6 +24,7 @@ from explorer.scale.measured_here import HERE_NEW_TOKENS, HERE_PROMPT, compare_h
 from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
 from explorer.scale.whatif import Scenario, WhatIf, find_gpu, what_if
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
+from explorer.ui.page_start import run_here
 from explorer.ui.state import SCALE_HERE, RunResult, last_inputs
 from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import chart, escape_markdown, metrics, secondary, show_error, table
@@ -212,9 +213,10 @@ def this_machine(run: RunResult | None) -> LocalGap | None:
     """This machine's last run as a measured factor over its own memory floor, or why there is none."""
     st.subheader("Beside it: this machine's last run")
     if run is None:
-        st.info(
-            "No run on this machine yet: press **Run** in the sidebar to measure how far its decode passes land from "
-            "their own floor. Until then the charts show the model's floors only."
+        run_here(
+            "at-scale",
+            "No run on this machine yet: run a prompt to measure how far its decode passes land from their own floor. "
+            "Until then the charts show the model's floors only.",
         )
         return None
     gap = local_gap(run.trace)

@@ -19,13 +19,22 @@ from explorer.ui.state import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
     LEFT_QUEUE,
+    PROMPT_TYPED,
     RunInputs,
     current_run,
 )
 from explorer.ui.warm import warming_line
 
 SERVER_DEFAULTS = RunInputs()
-DEVICE_KEY = "sidebar-device"  # the widgets' own keys: read, never written
+# The form's own keys: read (a form's widgets hold what was last submitted, their defaults before), never written
+# once drawn; the prompt is written only before its box is drawn, to what a page's own Run ran (`page_start.run_here`).
+PROMPT_KEY = "sidebar-prompt"
+NEW_TOKENS_KEY = "sidebar-max-new-tokens"
+TEMPLATE_KEY = "sidebar-chat-template"
+ATTENTION_KEY = "sidebar-attention"
+REPEATS_KEY = "sidebar-repeats"
+MODEL_KEY = "sidebar-model"
+DEVICE_KEY = "sidebar-device"
 DTYPE_KEY = "sidebar-dtype"
 DECODE_PATH_KEY = "sidebar-decode-path"
 DECODE_PATH_CHOICES = ("auto", "eager", "static", "graph")
@@ -35,6 +44,10 @@ ANY_MODEL = (
     "'embedded' (SmolLM2-135M), a hub id, a folder, or shape:NAME: a shipped At-scale config (e.g. shape:llama-3.1-8b) "
     "built with random weights, its timings real and its tokens not meaningful"
 )
+TEMPERATURE_KEY = "sidebar-temperature"
+TOP_K_KEY = "sidebar-top-k"
+SEED_KEY = "sidebar-sampling-seed"  # a sampling seed: the random one that makes a run replayable
+RUN_KEY = "sidebar-run"
 
 
 def sidebar_policy() -> HostedPolicy:
@@ -66,74 +79,106 @@ def sidebar() -> RunInputs | None:
     policy = sidebar_policy()
     tokens_cap = min(APP_MAX_NEW_TOKENS, MAX_NEW_TOKENS_LIMIT, policy.max_new_tokens or MAX_NEW_TOKENS_LIMIT)
     repeats_cap = min(MAX_REPEATS, policy.max_repeats or MAX_REPEATS)
+    typed = PROMPT_TYPED.pop()
+    # The box's value lives in the state (no `value=`): a page's own Run writes the prompt it ran there, before the
+    # box is drawn in this run, so the sidebar always shows the prompt of the last run.
+    if typed is not None or PROMPT_KEY not in st.session_state:
+        st.session_state[PROMPT_KEY] = DEFAULT_PROMPT if typed is None else typed
     with st.sidebar.form("run-form"):
         st.markdown("**Run a prompt**")
         # No max_chars: a browser drops a paste over it without a word, and Run would run the previous prompt. The
         # length is checked on the server instead, with a message.
-        prompt = st.text_area(
-            "Prompt", value=DEFAULT_PROMPT, height=110, help=f"At most {policy.max_prompt_chars:,} characters."
+        st.text_area(
+            "Prompt",
+            height=110,
+            help=f"At most {policy.max_prompt_chars:,} characters.",
+            key=PROMPT_KEY,
         )
-        max_new_tokens = st.number_input(
+        st.number_input(
             "Max new tokens",
             min_value=1,
             max_value=tokens_cap,
             value=min(DEFAULT_MAX_NEW_TOKENS, tokens_cap),
             step=1,
+            key=NEW_TOKENS_KEY,
         )
-        use_chat_template = st.toggle("Use the chat template", value=True, help="Wrap the prompt as a user message.")
-        attention = st.toggle(
-            "Capture attention maps", value=True, help="An untimed replay of the same tokens with eager attention."
+        st.toggle("Use the chat template", value=True, help="Wrap the prompt as a user message.", key=TEMPLATE_KEY)
+        st.toggle(
+            "Capture attention maps",
+            value=True,
+            help="An untimed replay of the same tokens with eager attention.",
+            key=ATTENTION_KEY,
         )
-        repeats = st.number_input(
+        st.number_input(
             "Repeats",
             min_value=1,
             max_value=repeats_cap,
             value=1,
             help="Run the same request N times in a row: figures become a median with their min and max.",
+            key=REPEATS_KEY,
         )
-        with st.expander("Model and device"):
-            model, device, dtype, decode_path = model_inputs(policy)
-        with st.expander("Sampling"):
-            temperature = st.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.0)
-            top_k = st.number_input("Top-k (0 = off)", min_value=0, max_value=1000, value=0)
-            seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0)
-        submitted = st.form_submit_button("Run", type="primary", width="stretch")
-    if not submitted:
-        return None
+        model_and_sampling_inputs(policy)
+        submitted = st.form_submit_button("Run", type="primary", width="stretch", key=RUN_KEY)
+    return sidebar_inputs() if submitted else None
+
+
+def sidebar_prompt() -> str:
+    """The prompt the sidebar's box holds (as last submitted; the default before)."""
+    return str(st.session_state.get(PROMPT_KEY, DEFAULT_PROMPT))
+
+
+def sidebar_inputs(prompt: str | None = None) -> RunInputs:
+    """The run the sidebar's form describes, as last submitted (each box's default before), with `prompt` instead of
+    the box's when given: what Run in the sidebar runs, and what a page's own Run runs with its prompt."""
+    state = st.session_state
+    defaults = SERVER_DEFAULTS
+    top_k = int(state.get(TOP_K_KEY, 0))
     return RunInputs(
-        model=model,
-        device=device,
-        dtype=dtype,
-        prompt=prompt,
-        max_new_tokens=int(max_new_tokens),
-        use_chat_template=use_chat_template,
-        capture_attention=attention,
-        repeats=int(repeats),
-        sampling=Sampling(temperature=float(temperature), top_k=int(top_k) or None, seed=int(seed)),
-        decode_path=decode_path,
+        model=str(state.get(MODEL_KEY, defaults.model)),
+        device=str(state.get(DEVICE_KEY, defaults.device)),
+        dtype=str(state.get(DTYPE_KEY, defaults.dtype)),
+        prompt=sidebar_prompt() if prompt is None else prompt,
+        max_new_tokens=int(state.get(NEW_TOKENS_KEY, defaults.max_new_tokens)),
+        use_chat_template=bool(state.get(TEMPLATE_KEY, defaults.use_chat_template)),
+        capture_attention=bool(state.get(ATTENTION_KEY, defaults.capture_attention)),
+        repeats=int(state.get(REPEATS_KEY, defaults.repeats)),
+        sampling=Sampling(
+            temperature=float(state.get(TEMPERATURE_KEY, 0.0)), top_k=top_k or None, seed=int(state.get(SEED_KEY, 0))
+        ),
+        decode_path=decode_path_chosen(),
     )
 
 
-def model_inputs(policy: HostedPolicy) -> tuple[str, str, str, DecodePath | None]:
-    """The model, device, dtype and decode path boxes (inside the form's "Model and device" expander)."""
-    model_help = f"This server runs: {', '.join(policy.allowed_models)}" if policy.allowed_models else ANY_MODEL
-    model = st.text_input("Model", value=EMBEDDED, help=model_help, key=MODEL_KEY)
-    device, dtype = device_inputs(policy)
-    return model, device, dtype, decode_path_input()
+def model_and_sampling_inputs(policy: HostedPolicy) -> None:
+    """The form's two folded sections: the model with its device and dtype, and sampling."""
+    with st.expander("Model and device"):
+        model_help = f"This server runs: {', '.join(policy.allowed_models)}" if policy.allowed_models else ANY_MODEL
+        st.text_input("Model", value=EMBEDDED, help=model_help, key=MODEL_KEY)
+        device_inputs(policy)
+        decode_path_input()
+    with st.expander("Sampling"):
+        st.number_input("Temperature (0 = greedy)", min_value=0.0, max_value=5.0, value=0.0, key=TEMPERATURE_KEY)
+        st.number_input("Top-k (0 = off)", min_value=0, max_value=1000, value=0, key=TOP_K_KEY)
+        st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, key=SEED_KEY)
 
 
-def device_inputs(policy: HostedPolicy) -> tuple[str, str]:
+def device_inputs(policy: HostedPolicy) -> None:
     """The device and dtype boxes: free locally, fixed at the server's defaults on a hosted server unless its
     operator allows a choice (`HostedPolicy.device_choice`)."""
     if not policy.device_choice:
         fixed = "Fixed on this shared server: another device or dtype would load a second model and evict the one "
         fixed += "other visitors are using."
-        device = st.selectbox("Device", [SERVER_DEFAULTS.device], disabled=True, help=fixed, key=DEVICE_KEY)
-        dtype = st.selectbox("Dtype", [SERVER_DEFAULTS.dtype], disabled=True, help=fixed, key=DTYPE_KEY)
-        return device, dtype
-    device = st.selectbox("Device", DEVICES, index=0, key=DEVICE_KEY)
-    dtype = st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only", key=DTYPE_KEY)
-    return device, dtype
+        st.selectbox("Device", [SERVER_DEFAULTS.device], disabled=True, help=fixed, key=DEVICE_KEY)
+        st.selectbox("Dtype", [SERVER_DEFAULTS.dtype], disabled=True, help=fixed, key=DTYPE_KEY)
+        return
+    st.selectbox("Device", DEVICES, index=0, key=DEVICE_KEY)
+    st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only", key=DTYPE_KEY)
+
+
+def decode_path_chosen() -> DecodePath | None:
+    """The decode path the form's box holds (as last submitted; auto before): None for auto."""
+    choice = st.session_state.get(DECODE_PATH_KEY, "auto")
+    return None if choice == "auto" else choice
 
 
 def decode_path_input() -> DecodePath | None:

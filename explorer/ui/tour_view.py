@@ -7,8 +7,9 @@ import streamlit as st
 
 from explorer.core.recording import RecordingMeta
 from explorer.teach import tour
+from explorer.ui.page_start import page_title, require_run
 from explorer.ui.state import TOUR_PARAM_SEEN, TOUR_SLIDE, RunResult, current_run
-from explorer.ui.widgets import chart, escape_markdown, presenting, require_run, secondary
+from explorer.ui.widgets import chart, escape_markdown, presenting, secondary
 
 SLIDE_PARAM = "slide"  # ?slide=N (1-based) opens slide N; other query parameters are left as they are
 PARAM_SEEN = "explorer_tour_param_seen"  # the ?slide value last applied, so a stale one does not undo a key press
@@ -83,7 +84,7 @@ def show_tour() -> None:
     chart out of a 1280 × 720 window. The slide still says so first: the caption under the title names the
     recording, and every figure in its sentences is called recorded."""
     index = current_slide()
-    st.title(tour.TITLES[index])
+    page_title(tour.TITLES[index])
     run = current_run()
     navigation(index, run.recorded if run is not None else None)
     if presenting():

@@ -1,4 +1,4 @@
-"""Page building blocks: a page's header, headline metrics, SLO inputs, window sliders, charts and tables with their
+"""Page building blocks: headline metrics, the session's SLO inputs, window sliders, charts and tables with their
 captions and downloads, and one-line errors."""
 
 from __future__ import annotations
@@ -13,17 +13,16 @@ import pandas as pd
 import streamlit as st
 
 from explorer.charts import export, theme
-from explorer.charts.stepping import disturbed_sentence
-from explorer.charts.tables import human_table
+from explorer.charts.common import name_tooltips
+from explorer.charts.tables import grouped, human_table
 from explorer.core import slo
 from explorer.core.errors import BadInput, one_line
-from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
 from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
 from explorer.ui.queue import drawing
-from explorer.ui.state import ITL_SLO_MS, TTFT_SLO_MS, RunResult, Slot, current_run
+from explorer.ui.state import ITL_SLO_MS, TTFT_SLO_MS, current_run
 
 LOG = logging.getLogger(__name__)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
@@ -54,35 +53,6 @@ def failure_line(what: str, exc: BaseException) -> str:
     if hosted:
         return f"{what} failed ({type(exc).__name__}): an unexpected error on the server. Try again in a moment."
     return f"{what} failed: {one_line(exc)}"
-
-
-def require_run() -> RunResult:
-    """The current run; without one, a hint to make one and the page stops here (it has nothing else to draw)."""
-    run = current_run()
-    if run is None:
-        st.info("No run yet: press **Run** in the sidebar (a default prompt is filled in), or open a recording there.")
-        st.stop()
-    if run.recorded is not None:
-        recorded_banner(run.recorded)
-    if run.trace.model.random_weights:
-        shape_banner(run.trace)
-    disturbed = disturbed_sentence(run.trace.passes)
-    if disturbed:  # never a disturbed timing shown as a clean one, on any page that draws this run
-        st.caption(f"⚠ {disturbed}")
-    return run
-
-
-def shape_banner(trace: Trace) -> None:
-    """Above every page that shows a shape model's run: its tokens are noise, its timings and bytes are not."""
-    m = trace.model
-    st.warning(f"**Shape model** ({escape_markdown(m.display_name)}): {m.shape_note}.", icon=":material/shape_line:")
-
-
-def recorded_banner(meta: RecordingMeta) -> None:
-    """Above every page that shows a recording: what it is, that it is recorded, where and when (when presenting, only
-    that: two lines at most, so a page's main chart stays in the first screen)."""
-    more = "" if presenting() else " · every figure was measured then. Press **Run** in the sidebar for a live run."
-    st.warning(escape_markdown(meta.banner) + more, icon=":material/videocam:")
 
 
 def short_rate(per_s: float | None) -> str:
@@ -170,7 +140,7 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
 
 
 def _chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
-    chart_obj = theme.apply(chart_obj, current_theme())
+    chart_obj = theme.apply(name_tooltips(chart_obj), current_theme())
     st.altair_chart(chart_obj, width="stretch")
     st.caption(f"{caption} — *{source}*")
     with st.container(horizontal=True, gap="small"):
@@ -202,7 +172,9 @@ def table(data: pd.DataFrame, caption: str, source: str) -> None:
     """A table with its caption: the scrollable data grid on a laptop; in presenter mode a static table of the theme's
     first rows, in the large type. Why not the grid for both: it draws its cells on a canvas that no stylesheet
     reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges. Either
-    way its columns get human labels with units and its floats are rounded (`charts.tables.human_table`)."""
+    way its columns get human labels with units and its floats are rounded (`charts.tables.human_table`), and its
+    numbers are grouped in thousands (the grid's own format prints 6696000). Built and sent apart from other
+    sessions' timed passes (`drawing`)."""
     with drawing():
         _table(data, caption, source)
 
@@ -210,7 +182,12 @@ def table(data: pd.DataFrame, caption: str, source: str) -> None:
 def _table(data: pd.DataFrame, caption: str, source: str) -> None:
     data = human_table(data)
     if not presenting():
-        st.dataframe(data, hide_index=True, width="stretch")
+        grouped = {
+            column: st.column_config.NumberColumn(format="localized")
+            for column in data.columns
+            if pd.api.types.is_numeric_dtype(data[column]) and not pd.api.types.is_bool_dtype(data[column])
+        }
+        st.dataframe(data, hide_index=True, width="stretch", column_config=grouped)
         st.caption(f"{caption} — *{source}*")
         return
     rows = current_theme().table_rows
@@ -225,65 +202,37 @@ def _table(data: pd.DataFrame, caption: str, source: str) -> None:
 
 
 def as_text(data: pd.DataFrame) -> pd.DataFrame:
-    """A static table's text cells escaped: st.table renders Markdown in cells, and a cell can hold anyone's text (a
-    server's error line, an uploaded file's strings)."""
+    """A static table's text cells escaped (st.table renders Markdown in cells, and a cell can hold anyone's text: a
+    server's error line, an uploaded file's strings) and its numbers grouped in thousands."""
     escaped = data.copy()
     for column in escaped.columns:
-        if not pd.api.types.is_numeric_dtype(escaped[column]) and not pd.api.types.is_bool_dtype(escaped[column]):
-            escaped[column] = escaped[column].map(lambda v: escape_markdown(v) if isinstance(v, str) else v)
+        if pd.api.types.is_bool_dtype(escaped[column]):
+            continue
+        if pd.api.types.is_numeric_dtype(escaped[column]):
+            escaped[column] = escaped[column].map(grouped)
+        escaped[column] = escaped[column].map(lambda v: escape_markdown(v) if isinstance(v, str) else v)
     return escaped
 
 
-def page_with_run(title: str, caption: str) -> RunResult:
-    """A page's title and what to notice, then the current run (the page stops here without one)."""
-    st.title(title)
-    st.caption(caption)
-    return require_run()
-
-
-def lab_page(
-    title: str, caption: str, inputs: Callable[[Any], object], key: Slot[object], hint: str, recorded: str | None = None
-) -> Any:
-    """A lab page's title, what to notice and its inputs, then the result the session keeps under `key`. Without
-    one, the lab's bundled result `recorded` (`explorer.labs.bundled`) under a banner saying it is recorded and that
-    `hint`'s button replaces it; without that either, `hint` and the page stops here (a lab runs only when its button
-    is pressed, never on a view change). A bundled file that cannot be read is one line. The inputs are given the
-    result shown under them (None without one), so the form shows the parameters that made it, not its defaults."""
-    from explorer.labs import bundled
-
-    st.title(title)
-    st.caption(caption)
-    result = st.session_state.get(key)
-    shown, problem = None, None
-    if result is None and recorded is not None:
-        try:
-            shown = bundled.read(recorded)
-        except BadInput as exc:
-            problem = str(exc)
-    inputs(result if result is not None else shown.result if shown is not None else None)
-    fresh = st.session_state.get(key)
-    if fresh is not None and fresh is not result:  # the inputs just ran the lab: show its result, not the older one
-        return fresh
-    if problem is not None:
-        st.caption(escape_markdown(problem))
-    if shown is not None:
-        st.info(f"{shown.banner} {hint} A live result replaces this recorded one.", icon=":material/history:")
-        return shown.result
-    if result is None:
-        st.info(hint)
-        st.stop()
-    return result
-
-
-# The SLOs live in the session, not in a page: set on the Latency page (or the Endpoint's), read by every other page.
-# A key holds a value only once the user has set it; until then each view starts from defaults chosen from what it
-# shows (`explorer.core.slo`: a round figure a little above what the run itself measured), said under the inputs.
+# ONE pair of SLOs per session, not one per page: set on the Latency page or the Endpoint's, read by every page. A key
+# holds a value only once the user has set it; until then every page uses the same defaults, chosen from the session's
+# current run (`explorer.core.slo`: a round figure a little above what the run itself measured), or the chat reference
+# before any run, and says so.
 
 
 def run_slo_defaults() -> slo.SloDefaults:
-    """The current run's defaults; the chat reference before any run."""
+    """The session's default SLOs: the current run's; the chat reference before any run."""
     run = current_run()
     return slo.REFERENCE if run is None else slo.from_trace(run.trace)
+
+
+def slos_set_by_user() -> bool:
+    return TTFT_SLO_MS in st.session_state or ITL_SLO_MS in st.session_state
+
+
+def slo_source() -> str:
+    """Where the session's SLOs come from, for a caption: "yours", or the defaults' own source."""
+    return "yours" if slos_set_by_user() else f"default: {run_slo_defaults().source}"
 
 
 def keep_slo(key: str) -> None:
@@ -291,10 +240,10 @@ def keep_slo(key: str) -> None:
     st.session_state[key] = st.session_state[f"{key}-input"]
 
 
-def slo_inputs(defaults: slo.SloDefaults | None = None) -> tuple[float, float]:
-    """TTFT and ITL SLO inputs side by side, starting from `defaults` (the current run's when None) until the user
-    sets one; returns both in seconds. Changing one only re-reads stored timings."""
-    defaults = defaults or run_slo_defaults()
+def slo_inputs() -> tuple[float, float]:
+    """The session's TTFT and ITL SLO inputs side by side, starting from its defaults (`run_slo_defaults`) until the
+    user sets one; returns both in seconds. Changing one only re-reads stored timings, on every page."""
+    defaults = run_slo_defaults()
     left, right = st.columns(2)
     fields = [
         (left, "TTFT SLO (ms)", TTFT_SLO_MS, defaults.ttft_s, 1.0, 600_000.0, 100.0, "Checked against TTFT."),
@@ -318,17 +267,17 @@ def slo_inputs(defaults: slo.SloDefaults | None = None) -> tuple[float, float]:
         values.append(value / 1e3)
     if TTFT_SLO_MS not in st.session_state or ITL_SLO_MS not in st.session_state:
         st.caption(
-            f"Default SLOs, chosen from what this page shows: {defaults.source}. Set your own above. For reference, a "
-            f"common chat target is p99 ITL under {slo.REFERENCE_ITL_SLO_S * 1e3:.0f} ms (the grey dotted line where "
-            "a chart draws it)."
+            f"Default SLOs, the same on every page until you set yours (here, on Latency or on Endpoint): "
+            f"{defaults.source}. For reference, a common chat target is p99 ITL under "
+            f"{slo.REFERENCE_ITL_SLO_S * 1e3:.0f} ms (the grey dotted line where a chart draws it)."
         )
     return values[0], values[1]
 
 
-def current_slos_s(defaults: slo.SloDefaults | None = None) -> tuple[float, float]:
-    """The session's SLOs (seconds) for pages that show them without editing them: the user's where set, else
-    `defaults` (the current run's when None)."""
-    defaults = defaults or run_slo_defaults()
+def current_slos_s() -> tuple[float, float]:
+    """The session's SLOs (seconds) for pages that show them without editing them: the user's where set, else the
+    session's defaults (`run_slo_defaults`), the same on every page."""
+    defaults = run_slo_defaults()
     return (
         st.session_state.get(TTFT_SLO_MS, defaults.ttft_s * 1e3) / 1e3,
         st.session_state.get(ITL_SLO_MS, defaults.itl_s * 1e3) / 1e3,
@@ -430,13 +379,3 @@ class ChartFirst:
             if getattr(getattr(chart_obj, "encoding", None), "row", alt.Undefined) is alt.Undefined:
                 chart_obj = chart_obj.properties(height=self.main_chart_px)
             chart(chart_obj, data, name, f"**{title}.** {caption}", source)
-
-
-def chart_first_page(title: str, caption: str, more: str = "") -> tuple[RunResult, ChartFirst]:
-    """A "One request" page's title and caption, its run (the page stops here without one) and its slots. On a laptop
-    the caption says all of it; when presenting it is the one line `caption`, and `more` goes below the main chart."""
-    result = page_with_run(title, f"{caption} {more}" if more and not presenting() else caption)
-    layout = ChartFirst()
-    if more and layout.below is not None:
-        layout.below.caption(more)
-    return result, layout

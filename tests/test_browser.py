@@ -53,6 +53,7 @@ OWN_ACTION_PAGES = {
     "Compare two runs",
     "Scheduling",
     "Endpoint",
+    "Room",  # its charts are a finished round's
 }
 VIEWPORT = {"width": 1400, "height": 1000}
 RUN_TIMEOUT_S = 120  # model load (a first-ever GGUF conversion takes ~20 s) + 8 tokens + attention replay

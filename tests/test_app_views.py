@@ -32,8 +32,8 @@ def save_many_heads_llama(folder: Path, kv_heads: int) -> Path:
 
 def run_model(at: AppTest, model: str, prompt: str, max_new_tokens: int = 4) -> AppTest:
     """A run from the sidebar on `model` (a folder), as a visitor would start it."""
-    at.sidebar.text_area[0].input(prompt)
-    at.sidebar.number_input[0].set_value(max_new_tokens)
+    at.sidebar.text_area(key="sidebar-prompt").input(prompt)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(max_new_tokens)
     next(t for t in at.sidebar.text_input if t.label == "Model").input(model)
     next(b for b in at.sidebar.button if b.label == "Run").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])

@@ -434,11 +434,11 @@ def new_app() -> AppTest:
 
 def press_run(at: AppTest, prompt: str | None = None, model: str | None = None, max_new_tokens: int = 2) -> AppTest:
     if prompt is not None:
-        at.sidebar.text_area[0].input(prompt)
+        at.sidebar.text_area(key="sidebar-prompt").input(prompt)
     if model is not None:
-        at.sidebar.text_input[0].input(model)
-    at.sidebar.number_input[0].set_value(max_new_tokens)
-    at.sidebar.button[0].click().run()
+        at.sidebar.text_input(key="sidebar-model").input(model)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(max_new_tokens)
+    at.sidebar.button(key="sidebar-run").click().run()
     assert not at.exception, at.exception
     return at
 
@@ -487,7 +487,7 @@ def test_hosted_app_refuses_names_and_long_prompts_then_runs() -> None:
             assert "only runs these models: embedded" in errors[0]
             assert ui_state.RUN not in at.session_state
         assert calls.loads == 0 and calls.tokenized == []
-        at.sidebar.text_input[0].input("embedded")
+        at.sidebar.text_input(key="sidebar-model").input("embedded")
         press_run(at, prompt=LONG_PROMPT)
         errors = shown_errors(at)
         assert len(errors) == 1 and "30,000 characters" in errors[0] and "Nothing ran" in errors[0]
@@ -580,7 +580,7 @@ def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device() -> N
     at = new_app().switch_page("pages/batching.py").run()
     calls = Calls()
     with calls.patches():
-        at.button[0].click().run()  # the page's defaults: batches up to 32, a 600 s budget
+        at.button(key="batch-run").click().run()  # the page's defaults: batches up to 32, a 600 s budget
     assert not at.exception
     errors = shown_errors(at)
     assert len(errors) == 1 and "\n" not in errors[0]

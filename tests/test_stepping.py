@@ -369,8 +369,8 @@ def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
 @pytest.mark.usefixtures("everything_disturbed")
 def test_a_disturbed_run_says_so_on_every_page_that_shows_it(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
     at = new_app()
-    at.sidebar.text_area[0].input("hi there")
-    at.sidebar.number_input[0].set_value(3)
+    at.sidebar.text_area(key="sidebar-prompt").input("hi there")
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(3)
     next(t for t in at.sidebar.text_input if t.label == "Model").input(str(tiny_llama_dir))
     next(b for b in at.sidebar.button if b.label == "Run").click().run()
     assert not at.exception, at.exception

@@ -110,7 +110,9 @@ def test_every_chart_of_the_step_page_offers_png_svg_and_csv(tiny_app: AppTest) 
 def test_presenter_mode_shows_large_tables_and_collapses_secondary_sections(tiny_app: AppTest) -> None:
     at = tiny_app.switch_page("pages/kv_cache.py").run()
     assert len(at.dataframe) == 1 and not at.table  # a laptop: the scrollable grid
-    assert all(e.proto.expanded for e in at.main.get("expander"))
+    expanders = at.main.get("expander")
+    assert {"Layer by layer", "Next to the weights"} <= {e.proto.label for e in expanders}  # else all() holds on none
+    assert all(e.proto.expanded for e in expanders)
     at.sidebar.toggle(key=PRESENTER_KEY).set_value(True).run()
     try:
         assert not at.exception

@@ -196,6 +196,17 @@ class FakeClock:
         return self.now
 
 
+class LeapingClock:
+    """A clock on which each reading is `leap_s` later than the one before."""
+
+    def __init__(self, start_s: float, leap_s: float) -> None:
+        self.now, self.leap_s = start_s, leap_s
+
+    def __call__(self) -> float:
+        self.now += self.leap_s
+        return self.now
+
+
 def test_queue_is_first_come_first_served_with_threads() -> None:
     queue = DeviceQueue()
     first = queue.enter("run")
@@ -527,9 +538,12 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 
 
 @contextlib.contextmanager
-def device_held_elsewhere() -> Iterator[DeviceQueue]:
-    """Another session holds the device for the whole block."""
+def device_held_elsewhere(leap_s: float = 0.0) -> Iterator[DeviceQueue]:
+    """Another session holds the device for the whole block; with `leap_s`, every look at the queue's clock finds
+    that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
     queue = device_session().queue
+    if leap_s:
+        queue.clock = LeapingClock(queue.clock(), leap_s)
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     try:
@@ -541,7 +555,7 @@ def device_held_elsewhere() -> Iterator[DeviceQueue]:
 def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere() as queue:
+    with device_held_elsewhere(leap_s=ui_queue.POLL_S) as queue:
         press_run(at, prompt="Hi.", max_new_tokens=1)
     errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
@@ -602,7 +616,7 @@ def test_hosted_visitors_cannot_switch_device_or_dtype(monkeypatch: pytest.Monke
 def test_remeasuring_while_the_wait_is_too_long_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere():
+    with device_held_elsewhere(leap_s=ui_queue.POLL_S):
         next(b for b in at.sidebar.button if b.label == "Re-measure device figures").click().run()
     assert not at.exception
     errors = shown_errors(at)

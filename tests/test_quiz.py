@@ -221,7 +221,7 @@ def test_page_without_a_run_grades_and_explains() -> None:
     assert f"**1 of 2** answered right · {len(quiz.QUESTIONS) - 2} to go" in markdown
     assert not at.text  # no run, no evidence
     at.button(key="quiz-start-over").click().run()
-    assert all(r.value is None for r in at.radio)
+    assert len(at.radio) == len(quiz.QUESTIONS) and all(r.value is None for r in at.radio)
 
 
 def test_page_shows_evidence_from_the_run(run: tuple[Trace, AttentionMaps]) -> None:

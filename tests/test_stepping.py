@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from unittest import mock
 
@@ -141,7 +140,7 @@ def test_run_to_end_stops_when_a_step_is_refused(
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
-    with device_held_elsewhere():
+    with device_held_elsewhere(leap_s=ui_queue.POLL_S):
         at.button(key="step-end").click().run(timeout=60)  # used to loop for ever: each refused step ran nothing
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and "Waited 1 s for the device" in errors[0], errors
@@ -207,15 +206,21 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
 
 
 def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel) -> None:
-    steps = LiveSteps(idle_timeout_s=0.2)
+    steps, now_s = LiveSteps(), [0.0]  # the default idle timeout, on a clock the test moves
     idle, busy = (
-        SteppedRequest.start(tiny_lm, check_request(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False)))
+        SteppedRequest.start(
+            tiny_lm,
+            check_request(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False)),
+            idle_clock=lambda: now_s[0],
+        )
         for p in "ab"
     )
     for request in (idle, busy):
         steps.add(request)
         request.step()
-    time.sleep(0.3)
+    now_s[0] += IDLE_TIMEOUT_S  # exactly the timeout: not yet past it
+    assert steps.sweep() == 0
+    now_s[0] += 1.0
     busy.step()  # touched again: not idle
     assert steps.sweep() == 1
     assert idle.freed and idle.live.cache is None and idle.replay.cache is None

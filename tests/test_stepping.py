@@ -17,10 +17,11 @@ from explorer.core.trace import Sampling
 from explorer.hosting import session as hosting_session
 from explorer.hosting.beside import Beside
 from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
+from explorer.hosting.warm import Warmer
 from explorer.labs.stepping import SteppedRequest
+from explorer.ui import admission, stepper
 from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
-from explorer.ui import stepper
 from explorer.ui.shared import device_session
 from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest's pages
     HELD_AFTER_SOMEONE_WAITS_S,
@@ -29,7 +30,7 @@ from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest'
     release_once_someone_waits,
 )
 from tests.test_hosted import device_held_elsewhere
-from tests.test_warm import tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
+from tests.test_warm import WAIT_S, tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
 
 
 def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
@@ -302,17 +303,25 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
 def test_a_prefill_while_the_server_warms_up_waits_then_runs(
     tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_load = hosting_session.load_model
+    real_load, real_wait = hosting_session.load_model, admission.wait_for_warming
+    prefill_waits, seen = threading.Event(), list[str]()
 
     def slow(name: str, *args: object, **kwargs: object) -> object:
-        threading.Event().wait(3.0)  # warming is still under way when Prefill is pressed
+        prefill_waits.wait(WAIT_S)  # warming is still under way when Prefill is pressed: it ends once Prefill waits
         return real_load(name, *args, **kwargs)
 
+    def waiting(warmer: Warmer) -> None:
+        seen.append(warmer.status().state)
+        prefill_waits.set()
+        real_wait(warmer)
+
     monkeypatch.setattr(hosting_session, "load_model", slow)
+    monkeypatch.setattr(admission, "wait_for_warming", waiting)
     at = step_page_on(tiny_llama_dir)  # its first script run started warming, as a server's start does
     assert device_session().warmer.status().state == "warming"
     press_prefill(at, "hi there")
     assert_first_pass_without_error(at)
+    assert seen == ["warming"]  # Prefill came to the wait while warming was under way
     assert device_session().warmer.status().state == "warm"
     turns = device_session().queue.turns
     warm = next(t for t in turns if t.what == "warm-up")

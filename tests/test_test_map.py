@@ -29,7 +29,6 @@ COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.labs.schedule.engine": "tests/test_schedule.py (run_schedule serves every workload through it)",
     "explorer.scale.figure_sources": "tests/test_scale.py (the what-if JSON says each figure's unit and source)",
     "explorer.teach.questions": "tests/test_quiz.py (every question of `quiz.QUESTIONS`, graded and explained)",
-    "explorer.ui.admission": "tests/test_hosted.py (every refusal before the device, and the turn each run takes)",
     "explorer.ui.routing": "tests/test_browser_room.py (a link straight to /room on a freshly served app)",
     "explorer.ui.runner": "tests/test_app.py (runs from the sidebar, re-measuring, the labs' Run)",
     "explorer.ui.waiting": "tests/test_stepping.py (test_a_prefill_while_the_server_warms_up_waits_then_runs)",

@@ -14,7 +14,7 @@ from explorer.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "explorer"
-PAGE = re.compile(r"[\"'](pages/\w+\.py)[\"']")  # a page a test opens: open_page("pages/x.py"), switch_page(...)
+PAGE = re.compile(r"[\"'](pages/\w+\.py)[\"']")  # a page a test opens: open_page("pages/NAME.py"), switch_page(...)
 DRIVES_THE_CLI = re.compile(r"run_cli\(|refused_in_a_child\(|main\(\[|\"-m\", \"explorer\"")
 
 # Modules no test file reaches by name, each with the test that covers it anyway and how.

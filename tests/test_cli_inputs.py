@@ -22,8 +22,9 @@ from tests.cli_support import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 HANG_S = 30  # a refusal takes a blink; a read that blocks (a FIFO) or never ends (/dev/zero) would pass this
 # "At once": the interpreter and the explorer's torch-free imports took ~1 s on a loaded 2-core machine, where importing
-# torch alone took 6.7 s: a refusal that waited for anything a run needs (a model, a read that blocks) cannot pass.
-AT_ONCE_S = 5.0
+# torch and transformers took 20 s; a third of HANG_S leaves room for a machine ten times busier, while a refusal that
+# waited on a blocking read or a model would not pass (and `refused_in_a_child` checks torch was never imported).
+AT_ONCE_S = 10.0
 MAX_RSS_KB = 200 * 1024  # the interpreter and the explorer's torch-free imports use ~30 MB; /dev/zero grew to 7.7 GB
 
 

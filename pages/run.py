@@ -39,7 +39,9 @@ layout.chart(
 st.subheader("Step through one pass")
 k = 0
 if trace.new_tokens > 1:  # a one-token run has only the prefill, and a slider needs two ends
-    k = st.slider("Pass", 0, trace.new_tokens - 1, 0, help="0 is the prefill; every later pass is a decode.")
+    k = st.slider(
+        "Pass", 0, trace.new_tokens - 1, 0, help="0 is the prefill; every later pass is a decode.", key="run-pass"
+    )
 p = trace.passes[k]
 st.markdown(
     f"Pass **{k}** is a **{p.phase}** pass: {p.tokens_in} token(s) computed, {p.cache_len_before} read from the "

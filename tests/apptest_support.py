@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 from unittest import mock
 
 import pytest
@@ -17,6 +18,7 @@ from explorer.hosting.queue import DeviceQueue, Ticket
 from explorer.ui import state as ui_state
 
 ROOT = Path(__file__).resolve().parents[1]
+W = TypeVar("W", bound=Any)  # an AppTest widget: each kind has its own class, all with `key` and `label`
 APP_TIMEOUT_S = 180  # a first run loads the model and measures the device, on a busy 2-core machine
 
 
@@ -53,6 +55,22 @@ def open_page(page: str, result: ui_state.RunResult | None = None, timeout_s: fl
     at.switch_page(page).run()
     assert not at.exception, at.exception
     return at
+
+
+def keyed(widgets: Iterable[W], prefix: str) -> W:
+    """The one widget whose key starts with `prefix`: for a box whose key ends in what its default follows (so that
+    it resets when that changes, e.g. `scale-context-{max context}`)."""
+    found = [w for w in widgets if w.key is not None and w.key.startswith(prefix)]
+    assert len(found) == 1, f"{len(found)} widgets with a key starting {prefix!r}: {[w.key for w in widgets]}"
+    return found[0]
+
+
+def labelled(widgets: Iterable[W], label: str) -> W:
+    """The one widget labelled `label`: for a box with no key because its default follows the result shown under it
+    (a key would keep what was typed when another result comes to be shown)."""
+    found = [w for w in widgets if w.label == label]
+    assert len(found) == 1, f"{len(found)} widgets labelled {label!r}: {[w.label for w in widgets]}"
+    return found[0]
 
 
 HELD_AFTER_SOMEONE_WAITS_S = 0.5  # how long the other session keeps the device once this one is in line

@@ -51,9 +51,9 @@ class ForwardCounter:
 
 def run_from_sidebar(at: AppTest, prompt: str | None = None, max_new_tokens: int = 8) -> AppTest:
     if prompt is not None:
-        at.sidebar.text_area[0].input(prompt)
-    at.sidebar.number_input[0].set_value(max_new_tokens)
-    at.sidebar.button[0].click().run()
+        at.sidebar.text_area(key="sidebar-prompt").input(prompt)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(max_new_tokens)
+    at.sidebar.button(key="sidebar-run").click().run()
     assert not at.exception, at.exception
     return at
 
@@ -92,7 +92,7 @@ def ran(first_run: FirstRun) -> AppTest:
 def test_app_starts_without_a_run() -> None:
     at = new_app()
     assert any("No run yet" in i.value for i in at.info)
-    assert at.sidebar.text_area[0].value == ui_state.DEFAULT_PROMPT
+    assert at.sidebar.text_area(key="sidebar-prompt").value == ui_state.DEFAULT_PROMPT
 
 
 def test_a_run_from_the_sidebar_produces_a_trace(first_run: FirstRun) -> None:
@@ -140,7 +140,7 @@ def test_changing_views_never_calls_the_model(ran: AppTest) -> None:
     counter = ForwardCounter()
     try:
         ran.switch_page("pages/run.py").run()
-        ran.slider[0].set_value(ran.session_state[ui_state.RUN].trace.new_tokens - 1).run()
+        ran.slider(key="run-pass").set_value(ran.session_state[ui_state.RUN].trace.new_tokens - 1).run()
         ran.switch_page("pages/attention.py").run()
         for box in ran.selectbox:
             if len(box.options) > 1:
@@ -169,13 +169,13 @@ def test_empty_prompt_shows_an_error_and_starts_no_run() -> None:
 
 def test_a_bad_model_is_one_line_and_keeps_the_last_run(ran: AppTest) -> None:
     before = ran.session_state[ui_state.RUN]
-    ran.sidebar.text_input[0].input("./no/such/model")
-    ran.sidebar.button[0].click().run()
+    ran.sidebar.text_input(key="sidebar-model").input("./no/such/model")
+    ran.sidebar.button(key="sidebar-run").click().run()
     errors = [e.value for e in ran.error]
     assert len(errors) == 1 and "does not exist" in errors[0] and "\n" not in errors[0]
     assert "\\." in errors[0]  # the typed name is escaped: markdown in it is shown, not interpreted
     assert ran.session_state[ui_state.RUN] is before  # nothing lost
-    ran.sidebar.text_input[0].input("embedded").run()
+    ran.sidebar.text_input(key="sidebar-model").input("embedded").run()
 
 
 def test_hostile_prompt_is_shown_as_text_on_every_page() -> None:
@@ -298,9 +298,9 @@ def test_the_cost_page_states_bounds_from_intensity_for_a_short_raw_prompt() -> 
 
 def test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them(tiny_llama_dir: Path) -> None:
     at = new_app()
-    at.sidebar.text_input[0].input(str(tiny_llama_dir))
+    at.sidebar.text_input(key="sidebar-model").input(str(tiny_llama_dir))
     at.sidebar.selectbox(key="sidebar-device").set_value("cpu")
-    at.sidebar.number_input[1].set_value(3)  # Repeats
+    at.sidebar.number_input(key="sidebar-repeats").set_value(3)  # Repeats
     run_from_sidebar(at, prompt="hello there", max_new_tokens=6)
     assert not at.error, [e.value for e in at.error]
     trace = at.session_state[ui_state.RUN].trace

@@ -32,8 +32,8 @@ def save_many_heads_llama(folder: Path, kv_heads: int) -> Path:
 
 def run_model(at: AppTest, model: str, prompt: str, max_new_tokens: int = 4) -> AppTest:
     """A run from the sidebar on `model` (a folder), as a visitor would start it."""
-    at.sidebar.text_area[0].input(prompt)
-    at.sidebar.number_input[0].set_value(max_new_tokens)
+    at.sidebar.text_area(key="sidebar-prompt").input(prompt)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(max_new_tokens)
     next(t for t in at.sidebar.text_input if t.label == "Model").input(model)
     next(b for b in at.sidebar.button if b.label == "Run").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
@@ -110,7 +110,9 @@ def test_every_chart_of_the_step_page_offers_png_svg_and_csv(tiny_app: AppTest) 
 def test_presenter_mode_shows_large_tables_and_collapses_secondary_sections(tiny_app: AppTest) -> None:
     at = tiny_app.switch_page("pages/kv_cache.py").run()
     assert len(at.dataframe) == 1 and not at.table  # a laptop: the scrollable grid
-    assert all(e.proto.expanded for e in at.main.get("expander"))
+    expanders = at.main.get("expander")
+    assert {"Layer by layer", "Next to the weights"} <= {e.proto.label for e in expanders}  # else all() holds on none
+    assert all(e.proto.expanded for e in expanders)
     at.sidebar.toggle(key=PRESENTER_KEY).set_value(True).run()
     try:
         assert not at.exception

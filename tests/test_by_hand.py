@@ -20,7 +20,7 @@ from explorer.core.trace import DeviceProfile, Trace
 from explorer.teach import by_hand
 from explorer.ui import state as ui_state
 from explorer.ui.widgets import escape_markdown
-from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.apptest_support import keyed, navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/by_hand.py"
 SQRT2 = math.sqrt(2)
@@ -244,11 +244,11 @@ def test_page_with_defaults_shows_the_examples_numbers_without_a_run() -> None:
 
 def test_page_reports_the_mask_switched_off_and_resets() -> None:
     at = open_page(PAGE)
-    at.toggle[0].set_value(False).run()
+    keyed(at.toggle, "by-hand-mask-").set_value(False).run()
     assert "prefill row, by hand: [0.045, 0.187, 0.768]" in shown_text(at)
     assert any("the causal mask is off" in i.value for i in at.info)
-    at.button[0].click().run()
-    assert at.toggle[0].value is True and "[0.195, 0.805, 0.000]" in shown_text(at)
+    at.button(key="by-hand-reset").click().run()
+    assert keyed(at.toggle, "by-hand-mask-").value is True and "[0.195, 0.805, 0.000]" in shown_text(at)
 
 
 def test_page_links_the_toy_to_the_run(run: tuple[Trace, AttentionMaps]) -> None:
@@ -259,7 +259,7 @@ def test_page_links_the_toy_to_the_run(run: tuple[Trace, AttentionMaps]) -> None
     assert shapes.loc["prefill scores", "your run"] == f"[1, {H}, {T}, {T}]"
     assert shapes.loc["decode scores", "your run"] == f"[1, {H}, 1, {T + 1}]"  # the first decode pass by default
     assert len(at.get("vega_lite_chart")) == 2  # the toy's rows and the run's
-    at.selectbox[0].set_value(trace.passes[-1].index).run()
+    keyed(at.selectbox, "by-hand-decode-").set_value(trace.passes[-1].index).run()
     shapes = next(d.value for d in at.dataframe if "your run" in d.value.columns).set_index("quantity")
     assert shapes.loc["decode scores", "your run"] == f"[1, {H}, 1, {trace.passes[-1].cache_len_after}]"
     assert not at.exception

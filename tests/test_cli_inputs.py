@@ -21,6 +21,10 @@ from tests.cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG_S = 30  # a refusal takes a blink; a read that blocks (a FIFO) or never ends (/dev/zero) would pass this
+# "At once": the interpreter and the explorer's torch-free imports took ~1 s on a loaded 2-core machine, where importing
+# torch and transformers took 20 s; a third of HANG_S leaves room for a machine ten times busier, while a refusal that
+# waited on a blocking read or a model would not pass (and `refused_in_a_child` checks torch was never imported).
+AT_ONCE_S = 10.0
 MAX_RSS_KB = 200 * 1024  # the interpreter and the explorer's torch-free imports use ~30 MB; /dev/zero grew to 7.7 GB
 
 
@@ -94,6 +98,7 @@ def test_a_config_json_that_is_a_fifo_or_dev_zero_exits_2_at_once(
         out, elapsed_s, rss_kb = refused_in_a_child("run", "--model", str(folder), "--prompt", "hi")
         assert_one_line(out, "config.json from")
         assert "it is not a regular file" in out.stderr and rss_kb < MAX_RSS_KB, (target, out.stderr)
+        assert elapsed_s < AT_ONCE_S, (target, elapsed_s)
 
 
 BAD_CONFIGS = [
@@ -144,6 +149,7 @@ def test_a_fifo_as_an_output_of_run_exits_2_at_once(tmp_path: Path, flag: str) -
     os.mkfifo(path)
     out, elapsed_s, _ = refused_in_a_child("run", "--prompt", "hi", flag, str(path))
     assert_one_line(out, f"Cannot write {path}: it is not a regular file")
+    assert elapsed_s < AT_ONCE_S, elapsed_s
 
 
 def test_whatif_checks_its_json_path_before_running(tmp_path: Path, fifo: Path) -> None:

@@ -196,6 +196,17 @@ class FakeClock:
         return self.now
 
 
+class LeapingClock:
+    """A clock on which each reading is `leap_s` later than the one before."""
+
+    def __init__(self, start_s: float, leap_s: float) -> None:
+        self.now, self.leap_s = start_s, leap_s
+
+    def __call__(self) -> float:
+        self.now += self.leap_s
+        return self.now
+
+
 def test_queue_is_first_come_first_served_with_threads() -> None:
     queue = DeviceQueue()
     first = queue.enter("run")
@@ -434,11 +445,11 @@ def new_app() -> AppTest:
 
 def press_run(at: AppTest, prompt: str | None = None, model: str | None = None, max_new_tokens: int = 2) -> AppTest:
     if prompt is not None:
-        at.sidebar.text_area[0].input(prompt)
+        at.sidebar.text_area(key="sidebar-prompt").input(prompt)
     if model is not None:
-        at.sidebar.text_input[0].input(model)
-    at.sidebar.number_input[0].set_value(max_new_tokens)
-    at.sidebar.button[0].click().run()
+        at.sidebar.text_input(key="sidebar-model").input(model)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(max_new_tokens)
+    at.sidebar.button(key="sidebar-run").click().run()
     assert not at.exception, at.exception
     return at
 
@@ -487,7 +498,7 @@ def test_hosted_app_refuses_names_and_long_prompts_then_runs() -> None:
             assert "only runs these models: embedded" in errors[0]
             assert ui_state.RUN not in at.session_state
         assert calls.loads == 0 and calls.tokenized == []
-        at.sidebar.text_input[0].input("embedded")
+        at.sidebar.text_input(key="sidebar-model").input("embedded")
         press_run(at, prompt=LONG_PROMPT)
         errors = shown_errors(at)
         assert len(errors) == 1 and "30,000 characters" in errors[0] and "Nothing ran" in errors[0]
@@ -527,9 +538,12 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 
 
 @contextlib.contextmanager
-def device_held_elsewhere() -> Iterator[DeviceQueue]:
-    """Another session holds the device for the whole block."""
+def device_held_elsewhere(leap_s: float = 0.0) -> Iterator[DeviceQueue]:
+    """Another session holds the device for the whole block; with `leap_s`, every look at the queue's clock finds
+    that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
     queue = device_session().queue
+    if leap_s:
+        queue.clock = LeapingClock(queue.clock(), leap_s)
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     try:
@@ -541,7 +555,7 @@ def device_held_elsewhere() -> Iterator[DeviceQueue]:
 def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere() as queue:
+    with device_held_elsewhere(leap_s=ui_queue.POLL_S) as queue:
         press_run(at, prompt="Hi.", max_new_tokens=1)
     errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
@@ -580,7 +594,7 @@ def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device() -> N
     at = new_app().switch_page("pages/batching.py").run()
     calls = Calls()
     with calls.patches():
-        at.button[0].click().run()  # the page's defaults: batches up to 32, a 600 s budget
+        at.button(key="batch-run").click().run()  # the page's defaults: batches up to 32, a 600 s budget
     assert not at.exception
     errors = shown_errors(at)
     assert len(errors) == 1 and "\n" not in errors[0]
@@ -602,7 +616,7 @@ def test_hosted_visitors_cannot_switch_device_or_dtype(monkeypatch: pytest.Monke
 def test_remeasuring_while_the_wait_is_too_long_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere():
+    with device_held_elsewhere(leap_s=ui_queue.POLL_S):
         next(b for b in at.sidebar.button if b.label == "Re-measure device figures").click().run()
     assert not at.exception
     errors = shown_errors(at)

@@ -13,7 +13,7 @@ from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.ui import labs
 from explorer.ui import state as ui_state
-from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
+from tests.apptest_support import labelled, navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 
 @pytest.fixture
@@ -56,11 +56,11 @@ def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
     shown = labs_bundled_estimate_s()
     assert f"For these settings the naive loop was modelled at ≈{shown:.1f} s" in captions(at)
     assert {m.label: m.value for m in at.metric}["Naive loop, estimated"] == f"{shown:.1f} s"
-    at.text_input[0].input("hello there").run()
+    labelled(at.text_input, "Prompt (no chat template)").input("hello there").run()
     assert "Estimated before running" in captions(at) and "of the 300 s budget" in captions(at)
-    assert at.number_input[0].min == 3
-    at.number_input[0].set_value(20)
-    at.button[0].click().run()
+    assert labelled(at.number_input, "New tokens").min == 3
+    labelled(at.number_input, "New tokens").set_value(20)
+    at.button(key="nocache-run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert_every_chart_has_its_downloads(at, 4)
     labels = [m.label for m in at.metric]
@@ -80,9 +80,9 @@ def test_the_no_cache_page_estimates_then_runs(with_a_run: AppTest) -> None:
 def test_a_short_no_cache_run_does_not_claim_a_first_8_last_8_comparison(lab_app: AppTest) -> None:
     at = lab_app.switch_page("pages/nocache.py").run()
     assert "For these settings the naive loop was modelled" in captions(at)  # the bundled result's own estimate
-    at.number_input[0].set_value(5).run()
+    labelled(at.number_input, "New tokens").set_value(5).run()
     assert "run the model once from the sidebar" in captions(at) and any("Run both loops" in i.value for i in at.info)
-    at.button[0].click().run()
+    at.button(key="nocache-run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     sentence = " ".join(m.value for m in at.markdown)
     assert "only 4 decode steps" in sentence and "first 8 decode steps" not in sentence
@@ -90,26 +90,26 @@ def test_a_short_no_cache_run_does_not_claim_a_first_8_last_8_comparison(lab_app
 
 def test_the_no_cache_page_refuses_past_the_context_in_one_line(with_a_run: AppTest) -> None:
     at = with_a_run.switch_page("pages/nocache.py").run()
-    at.number_input[0].set_value(300)  # the tiny model's context is 256 tokens
+    labelled(at.number_input, "New tokens").set_value(300)  # the tiny model's context is 256 tokens
     assert "As set, this would be refused" in captions(at.run())
-    at.button[0].click().run()
+    at.button(key="nocache-run").click().run()
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "context" in errors[0] and labs.NOCACHE_RESULT not in at.session_state
 
 
 def test_the_batching_page_shows_caps_and_estimate_then_runs(with_a_run: AppTest) -> None:
     at = with_a_run.switch_page("pages/batching.py").run()
-    at.text_input[0].input("1,0")
-    at.button[0].click().run()
+    labelled(at.text_input, "Batch sizes").input("1,0")
+    at.button(key="batch-run").click().run()
     refusals = [e.value for e in at.error]
     assert len(refusals) == 1 and "between 1 and" in refusals[0] and not at.exception
-    at.text_input[0].input("1,2,4")
-    at.number_input[0].set_value(8)
-    at.number_input[1].set_value(4)
+    labelled(at.text_input, "Batch sizes").input("1,2,4")
+    labelled(at.number_input, "Prompt tokens").set_value(8)
+    labelled(at.number_input, "New tokens").set_value(4)
     before = captions(at.run())
     assert "at most 2.00 GB" in before and "at most 600 s" in before
     assert "Estimated before running" in before and "4 solo reference run(s) and 3 batch size(s)" in before
-    at.button[0].click().run()
+    at.button(key="batch-run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert_every_chart_has_its_downloads(at, 4)
     assert at.metric[0].value == "yes" and not at.warning  # every request's tokens equal its solo tokens

@@ -29,7 +29,7 @@ from explorer.remote.records import SweepResult
 from explorer.ui import labs
 from explorer.ui import scheduling as schedule_view
 from explorer.ui import state as ui_state
-from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.apptest_support import labelled, navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_SETTING = r"[A-Z_]+=\S+"  # e.g. OMP_NUM_THREADS=1 before a command
@@ -219,7 +219,7 @@ def test_the_labs_readme_agrees_with_the_index_and_quotes_the_batch_file() -> No
     readme = " ".join((bundled.LABS_DIR / "README.md").read_text(encoding="utf-8").split())
     index = json.loads((bundled.LABS_DIR / "index.json").read_text(encoding="utf-8"))
     machines = {entry["machine"] for entry in index["labs"].values()}
-    assert all("nothing else running" in machine for machine in machines)
+    assert machines and all("nothing else running" in machine for machine in machines)
     assert "with nothing else running" in readme and "other work" not in readme and "in that noise" not in readme
     steps_ms = {
         r["batch_size"]: r["median_step_s"] * 1e3
@@ -236,11 +236,11 @@ def test_each_lab_form_shows_the_parameters_of_the_result_under_it() -> None:
     nocache = bundled.read("nocache").result
     at = open_page(PAGES["nocache"][0])
     assert next(n for n in at.number_input if n.label == "New tokens").value == nocache.cached_trace.new_tokens == 128
-    assert at.text_input[0].value == nocache.cached_trace.prompt_text
+    assert labelled(at.text_input, "Prompt (no chat template)").value == nocache.cached_trace.prompt_text
 
     batch = bundled.read("batch").result
     at = open_page(PAGES["batch"][0])
-    assert at.text_input[0].value == ",".join(map(str, batch.config.batch_sizes))
+    assert labelled(at.text_input, "Batch sizes").value == ",".join(map(str, batch.config.batch_sizes))
     shown = {n.label: n.value for n in at.number_input}
     assert (shown["Prompt tokens"], shown["New tokens"]) == (batch.config.prompt_tokens, batch.config.new_tokens)
 

@@ -70,7 +70,7 @@ def test_a_batched_pass_and_a_long_cache_split_too(
             assert_same_cost(ops, cost)
             assert cost.cache_layout == layout and operators.summed(ops).cache_layout == layout
             update = [op for op in ops if op.kind == operators.KV_UPDATE]
-            assert all(op.name == operators.UPDATE_NAMES[layout] for op in update)
+            assert update and all(op.name == operators.UPDATE_NAMES[layout] for op in update)
 
 
 def test_the_cache_update_row_changes_with_the_layout(traces: dict[str, Trace], device: DeviceProfile) -> None:
@@ -111,7 +111,7 @@ def test_moe_experts_follow_the_router_record(traces: dict[str, Trace], device: 
     decode = trace.decodes[-1]
     experts = [op for op in operators.pass_operators(trace.model, device, decode) if op.kind == operators.EXPERTS]
     assert [op.cost.weight_bytes_read for op in experts] == [n * e.expert_bytes for n in decode.experts_touched]
-    assert all(op.cost.flops == 2 * e.experts_per_token * e.expert_params for op in experts)
+    assert experts and all(op.cost.flops == 2 * e.experts_per_token * e.expert_params for op in experts)
     routers = [op for op in operators.pass_operators(trace.model, device, decode) if op.kind == operators.ROUTER]
     router_bytes = trace.model.hidden_size * e.n_experts * trace.model.bytes_per_element
     assert [op.cost.weight_bytes_read for op in routers] == [router_bytes] * trace.model.layers

@@ -211,8 +211,8 @@ def test_page_without_a_run_grades_and_explains() -> None:
     at = open_page(PAGE)
     assert len(at.radio) == len(quiz.QUESTIONS) and all(r.value is None for r in at.radio)
     q0, q1 = quiz.QUESTIONS[0], quiz.QUESTIONS[1]
-    at.radio[0].set_value(q0.correct).run()
-    at.radio[1].set_value(q1.common_wrong).run()
+    at.radio(key=f"quiz-{q0.key}-0").set_value(q0.correct).run()
+    at.radio(key=f"quiz-{q1.key}-0").set_value(q1.common_wrong).run()
     assert [s.value for s in at.success] == ["Right."]
     assert at.warning[0].value.startswith("That is a wrong answer commonly given (it appears in")
     assert q1.choices[q1.correct] in at.warning[0].value
@@ -221,7 +221,7 @@ def test_page_without_a_run_grades_and_explains() -> None:
     assert f"**1 of 2** answered right · {len(quiz.QUESTIONS) - 2} to go" in markdown
     assert not at.text  # no run, no evidence
     at.button(key="quiz-start-over").click().run()
-    assert all(r.value is None for r in at.radio)
+    assert len(at.radio) == len(quiz.QUESTIONS) and all(r.value is None for r in at.radio)
 
 
 def test_page_shows_evidence_from_the_run(run: tuple[Trace, AttentionMaps]) -> None:

@@ -71,7 +71,7 @@ def test_each_person_sees_only_their_own_prompt_and_answer(tiny_round: RoomRound
     seen = tiny_round.seen_by(2)
     mine, others = seen.lane_of(2), [lane for lane in seen.lanes if lane.participant != 2]
     assert mine is not None and mine.prompt_text == TINY_PROMPTS[1] and mine.token_ids
-    assert all(lane.prompt_text == lane.answer_text == "" and lane.token_ids == () for lane in others)
+    assert others and all(lane.prompt_text == lane.answer_text == "" and lane.token_ids == () for lane in others)
     assert all(lane.new_tokens == TINY_NEW_TOKENS and lane.token_times_s for lane in others)  # times stay
     text = seen.to_json()
     assert TINY_PROMPTS[0] not in text and TINY_PROMPTS[2] not in json.loads(text)["lanes"][2]["prompt_text"]

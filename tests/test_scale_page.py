@@ -14,7 +14,7 @@ from explorer.core.loading import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.scale.config import CONFIG_DIR, shipped
 from explorer.ui import state as ui_state
-from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.apptest_support import keyed, navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/at_scale.py"
 CHART_NAMES = ("scale-decode-vs-context", "scale-tokens-vs-batch", "scale-memory")
@@ -41,7 +41,7 @@ def page() -> AppTest:
 
 @pytest.mark.parametrize("key", list(shipped()))
 def test_every_shipped_config_renders_offline(page: AppTest, key: str) -> None:
-    at = page.selectbox[0].set_value(key).run()
+    at = page.selectbox(key="scale-model").set_value(key).run()
     assert_drawn(at)
     assert "No run on this machine yet" in page_text(at)
     assert [m.label for m in at.metric][:2] == ["Parameters", "Weights"]
@@ -50,8 +50,8 @@ def test_every_shipped_config_renders_offline(page: AppTest, key: str) -> None:
 
 
 def test_the_must_show_scenario_reads_seed_4s_figure(page: AppTest) -> None:
-    at = page.selectbox[0].set_value("llama-3.1-8b").run()
-    at.number_input[1].set_value(1).run()  # context 1
+    at = page.selectbox(key="scale-model").set_value("llama-3.1-8b").run()
+    keyed(at.number_input, "scale-context-").set_value(1).run()
     values = {m.label: m.value for m in at.metric}
     # 223, not the back-of-envelope 209: a step gathers one row of the untied input table (the live run's convention)
     assert values["Parameters"] == "8.03 B" and values["Tokens/s ceiling"] == "223"
@@ -60,7 +60,7 @@ def test_the_must_show_scenario_reads_seed_4s_figure(page: AppTest) -> None:
 
 
 def test_a_model_that_does_not_fit_says_so_and_still_draws(page: AppTest) -> None:
-    at = page.selectbox[0].set_value("llama-3.1-70b").run()
+    at = page.selectbox(key="scale-model").set_value("llama-3.1-70b").run()
     assert "Does not fit" in page_text(at)
     assert_drawn(at)
 
@@ -82,14 +82,14 @@ def test_hosted_offers_only_the_shipped_configs(monkeypatch: pytest.MonkeyPatch)
     at = open_page(PAGE)
     assert_drawn(at)
     assert len(at.main.text_input) == 0 and "only the shipped configs" in page_text(at)
-    assert at.selectbox[0].options == [row.display_name for row in shipped().values()]
+    assert at.selectbox(key="scale-model").options == [row.display_name for row in shipped().values()]
 
 
 def test_locally_a_folder_works_and_an_offline_hub_id_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text((CONFIG_DIR / "qwen2.5-0.5b.json").read_text())
     at = open_page(PAGE)
-    at.main.text_input[0].input(str(tmp_path)).run()
+    at.main.text_input(key="scale-model-path").input(str(tmp_path)).run()
     assert_drawn(at)
     assert "494,032,768" in " ".join(m.help or "" for m in at.metric)
-    at.main.text_input[0].input("someone/not-cached-anywhere").run()
+    at.main.text_input(key="scale-model-path").input("someone/not-cached-anywhere").run()
     assert not at.exception and len(at.error) == 1 and "hub is unreachable" in at.error[0].value

@@ -37,7 +37,7 @@ def test_the_model_box_takes_a_shape_and_every_page_says_its_tokens_mean_nothing
     seeded(shape_lm)
     at = new_app()
     at.sidebar.text_input(key="sidebar-model").input(SHAPE)
-    at.sidebar.number_input[0].set_value(3)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(3)
     by_label(at.sidebar.toggle, "Capture attention maps").set_value(False)  # not what this test is about: seconds
     by_label(at.sidebar.button, "Run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from unittest import mock
 
@@ -18,10 +17,11 @@ from explorer.core.trace import Sampling
 from explorer.hosting import session as hosting_session
 from explorer.hosting.beside import Beside
 from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
+from explorer.hosting.warm import Warmer
 from explorer.labs.stepping import SteppedRequest
+from explorer.ui import admission, stepper
 from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
-from explorer.ui import stepper
 from explorer.ui.shared import device_session
 from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest's pages
     HELD_AFTER_SOMEONE_WAITS_S,
@@ -30,7 +30,7 @@ from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest'
     release_once_someone_waits,
 )
 from tests.test_hosted import device_held_elsewhere
-from tests.test_warm import tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
+from tests.test_warm import WAIT_S, tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
 
 
 def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
@@ -141,7 +141,7 @@ def test_run_to_end_stops_when_a_step_is_refused(
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
-    with device_held_elsewhere():
+    with device_held_elsewhere(leap_s=ui_queue.POLL_S):
         at.button(key="step-end").click().run(timeout=60)  # used to loop for ever: each refused step ran nothing
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and "Waited 1 s for the device" in errors[0], errors
@@ -207,15 +207,21 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
 
 
 def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel) -> None:
-    steps = LiveSteps(idle_timeout_s=0.2)
+    steps, now_s = LiveSteps(), [0.0]  # the default idle timeout, on a clock the test moves
     idle, busy = (
-        SteppedRequest.start(tiny_lm, check_request(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False)))
+        SteppedRequest.start(
+            tiny_lm,
+            check_request(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False)),
+            idle_clock=lambda: now_s[0],
+        )
         for p in "ab"
     )
     for request in (idle, busy):
         steps.add(request)
         request.step()
-    time.sleep(0.3)
+    now_s[0] += IDLE_TIMEOUT_S  # exactly the timeout: not yet past it
+    assert steps.sweep() == 0
+    now_s[0] += 1.0
     busy.step()  # touched again: not idle
     assert steps.sweep() == 1
     assert idle.freed and idle.live.cache is None and idle.replay.cache is None
@@ -297,17 +303,25 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
 def test_a_prefill_while_the_server_warms_up_waits_then_runs(
     tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_load = hosting_session.load_model
+    real_load, real_wait = hosting_session.load_model, admission.wait_for_warming
+    prefill_waits, seen = threading.Event(), list[str]()
 
     def slow(name: str, *args: object, **kwargs: object) -> object:
-        threading.Event().wait(3.0)  # warming is still under way when Prefill is pressed
+        prefill_waits.wait(WAIT_S)  # warming is still under way when Prefill is pressed: it ends once Prefill waits
         return real_load(name, *args, **kwargs)
 
+    def waiting(warmer: Warmer) -> None:
+        seen.append(warmer.status().state)
+        prefill_waits.set()
+        real_wait(warmer)
+
     monkeypatch.setattr(hosting_session, "load_model", slow)
+    monkeypatch.setattr(admission, "wait_for_warming", waiting)
     at = step_page_on(tiny_llama_dir)  # its first script run started warming, as a server's start does
     assert device_session().warmer.status().state == "warming"
     press_prefill(at, "hi there")
     assert_first_pass_without_error(at)
+    assert seen == ["warming"]  # Prefill came to the wait while warming was under way
     assert device_session().warmer.status().state == "warm"
     turns = device_session().queue.turns
     warm = next(t for t in turns if t.what == "warm-up")
@@ -369,8 +383,8 @@ def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
 @pytest.mark.usefixtures("everything_disturbed")
 def test_a_disturbed_run_says_so_on_every_page_that_shows_it(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
     at = new_app()
-    at.sidebar.text_area[0].input("hi there")
-    at.sidebar.number_input[0].set_value(3)
+    at.sidebar.text_area(key="sidebar-prompt").input("hi there")
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(3)
     next(t for t in at.sidebar.text_input if t.label == "Model").input(str(tiny_llama_dir))
     next(b for b in at.sidebar.button if b.label == "Run").click().run()
     assert not at.exception, at.exception

@@ -142,9 +142,9 @@ def test_the_sidebar_says_the_server_is_warming_then_warm_and_a_run_loads_nothin
     at.run()
     captions = [c.value for c in at.sidebar.caption]
     assert any(c.startswith("Server warm: model loaded and device figures taken at") for c in captions), captions
-    at.sidebar.text_input[0].input(warming_app.model)
-    at.sidebar.number_input[0].set_value(4)
-    at.sidebar.button[0].click().run()
+    at.sidebar.text_input(key="sidebar-model").input(warming_app.model)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(4)
+    at.sidebar.button(key="sidebar-run").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert at.session_state[RUN].trace.model.name
     assert loads == [warming_app.model]  # warming loaded it; the run found it in the store
@@ -159,9 +159,9 @@ def test_a_warming_failure_is_one_line_in_the_sidebar_and_runs_still_work(
     at.run()
     warnings = [w.value for w in at.sidebar.warning]
     assert len(warnings) == 1 and warnings[0].startswith("Warming up at server start failed:"), warnings
-    at.sidebar.text_input[0].input(warming_app.model)
-    at.sidebar.number_input[0].set_value(4)
-    at.sidebar.button[0].click().run()
+    at.sidebar.text_input(key="sidebar-model").input(warming_app.model)
+    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(4)
+    at.sidebar.button(key="sidebar-run").click().run()
     assert not at.exception and not at.error
     assert at.session_state[RUN].trace.passes
 

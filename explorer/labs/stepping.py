@@ -54,11 +54,12 @@ class SteppedRequest:
     checked: CheckedRequest
     live: LiveRequest
     replay: AttentionReplay
-    last_used_s: float  # time.monotonic() of the last claim or step
+    last_used_s: float  # `idle_clock()` at the last claim or step
     figures: FiguresStore  # where its device figures came from: the finished run is checked against them there
     finished: Trace | None = None  # set by the step that finishes the request
     forward_s: float = 0.0  # every forward it ran so far (warm twins, timed passes, attention rows), seconds
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)  # held while stepping or freeing
+    idle_clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # what idleness is read on
 
     @classmethod
     def start(
@@ -68,6 +69,7 @@ class SteppedRequest:
         attention_cap_bytes: int | None = None,
         progress: Report | None = None,
         figures: FiguresStore | None = None,
+        idle_clock: Callable[[], float] = time.monotonic,
     ) -> SteppedRequest:
         """A checked request (`engine.check_request`, as a run's) held to the attention cap, and the device figures,
         ready for the prefill. No generic warm-up (`prepare_device`'s): each timed pass has its own warm twin of its
@@ -80,7 +82,7 @@ class SteppedRequest:
         profile = figures.get(lm.torch_device.type, lm.info.dtype, progress=progress)
         live = LiveRequest(lm, checked, profile, seeded(checked.request.sampling))
         live.clock.pause()  # nothing runs until the first click
-        return cls(lm, checked, live, AttentionReplay(lm, layers), time.monotonic(), figures)
+        return cls(lm, checked, live, AttentionReplay(lm, layers), idle_clock(), figures, idle_clock=idle_clock)
 
     @property
     def request(self) -> Request:
@@ -101,7 +103,7 @@ class SteppedRequest:
     def claim(self) -> bool:
         """Mark the request as in use now, unless it was freed meanwhile (an idle sweep): whether it can step."""
         with self.busy:
-            self.last_used_s = time.monotonic()
+            self.last_used_s = self.idle_clock()
             return not self.freed
 
     def step(self, gate: PassGate | None = None) -> PassRecord:
@@ -128,7 +130,7 @@ class SteppedRequest:
             if self.done:
                 self.finished = keep_figures_honest(self.to_trace(), self.figures)
                 self._free()
-            self.last_used_s = time.monotonic()
+            self.last_used_s = self.idle_clock()
         return record
 
     def _forward(self, work: Callable[[], object]) -> None:
@@ -164,7 +166,7 @@ class SteppedRequest:
         kv.rewind_one()
 
     def idle_for_s(self) -> float:
-        return time.monotonic() - self.last_used_s
+        return self.idle_clock() - self.last_used_s
 
     def free_if_idle(self, idle_timeout_s: float) -> bool:
         """Free the caches of a request untouched for longer than `idle_timeout_s`; whether this call freed them.

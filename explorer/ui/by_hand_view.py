@@ -55,7 +55,7 @@ def inputs() -> tuple[by_hand.RowInputs, by_hand.RowInputs]:
         key=f"by-hand-mask-{version}",
         help="Switch it off to see what would leak.",
     )
-    st.button("Reset to the example's vectors", on_click=reset)
+    st.button("Reset to the example's vectors", on_click=reset, key="by-hand-reset")
     changed = by_hand.changes(prefill, new_token, mask_on)
     if changed:
         # Line breaks survive markdown as two trailing spaces; the escaping keeps the typed numbers literal.

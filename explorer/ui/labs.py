@@ -99,7 +99,7 @@ def nocache_inputs(shown: NoCacheResult | None = None) -> None:
         )
     )
     st.caption(nocache_estimate_line(prompt, new_tokens, budget_s, shown))
-    if st.button("Run both loops", type="primary"):
+    if st.button("Run both loops", type="primary", key="nocache-run"):
         request = Request(prompt, max_new_tokens=new_tokens, use_chat_template=False)
 
         def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
@@ -157,11 +157,11 @@ def batch_inputs(shown: BatchResult | None = None) -> None:
         config = BatchConfig(parse_batch_sizes(sizes), prompt_tokens, new_tokens, distinct, budget_s=budget_s)
     except BadInput as exc:
         st.caption(escape_markdown(f"As set, this would be refused: {exc}"))
-        if st.button("Run the sweep", type="primary"):
+        if st.button("Run the sweep", type="primary", key="batch-run"):
             show_error(str(exc))
         return
     st.caption(batch_plan_line(config))
-    if st.button("Run the sweep", type="primary"):
+    if st.button("Run the sweep", type="primary", key="batch-run"):
 
         def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
             return run_batch_sweep(lm, device, config, progress)

@@ -45,6 +45,7 @@ def _model_input() -> str:
         keys,
         index=keys.index(DEFAULT_MODEL),
         format_func=lambda k: rows[k].display_name,
+        key="scale-model",
         help="Configs shipped with the explorer (each one's public config.json): no weights, no network.",
     )
     if is_hosted():
@@ -53,6 +54,7 @@ def _model_input() -> str:
     typed = st.text_input(
         "…or a folder holding a config.json, or a hub id",
         placeholder="e.g. ~/models/my-llama or Qwen/Qwen3-8B (a hub id needs network)",
+        key="scale-model-path",
     )
     return typed.strip() or key
 

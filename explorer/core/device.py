@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from explorer.core.cpu_facts import cpu_flags, cpu_memory_bytes, cpu_name, usable_cores
+from explorer.core.device_profile import DeviceProfile, Source
 from explorer.core.errors import BadInput, RunFailed
 from explorer.core.figure_trust import unreliable_reason
 from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.core.lab_progress import Report, silent
 from explorer.core.loading import DTYPES
-from explorer.core.profiles import DeviceProfile, Source
 from explorer.core.timing import repeat_timed
 
 pynvml: ModuleType | None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from explorer.core.profiles import ExpertsInfo
+from explorer.core.model_info import ExpertsInfo
 
 ROUTER_OUTPUT = "router_logits"  # the key transformers' MoE models record their routers under (`_can_record_outputs`)
 

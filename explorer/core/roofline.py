@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, Protocol, TypedDict, Unpack
 
-from explorer.core.profiles import DeviceProfile, LayerWindows, ModelInfo
+from explorer.core.device_profile import DeviceProfile
+from explorer.core.model_info import LayerWindows, ModelInfo
 
 # How a KV cache moves its bytes (the names other modules pass as `cache_layout`):
 # - "concatenating": transformers' DynamicCache: the update re-reads and re-writes the whole grown cache

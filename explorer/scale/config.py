@@ -14,8 +14,8 @@ from types import MappingProxyType
 from typing import Any
 
 from explorer.core.errors import BadInput
+from explorer.core.model_info import LayerWindows
 from explorer.core.paths import MAX_CONFIG_BYTES, read_small_file
-from explorer.core.profiles import LayerWindows
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 INDEX_FILE = CONFIG_DIR / "index.json"

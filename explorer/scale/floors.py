@@ -8,9 +8,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from explorer.core.device_profile import DeviceProfile
 from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS, GpuSpec, match_gpu_spec, normalise_gpu_name
-from explorer.core.profiles import DeviceProfile
 from explorer.core.roofline import CacheLayout, Cost, attention_flops, kv_traffic_positions
 from explorer.scale.config import Architecture
 from explorer.scale.interconnect import INTERCONNECTS, Link

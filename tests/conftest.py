@@ -21,7 +21,7 @@ from explorer.core.device import FiguresStore, device_profile  # noqa: E402
 from explorer.core.lab_progress import Report, silent  # noqa: E402
 from explorer.core.loading import LoadedModel, load_model  # noqa: E402
 from explorer.core.trace import DeviceProfile  # noqa: E402
-from explorer.ui.shared import device_session  # noqa: E402
+from explorer.ui.shared import server_session  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -101,11 +101,11 @@ def figures() -> FiguresStore:
 
 @pytest.fixture(autouse=True)
 def fresh_device_session() -> Iterator[None]:
-    """Every test starts the app (AppTest) on a new DeviceSession: no model, turn, warm-up or figures that another
+    """Every test starts the app (AppTest) on a new ServerSession: no model, turn, warm-up or figures that another
     test left behind, whatever the order or the worker."""
-    device_session.clear()
+    server_session.clear()
     yield
-    device_session.clear()
+    server_session.clear()
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from explorer.core import engine
 from explorer.core.errors import BadInput
 from explorer.core.loading import load_model
 from explorer.hosting.queue import DeviceQueue, QueueStatus, read_turn_log, wait_sentence, work_ahead
-from explorer.hosting.session import DeviceSession, ModelStore
+from explorer.hosting.server_session import ModelStore, ServerSession
 from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
@@ -30,7 +30,7 @@ from explorer.hosting.settings import (
 )
 from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -338,7 +338,7 @@ def test_a_place_in_line_whose_thread_is_gone_is_dropped() -> None:
 def script_queue(monkeypatch: pytest.MonkeyPatch) -> DeviceQueue:
     """`device_turn` as in a script run of one session, on a fresh queue."""
     queue = DeviceQueue()
-    monkeypatch.setattr(ui_queue, "device_session", lambda: DeviceSession(queue=queue))
+    monkeypatch.setattr(ui_queue, "server_session", lambda: ServerSession(queue=queue))
     monkeypatch.setattr(ui_queue, "get_script_run_ctx", lambda **_: SimpleNamespace(session_id="visitor"))
     return queue
 
@@ -529,7 +529,7 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 @contextlib.contextmanager
 def device_held_elsewhere() -> Iterator[DeviceQueue]:
     """Another session holds the device for the whole block."""
-    queue = device_session().queue
+    queue = server_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     try:

@@ -15,14 +15,14 @@ from explorer.core.errors import BadInput
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
-from explorer.hosting import session as hosting_session
+from explorer.hosting import server_session as hosting_session
 from explorer.hosting.beside import Beside
 from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui import queue as ui_queue
 from explorer.ui import state as ui_state
 from explorer.ui import stepper
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest's pages
     HELD_AFTER_SOMEONE_WAITS_S,
     navigation_like_a_server,
@@ -279,7 +279,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     real_sentence = ui_queue.wait_sentence
     monkeypatch.setattr(ui_queue, "wait_sentence", lambda *a: said.append(real_sentence(*a)) or said[-1])
     at = step_page_on(tiny_llama_dir)
-    queue = device_session().queue
+    queue = server_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     releaser = release_once_someone_waits(queue, other)  # the other session's run ends once this one waits
@@ -305,11 +305,11 @@ def test_a_prefill_while_the_server_warms_up_waits_then_runs(
 
     monkeypatch.setattr(hosting_session, "load_model", slow)
     at = step_page_on(tiny_llama_dir)  # its first script run started warming, as a server's start does
-    assert device_session().warmer.status().state == "warming"
+    assert server_session().warmer.status().state == "warming"
     press_prefill(at, "hi there")
     assert_first_pass_without_error(at)
-    assert device_session().warmer.status().state == "warm"
-    turns = device_session().queue.turns
+    assert server_session().warmer.status().state == "warm"
+    turns = server_session().queue.turns
     warm = next(t for t in turns if t.what == "warm-up")
     step = next(t for t in turns if t.what == "prefill" and t.number > warm.number)
     assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended

@@ -17,10 +17,10 @@ from typing import TypeVar
 from explorer.core.engine import CheckedRequest, Request, check_request, validate
 from explorer.core.errors import ExplorerError
 from explorer.core.loading import EMBEDDED, LoadedModel
-from explorer.hosting.session import DeviceSession
+from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import HostedPolicy, LabSize
 from explorer.ui.queue import DeviceTurn, count_run, device_turn
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import RunInputs
 from explorer.ui.waiting import progress_bar, wait_for_warming
 from explorer.ui.widgets import failure_line, show_error
@@ -45,7 +45,7 @@ class DeviceAsk:
 class Admitted:
     """What the work gets, on the device in its turn."""
 
-    session: DeviceSession
+    session: ServerSession
     policy: HostedPolicy
     turn: DeviceTurn
     lm: LoadedModel | None  # loaded when the ask named inputs
@@ -72,7 +72,7 @@ def check_ask(ask: DeviceAsk, policy: HostedPolicy) -> RunInputs | None:
     return inputs
 
 
-def load(session: DeviceSession, inputs: RunInputs) -> LoadedModel:
+def load(session: ServerSession, inputs: RunInputs) -> LoadedModel:
     with progress_bar(f"Loading {inputs.model} …") as report:
         return session.models.get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, report)
 
@@ -81,7 +81,7 @@ def on_device(ask: DeviceAsk, work: Callable[[Admitted], T]) -> T | None:
     """`work`'s result, run in a turn on the device after every check in order (the module's docstring); None when
     it was refused or failed (one line on screen says why)."""
     try:
-        session, policy = device_session(), hosting_policy()
+        session, policy = server_session(), hosting_policy()
         inputs = check_ask(ask, policy)
         if ask.counts:
             count_run(policy)

@@ -19,7 +19,7 @@ from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
 from explorer.ui.queue import count_run
 from explorer.ui.runner import execute_run
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
@@ -125,9 +125,9 @@ def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
 
 
 def embedded_chunk_counter() -> tokens.ChunkCounter:
-    """One per server (the `DeviceSession`'s): read-only, and the counter serializes its own calls."""
+    """One per server (the `ServerSession`'s): read-only, and the counter serializes its own calls."""
     with st.spinner("Loading the embedded tokenizer…"):
-        counter = device_session().read_once.get(
+        counter = server_session().read_once.get(
             "embedded chunk counter", lambda: tokens.load_chunk_counter("embedded")
         )
     return counter  # type: ignore[return-value]

@@ -7,7 +7,7 @@ What holds the device and for how long (one turn each, first come first served, 
   warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
   then starts warm;
 - a sidebar run: loading (once per model), the device figures (measured once per server, kept in its
-  `DeviceSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay; the page is
+  `ServerSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay; the page is
   drawn after the turn, and the next session's passes are kept apart from that drawing by the server's gate
   (`explorer.hosting.quiet`: between this run's own passes, with its clock paused, other sessions' charts go first),
   each pass's record saying what still ran beside it;
@@ -41,7 +41,7 @@ from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.settings import LabSize
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
 from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import failure_line
@@ -153,7 +153,7 @@ def remeasure_device(device_choice: str, dtype: str) -> None:
     if fresh is None:  # the rate limit, a refusal in line, or a device this server does not have: said on screen
         return
     if run is not None:
-        figures = device_session().figures
+        figures = server_session().figures
         RUN.set(replace(run, trace=keep_figures_honest(recost(run.trace, fresh), figures)))
     st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
 

@@ -13,7 +13,7 @@ from explorer.core.trace import DecodePath, Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
 from explorer.ui.recordings import as_recording_bytes
 from explorer.ui.runner import remeasure_device
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_MAX_NEW_TOKENS,
@@ -73,7 +73,7 @@ def sidebar_policy() -> HostedPolicy:
 
 def sidebar() -> RunInputs | None:
     """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
-    device_session().steps.sweep()  # a session that walked away from a stepped request never comes back to free it
+    server_session().steps.sweep()  # a session that walked away from a stepped request never comes back to free it
     if LEFT_QUEUE.pop():
         st.sidebar.info("You left the queue: nothing ran.")
     policy = sidebar_policy()

@@ -1,6 +1,6 @@
 """Step mode in a session: the session's stepped request, one pass per click under the device lock, freed on reset,
 on a new prompt, when it finishes (its trace and maps are kept), after an idle timeout (swept by any session, see
-`DeviceSession.steps`), or with the session itself (its state, tensors included, goes with it)."""
+`ServerSession.steps`), or with the session itself (its state, tensors included, goes with it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import streamlit as st
 from explorer.core.engine import Request
 from explorer.labs.stepping import SteppedRequest
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from explorer.ui.state import RUN, STEPPED, RunResult, last_inputs, remember
 from explorer.ui.waiting import progress_bar
 
@@ -21,7 +21,7 @@ def stepped() -> SteppedRequest | None:
     current = STEPPED.get()
     if current is None or current.done:
         return current
-    if current.freed or current.free_if_idle(device_session().steps.idle_timeout_s):
+    if current.freed or current.free_if_idle(server_session().steps.idle_timeout_s):
         say_freed_when_idle()
         return None
     return current
@@ -29,7 +29,7 @@ def stepped() -> SteppedRequest | None:
 
 def say_freed_when_idle() -> None:
     STEPPED.pop()
-    minutes = device_session().steps.idle_timeout_s / 60
+    minutes = server_session().steps.idle_timeout_s / 60
     st.info(f"The stepped request was idle for over {minutes:.0f} minutes: its cache was freed. Press Prefill again.")
 
 

@@ -8,6 +8,7 @@ streamlit."""
 
 from explorer.core.profiler import prime_profiler
 from explorer.ui.guard import one_line_errors
+from explorer.ui.links import route_every_link_through_the_app
 from explorer.ui.page_start import (
     ask_for_run,
     chart_first_page,
@@ -19,7 +20,6 @@ from explorer.ui.page_start import (
     run_left_over,
 )
 from explorer.ui.recordings import open_from_link, recordings_sidebar
-from explorer.ui.routing import route_every_link_through_the_app
 from explorer.ui.sidebar import remeasure_button, sidebar
 from explorer.ui.state import current_run, history
 from explorer.ui.widgets import (

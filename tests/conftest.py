@@ -12,8 +12,8 @@ import pytest
 # No model hub at test time: every load must come from the embedded wheel or a local folder.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# No warm-up at server start (explorer/ui/warm.py) in AppTests or the shared test server: it would load the real model
-# in the background of tests that patch loading to fail. tests/test_warm.py and test_browser_warm.py switch it on.
+# No warm-up at server start (explorer/ui/warm_start.py) in AppTests or the shared test server: it would load the real
+# model in the background of tests that patch loading to fail. tests/test_warm.py and test_browser_warm.py switch it on.
 os.environ["EXPLORER_WARM"] = "0"
 
 from explorer.core import device as device_module  # noqa: E402

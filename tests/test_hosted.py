@@ -28,7 +28,7 @@ from explorer.hosting.settings import (
     HostedPolicy,
     LabSize,
 )
-from explorer.ui import queue as ui_queue
+from explorer.ui import device_turn as ui_queue
 from explorer.ui import state as ui_state
 from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture

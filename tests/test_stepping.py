@@ -19,7 +19,7 @@ from explorer.hosting import server_session as hosting_session
 from explorer.hosting.beside import Beside
 from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
 from explorer.labs.stepping import SteppedRequest
-from explorer.ui import queue as ui_queue
+from explorer.ui import device_turn as ui_queue
 from explorer.ui import state as ui_state
 from explorer.ui import stepper
 from explorer.ui.shared import server_session

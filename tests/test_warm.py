@@ -1,6 +1,6 @@
-"""The warm server (explorer/hosting/warm.py, explorer/ui/warm.py): warming runs once, in the background, in a turn on
-the device; a failure is one line; a Run after it loads nothing again. On the tiny random model: the warm target is
-pointed at it, so nothing here loads the real one."""
+"""The warm server (explorer/hosting/warm.py, explorer/ui/warm_start.py): warming runs once, in the background, in a
+turn on the device; a failure is one line; a Run after it loads nothing again. On the tiny random model: the warm target
+is pointed at it, so nothing here loads the real one."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from explorer.hosting import server_session as hosting_session
 from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import WARM_ENV, warming_on
 from explorer.hosting.warm import Warmer, WarmStatus
-from explorer.ui import warm as ui_warm
+from explorer.ui import warm_start as ui_warm
 from explorer.ui.shared import server_session
 from explorer.ui.state import RUN, RunInputs
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture

@@ -35,7 +35,7 @@ STEP_PASSES = 4  # Prefill, then Next token 3 times
 RUN_NEW_TOKENS = "4"
 VIEWPORT = {"width": 1200, "height": 900}
 QUEUE_TEXTS = ("You are next in line", "You are number")  # the live line while a session waits for the device
-# The caption a turn that waited leaves on the page (explorer/ui/queue.py): the server's own measure of the wait.
+# The caption a turn that waited leaves on the page (explorer/ui/device_turn.py): the server's own measure of the wait.
 WAITED = re.compile(r"Waited (\d+(?:\.\d+)?) s for another session's run to finish \(you were number (\d+) in line")
 
 # Installed in every document (add_init_script): polls the page every 100 ms and keeps every distinct queue line,

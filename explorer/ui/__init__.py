@@ -1,5 +1,5 @@
 """The one bridge to Streamlit, split by idea: what a session keeps (`state`), what every session shares (`shared`:
-the one `ServerSession`), the one way onto the device (`admission`), a turn on it (`queue`), runs, labs and
+the one `ServerSession`), the one way onto the device (`admission`), a turn on it (`device_turn`), runs, labs and
 re-measuring (`runner`), recordings opened instead of a run (`recordings`), step mode (`stepper`), the shared sidebar
 (`sidebar`), how a page starts (`page_start`: its title, the run and Run where the visitor looks), page building
 blocks (`widgets`) and one `*_view` module per page that needs more than a few lines.
@@ -34,7 +34,7 @@ from explorer.ui.widgets import (
 )
 
 # What pages and app.py use, and nothing else: tests and the other modules of this package import from the module
-# that owns a name (`explorer.ui.state`, `explorer.ui.queue`, ...).
+# that owns a name (`explorer.ui.state`, `explorer.ui.device_turn`, ...).
 __all__ = [
     "ask_for_run",
     "chart",

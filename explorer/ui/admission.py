@@ -19,7 +19,7 @@ from explorer.core.errors import ExplorerError
 from explorer.core.loading import EMBEDDED, LoadedModel
 from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import HostedPolicy, LabSize
-from explorer.ui.queue import DeviceTurn, count_run, device_turn
+from explorer.ui.device_turn import DeviceTurn, count_run, device_turn
 from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import RunInputs
 from explorer.ui.waiting import progress_bar, wait_for_warming

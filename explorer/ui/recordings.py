@@ -12,7 +12,7 @@ import streamlit as st
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.core.recording_checks import read_recording
-from explorer.ui.queue import count_run
+from explorer.ui.device_turn import count_run
 from explorer.ui.shared import server_session
 from explorer.ui.state import (
     RECORDING_LINKED,

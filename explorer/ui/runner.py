@@ -3,7 +3,7 @@ sidebar's inputs (run with live streaming, capture attention), a lab's run, and 
 
 What holds the device and for how long (one turn each, first come first served, see
 `explorer.hosting.queue.DeviceQueue`):
-- the server's warm-up at start (`explorer.ui.warm`): loading the default model, the device figures and the
+- the server's warm-up at start (`explorer.ui.warm_start`): loading the default model, the device figures and the
   warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
   then starts warm;
 - a sidebar run: loading (once per model), the device figures (measured once per server, kept in its

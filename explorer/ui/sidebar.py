@@ -23,7 +23,7 @@ from explorer.ui.state import (
     RunInputs,
     current_run,
 )
-from explorer.ui.warm import warming_line
+from explorer.ui.warm_start import warming_line
 
 SERVER_DEFAULTS = RunInputs()
 # The form's own keys: read (a form's widgets hold what was last submitted, their defaults before), never written

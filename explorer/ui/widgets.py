@@ -20,8 +20,8 @@ from explorer.core.errors import BadInput, one_line
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
+from explorer.ui.device_turn import drawing
 from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
-from explorer.ui.queue import drawing
 from explorer.ui.state import ITL_SLO_MS, TTFT_SLO_MS, current_run
 
 LOG = logging.getLogger(__name__)

@@ -254,7 +254,7 @@ def decode_step(
     return _floor(s, batch, cost)
 
 
-def prefill(s: Scenario) -> PassFloor:
+def prefill_floor(s: Scenario) -> PassFloor:
     """One prompt of P tokens: every projection on P positions, the LM head on the last one only (inference needs only
     the next token), causal attention over its useful pairs, P (P + 1) / 2 per head and layer (fewer on sliding
     layers), weights read once (the experts P tokens are expected to pick) and the prompt's KV written and read."""

@@ -55,7 +55,7 @@ PAGE_TIMEOUT_S = 60
 PREFILL_TIMEOUT_S = 180  # a cold server loads the model (a first-ever GGUF conversion ~20 s more) before the pass
 ONE_REQUEST_PAGES = ("Inside one inference", "Attention", "KV cache", "Cost (roofline)", "Latency", "Compare two runs")
 MAIN_CHART = ".st-key-main-chart [data-testid='stVegaLiteChart']"  # the chart such a page draws first
-STEP_CHARTS = ".st-key-step-first-screen [data-testid='stVegaLiteChart']"  # explorer.ui.step_view.FIRST_SCREEN_KEY
+STEP_CHARTS = ".st-key-step-first-screen [data-testid='stVegaLiteChart']"  # explorer.ui.step_mode_view.FIRST_SCREEN_KEY
 CHART_DRAW_TIMEOUT_S = 20
 APP = (Path(__file__).parents[1] / "app.py").read_text()
 PAGES = re.findall(r'st\.Page\("pages/[a-z_]+\.py", title="([^"]+)"', APP)

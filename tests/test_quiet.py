@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from explorer.charts import stepping as step_charts
+from explorer.charts import step_mode as step_charts
 from explorer.core.engine import Request
 from explorer.core.loading import LoadedModel
 from explorer.core.measure import measure

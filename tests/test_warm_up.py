@@ -20,7 +20,7 @@ from explorer.core.loading import LoadedModel, load_model
 from explorer.core.measure import measure
 from explorer.core.trace import DeviceProfile
 from explorer.core.warm_shapes import RequestShape, WarmShapes, WarmUpPlan
-from explorer.labs.stepping import SteppedRequest
+from explorer.labs.step_mode import SteppedRequest
 
 PROMPT = "The history of the printing press in Europe"
 REPEAT0_TOLERANCE = 1.5  # repeat 0's median decode pass at most this many times the slowest later repeat's median

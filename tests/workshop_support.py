@@ -75,7 +75,7 @@ PASSES_JS = """const m = [...document.querySelectorAll("[data-testid='stMetric']
 return !!m && m.querySelector("[data-testid='stMetricValue']").innerText.trim().split(" ")[0] === String(arg);"""
 MAIN_HAS_JS = """const main = document.querySelector("[data-testid='stMain']");
 return !!main && main.textContent.includes(arg);"""
-# After a Next token: the page's "Last ITL" (`explorer.charts.stepping.running_figures`) and its newest pass's line.
+# After a Next token: the page's "Last ITL" (`explorer.charts.step_mode.running_figures`) and its newest pass's line.
 NEWEST_PASS_JS = """() => {
   const m = [...document.querySelectorAll("[data-testid='stMetric']")]
     .find(e => (e.querySelector("[data-testid='stMetricLabel']") || {}).innerText === "Last ITL");

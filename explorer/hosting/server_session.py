@@ -14,10 +14,10 @@ from typing import Generic, TypeVar
 
 from explorer.core.device import FiguresStore
 from explorer.core.loading import LoadedModel, Progress, load_model
-from explorer.hosting.live_steps import LiveSteps
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import PassGate
 from explorer.hosting.rooms import RoomStore
+from explorer.hosting.step_mode_requests import LiveSteps
 from explorer.hosting.warm import Warmer
 
 T = TypeVar("T")

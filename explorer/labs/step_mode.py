@@ -1,4 +1,4 @@
-"""Step mode: one request driven one real pass per call, for a presenter stepping the phases live.
+"""Step mode: one request driven one real pass per call, for a presenter walking through the phases live.
 
 Each step is the engine's own timed step (`LiveRequest.step`), so a stepped request's passes are measured exactly as
 a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the

@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from explorer.charts.stepping import disturbed_sentence
+from explorer.charts.step_mode import disturbed_sentence
 from explorer.core.errors import BadInput
 from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Trace

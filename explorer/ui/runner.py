@@ -14,7 +14,7 @@ What holds the device and for how long (one turn each, first come first served, 
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
-- a stepped request (`explorer.ui.stepper`): one pass per click, so other sessions run between clicks; the click
+- a stepped request (`explorer.ui.step_mode`): one pass per click, so other sessions run between clicks; the click
   that finishes it also runs `keep_figures_honest`, which may re-run the microbenchmarks (seconds);
 - "Re-measure device figures": the microbenchmarks (a few seconds).
 Changing a view takes no turn: it only reads the session's stored run.
@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from explorer.charts.stepping import disturbed_sentence
+from explorer.charts.step_mode import disturbed_sentence
 from explorer.core.attention import capture_attention
 from explorer.core.device import FiguresStore
 from explorer.core.engine import CheckedRequest, OnPass, Request, generate

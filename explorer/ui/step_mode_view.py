@@ -9,10 +9,10 @@ import streamlit as st
 from explorer.charts import attention as attention_charts
 from explorer.charts import cost as charts
 from explorer.charts import kv as kv_charts
-from explorer.charts import stepping as step_charts
+from explorer.charts import step_mode as step_charts
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import Trace
-from explorer.labs.stepping import SteppedRequest
+from explorer.labs.step_mode import SteppedRequest
 from explorer.ui.presenter import presenting
 from explorer.ui.widgets import chart, current_slos_s, escape_markdown, metrics, table
 

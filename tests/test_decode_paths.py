@@ -14,6 +14,7 @@ from explorer.checks.doctor import generate_tokens
 from explorer.core import graph_decode
 from explorer.core.engine import LiveRequest, Request, check_request, generate, run_to_end
 from explorer.core.errors import BadInput
+from explorer.core.figure_correction import recost
 from explorer.core.graph_decode import (
     CAPACITY_STEP,
     CacheShape,
@@ -23,7 +24,6 @@ from explorer.core.graph_decode import (
     static_capacity,
 )
 from explorer.core.loading import LoadedModel, load_model
-from explorer.core.measure import recost
 from explorer.core.report import format_trace
 from explorer.core.roofline import kv_cache_bytes, kv_traffic_bytes, pass_cost, pass_flops
 from explorer.core.trace import DeviceProfile, Trace

@@ -33,10 +33,10 @@ from explorer.core.engine import (
     prefill,
     seeded,
 )
+from explorer.core.figure_correction import keep_figures_honest
 from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
 from explorer.core.loading import LoadedModel
-from explorer.core.measure import keep_figures_honest
 from explorer.core.trace import PassRecord, Trace
 from explorer.hosting.quiet import PassGate, Timed
 

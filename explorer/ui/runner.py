@@ -34,9 +34,10 @@ from explorer.core.attention import capture_attention
 from explorer.core.device import FiguresStore
 from explorer.core.engine import CheckedRequest, OnPass, Request, generate
 from explorer.core.errors import ExplorerError
+from explorer.core.figure_correction import keep_figures_honest, recost
 from explorer.core.lab_progress import LabProgress
 from explorer.core.loading import LoadedModel, resolve_device
-from explorer.core.measure import keep_figures_honest, prepare_device, recost
+from explorer.core.measure import prepare_device
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.settings import LabSize

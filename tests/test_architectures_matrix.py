@@ -233,7 +233,7 @@ def test_cost_page_lists_the_experts_of_every_pass(traces: dict[str, Trace]) -> 
 
 
 def test_a_moe_hybrid_trace_round_trips_and_passes_the_recording_checks(traces: dict[str, Trace]) -> None:
-    from explorer.core.recording_checks import check_trace, parse
+    from explorer.recording.checks import check_trace, parse
 
     trace = traces["gpt-oss"]
     assert Trace.from_json(trace.to_json()) == trace
@@ -341,7 +341,7 @@ def test_kv_b_proj_is_counted_once_on_the_positions_it_expands(
 
 def test_a_latent_cache_trace_round_trips_and_the_kv_page_says_what_it_holds(traces: dict[str, Trace]) -> None:
     from explorer.charts import kv as kv_charts
-    from explorer.core.recording_checks import check_trace, parse
+    from explorer.recording.checks import check_trace, parse
     from explorer.teach.quiz import kv_formula
 
     trace = traces["deepseek-v3"]

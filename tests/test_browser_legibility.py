@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.core.recording import bundled
+from explorer.recording.pdx import bundled
 from explorer.teach.tour import SLIDE_COUNT, TITLES
 from tests.browser_support import (
     HostedApp,

@@ -269,7 +269,7 @@ def test_bad_lab_input_exits_2_with_one_line(tiny_llama_dir: Path, args: list[st
 
 
 def test_perfetto_export_has_one_complete_event_per_pass(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from explorer.core.perfetto import PASSES_TID
+    from explorer.recording.perfetto import PASSES_TID
 
     out = explorer(
         "run", "--prompt", "Hi", "--model", str(tiny_llama_dir), "--max-new-tokens", "8",

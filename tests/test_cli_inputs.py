@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from explorer.core.errors import BadInput
-from explorer.core.recording import CUT_MARKER, MAX_COMMAND_CHARS
-from explorer.core.recording_checks import read_recording
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import CUT_MARKER, MAX_COMMAND_CHARS
 from tests.cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

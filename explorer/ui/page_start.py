@@ -10,8 +10,8 @@ import streamlit as st
 
 from explorer.charts.step_mode import disturbed_sentence
 from explorer.core.errors import BadInput
-from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Trace
+from explorer.recording.pdx import RecordingMeta
 from explorer.ui.runner import execute_run
 from explorer.ui.sidebar import sidebar_downloads, sidebar_inputs, sidebar_prompt
 from explorer.ui.state import DOWNLOADS_DRAWN, PROMPT_TYPED, RUN_ASKED, RunInputs, RunResult, Slot, current_run

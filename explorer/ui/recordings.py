@@ -10,8 +10,8 @@ from pathlib import Path
 import streamlit as st
 
 from explorer.core.errors import BadInput, ExplorerError
-from explorer.core.recording import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
-from explorer.core.recording_checks import read_recording
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.ui.device_turn import count_run
 from explorer.ui.shared import server_session
 from explorer.ui.state import (

@@ -10,8 +10,8 @@ import streamlit as st
 
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.loading import EMBEDDED
-from explorer.core.recording import RecordingMeta
 from explorer.core.trace import DecodePath, Sampling, Trace
+from explorer.recording.pdx import RecordingMeta
 
 if TYPE_CHECKING:
     from explorer.core.profiler import PassProfile

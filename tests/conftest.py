@@ -19,8 +19,9 @@ os.environ["EXPLORER_WARM"] = "0"
 from explorer.core import device as device_module  # noqa: E402
 from explorer.core.device import FiguresStore, device_profile  # noqa: E402
 from explorer.core.lab_progress import Report, silent  # noqa: E402
-from explorer.core.loading import LoadedModel, load_model  # noqa: E402
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile  # noqa: E402
+from explorer.models.loading import load_model  # noqa: E402
 from explorer.ui.shared import server_session  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,

@@ -321,7 +321,7 @@ def test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them(tiny_ll
 
 def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pytest.MonkeyPatch) -> None:
     from explorer.core.errors import BadInput
-    from explorer.core.loading import resolve_device
+    from explorer.models.loading import resolve_device
 
     seen: list[tuple[str, str]] = []
 

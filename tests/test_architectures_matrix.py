@@ -14,11 +14,11 @@ from torch import nn
 
 from explorer.core.attention import capture_attention
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel, load_model
-from explorer.core.model_shape import routers
+from explorer.core.loaded_model import LoadedModel, routers
 from explorer.core.report import format_trace, kv_per_token_text
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import human_bytes
+from explorer.models.loading import load_model
 from tests.tiny_zoo import ALL, BY_NAME, WINDOW, Architecture, save_tiny
 
 PROMPT = "sliding windows!"  # 16 byte tokens: past the tiny window of 8
@@ -193,7 +193,7 @@ def test_modelled_kv_reads_follow_each_layers_window(traces: dict[str, Trace]) -
 
 
 def test_a_real_folder_transformers_cannot_run_is_named_not_blamed(tmp_path: Path) -> None:
-    from explorer.core.loading import _load_error
+    from explorer.models.loading import _load_error
 
     folder = tmp_path / "model"
     folder.mkdir()

@@ -11,7 +11,7 @@ import pytest
 
 from explorer.charts import roofline
 from explorer.core.figure_correction import recost
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import attainable_flops, pass_cost, prefill_ridge_tokens, utilisation
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import percent

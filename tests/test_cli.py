@@ -411,12 +411,12 @@ BAD_NUMBERS = [  # (argv, words of the one line): each refused by the same check
 
 @pytest.fixture
 def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any model load fails the test: every command loads through explorer.core.loading.load_model."""
+    """Any model load fails the test: every command loads through explorer.models.loading.load_model."""
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded before the input was refused")
 
-    monkeypatch.setattr("explorer.core.loading.load_model", refuse)
+    monkeypatch.setattr("explorer.models.loading.load_model", refuse)
 
 
 @pytest.mark.parametrize(("argv", "words"), BAD_NUMBERS, ids=[" ".join(a)[:60] for a, _ in BAD_NUMBERS])

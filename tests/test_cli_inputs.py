@@ -129,7 +129,7 @@ def test_a_config_json_of_null_or_a_bomb_is_one_line(
 
 
 def test_the_app_refuses_the_same_config_before_transformers_reads_it(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from explorer.core.loading import load_model
+    from explorer.models.loading import load_model
 
     config = json.loads((tiny_llama_dir / "config.json").read_text())
     config["vocab_size"] = 10**12

@@ -10,8 +10,8 @@ import pytest
 
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.gpu_specs import GPU_SPECS
-from explorer.core.loading import load_model
 from explorer.core.trace import DeviceProfile, Trace
+from explorer.models.loading import load_model
 from explorer.scale.config import load_architecture
 from explorer.scale.params import kv_bytes_at
 from explorer.scale.whatif import Scenario, decode_step, prefill_floor, what_if

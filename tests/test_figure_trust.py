@@ -13,7 +13,7 @@ from explorer.charts import roofline as roofline_charts
 from explorer.core.engine import Request
 from explorer.core.figure_correction import recost
 from explorer.core.figure_trust import UNDER_LOAD, caveat, figures_line, marked_bound, unreliable_reason
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.report import format_trace
 from explorer.core.trace import DeviceProfile, Trace

@@ -18,7 +18,6 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.core import engine
 from explorer.core.errors import BadInput
-from explorer.core.loading import load_model
 from explorer.hosting.queue import DeviceQueue, QueueStatus, read_turn_log, wait_sentence, work_ahead
 from explorer.hosting.server_session import ModelStore, ServerSession
 from explorer.hosting.settings import (
@@ -28,6 +27,7 @@ from explorer.hosting.settings import (
     HostedPolicy,
     LabSize,
 )
+from explorer.models.loading import load_model
 from explorer.ui import device_turn as ui_queue
 from explorer.ui import state as ui_state
 from explorer.ui.shared import server_session
@@ -612,7 +612,7 @@ def test_remeasuring_while_the_wait_is_too_long_is_one_line(monkeypatch: pytest.
 def test_the_first_conversion_tells_a_visitor_no_server_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers
 
-    from explorer.core import loading
+    from explorer.models import loading
 
     class Saved:
         """Stands in for the tokenizer and the dequantized model: only what the conversion calls."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.recording import perfetto
 

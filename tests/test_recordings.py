@@ -18,7 +18,7 @@ import pytest
 from explorer.core.attention import capture_attention
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.request import Request
 from explorer.core.trace import Trace

@@ -12,7 +12,7 @@ import pytest
 
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.labs.schedule import baselines
 from explorer.labs.schedule.paging import paging_sentence
@@ -29,6 +29,7 @@ from explorer.labs.schedule.workload import (
     plan_requests,
     validate,
 )
+from explorer.models.loading import load_model
 from explorer.ui import state as ui_state
 from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.core import shape_model
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.hosting.settings import HostedPolicy
+from explorer.models import shape_model
 from explorer.scale.config import load_architecture
 from explorer.scale.params import count_params
 from explorer.ui import state as ui_state

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.hosting import server_session as hosting_session

@@ -16,7 +16,7 @@ from explorer.charts import tour as charts
 from explorer.core.attention import capture_attention
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import pass_cost, pass_flops, ridge_batch
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import ms, short_time

@@ -24,7 +24,7 @@ import torch
 from explorer.checks.bench_config import BenchConfig as BenchConfig  # re-exported: its old home
 from explorer.core.engine import CheckedRequest, Request, check_request, generate
 from explorer.core.lab_progress import part_of, silent
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import prepare_device
 from explorer.core.roofline import pass_flops
 from explorer.core.timing import Stopwatch

@@ -28,7 +28,7 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, decode_one_token, new_cache, prefill
 from explorer.core.errors import ExplorerError, one_line
 from explorer.core.lab_progress import Report, part_of, silent
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.timing import synchronize, timed

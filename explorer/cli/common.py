@@ -13,7 +13,7 @@ from explorer.core.errors import BadInput
 from explorer.core.paths import EMBEDDED
 
 if TYPE_CHECKING:  # torch and transformers load only once the input has been checked: bad input fails in a blink
-    from explorer.core.loading import LoadedModel
+    from explorer.core.loaded_model import LoadedModel
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -133,7 +133,7 @@ class StderrProgress:
 
 
 def load(args: argparse.Namespace) -> LoadedModel:
-    from explorer.core.loading import load_model
+    from explorer.models.loading import load_model
 
     return load_model(args.model, args.device, args.dtype, on_progress=StderrProgress(loading=True))
 

@@ -23,7 +23,7 @@ from explorer.core.trace import Sampling
 
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
     from explorer.core.attention_maps import AttentionMaps
-    from explorer.core.loading import LoadedModel
+    from explorer.core.loaded_model import LoadedModel
     from explorer.core.trace import Trace
 
 # Device figures are kept by their owner (a `device.FiguresStore`: one per command, one per app server) and `measure`

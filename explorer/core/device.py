@@ -18,7 +18,7 @@ from explorer.core.errors import BadInput, RunFailed
 from explorer.core.figure_trust import unreliable_reason
 from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.core.lab_progress import Report, silent
-from explorer.core.loading import DTYPES
+from explorer.core.loaded_model import DTYPES
 from explorer.core.timing import repeat_timed
 
 pynvml: ModuleType | None

@@ -34,7 +34,7 @@ from explorer.core.graph_decode import (
     static_capacity,
 )
 from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 
 # The request and its model-free checks live in the torch-free core.request (the CLI checks it before importing
 # torch); re-exported here, where the pages and labs have always imported them.

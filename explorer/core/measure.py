@@ -11,7 +11,7 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
 from explorer.core.figure_correction import keep_figures_honest
 from explorer.core.lab_progress import Report, part_of, silent
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 
 

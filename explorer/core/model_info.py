@@ -89,7 +89,7 @@ class ModelInfo(LayerWindows):
     v_head_dim: int = 0  # SV's width per query head where it is not head_dim (MLA: v_head_dim; head_dim is QKᵀ's)
     kv_expand_params: int = 0  # per layer: weights of the linear that expands the cached latent into per-head K and V
     # (MLA's kv_b_proj); it runs on every position attention reads, each pass, not only on the new tokens
-    # `shape:NAME`: random weights in a shipped config's shape (explorer.core.shape_model). Timings, bytes and FLOPs
+    # `shape:NAME`: random weights in a shipped config's shape (explorer.models.shape_model). Timings, bytes and FLOPs
     # are real; the tokens are not meaningful. False in every loaded model and in older traces.
     random_weights: bool = False
 

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from explorer.core.device import FiguresStore
-from explorer.core.loading import LoadedModel, Progress, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import PassGate
 from explorer.hosting.rooms import RoomStore
 from explorer.hosting.step_mode_requests import LiveSteps
 from explorer.hosting.warm import Warmer
+from explorer.models.loading import Progress, load_model
 
 T = TypeVar("T")
 

@@ -36,7 +36,7 @@ from explorer.core.engine import (
 from explorer.core.figure_correction import keep_figures_honest
 from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import PassRecord, Trace
 from explorer.hosting.quiet import PassGate, Timed
 

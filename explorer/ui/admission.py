@@ -16,9 +16,10 @@ from typing import TypeVar
 
 from explorer.core.engine import CheckedRequest, Request, check_request, validate
 from explorer.core.errors import ExplorerError
-from explorer.core.loading import EMBEDDED, LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import HostedPolicy, LabSize
+from explorer.models.loading import EMBEDDED
 from explorer.ui.device_turn import DeviceTurn, count_run, device_turn
 from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import RunInputs

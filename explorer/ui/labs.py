@@ -11,7 +11,7 @@ from explorer.charts.device import figures_used_sentence
 from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, Request
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize

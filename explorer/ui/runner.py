@@ -36,11 +36,12 @@ from explorer.core.engine import CheckedRequest, OnPass, Request, generate
 from explorer.core.errors import ExplorerError
 from explorer.core.figure_correction import keep_figures_honest, recost
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel, resolve_device
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import prepare_device
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.settings import LabSize
+from explorer.models.loading import resolve_device
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
 from explorer.ui.shared import server_session
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember

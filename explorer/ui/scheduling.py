@@ -10,7 +10,7 @@ import streamlit as st
 from explorer.charts import schedule as charts
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize

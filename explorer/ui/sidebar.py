@@ -7,9 +7,10 @@ import streamlit as st
 
 from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.core.errors import BadInput
-from explorer.core.loading import DEVICES, DTYPES, EMBEDDED
+from explorer.core.loaded_model import DTYPES
 from explorer.core.trace import DecodePath, Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
+from explorer.models.loading import DEVICES, EMBEDDED
 from explorer.recording.perfetto import perfetto_json
 from explorer.ui.recordings import as_recording_bytes
 from explorer.ui.runner import remeasure_device

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import streamlit as st
 
 from explorer.core.attention_maps import AttentionMaps
-from explorer.core.loading import EMBEDDED
 from explorer.core.trace import DecodePath, Sampling, Trace
+from explorer.models.loading import EMBEDDED
 from explorer.recording.pdx import RecordingMeta
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ and the Step page again after pressing Prefill (a live pass of the real model). 
   - Type size: the computed font size of chart labels, paragraphs, metric values, code, plain text and static
     tables, each against a floor (`PRESENTER_MIN_PX`).
   - First screen: with every scrolling element at the top and the sidebar open, the box of each "One request"
-    page's main chart (its `main-chart` container, `ui.widgets.ChartFirst`) and, after Prefill, of both charts in
+    page's main chart (its `main-chart` container, `ui.chart_first.ChartFirst`) and, after Prefill, of both charts in
     the Step page's first-screen container must lie inside the 1280 × 720 viewport.
 The findings are printed per page and slide, and kept in `legibility.json` (in `$EXPLORER_SCREENSHOTS` if set, else
 pytest's temporary folder) with a screenshot of each first screen.

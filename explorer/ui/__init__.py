@@ -21,17 +21,9 @@ from explorer.ui.page_start import (
 )
 from explorer.ui.recordings import open_from_link, recordings_sidebar
 from explorer.ui.sidebar import remeasure_button, sidebar
+from explorer.ui.slo_state import current_slos_s
 from explorer.ui.state import current_run, history
-from explorer.ui.widgets import (
-    chart,
-    current_slos_s,
-    escape_markdown,
-    metrics,
-    presenter_toggle,
-    run_metrics,
-    secondary,
-    table,
-)
+from explorer.ui.widgets import chart, escape_markdown, metrics, presenter_toggle, run_metrics, secondary, table
 
 # What pages and app.py use, and nothing else: tests and the other modules of this package import from the module
 # that owns a name (`explorer.ui.state`, `explorer.ui.device_turn`, ...).

@@ -20,6 +20,7 @@ from explorer.remote.records import ITL_RULE, SweepResult
 from explorer.ui.device_turn import count_run
 from explorer.ui.runner import execute_run
 from explorer.ui.shared import hosting_policy, server_session
+from explorer.ui.slo_state import slo_inputs
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
@@ -31,7 +32,7 @@ from explorer.ui.state import (
     current_run,
     last_inputs,
 )
-from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, slo_inputs, table
+from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, table
 
 PERCENTILES_CAPTION = (
     "TTFT and ITL tails as concurrency rises: more requests in flight queue behind each other's prefills (TTFT) and "

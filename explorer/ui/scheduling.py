@@ -30,8 +30,9 @@ from explorer.labs.schedule.workload import (
 )
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
+from explorer.ui.slo_state import current_slos_s
 from explorer.ui.state import SCHEDULE_RUN
-from explorer.ui.widgets import chart, current_slos_s, metrics, show_error, table
+from explorer.ui.widgets import chart, metrics, show_error, table
 
 LAB_BUDGET_S = 600.0
 DEFAULT_PREFIX = (

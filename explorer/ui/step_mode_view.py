@@ -14,7 +14,8 @@ from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import Trace
 from explorer.labs.step_mode import SteppedRequest
 from explorer.ui.presenter import presenting
-from explorer.ui.widgets import chart, current_slos_s, escape_markdown, metrics, table
+from explorer.ui.slo_state import current_slos_s
+from explorer.ui.widgets import chart, escape_markdown, metrics, table
 
 FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the newest pass, its attention row and the KV growth
 NEWEST_ROWS_KEY = "step-newest-rows"  # the strip of the map's newest rows

@@ -2,7 +2,8 @@
 the one `ServerSession`), the one way onto the device (`admission`), a turn on it (`device_turn`), runs, labs and
 re-measuring (`runner`), recordings opened instead of a run (`recordings`), step mode (`step_mode`), the shared sidebar
 (`sidebar`), how a page starts (`page_start`: its title, the run and Run where the visitor looks), page building
-blocks (`widgets`) and one `*_view` module per page that needs more than a few lines.
+blocks (`widgets`), the session's SLOs (`slo_state`), the chart-first layout (`chart_first`) and one `*_view` module
+per page that needs more than a few lines.
 Pages call these and the pure builders in `explorer.charts`; nothing outside this package in `explorer` imports
 streamlit."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.checks.doctor import generate_tokens
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.core import graph_decode
 from explorer.core.engine import LiveRequest, Request, check_request, generate, run_to_end
 from explorer.core.errors import BadInput

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from explorer.checks.bench import BenchConfig, run_bench
-from explorer.checks.doctor import generate_tokens
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, check_request
 from explorer.core.graph_decode import CacheShape, GraphPool

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from explorer.checks.doctor import generate_tokens
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.core.attention import capture_attention
 from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel

@@ -1,4 +1,5 @@
-"""Roofline arithmetic for one forward pass: FLOPs, bytes moved, and the times a device profile predicts for them.
+"""Roofline arithmetic for one forward pass: FLOPs, bytes moved and the times a device profile predicts for them, in
+the one `Cost` record, with the questions the pages ask of it and one convention per quantity.
 
 Plain Python, like nanoGPT's `estimate_mfu`: every count is written out so it can be checked by hand. One record,
 `Cost`, holds what a pass, an operator of a pass (`explorer.core.operators`) or an At-scale step

@@ -1,5 +1,8 @@
-"""The one way onto the device: everything that runs the model (the sidebar's Run, every lab's Run or Measure, Step
-mode's prefill and each step, "Re-measure device figures") asks here, in one order:
+"""The one way onto the device for everything that runs the model: this server's policy, the rate limit, the warm-up,
+a turn on the device, the model loaded with progress and the request checked, each refusal one line.
+
+The sidebar's Run, every lab's Run or Measure, step mode's prefill and each step, and "Re-measure device figures" all
+ask here, in one order:
 
 this server's policy (the model by name, the request's characters and numbers, a lab's size) → the session's rate
 limit → waiting for the server's warm-up → a turn on the device (its place in line and "Leave the queue", drawn

@@ -101,7 +101,7 @@ def figures() -> FiguresStore:
 
 
 @pytest.fixture(autouse=True)
-def fresh_device_session() -> Iterator[None]:
+def fresh_server_session() -> Iterator[None]:
     """Every test starts the app (AppTest) on a new ServerSession: no model, turn, warm-up or figures that another
     test left behind, whatever the order or the worker."""
     server_session.clear()

@@ -20,10 +20,11 @@ import time
 
 from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, check_request
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.hosting.quiet import PassGate
-from explorer.labs.stepping import SteppedRequest
+from explorer.labs.step_mode import SteppedRequest
+from explorer.models.loading import load_model
 
 PROMPT = "Explain in one sentence why the sky is blue."
 STEP_PROMPT = "What is the capital of France?"  # the Step page's default, as the Run's default is PROMPT

@@ -8,7 +8,7 @@
 #
 # The server warms up as it starts, with no request needed: `streamlit run app.py` serves the `st.App` that app.py
 # defines, whose lifespan loads the default model and takes the device figures in the background
-# (explorer/ui/warm.py; EXPLORER_WARM=0 turns it off). The journal says when it starts and when the server is warm.
+# (explorer/ui/warm_start.py; EXPLORER_WARM=0 turns it off). The journal says when it starts and when the server is warm.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "$0")")/.."  # the repository root: app.py and .streamlit/config.toml live there

@@ -2,13 +2,13 @@
 
 import streamlit as st
 
-from explorer.ui import step_view, stepper
+from explorer.ui import step_mode, step_mode_view
 from explorer.ui.page_start import page_title
 from explorer.ui.presenter import presenting
 from explorer.ui.widgets import escape_markdown
 
 page_title("Step by step")  # the sidebar's Run, if pressed, streams under the title
-current = stepper.stepped()
+current = step_mode.stepped()
 active = current is not None
 # Presenting a request under way, the first 1280 × 720 screen is for its newest pass, its attention row and its KV
 # cache: the one-line caption stays, the locked prompt folds away (it still shows the prompt being stepped).
@@ -20,7 +20,7 @@ st.caption(
     "runs ONE decode pass: one new token, reading the cache. Keys (outside the text boxes): → = next token, Home = "
     "reset."
 )
-shown = current.request if active else stepper.DEFAULT_STEP
+shown = current.request if active else step_mode.DEFAULT_STEP
 # A locked form shows the request being stepped; a free one what was typed last (the defaults at first). Set through
 # the widgets' keys before they are drawn: a keyed widget keeps its state when its default changes.
 for key, value in (
@@ -44,7 +44,7 @@ with (
     )
     prefill_pressed = st.form_submit_button("Prefill", type="primary", disabled=active, key="step-prefill")
 # Acted on after the form: waiting in line draws a "Leave the queue" button (a callback), which no form may hold.
-if prefill_pressed and stepper.prefill(prompt, int(new_tokens), template):
+if prefill_pressed and step_mode.start_request(prompt, int(new_tokens), template):
     st.rerun()  # the form is drawn again, locked, above the request's first pass
 # else its one-line error stays on screen (a rerun would wipe it) and the form stays usable
 
@@ -56,7 +56,7 @@ pace_s = float(st.session_state.get("step-pace", 1.0))
 # form or the page around them, so the new row is drawn a pass and a view's drawing after the key.
 @st.fragment(run_every=pace_s if autoplay else None)
 def stepping() -> None:
-    current = stepper.stepped()
+    current = step_mode.stepped()
     steps_disabled = current is None or current.done  # nothing to step, or the request has finished
     if steps_disabled:
         st.session_state["step-autoplay"] = False  # a finished request stops autoplay (before its switch is drawn)
@@ -70,20 +70,20 @@ def stepping() -> None:
         "Reset", key="step-reset", disabled=current is None, shortcut="Home", help="Key: Home. Frees the KV cache."
     )
     if reset_pressed:
-        stepper.reset_stepping()
+        step_mode.reset_step_mode()
         st.rerun()  # the whole page: the form unlocks
     if playing != autoplay:
         st.rerun()  # the whole page: the fragment's timer starts or stops with it
-    stepped_now = (next_pressed or playing) and stepper.step_once()
+    stepped_now = (next_pressed or playing) and step_mode.step_once()
     if end_pressed:
-        stepper.run_to_end()
-    current = stepper.stepped()
+        step_mode.run_to_end()
+    current = step_mode.stepped()
     if current is not None and current.done and (stepped_now or end_pressed):
         st.rerun()  # the whole page, so the sidebar offers the finished request as the session's run
     if current is None or not current.passes:
         st.info("Type a prompt and press **Prefill**: one real pass on the model, then one decode pass per click.")
         return
-    step_view.step_view(current)
+    step_mode_view.step_view(current)
 
 
 stepping()

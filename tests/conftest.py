@@ -12,16 +12,17 @@ import pytest
 # No model hub at test time: every load must come from the embedded wheel or a local folder.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# No warm-up at server start (explorer/ui/warm.py) in AppTests or the shared test server: it would load the real model
-# in the background of tests that patch loading to fail. tests/test_warm.py and test_browser_warm.py switch it on.
+# No warm-up at server start (explorer/ui/warm_start.py) in AppTests or the shared test server: it would load the real
+# model in the background of tests that patch loading to fail. tests/test_warm.py and test_browser_warm.py switch it on.
 os.environ["EXPLORER_WARM"] = "0"
 
 from explorer.core import device as device_module  # noqa: E402
 from explorer.core.device import FiguresStore, device_profile  # noqa: E402
 from explorer.core.lab_progress import Report, silent  # noqa: E402
-from explorer.core.loading import LoadedModel, load_model  # noqa: E402
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile  # noqa: E402
-from explorer.ui.shared import device_session  # noqa: E402
+from explorer.models.loading import load_model  # noqa: E402
+from explorer.ui.shared import server_session  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -100,12 +101,12 @@ def figures() -> FiguresStore:
 
 
 @pytest.fixture(autouse=True)
-def fresh_device_session() -> Iterator[None]:
-    """Every test starts the app (AppTest) on a new DeviceSession: no model, turn, warm-up or figures that another
+def fresh_server_session() -> Iterator[None]:
+    """Every test starts the app (AppTest) on a new ServerSession: no model, turn, warm-up or figures that another
     test left behind, whatever the order or the worker."""
-    device_session.clear()
+    server_session.clear()
     yield
-    device_session.clear()
+    server_session.clear()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DeviceProfile, Trace
 

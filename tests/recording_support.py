@@ -8,7 +8,7 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
-from explorer.core.recording import ATTENTION, META, TRACE, bundled
+from explorer.recording.pdx import ATTENTION, META, TRACE, bundled
 
 BASE = bundled()["short-chat"]  # 30 layers, a chat prompt, 32 new tokens (its path: a test may move the folder)
 # Markdown and HTML a browser would render or fetch: a link, an image (a fetch), a tag with a handler, bold.

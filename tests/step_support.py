@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tests.browser_support import IDLE_JS
 
 # The first screen as drawn: the strip's row labels ("pass 2 · ␣to"), the KV growth's points (one per pass), and the
-# newest pass's line ("Pass 2 · decode → “␣to” in 61 ms (measured)"): explorer.ui.step_view's containers.
+# newest pass's line ("Pass 2 · decode → “␣to” in 61 ms (measured)"): explorer.ui.step_mode_view's containers.
 FIRST_SCREEN_JS = """() => {
   const strip = document.querySelector(".st-key-step-newest-rows svg.marks");
   const kv = document.querySelector(".st-key-step-kv-growth svg.marks");

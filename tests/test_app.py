@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from explorer import ui
 from explorer.ui import state as ui_state
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import (  # noqa: F401 - an autouse fixture
     navigation_like_a_server,
     new_app,
@@ -217,7 +217,7 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
 
 def test_a_second_session_waits_for_the_device() -> None:
     at = new_app()
-    queue = device_session().queue
+    queue = server_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     releaser = release_once_someone_waits(queue, other)  # the "other session" finishes once this one waits
@@ -321,7 +321,7 @@ def test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them(tiny_ll
 
 def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pytest.MonkeyPatch) -> None:
     from explorer.core.errors import BadInput
-    from explorer.core.loading import resolve_device
+    from explorer.models.loading import resolve_device
 
     seen: list[tuple[str, str]] = []
 
@@ -329,7 +329,7 @@ def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pyt
         seen.append((kind, dtype))
         raise BadInput("stop here")  # what was asked for is all this test needs
 
-    monkeypatch.setattr(device_session().figures, "get", figures)
+    monkeypatch.setattr(server_session().figures, "get", figures)
     at = new_app()
     at.sidebar.selectbox(key="sidebar-dtype").set_value("bfloat16")
     run_from_sidebar(at, prompt="   ")  # commits the form; an empty prompt runs nothing

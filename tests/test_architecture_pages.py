@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import load_model
 from explorer.core.trace import DeviceProfile
+from explorer.models.loading import load_model
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.tiny_zoo import BY_NAME, save_tiny

@@ -14,11 +14,11 @@ from torch import nn
 
 from explorer.core.attention import capture_attention
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel, load_model
-from explorer.core.model_shape import routers
+from explorer.core.loaded_model import LoadedModel, routers
 from explorer.core.report import format_trace, kv_per_token_text
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import human_bytes
+from explorer.models.loading import load_model
 from tests.tiny_zoo import ALL, BY_NAME, WINDOW, Architecture, save_tiny
 
 PROMPT = "sliding windows!"  # 16 byte tokens: past the tiny window of 8
@@ -193,7 +193,7 @@ def test_modelled_kv_reads_follow_each_layers_window(traces: dict[str, Trace]) -
 
 
 def test_a_real_folder_transformers_cannot_run_is_named_not_blamed(tmp_path: Path) -> None:
-    from explorer.core.loading import _load_error
+    from explorer.models.loading import _load_error
 
     folder = tmp_path / "model"
     folder.mkdir()
@@ -233,7 +233,7 @@ def test_cost_page_lists_the_experts_of_every_pass(traces: dict[str, Trace]) -> 
 
 
 def test_a_moe_hybrid_trace_round_trips_and_passes_the_recording_checks(traces: dict[str, Trace]) -> None:
-    from explorer.core.recording_checks import check_trace, parse
+    from explorer.recording.checks import check_trace, parse
 
     trace = traces["gpt-oss"]
     assert Trace.from_json(trace.to_json()) == trace
@@ -341,7 +341,7 @@ def test_kv_b_proj_is_counted_once_on_the_positions_it_expands(
 
 def test_a_latent_cache_trace_round_trips_and_the_kv_page_says_what_it_holds(traces: dict[str, Trace]) -> None:
     from explorer.charts import kv as kv_charts
-    from explorer.core.recording_checks import check_trace, parse
+    from explorer.recording.checks import check_trace, parse
     from explorer.teach.quiz import kv_formula
 
     trace = traces["deepseek-v3"]

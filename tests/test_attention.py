@@ -8,7 +8,7 @@ import pytest
 from explorer.core.attention import AttentionCapExceeded, attention_bytes, capture_attention
 from explorer.core.engine import Request
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Trace
 

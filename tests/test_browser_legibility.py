@@ -20,7 +20,7 @@ and the Step page again after pressing Prefill (a live pass of the real model). 
   - Type size: the computed font size of chart labels, paragraphs, metric values, code, plain text and static
     tables, each against a floor (`PRESENTER_MIN_PX`).
   - First screen: with every scrolling element at the top and the sidebar open, the box of each "One request"
-    page's main chart (its `main-chart` container, `ui.widgets.ChartFirst`) and, after Prefill, of both charts in
+    page's main chart (its `main-chart` container, `ui.chart_first.ChartFirst`) and, after Prefill, of both charts in
     the Step page's first-screen container must lie inside the 1280 × 720 viewport.
 The findings are printed per page and slide, and kept in `legibility.json` (in `$EXPLORER_SCREENSHOTS` if set, else
 pytest's temporary folder) with a screenshot of each first screen.
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.core.recording import bundled
+from explorer.recording.pdx import bundled
 from explorer.teach.tour import SLIDE_COUNT, TITLES
 from tests.browser_support import (
     HostedApp,
@@ -55,7 +55,7 @@ PAGE_TIMEOUT_S = 60
 PREFILL_TIMEOUT_S = 180  # a cold server loads the model (a first-ever GGUF conversion ~20 s more) before the pass
 ONE_REQUEST_PAGES = ("Inside one inference", "Attention", "KV cache", "Cost (roofline)", "Latency", "Compare two runs")
 MAIN_CHART = ".st-key-main-chart [data-testid='stVegaLiteChart']"  # the chart such a page draws first
-STEP_CHARTS = ".st-key-step-first-screen [data-testid='stVegaLiteChart']"  # explorer.ui.step_view.FIRST_SCREEN_KEY
+STEP_CHARTS = ".st-key-step-first-screen [data-testid='stVegaLiteChart']"  # explorer.ui.step_mode_view.FIRST_SCREEN_KEY
 CHART_DRAW_TIMEOUT_S = 20
 APP = (Path(__file__).parents[1] / "app.py").read_text()
 PAGES = re.findall(r'st\.Page\("pages/[a-z_]+\.py", title="([^"]+)"', APP)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.core.recording import bundled
+from explorer.recording.pdx import bundled
 from explorer.teach.tour import SLIDE_COUNT, TITLES
 from explorer.ui.recordings import QUERY
 from tests.browser_support import (

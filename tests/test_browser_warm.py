@@ -1,5 +1,5 @@
-"""A fresh server's first Run, in a real browser: with warming on (explorer/ui/warm.py), the first visitor's Run pays
-for no model load, device figures or first-forward set-up.
+"""A fresh server's first Run, in a real browser: with warming on (explorer/ui/warm_start.py), the first visitor's Run
+pays for no model load, device figures or first-forward set-up.
 
 Starts a server of its own (deploy/run.sh, hosted mode, `EXPLORER_WARM=1`: the session's shared server runs with
 warming off), opens it, waits until the sidebar says the server is warm (at most WARM_TIMEOUT_S), presses Run with the

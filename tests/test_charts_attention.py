@@ -12,7 +12,7 @@ from explorer.charts import attention as charts
 from explorer.charts.common import position_label
 from explorer.core.attention import AttentionMaps, capture_attention
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Trace
 

@@ -11,7 +11,7 @@ import pytest
 
 from explorer.charts import cost
 from explorer.charts.roofline import prefill_ridge_sentence
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import prefill_ridge_tokens
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import to_ms

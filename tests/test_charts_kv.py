@@ -7,7 +7,7 @@ import pytest
 
 from explorer.charts import kv as charts
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Trace
 from explorer.core.units import GB

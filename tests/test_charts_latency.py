@@ -11,7 +11,7 @@ import pytest
 from explorer.charts import latency
 from explorer.charts.common import display_token
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Trace
 from explorer.core.units import to_ms

@@ -11,10 +11,11 @@ import pytest
 from explorer.charts import operators as charts
 from explorer.core import operators
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.profiler import MODELLED_KINDS, OP_GROUPS, PassProfile, profile_pass
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import to_ms
+from explorer.models.loading import load_model
 from tests.tiny_zoo import BY_NAME, save_tiny
 
 NAMES = ("llama", "gemma3-text", "mixtral")

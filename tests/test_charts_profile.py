@@ -12,7 +12,7 @@ from explorer.charts import cost
 from explorer.charts import profile as charts
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.profiler import CPU_REMAINDER, KV_UPDATE, LINEAR, OP_GROUPS, OpTime, PassProfile, ProfileGroup
 from explorer.core.trace import DeviceProfile
 from explorer.core.units import to_ms

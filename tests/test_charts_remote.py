@@ -10,7 +10,7 @@ import pytest
 from explorer.charts import remote as charts
 from explorer.cli.remote import format_sweep
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.remote import records
 from explorer.remote.endpoint import make_endpoint

@@ -10,8 +10,8 @@ import altair as alt
 import pytest
 
 from explorer.charts import roofline
-from explorer.core.loading import LoadedModel
-from explorer.core.measure import recost
+from explorer.core.figure_correction import recost
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import attainable_flops, pass_cost, prefill_ridge_tokens, utilisation
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import percent

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer.charts import stepping as step_charts
+from explorer.charts import step_mode as step_charts
 from explorer.charts.attention import WINDOW_POSITIONS
 from explorer.core.attention_maps import AttentionMaps
 

@@ -269,7 +269,7 @@ def test_bad_lab_input_exits_2_with_one_line(tiny_llama_dir: Path, args: list[st
 
 
 def test_perfetto_export_has_one_complete_event_per_pass(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from explorer.core.perfetto import PASSES_TID
+    from explorer.recording.perfetto import PASSES_TID
 
     out = explorer(
         "run", "--prompt", "Hi", "--model", str(tiny_llama_dir), "--max-new-tokens", "8",
@@ -411,12 +411,12 @@ BAD_NUMBERS = [  # (argv, words of the one line): each refused by the same check
 
 @pytest.fixture
 def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any model load fails the test: every command loads through explorer.core.loading.load_model."""
+    """Any model load fails the test: every command loads through explorer.models.loading.load_model."""
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded before the input was refused")
 
-    monkeypatch.setattr("explorer.core.loading.load_model", refuse)
+    monkeypatch.setattr("explorer.models.loading.load_model", refuse)
 
 
 @pytest.mark.parametrize(("argv", "words"), BAD_NUMBERS, ids=[" ".join(a)[:60] for a, _ in BAD_NUMBERS])

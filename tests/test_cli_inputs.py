@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from explorer.core.errors import BadInput
-from explorer.core.recording import CUT_MARKER, MAX_COMMAND_CHARS
-from explorer.core.recording_checks import read_recording
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import CUT_MARKER, MAX_COMMAND_CHARS
 from tests.cli_support import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def test_a_config_json_of_null_or_a_bomb_is_one_line(
 
 
 def test_the_app_refuses_the_same_config_before_transformers_reads_it(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from explorer.core.loading import load_model
+    from explorer.models.loading import load_model
 
     config = json.loads((tiny_llama_dir / "config.json").read_text())
     config["vocab_size"] = 10**12

@@ -9,8 +9,8 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.charts import compare
 from explorer.charts.cost import median_decode_index
-from explorer.core.recording import bundled
-from explorer.core.recording_checks import read_recording
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import bundled
 from explorer.ui import state as ui_state
 from explorer.ui.recordings import COMPARE_QUERY, QUERY
 from tests.apptest_support import ROOT, navigation_like_a_server  # noqa: F401 - an autouse fixture

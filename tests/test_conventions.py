@@ -10,11 +10,11 @@ import pytest
 
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.gpu_specs import GPU_SPECS
-from explorer.core.loading import load_model
 from explorer.core.trace import DeviceProfile, Trace
+from explorer.models.loading import load_model
 from explorer.scale.config import load_architecture
 from explorer.scale.params import kv_bytes_at
-from explorer.scale.whatif import Scenario, decode_step, prefill, what_if
+from explorer.scale.whatif import Scenario, decode_step, prefill_floor, what_if
 from tests.tiny_zoo import BY_NAME, save_tiny
 
 NAMES = ("llama", "mistral-sliding", "gemma3-text", "mixtral")  # dense; sliding; sliding and full; experts
@@ -53,5 +53,5 @@ def test_the_live_run_and_at_scale_agree_for_the_same_config_and_context(
         assert record.kv_cache_bytes == kv_bytes_at(arch, context + 1, "float32")
         assert step.weight_bytes_read == record.cost.weight_bytes_read  # a MoE: k experts a layer, one table row
         assert step.attention_flops == record.cost.attention_flops > 0
-    first = prefill(Scenario(arch, GPU, dtype="float32", prompt_tokens=trace.prompt_len)).cost
+    first = prefill_floor(Scenario(arch, GPU, dtype="float32", prompt_tokens=trace.prompt_len)).cost
     assert first.attention_flops == trace.prefill.cost.attention_flops  # the useful causal pairs, both

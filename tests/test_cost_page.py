@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from explorer.charts.cost import median_decode_index
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture

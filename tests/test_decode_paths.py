@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from explorer.checks.doctor import generate_tokens
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.core import graph_decode
 from explorer.core.engine import LiveRequest, Request, check_request, generate, run_to_end
 from explorer.core.errors import BadInput
+from explorer.core.figure_correction import recost
 from explorer.core.graph_decode import (
     CAPACITY_STEP,
     CacheShape,
@@ -22,11 +23,11 @@ from explorer.core.graph_decode import (
     graph_refusal,
     static_capacity,
 )
-from explorer.core.loading import LoadedModel, load_model
-from explorer.core.measure import recost
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.report import format_trace
 from explorer.core.roofline import kv_cache_bytes, kv_traffic_bytes, pass_cost, pass_flops
 from explorer.core.trace import DeviceProfile, Trace
+from explorer.models.loading import load_model
 from tests.tiny_zoo import BY_NAME, save_tiny
 
 PROMPT = "The cat sat on the mat and the dog"

@@ -8,7 +8,7 @@ import pytest
 from explorer.charts import decode_paths as charts
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.labs.decode_paths import compare_decode_paths
 from explorer.ui import state as ui_state

@@ -17,9 +17,9 @@ from explorer.core.device import (
     nvml_bandwidth,
     theoretical_bandwidth_bytes_per_s,
 )
+from explorer.core.device_profile import DeviceProfile
 from explorer.core.errors import BadInput, RunFailed
 from explorer.core.gpu_specs import GPU_SPECS, match_gpu_spec
-from explorer.core.profiles import DeviceProfile
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 H100_MEMORY_BYTES = 85_520_809_984  # what an H100 SXM reports: 81,559 MiB

@@ -1,5 +1,6 @@
-"""Docs that cannot drift: every dotted reference (`explorer.core.roofline.pass_cost`) or file path
-(`explorer/core/roofline.py`) in the docs, docstrings and comments names something that exists."""
+"""Docs that cannot drift: every README layout row is its module's opening sentence, and every dotted reference
+(`explorer.core.roofline.pass_cost`) or file path (`explorer/core/roofline.py`) in the docs, docstrings and comments
+names something that exists."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import re
 import tokenize
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "recordings").rglob("README.md"))]
 SOURCES = sorted(
@@ -17,6 +20,7 @@ SOURCES = sorted(
 ) + [ROOT / "app.py"]
 DOTTED = re.compile(r"(?<![\w./-])explorer(?:\.[A-Za-z_]\w*)+(?![\w*/])")  # `DEFAULT_*` is a family, not a name
 PATH = re.compile(r"(?<![\w./-])((?:explorer|pages|tests|benchmarks|recordings|deploy)/[\w./-]*\w)")
+LAYOUT_ROW = re.compile(r"^\| `((?:explorer|pages)/[\w/]+\.py)` \| (.+) \|$", re.M)
 
 
 def referring_lines(path: Path) -> list[str]:
@@ -78,3 +82,23 @@ def test_every_file_path_in_docs_and_docstrings_exists() -> None:
                 if not (ROOT / named).exists():
                     missing.setdefault(named, set()).add(path.relative_to(ROOT).as_posix())
     assert missing == {}
+
+
+SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)(?<!\bvs)\.(?=\s|$)")
+
+
+def first_sentence(module: Path) -> str:
+    """The module's docstring up to its first full stop (not the one of "e.g." or "i.e."), on one line."""
+    doc = " ".join((ast.get_docstring(ast.parse(module.read_text(encoding="utf-8"))) or "").split())
+    end = SENTENCE_END.search(doc)
+    return doc if end is None else doc[: end.start()]
+
+
+@pytest.mark.parametrize(
+    ("module", "row"), LAYOUT_ROW.findall((ROOT / "README.md").read_text(encoding="utf-8")), ids=lambda v: v[:48]
+)
+def test_each_layout_row_is_its_modules_opening_sentence(module: str, row: str) -> None:
+    """The README's Layout table says of each module what the module says of itself, so neither can drift alone."""
+    doc = first_sentence(ROOT / module)
+    assert doc, f"{module} opens with no docstring"
+    assert row == doc, f"{module}: the README says {row!r}, the module says {doc!r}"

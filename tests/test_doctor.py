@@ -30,7 +30,7 @@ from explorer.cli import main as cli
 from explorer.core import device as device_module
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.trace import DeviceProfile
 

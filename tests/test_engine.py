@@ -8,7 +8,7 @@ import torch
 from explorer.core import engine as engine_module
 from explorer.core.engine import OnPass, Request, check_request, generate, tokenize
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DeviceProfile, Sampling, Trace
 

@@ -16,7 +16,7 @@ import pytest
 
 from explorer.charts import export
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 
 ROOT = Path(__file__).resolve().parents[1]

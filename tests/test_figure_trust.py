@@ -11,13 +11,14 @@ import pytest
 from explorer.charts import device as device_charts
 from explorer.charts import roofline as roofline_charts
 from explorer.core.engine import Request
+from explorer.core.figure_correction import recost
 from explorer.core.figure_trust import UNDER_LOAD, caveat, figures_line, marked_bound, unreliable_reason
-from explorer.core.loading import LoadedModel
-from explorer.core.measure import measure, recost
-from explorer.core.recording import RecordingMeta, recording_bytes
-from explorer.core.recording_checks import read_recording
+from explorer.core.loaded_model import LoadedModel
+from explorer.core.measure import measure
 from explorer.core.report import format_trace
 from explorer.core.trace import DeviceProfile, Trace
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import RecordingMeta, recording_bytes
 from explorer.scale.local import local_gap
 from explorer.teach.quiz import evidence_bound
 from explorer.ui import state as ui_state

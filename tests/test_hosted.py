@@ -18,9 +18,8 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.core import engine
 from explorer.core.errors import BadInput
-from explorer.core.loading import load_model
 from explorer.hosting.queue import DeviceQueue, QueueStatus, read_turn_log, wait_sentence, work_ahead
-from explorer.hosting.session import DeviceSession, ModelStore
+from explorer.hosting.server_session import ModelStore, ServerSession
 from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
@@ -28,9 +27,10 @@ from explorer.hosting.settings import (
     HostedPolicy,
     LabSize,
 )
-from explorer.ui import queue as ui_queue
+from explorer.models.loading import load_model
+from explorer.ui import device_turn as ui_queue
 from explorer.ui import state as ui_state
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -349,7 +349,7 @@ def test_a_place_in_line_whose_thread_is_gone_is_dropped() -> None:
 def script_queue(monkeypatch: pytest.MonkeyPatch) -> DeviceQueue:
     """`device_turn` as in a script run of one session, on a fresh queue."""
     queue = DeviceQueue()
-    monkeypatch.setattr(ui_queue, "device_session", lambda: DeviceSession(queue=queue))
+    monkeypatch.setattr(ui_queue, "server_session", lambda: ServerSession(queue=queue))
     monkeypatch.setattr(ui_queue, "get_script_run_ctx", lambda **_: SimpleNamespace(session_id="visitor"))
     return queue
 
@@ -541,7 +541,7 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 def device_held_elsewhere(leap_s: float = 0.0) -> Iterator[DeviceQueue]:
     """Another session holds the device for the whole block; with `leap_s`, every look at the queue's clock finds
     that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
-    queue = device_session().queue
+    queue = server_session().queue
     if leap_s:
         queue.clock = LeapingClock(queue.clock(), leap_s)
     other = queue.enter("run", owner="other session")
@@ -626,7 +626,7 @@ def test_remeasuring_while_the_wait_is_too_long_is_one_line(monkeypatch: pytest.
 def test_the_first_conversion_tells_a_visitor_no_server_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers
 
-    from explorer.core import loading
+    from explorer.models import loading
 
     class Saved:
         """Stands in for the tokenizer and the dequantized model: only what the conversion calls."""

@@ -165,7 +165,7 @@ SESSION_KEYS = {
 
 @pytest.fixture
 def no_model() -> Iterator[None]:
-    """What explorer.core.loading really calls to load a model or tokenizer raises: nothing can be loaded."""
+    """What explorer.models.loading really calls to load a model or tokenizer raises: nothing can be loaded."""
     refuse = mock.Mock(side_effect=AssertionError("a lab page opened on its bundled result loaded a model"))
     with (
         mock.patch.object(transformers.AutoModelForCausalLM, "from_pretrained", refuse),

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from explorer.core.errors import BadInput
-from explorer.core.loading import load_model, resolve_device, resolve_dtype
 from explorer.core.paths import EMBEDDED_CACHE_NAME, cache_dir
+from explorer.models.loading import load_model, resolve_device, resolve_dtype
 
 
 def test_cache_dir_respects_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ import torch
 
 from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, decode_one_token, new_cache, prefill
-from explorer.core.loading import LoadedModel
-from explorer.core.measure import higher_figures, keep_figures_honest, measure, raised_to_achieved, recost
+from explorer.core.figure_correction import higher_figures, keep_figures_honest, raised_to_achieved, recost
+from explorer.core.loaded_model import LoadedModel
+from explorer.core.measure import measure
 from explorer.core.roofline import kv_traffic_bytes
 from explorer.core.trace import PLAUSIBLE_SLACK, DeviceProfile
 

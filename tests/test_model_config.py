@@ -1,4 +1,4 @@
-"""A local model's config.json checked before transformers reads it (`explorer.core.model_config`); the CLI's and the
+"""A local model's config.json checked before transformers reads it (`explorer.models.model_config`); the CLI's and the
 app's refusals of whole folders are in tests/test_cli_inputs.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from explorer.core.errors import BadInput
-from explorer.core.model_config import MAX_DEPTH, check_config, check_model_config
+from explorer.models.model_config import MAX_DEPTH, check_config, check_model_config
 
 GOOD = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": None}
 

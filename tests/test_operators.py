@@ -10,9 +10,10 @@ import pytest
 
 from explorer.core import operators
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import CACHE_LAYOUTS, Cost, pass_cost
 from explorer.core.trace import DeviceProfile, Trace
+from explorer.models.loading import load_model
 from tests.tiny_zoo import BY_NAME, save_tiny
 
 NAMES = ("llama", "mistral-sliding", "gemma3-text", "mixtral", "qwen3-moe")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import load_model
 from explorer.core.profiler import profile_pass
 from explorer.core.trace import DeviceProfile
+from explorer.models.loading import load_model
 from explorer.ui import state as ui_state
 from explorer.ui.state import PROFILE
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture

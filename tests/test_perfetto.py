@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from explorer.core import perfetto
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
+from explorer.recording import perfetto
 
 NEW_TOKENS = 8
 # The phases the format defines that this export uses, and the keys each must carry (Trace Event Format).

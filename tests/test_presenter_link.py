@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.core.recording import bundled
+from explorer.recording.pdx import bundled
 from explorer.teach.tour import TITLES
 from explorer.ui import state as ui_state
 from explorer.ui.presenter import PRESENTER_CSS, PRESENTER_KEY, PRESENTER_PARAM

@@ -18,7 +18,7 @@ from explorer.cli.profile import check_pass_reachable, format_profile
 from explorer.core import profiler
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.profiler import (
     ATTENTION,
     CPU_REMAINDER,

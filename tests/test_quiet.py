@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from explorer.charts import stepping as step_charts
+from explorer.charts import step_mode as step_charts
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DISTURBED_SHARE, Trace
 from explorer.hosting import beside

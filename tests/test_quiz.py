@@ -9,7 +9,7 @@ import pytest
 
 from explorer.core.attention import AttentionMaps, capture_attention
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import human_bytes, ms
 from explorer.teach import quiz

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 
 ROOT = Path(__file__).resolve().parents[1]

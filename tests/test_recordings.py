@@ -18,9 +18,12 @@ import pytest
 from explorer.core.attention import capture_attention
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
-from explorer.core.recording import (
+from explorer.core.request import Request
+from explorer.core.trace import Trace
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import (
     ATTENTION,
     MAX_RECORDING_BYTES,
     META,
@@ -30,9 +33,6 @@ from explorer.core.recording import (
     recording_bytes,
     spread_layers,
 )
-from explorer.core.recording_checks import read_recording
-from explorer.core.request import Request
-from explorer.core.trace import Trace
 from tests.cli_support import run_cli
 from tests.recording_support import BOUNDARY, REFUSED, forged_kv_recording
 

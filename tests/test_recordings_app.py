@@ -11,8 +11,8 @@ import pytest
 import transformers
 from streamlit.testing.v1 import AppTest
 
-from explorer.core.recording import bundled
-from explorer.core.recording_checks import read_recording
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import bundled
 from explorer.ui import recordings as ui_recordings
 from explorer.ui import state as ui_state
 from tests.apptest_support import ROOT, navigation_like_a_server  # noqa: F401 - a fixture, used by every test here

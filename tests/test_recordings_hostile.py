@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.core import recording
 from explorer.hosting import settings
+from explorer.recording import pdx as recording
 from explorer.ui import recordings as ui_recordings
 from explorer.ui import state as ui_state
 from explorer.ui.widgets import PRESENTER_KEY

@@ -408,7 +408,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """
     if SERVING_MISSING:
         pytest.skip(f"transformers serve needs {', '.join(SERVING_MISSING)}: pip install the dev requirements")
-    from explorer.core.loading import ensure_embedded_converted
+    from explorer.models.loading import ensure_embedded_converted
 
     folder = str(ensure_embedded_converted())
     port = free_port()

@@ -19,7 +19,7 @@ import pytest
 
 from explorer.cli.main import main
 from explorer.core.errors import ExplorerError, RunFailed
-from explorer.core.loading import ensure_embedded_converted
+from explorer.models.loading import ensure_embedded_converted
 from explorer.remote import answer, sweep, tokens, upload
 from explorer.remote.endpoint import make_endpoint
 from tests import fake_servers as fake

@@ -10,7 +10,7 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.core.recording import bundled
+from explorer.recording.pdx import bundled
 from explorer.ui import recordings as ui_recordings
 from explorer.ui import state as ui_state
 from explorer.ui.presenter import PRESENTER_PARAM

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import (
     CACHE_LAYOUTS,
     RIDGE_BATCH_LIMIT,

@@ -12,7 +12,7 @@ from explorer.charts import room as charts
 from explorer.charts import schedule as schedule_charts
 from explorer.core.engine import tokenize
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.labs.room import RoundAsk, RoundPrompt, run_round
 from explorer.labs.room_records import RoomRound
 from tests.test_engine import hf_greedy_tokens

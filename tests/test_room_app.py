@@ -1,4 +1,4 @@
-"""The Room page through AppTest: three sessions in one room (three AppTests sharing the test's one DeviceSession),
+"""The Room page through AppTest: three sessions in one room (three AppTests sharing the test's one ServerSession),
 each seeing its own request in the shared schedule; bad input as one line; a round that cannot run reopens."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from explorer.core.units import short_time
 from explorer.hosting.rooms import OPEN
 from explorer.labs.room_records import RoomRound
 from explorer.ui import state as ui_state
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/room.py"
@@ -73,7 +73,7 @@ def test_three_sessions_in_one_room_each_see_their_own_request_in_the_shared_sch
     presenter.button(key="room-start").click().run()
     assert_no_error(presenter)
 
-    finished = device_session().rooms.view(code, "an observer").finished
+    finished = server_session().rooms.view(code, "an observer").finished
     assert len(finished) == 1 and isinstance(finished[0].result, RoomRound)
     served = finished[0].result
     assert [lane.participant for lane in served.lanes] == [1, 2, 3] and served.all_same_tokens
@@ -115,7 +115,7 @@ def test_bad_room_input_is_one_line_and_nothing_is_kept(monkeypatch: pytest.Monk
     assert_no_error(submit(presenter, "first in"))
     full = errors(submit(guest, "one too many"))
     assert len(full) == 1 and "Round 1 is full (1 prompts, this server's most)" in full[0]
-    store = device_session().rooms
+    store = server_session().rooms
     assert store.view(code, "an observer").current.size == 1
     store.start_round(code, presenter.session_state[ui_state.ROOM_MEMBER])  # as the presenter's Start would
     late = errors(submit(guest, "too late"))
@@ -134,5 +134,5 @@ def test_a_round_that_cannot_run_is_one_line_and_reopens_with_its_prompts(tmp_pa
     presenter.button(key="room-start").click().run()
     shown = errors(presenter)
     assert len(shown) == 1, shown
-    current = device_session().rooms.view(code, "an observer").current
+    current = server_session().rooms.view(code, "an observer").current
     assert current.state == OPEN and current.prompt_of(1) == "hello" and "did not finish" in current.note

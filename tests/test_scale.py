@@ -15,7 +15,7 @@ from explorer.cli import whatif as whatif_cli
 from explorer.cli.common import OneLineParser
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.gpu_specs import GPU_SPECS
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import ridge_batch
 from explorer.core.units import GIB
 from explorer.scale.config import CONFIG_DIR, load_architecture, parse_config, shipped

@@ -12,7 +12,7 @@ import pytest
 
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.labs.schedule import baselines
 from explorer.labs.schedule.paging import paging_sentence
@@ -29,8 +29,9 @@ from explorer.labs.schedule.workload import (
     plan_requests,
     validate,
 )
+from explorer.models.loading import load_model
 from explorer.ui import state as ui_state
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 from tests.cli_support import run_cli
 
@@ -427,7 +428,7 @@ def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> 
     for element in at.markdown:  # the prefix is shown only as data, never interpreted
         assert "<b>" not in element.value and "**and**" not in element.value
 
-    lm = device_session().models.get(str(tiny_llama_dir), "cpu", "float32")
+    lm = server_session().models.get(str(tiny_llama_dir), "cpu", "float32")
     calls = []
     handle = lm.model.register_forward_hook(lambda *_: calls.append(1))
     try:

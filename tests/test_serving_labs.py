@@ -18,7 +18,7 @@ from explorer.core.batched import PaddedBatch, run_batched
 from explorer.core.engine import Request, warm_up
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import ridge_batch, weight_bytes_read
 from explorer.core.trace import DeviceProfile
 from explorer.labs.batch import (

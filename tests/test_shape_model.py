@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from explorer.core import loading, shape_model
 from explorer.core.engine import Request
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel, fastest_attention, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.report import format_trace
 from explorer.core.roofline import kv_cache_bytes
-from explorer.core.shape_model import ShapeTokenizer, byte_tokenizer, memory_fit
 from explorer.core.trace import Trace
 from explorer.core.units import ms
+from explorer.models import loading, shape_model
+from explorer.models.loading import fastest_attention, load_model
+from explorer.models.shape_model import ShapeTokenizer, byte_tokenizer, memory_fit
 from explorer.scale.config import load_architecture, shape_key, shipped
 from explorer.scale.measured_here import HereRow, compare_here, shape_name
 from explorer.scale.params import count_params

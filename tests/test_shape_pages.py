@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.core import shape_model
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.hosting.settings import HostedPolicy
+from explorer.models import shape_model
 from explorer.scale.config import load_architecture
 from explorer.scale.params import count_params
 from explorer.ui import state as ui_state
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
 SHAPE = "shape:smollm2-135m"
@@ -22,7 +22,7 @@ GB = 10**9
 
 def seeded(shape_lm: LoadedModel, device: str = "auto") -> None:
     """The session's build of the shape put in this app's model store, as a first load would leave it."""
-    device_session().models.models[(SHAPE, device, "float32")] = shape_lm
+    server_session().models.models[(SHAPE, device, "float32")] = shape_lm
 
 
 def by_label(widgets: object, label: str) -> object:

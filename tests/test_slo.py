@@ -10,8 +10,8 @@ import pytest
 
 from explorer.charts import latency
 from explorer.core import slo
-from explorer.core.recording import bundled
-from explorer.core.recording_checks import read_recording
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import bundled
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from explorer.core.engine import Request, check_request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
-from explorer.labs.stepping import SteppedRequest
+from explorer.labs.step_mode import SteppedRequest
 
 PASSES = 8
 

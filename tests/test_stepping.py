@@ -11,18 +11,18 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
-from explorer.hosting import session as hosting_session
+from explorer.hosting import server_session as hosting_session
 from explorer.hosting.beside import Beside
-from explorer.hosting.live_steps import IDLE_TIMEOUT_S, LiveSteps
+from explorer.hosting.step_mode_requests import IDLE_TIMEOUT_S, LiveSteps
 from explorer.hosting.warm import Warmer
-from explorer.labs.stepping import SteppedRequest
-from explorer.ui import admission, stepper
-from explorer.ui import queue as ui_queue
+from explorer.labs.step_mode import SteppedRequest
+from explorer.ui import admission, step_mode
+from explorer.ui import device_turn as ui_queue
 from explorer.ui import state as ui_state
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest's pages
     HELD_AFTER_SOMEONE_WAITS_S,
     navigation_like_a_server,
@@ -76,12 +76,12 @@ def prefill_on_the_step_page(
 def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=6)
     assert not at.error, [e.value for e in at.error]
-    sizes = [at.session_state[stepper.STEPPED].passes[-1].kv_cache_bytes]
+    sizes = [at.session_state[step_mode.STEPPED].passes[-1].kv_cache_bytes]
     for _ in range(3):
         at.button(key="step-next").click().run()
         assert not at.exception
-        sizes.append(at.session_state[stepper.STEPPED].passes[-1].kv_cache_bytes)
-    stepped = at.session_state[stepper.STEPPED]
+        sizes.append(at.session_state[step_mode.STEPPED].passes[-1].kv_cache_bytes)
+    stepped = at.session_state[step_mode.STEPPED]
     assert len(stepped.passes) == 4
     assert [b - a for a, b in zip(sizes, sizes[1:])] == [tiny_lm.info.kv_bytes_per_token] * 3
     expected = measure(tiny_lm, Request("hi there", max_new_tokens=6, use_chat_template=False)).generated_token_ids
@@ -101,7 +101,7 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
     assert at.session_state[ui_state.RUN].attention is not None
     assert stepped.freed  # done: both caches freed at once, the trace and maps kept
     at.button(key="step-reset").click().run()
-    assert stepper.STEPPED not in at.session_state  # the session holds no cache tensors any more
+    assert step_mode.STEPPED not in at.session_state  # the session holds no cache tensors any more
     assert stepped.freed
 
 
@@ -113,7 +113,7 @@ def test_an_empty_prompt_is_one_line_and_nothing_steps(tiny_llama_dir: Path, pro
     at.text_input(key="step-prompt").input(prompt)
     at.button(key="step-prefill").click().run()
     assert not at.exception and any("empty" in e.value for e in at.error)
-    assert stepper.STEPPED not in at.session_state
+    assert step_mode.STEPPED not in at.session_state
 
 
 def test_the_prefill_shows_the_cache_it_wrote_per_layer(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
@@ -145,7 +145,7 @@ def test_run_to_end_stops_when_a_step_is_refused(
         at.button(key="step-end").click().run(timeout=60)  # used to loop for ever: each refused step ran nothing
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and "Waited 1 s for the device" in errors[0], errors
-    stepped = at.session_state[stepper.STEPPED]
+    stepped = at.session_state[step_mode.STEPPED]
     assert len(stepped.passes) == 1 and not stepped.freed  # refused in line: the request is as it was
 
 
@@ -153,7 +153,7 @@ def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
     tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
-    stepped = at.session_state[stepper.STEPPED]
+    stepped = at.session_state[step_mode.STEPPED]
     monkeypatch.setenv("EXPLORER_HOSTED", "1")
     monkeypatch.setenv("EXPLORER_ALLOWED_MODELS", str(tiny_llama_dir))
     broken = OSError(2, "No such file or directory", "/srv/explorer/secret/weights.bin")
@@ -162,7 +162,7 @@ def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
     assert not at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "FileNotFoundError" in errors[0] and "secret" not in errors[0], errors
-    assert stepper.STEPPED not in at.session_state and stepped.freed
+    assert step_mode.STEPPED not in at.session_state and stepped.freed
 
 
 @pytest.mark.parametrize(
@@ -183,12 +183,12 @@ def test_a_failed_prefill_stays_on_screen_and_leaves_the_form_usable(
         at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and said in errors[0], errors  # not wiped by a rerun
-    assert stepper.STEPPED not in at.session_state  # no request without a pass is kept
+    assert step_mode.STEPPED not in at.session_state  # no request without a pass is kept
     prefill = at.button(key="step-prefill")
     assert prefill.label == "Prefill" and not prefill.disabled and not at.text_input(key="step-prompt").disabled
     assert at.button(key="step-next").disabled
     prefill.click().run()  # the same form, pressed again, now runs
-    assert not at.error and len(at.session_state[stepper.STEPPED].passes) == 1
+    assert not at.error and len(at.session_state[step_mode.STEPPED].passes) == 1
 
 
 def test_starting_a_stepped_request_counts_against_the_rate_limit(
@@ -203,7 +203,7 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
     at.button(key="step-prefill").click().run()  # Prefill again, within the same minute
     errors = [e.value.replace("\\", "") for e in at.error]
     assert len(errors) == 1 and "1 runs per minute per visitor" in errors[0], errors
-    assert stepper.STEPPED not in at.session_state
+    assert step_mode.STEPPED not in at.session_state
 
 
 def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel) -> None:
@@ -232,12 +232,12 @@ def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel) -> None:
 
 def test_another_sessions_script_run_frees_an_idle_stepped_request(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
-    stepped = at.session_state[stepper.STEPPED]
+    stepped = at.session_state[step_mode.STEPPED]
     stepped.last_used_s -= IDLE_TIMEOUT_S + 1  # as if its owner had walked away
     new_app()  # any other session's script run sweeps, without the owner coming back
     assert stepped.freed
     at.run()
-    assert stepper.STEPPED not in at.session_state
+    assert step_mode.STEPPED not in at.session_state
     assert any("idle for over" in i.value for i in at.info)
 
 
@@ -245,7 +245,7 @@ def test_autoplay_that_finishes_redraws_the_buttons(tiny_llama_dir: Path, tiny_l
     at = prefill_on_the_step_page(tiny_llama_dir, "hi", max_new_tokens=2)  # one pass of two
     at.toggle(key="step-autoplay").set_value(True).run()  # the second pass finishes the request
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert at.session_state[stepper.STEPPED].done
+    assert at.session_state[step_mode.STEPPED].done
     assert at.button(key="step-next").disabled and at.button(key="step-end").disabled  # drawn after it finished
 
 
@@ -254,9 +254,9 @@ def test_autoplay_goes_off_when_the_request_ends(tiny_llama_dir: Path, tiny_lm: 
     greyed out."""
     at = prefill_on_the_step_page(tiny_llama_dir, "hi", max_new_tokens=4)
     at.toggle(key="step-autoplay").set_value(True).run()  # one pass more, the request still under way
-    assert not at.session_state[stepper.STEPPED].done and at.toggle(key="step-autoplay").value
+    assert not at.session_state[step_mode.STEPPED].done and at.toggle(key="step-autoplay").value
     at.button(key="step-end").click().run()
-    assert at.session_state[stepper.STEPPED].done
+    assert at.session_state[step_mode.STEPPED].done
     at.run()  # the next script run, as any click makes
     autoplay = at.toggle(key="step-autoplay")
     assert autoplay.disabled and not autoplay.value, (autoplay.disabled, autoplay.value)
@@ -273,7 +273,7 @@ def press_prefill(at: AppTest, prompt: str) -> AppTest:
 def assert_first_pass_without_error(at: AppTest) -> None:
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    assert len(at.session_state[stepper.STEPPED].passes) == 1
+    assert len(at.session_state[step_mode.STEPPED].passes) == 1
     prompt = at.text_input(key="step-prompt")
     assert prompt.value == "hi there" and prompt.disabled  # the locked form shows what stepped
 
@@ -285,7 +285,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     real_sentence = ui_queue.wait_sentence
     monkeypatch.setattr(ui_queue, "wait_sentence", lambda *a: said.append(real_sentence(*a)) or said[-1])
     at = step_page_on(tiny_llama_dir)
-    queue = device_session().queue
+    queue = server_session().queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     releaser = release_once_someone_waits(queue, other)  # the other session's run ends once this one waits
@@ -318,12 +318,12 @@ def test_a_prefill_while_the_server_warms_up_waits_then_runs(
     monkeypatch.setattr(hosting_session, "load_model", slow)
     monkeypatch.setattr(admission, "wait_for_warming", waiting)
     at = step_page_on(tiny_llama_dir)  # its first script run started warming, as a server's start does
-    assert device_session().warmer.status().state == "warming"
+    assert server_session().warmer.status().state == "warming"
     press_prefill(at, "hi there")
     assert_first_pass_without_error(at)
     assert seen == ["warming"]  # Prefill came to the wait while warming was under way
-    assert device_session().warmer.status().state == "warm"
-    turns = device_session().queue.turns
+    assert server_session().warmer.status().state == "warm"
+    turns = server_session().queue.turns
     warm = next(t for t in turns if t.what == "warm-up")
     step = next(t for t in turns if t.what == "prefill" and t.number > warm.number)
     assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended
@@ -376,7 +376,7 @@ def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
     assert len(lines) == 1 and lines[0].endswith("(measured) ⚠ disturbed"), lines
     warnings = [w.value for w in at.warning]
     assert any(w.startswith("Disturbed: 2 of 2 passes (passes 0, 1) were timed while other work") for w in warnings)
-    stepped = at.session_state[stepper.STEPPED]
+    stepped = at.session_state[step_mode.STEPPED]
     assert [p.beside_cpu_s for p in stepped.passes] == [1.0, 1.0] and all(p.disturbed for p in stepped.passes)
 
 

@@ -23,14 +23,15 @@ DRIVES_THE_CLI = re.compile(r"run_cli\(|refused_in_a_child\(|main\(\[|\"-m\", \"
 COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.__main__": "tests/test_cli.py (its subprocesses run `python -m explorer`, which is this module)",
     "explorer.core.cpu_facts": "tests/test_cpu_figures.py (the CPU's figures and core share read through it)",
-    "explorer.core.hub": "tests/test_loading.py (test_unreachable_hub_is_one_line)",
-    "explorer.core.recording_bounds": "tests/test_recordings.py (a trace bomb, lists past their declared counts)",
-    "explorer.core.routing": "tests/test_architectures_matrix.py (test_experts_touched_are_the_routers_top_k)",
+    "explorer.core.expert_routes": "tests/test_architectures_matrix.py (test_experts_touched_are_the_routers_top_k)",
+    "explorer.recording.bounds": "tests/test_recordings.py (a trace bomb, lists past their declared counts)",
     "explorer.labs.schedule.engine": "tests/test_schedule.py (run_schedule serves every workload through it)",
     "explorer.scale.figure_sources": "tests/test_scale.py (the what-if JSON says each figure's unit and source)",
     "explorer.teach.questions": "tests/test_quiz.py (every question of `quiz.QUESTIONS`, graded and explained)",
-    "explorer.ui.routing": "tests/test_browser_room.py (a link straight to /room on a freshly served app)",
+    "explorer.ui.chart_first": "tests/test_app.py (test_presenter_mode_sizes_every_chart_from_one_theme)",
+    "explorer.ui.links": "tests/test_browser_room.py (a link straight to /room on a freshly served app)",
     "explorer.ui.runner": "tests/test_app.py (runs from the sidebar, re-measuring, the labs' Run)",
+    "explorer.ui.slo_state": "tests/test_app.py (test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them)",
     "explorer.ui.waiting": "tests/test_stepping.py (test_a_prefill_while_the_server_warms_up_waits_then_runs)",
 }
 

@@ -16,12 +16,12 @@ from explorer.charts import tour as charts
 from explorer.core.attention import capture_attention
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.loading import LoadedModel
-from explorer.core.recording import bundled
-from explorer.core.recording_checks import read_recording
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import pass_cost, pass_flops, ridge_batch
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import ms, short_time
+from explorer.recording.checks import read_recording
+from explorer.recording.pdx import bundled
 from explorer.teach import tour
 from explorer.ui import recordings as ui_recordings
 from explorer.ui import state as ui_state

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import SCHEMA_VERSION, Trace, percentile
 

@@ -1,6 +1,6 @@
-"""The warm server (explorer/hosting/warm.py, explorer/ui/warm.py): warming runs once, in the background, in a turn on
-the device; a failure is one line; a Run after it loads nothing again. On the tiny random model: the warm target is
-pointed at it, so nothing here loads the real one."""
+"""The warm server (explorer/hosting/warm.py, explorer/ui/warm_start.py): warming runs once, in the background, in a
+turn on the device; a failure is one line; a Run after it loads nothing again. On the tiny random model: the warm target
+is pointed at it, so nothing here loads the real one."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from explorer.core.errors import BadInput
-from explorer.hosting import session as hosting_session
-from explorer.hosting.session import DeviceSession
+from explorer.hosting import server_session as hosting_session
+from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import WARM_ENV, warming_on
 from explorer.hosting.warm import Warmer, WarmStatus
-from explorer.ui import warm as ui_warm
-from explorer.ui.shared import device_session
+from explorer.ui import warm_start as ui_warm
+from explorer.ui.shared import server_session
 from explorer.ui.state import RUN, RunInputs
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 
@@ -78,7 +78,7 @@ def tiny_target(tiny_llama_dir: Path) -> RunInputs:
 
 
 def test_warming_loads_the_target_once_in_a_turn_on_the_device(tiny_target: RunInputs) -> None:
-    session = DeviceSession()
+    session = ServerSession()
     store, queue, warmer = session.models, session.queue, session.warmer
     visitor = queue.enter("run", "visitor")  # a run on the device before warming: warming waits its turn
     assert queue.wait(visitor, 0)
@@ -103,7 +103,7 @@ def test_a_run_entering_during_warming_gets_the_device_after_it_and_the_loaded_m
         return real_load(name, *args, **kwargs)
 
     monkeypatch.setattr(hosting_session, "load_model", counted)
-    session = DeviceSession()
+    session = ServerSession()
     store, queue, warmer = session.models, session.queue, session.warmer
     warmer.start(ui_warm.warm_work(tiny_target, session))
     threading.Event().wait(0.1)
@@ -119,7 +119,7 @@ def test_a_run_entering_during_warming_gets_the_device_after_it_and_the_loaded_m
 # --- in the app -------------------------------------------------------------------------------------------------------
 @pytest.fixture
 def warming_app(tiny_target: RunInputs, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunInputs]:
-    """Warming switched on for this test, pointed at the tiny model (each test has a fresh DeviceSession: conftest)."""
+    """Warming switched on for this test, pointed at the tiny model (each test has a fresh ServerSession: conftest)."""
     monkeypatch.setenv(WARM_ENV, "1")
     monkeypatch.setattr(ui_warm, "warm_target", lambda: tiny_target)
     yield tiny_target
@@ -137,8 +137,8 @@ def test_the_sidebar_says_the_server_is_warming_then_warm_and_a_run_loads_nothin
 
     monkeypatch.setattr(hosting_session, "load_model", counted)
     at = new_app()  # no server lifespan in AppTest: the first script run starts warming
-    assert device_session().warmer.status().state in ("warming", "warm")
-    assert device_session().warmer.wait(WAIT_S)
+    assert server_session().warmer.status().state in ("warming", "warm")
+    assert server_session().warmer.wait(WAIT_S)
     at.run()
     captions = [c.value for c in at.sidebar.caption]
     assert any(c.startswith("Server warm: model loaded and device figures taken at") for c in captions), captions
@@ -155,7 +155,7 @@ def test_a_warming_failure_is_one_line_in_the_sidebar_and_runs_still_work(
 ) -> None:
     monkeypatch.setattr(ui_warm, "warm_target", lambda: replace(warming_app, model=str(tiny_llama_dir / "missing")))
     at = new_app()
-    assert device_session().warmer.wait(WAIT_S)
+    assert server_session().warmer.wait(WAIT_S)
     at.run()
     warnings = [w.value for w in at.sidebar.warning]
     assert len(warnings) == 1 and warnings[0].startswith("Warming up at server start failed:"), warnings
@@ -169,4 +169,4 @@ def test_a_warming_failure_is_one_line_in_the_sidebar_and_runs_still_work(
 def test_warming_stays_off_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(WARM_ENV, "0")
     assert not ui_warm.start_warming()
-    assert device_session().warmer.status().state == "not started"
+    assert server_session().warmer.status().state == "not started"

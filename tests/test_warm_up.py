@@ -16,11 +16,12 @@ import torch
 
 from explorer.core import engine
 from explorer.core.engine import Request, check_request, warm_up_shapes
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DeviceProfile
 from explorer.core.warm_shapes import RequestShape, WarmShapes, WarmUpPlan
-from explorer.labs.stepping import SteppedRequest
+from explorer.labs.step_mode import SteppedRequest
+from explorer.models.loading import load_model
 
 PROMPT = "The history of the printing press in Europe"
 REPEAT0_TOLERANCE = 1.5  # repeat 0's median decode pass at most this many times the slowest later repeat's median

@@ -35,7 +35,7 @@ STEP_PASSES = 4  # Prefill, then Next token 3 times
 RUN_NEW_TOKENS = "4"
 VIEWPORT = {"width": 1200, "height": 900}
 QUEUE_TEXTS = ("You are next in line", "You are number")  # the live line while a session waits for the device
-# The caption a turn that waited leaves on the page (explorer/ui/queue.py): the server's own measure of the wait.
+# The caption a turn that waited leaves on the page (explorer/ui/device_turn.py): the server's own measure of the wait.
 WAITED = re.compile(r"Waited (\d+(?:\.\d+)?) s for another session's run to finish \(you were number (\d+) in line")
 
 # Installed in every document (add_init_script): polls the page every 100 ms and keeps every distinct queue line,
@@ -75,7 +75,7 @@ PASSES_JS = """const m = [...document.querySelectorAll("[data-testid='stMetric']
 return !!m && m.querySelector("[data-testid='stMetricValue']").innerText.trim().split(" ")[0] === String(arg);"""
 MAIN_HAS_JS = """const main = document.querySelector("[data-testid='stMain']");
 return !!main && main.textContent.includes(arg);"""
-# After a Next token: the page's "Last ITL" (`explorer.charts.stepping.running_figures`) and its newest pass's line.
+# After a Next token: the page's "Last ITL" (`explorer.charts.step_mode.running_figures`) and its newest pass's line.
 NEWEST_PASS_JS = """() => {
   const m = [...document.querySelectorAll("[data-testid='stMetric']")]
     .find(e => (e.querySelector("[data-testid='stMetricLabel']") || {}).innerText === "Last ITL");

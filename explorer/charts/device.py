@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED
+from explorer.core.device_profile import READ_BANDWIDTH_COUNTS
 from explorer.core.figure_trust import UNDER_LOAD, caveat
-from explorer.core.profiles import READ_BANDWIDTH_COUNTS
 from explorer.core.trace import DeviceProfile
 from explorer.core.units import human_bandwidth, human_bytes, human_flops
 

@@ -22,9 +22,10 @@ from typing import Any
 import torch
 
 from explorer.checks.bench_config import BenchConfig as BenchConfig  # re-exported: its old home
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.core.engine import CheckedRequest, Request, check_request, generate
 from explorer.core.lab_progress import part_of, silent
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import prepare_device
 from explorer.core.roofline import pass_flops
 from explorer.core.timing import Stopwatch
@@ -165,20 +166,8 @@ def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int, cache: st
 
     clock = _TokenClock()
     handles = [lm.model.register_forward_pre_hook(before), lm.model.register_forward_hook(after)]
-    input_ids = torch.tensor([ids], device=lm.torch_device)
     try:
-        with torch.inference_mode():
-            out = lm.model.generate(
-                input_ids=input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                max_new_tokens=new_tokens,
-                do_sample=False,
-                use_cache=True,
-                eos_token_id=None,  # the explorer side ignores EOS too: both produce exactly new_tokens
-                pad_token_id=0,
-                streamer=clock,
-                cache_implementation=cache,
-            )
+        token_ids = generate_tokens(lm, ids, new_tokens, streamer=clock, cache=cache)
     finally:
         for handle in handles:
             handle.remove()
@@ -186,7 +175,7 @@ def time_hf_generate(lm: LoadedModel, ids: list[int], new_tokens: int, cache: st
     return SideTiming(
         prefill_s=forward_s[0],
         itl_s=tuple(b - a for a, b in zip(token_times, token_times[1:])),
-        token_ids=tuple(out[0, len(ids) :].tolist()),
+        token_ids=token_ids,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.checks.machine import (
     Check,
     DeviceFigures,
@@ -28,7 +29,7 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, decode_one_token, new_cache, prefill
 from explorer.core.errors import ExplorerError, one_line
 from explorer.core.lab_progress import Report, part_of, silent
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.timing import synchronize, timed
@@ -69,21 +70,6 @@ class DoctorReport(JsonRecord):
 
 
 # --- the doctor's run ------------------------------------------------------------------------------------------------
-def generate_tokens(lm: LoadedModel, prompt_ids: tuple[int, ...], new_tokens: int) -> tuple[int, ...]:
-    """transformers' own greedy loop on the same ids, EOS ignored as the doctor's run ignores it."""
-    ids = torch.tensor([list(prompt_ids)], device=lm.torch_device)
-    with torch.inference_mode():
-        out = lm.model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new_tokens,
-            do_sample=False,
-            eos_token_id=None,
-            pad_token_id=0,
-        )
-    return tuple(int(t) for t in out[0, ids.shape[1] :].tolist())
-
-
 def tokens_check(lm: LoadedModel, trace: Trace) -> Check:
     ours = trace.generated_token_ids
     theirs = generate_tokens(lm, trace.prompt_token_ids, DOCTOR_TOKENS)

@@ -23,8 +23,8 @@ from explorer.checks.bench import BenchConfig, BenchResult, run_bench
 from explorer.checks.doctor import DoctorReport, run_doctor
 from explorer.core.errors import ExplorerError, one_line
 from explorer.core.lab_progress import Report, silent
-from explorer.core.loading import load_model
 from explorer.core.paths import EMBEDDED, EMBEDDED_PACKAGE, embedded_folder
+from explorer.models.loading import load_model
 
 Verdict = Literal["PASS", "WARN", "FAIL", "SKIP"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ import torch
 
 from explorer.core import device as device_module
 from explorer.core.device import FiguresStore, cuda_profile
+from explorer.core.device_profile import DeviceProfile
 from explorer.core.errors import ExplorerError, one_line
 from explorer.core.gpu_specs import match_gpu_spec
 from explorer.core.lab_progress import Report, part_of, silent
-from explorer.core.profiles import DeviceProfile
 from explorer.core.units import human_bandwidth, human_bytes, human_flops_per_s, percent
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]

@@ -135,10 +135,10 @@ def run_soak(
     from explorer.core.attention import capture_attention
     from explorer.core.device import FiguresStore
     from explorer.core.engine import OnPass, Request
-    from explorer.core.loading import load_model
     from explorer.core.measure import measure
     from explorer.core.trace import PassRecord
     from explorer.hosting.settings import HostedPolicy
+    from explorer.models.loading import load_model
 
     config.validate()
     cap_bytes = HostedPolicy.from_env().attention_cap_bytes  # the app's cap: the hosted one, or None (the default)

@@ -6,13 +6,11 @@ import argparse
 from typing import TYPE_CHECKING
 
 from explorer.cli.common import (
-    StderrProgress,
     add_command,
     add_json_arg,
     add_model_args,
     check_output_paths,
-    load,
-    write_json,
+    run_lab_command,
 )
 from explorer.core.figure_trust import caveat
 from explorer.core.paths import context_without_loading
@@ -70,16 +68,11 @@ def precheck(args: argparse.Namespace) -> None:
 
 
 def cmd_batch(args: argparse.Namespace) -> None:
-    from explorer.core.lab_progress import LabProgress
-    from explorer.core.measure import prepare_device
     from explorer.labs.batch import run_batch_sweep
 
-    lm = load(args)
-    progress = StderrProgress()
-    device = prepare_device(lm, progress=progress)
-    result = run_batch_sweep(lm, device, config_from_args(args), progress=LabProgress(progress))
-    print(format_batch(result))
-    write_json(args.json, result.to_json())
+    run_lab_command(
+        args, lambda lm, device, progress: run_batch_sweep(lm, device, config_from_args(args), progress), format_batch
+    )
 
 
 def format_batch(result: BatchResult) -> str:

@@ -1,4 +1,5 @@
-"""What every command shares: the one-line parser and its help format, the model options, loading, progress lines."""
+"""What every command shares: the one-line parser and its help format, the model options, loading, progress lines,
+and the one way a lab's command runs."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ import argparse
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from explorer.core.errors import BadInput
 from explorer.core.paths import EMBEDDED
 
 if TYPE_CHECKING:  # torch and transformers load only once the input has been checked: bad input fails in a blink
-    from explorer.core.loading import LoadedModel
+    from explorer.core.device_profile import DeviceProfile
+    from explorer.core.lab_progress import LabProgress
+    from explorer.core.loaded_model import LoadedModel
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -133,9 +137,35 @@ class StderrProgress:
 
 
 def load(args: argparse.Namespace) -> LoadedModel:
-    from explorer.core.loading import load_model
+    from explorer.models.loading import load_model
 
     return load_model(args.model, args.device, args.dtype, on_progress=StderrProgress(loading=True))
+
+
+class LabResult(Protocol):
+    def to_json(self) -> str: ...
+
+
+Result = TypeVar("Result", bound=LabResult)
+
+
+def run_lab_command(
+    args: argparse.Namespace,
+    run: Callable[[LoadedModel, DeviceProfile, LabProgress], Result],
+    report: Callable[[Result], str],
+) -> Result:
+    """A lab's command, the same for every lab: load the model, take the device figures and warm up (as every run
+    does), run the lab with its progress on stderr, print its plain-text report, write its JSON where `--json` asked."""
+    from explorer.core.lab_progress import LabProgress
+    from explorer.core.measure import prepare_device
+
+    lm = load(args)
+    progress = StderrProgress()
+    device = prepare_device(lm, progress=progress)  # the figures, then the one warm-up, like every run
+    result = run(lm, device, LabProgress(progress))
+    print(report(result))
+    write_json(args.json, result.to_json())
+    return result
 
 
 def quiet_libraries() -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from explorer.cli.common import StderrProgress, check_output_paths
 
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
-    from explorer.core.loading import LoadedModel
+    from explorer.core.loaded_model import LoadedModel
 
 HELP = "check this machine end to end: versions, devices, figures, a 16-token run"
 
@@ -35,8 +35,8 @@ def precheck_doctor(args: argparse.Namespace) -> None:
 
 def load_embedded() -> LoadedModel:
     """The embedded model on the best device here (a GPU when torch sees one), in float32."""
-    from explorer.core.loading import load_model
     from explorer.core.paths import EMBEDDED
+    from explorer.models.loading import load_model
 
     return load_model(EMBEDDED, "auto", "float32", on_progress=StderrProgress(loading=True))
 

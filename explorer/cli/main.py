@@ -9,7 +9,7 @@ import sys
 
 from explorer.cli.common import OneLineParser, quiet_libraries
 from explorer.core.errors import ExplorerError, one_line, out_of_memory_as_run_failed
-from explorer.core.model_config import check_model_config
+from explorer.models.model_config import check_model_config
 
 # Each command lives in its own module, whose `register(commands)` adds its parser and sets `func` (and optionally
 # `precheck`, run before torch is imported, and `loads_models=False` for a command that never imports torch). Only the

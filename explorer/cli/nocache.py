@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 
 from explorer.cli.common import (
-    StderrProgress,
     add_command,
     add_json_arg,
     add_model_args,
     check_output_paths,
-    load,
-    write_json,
+    run_lab_command,
 )
 from explorer.core.paths import context_without_loading
 from explorer.core.request import Request, validate
@@ -56,15 +54,13 @@ def precheck(args: argparse.Namespace) -> None:
 
 
 def cmd_nocache(args: argparse.Namespace) -> None:
-    from explorer.core.lab_progress import LabProgress
-    from explorer.core.measure import prepare_device
-
-    lm = load(args)
-    progress = StderrProgress()
-    device = prepare_device(lm, progress=progress)
-    result = run_nocache(lm, device, request_from_args(args), budget_s=args.budget_s, progress=LabProgress(progress))
-    print(format_nocache(result))
-    write_json(args.json, result.to_json())
+    run_lab_command(
+        args,
+        lambda lm, device, progress: run_nocache(
+            lm, device, request_from_args(args), budget_s=args.budget_s, progress=progress
+        ),
+        format_nocache,
+    )
 
 
 def format_nocache(result: NoCacheResult) -> str:

@@ -23,7 +23,7 @@ from explorer.core.trace import Sampling
 
 if TYPE_CHECKING:  # registering the command must stay cheap: every `python -m explorer ...` builds the parser
     from explorer.core.attention_maps import AttentionMaps
-    from explorer.core.loading import LoadedModel
+    from explorer.core.loaded_model import LoadedModel
     from explorer.core.trace import Trace
 
 # Device figures are kept by their owner (a `device.FiguresStore`: one per command, one per app server) and `measure`
@@ -34,7 +34,7 @@ REMEASURE_HELP = (
     "process) always measures them and this changes nothing here (the app reuses them across runs)"
 )
 MAX_PROMPT_FILE_BYTES = 8 << 20  # ~2M tokens of text: past any model's context, which is checked once tokenized
-MAX_TITLE_CHARS = 2_000  # a recording's one-line fields (explorer.core.recording_checks.MAX_LINE_CHARS)
+MAX_TITLE_CHARS = 2_000  # a recording's one-line fields (explorer.recording.checks.MAX_LINE_CHARS)
 RECORD_HELP = (
     "write a recording (NAME.pdx, under 5 MB): the trace and the attention maps (captured: every layer that fits), "
     "for the app to open with no model"
@@ -105,7 +105,7 @@ def precheck_run(args: argparse.Namespace) -> None:
     if layers is not None and known is not None:
         check_layers(layers, known)
     check_output_paths(args.json, args.csv, args.perfetto, args.attention_npz, args.record)
-    if args.record is not None and args.record.suffix != ".pdx":  # explorer.core.recording.SUFFIX, without numpy
+    if args.record is not None and args.record.suffix != ".pdx":  # explorer.recording.pdx.SUFFIX, without numpy
         raise BadInput(f"--record writes a .pdx file: name it e.g. {args.record.with_suffix('.pdx').name}.")
     if args.record_title is not None and len(args.record_title) > MAX_TITLE_CHARS:
         raise BadInput(
@@ -138,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         args.csv.write_text(trace.passes_csv(), encoding="utf-8")
         print(f"wrote {args.csv}")
     if args.perfetto:
-        from explorer.core.perfetto import write_perfetto
+        from explorer.recording.perfetto import write_perfetto
 
         write_perfetto(trace, args.perfetto)
         print(f"wrote {args.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
@@ -151,8 +151,8 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def record(args: argparse.Namespace, trace: Trace, maps: AttentionMaps | None) -> None:
     """The run as a recording, read back as any upload would be before it is said to be written."""
-    from explorer.core.recording import RecordingMeta, recording_bytes
-    from explorer.core.recording_checks import read_recording
+    from explorer.recording.checks import read_recording
+    from explorer.recording.pdx import RecordingMeta, recording_bytes
 
     command = "python -m explorer " + shlex.join(getattr(args, "argv", ["run"]))
     meta = RecordingMeta.of(trace, args.record.stem, command, args.record_title)

@@ -12,15 +12,14 @@ at an end-of-sequence token and this command does not, unless --stop-at-eos: com
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from explorer.cli.common import (
-    StderrProgress,
     add_command,
     add_json_arg,
     add_model_args,
     check_output_paths,
-    load,
-    write_json,
+    run_lab_command,
 )
 from explorer.core.lab_progress import LabProgress
 from explorer.core.paths import context_without_loading
@@ -37,6 +36,10 @@ from explorer.labs.schedule.workload import (
     parse_int_list,
     validate,
 )
+
+if TYPE_CHECKING:  # torch loads only once the input has been checked
+    from explorer.core.device_profile import DeviceProfile
+    from explorer.core.loaded_model import LoadedModel
 
 MAX_ENTRIES_SHOWN = 8  # requests listed per step row; the rest are summed as "+k more"
 
@@ -129,16 +132,13 @@ def settings_from_args(args: argparse.Namespace) -> EngineSettings:
 
 
 def cmd_schedule(args: argparse.Namespace) -> None:
-    from explorer.core.measure import prepare_device
     from explorer.labs.schedule.run import run_schedule  # transformers' serving engine: only once input is checked
 
-    lm = load(args)
-    progress = StderrProgress()
-    device = prepare_device(lm, progress=progress)  # the figures, then the one warm-up, like every run
-    workload, settings = workload_from_args(args), settings_from_args(args)
-    run = run_schedule(lm, device, workload, settings, compare=args.compare, progress=LabProgress(progress))
-    print(format_run(run))
-    write_json(args.json, run.to_json())
+    def run(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> ScheduleRun:
+        workload, settings = workload_from_args(args), settings_from_args(args)
+        return run_schedule(lm, device, workload, settings, compare=args.compare, progress=progress)
+
+    run_lab_command(args, run, format_run)
 
 
 # --- plain-text report -----------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from torch import nn
 from explorer.core.attention_maps import AttentionMaps, attention_bytes
 from explorer.core.engine import decode_one_token, new_cache, prefill
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import MIB, mebibytes
 

@@ -26,7 +26,7 @@ from explorer.core.engine import (
     run_to_end,
     warm_up_shapes,
 )
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.timing import synchronize
 from explorer.core.trace import DeviceProfile, Sampling
 

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from explorer.core.cpu_facts import cpu_flags, cpu_memory_bytes, cpu_name, usable_cores
+from explorer.core.device_profile import DeviceProfile, Source
 from explorer.core.errors import BadInput, RunFailed
 from explorer.core.figure_trust import unreliable_reason
 from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
 from explorer.core.lab_progress import Report, silent
-from explorer.core.loading import DTYPES
-from explorer.core.profiles import DeviceProfile, Source
+from explorer.core.loaded_model import DTYPES
 from explorer.core.timing import repeat_timed
 
 pynvml: ModuleType | None
@@ -73,7 +73,7 @@ class KeptFigures:
 
 
 class FiguresStore:
-    """The device figures of one owner (a CLI command, a server's `DeviceSession`, a test), per (kind, dtype):
+    """The device figures of one owner (a CLI command, a server's `ServerSession`, a test), per (kind, dtype):
     measured on first ask and reused (hardware does not change, only how busy it is), measured again on request, or
     replaced by better ones a run found. Thread-safe: two sessions asking at once measure once, never at once."""
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 import torch
 
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
+from explorer.core.expert_routes import recording_routes
 from explorer.core.graph_decode import (
     CacheShape,
     KvCache,
@@ -33,7 +34,7 @@ from explorer.core.graph_decode import (
     static_capacity,
 )
 from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 
 # The request and its model-free checks live in the torch-free core.request (the CLI checks it before importing
 # torch); re-exported here, where the pages and labs have always imported them.
@@ -41,7 +42,6 @@ from explorer.core.request import MAX_NEW_TOKENS_LIMIT as MAX_NEW_TOKENS_LIMIT
 from explorer.core.request import MAX_REPEATS as MAX_REPEATS
 from explorer.core.request import Request, validate
 from explorer.core.roofline import pass_cost
-from explorer.core.routing import recording_routes
 from explorer.core.timing import RequestClock, synchronize, timed
 from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
 from explorer.core.warm_shapes import RequestShape

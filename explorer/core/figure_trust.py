@@ -11,7 +11,7 @@ A figure from a datasheet or the driver (a GPU's spec peak) is not judged: load 
 
 from __future__ import annotations
 
-from explorer.core.profiles import DeviceProfile
+from explorer.core.device_profile import DeviceProfile
 from explorer.core.units import human_bandwidth, human_flops_per_s
 
 MIN_CORE_SHARE = 0.7  # a stream alone on its cores keeps every thread on CPU (stalls on memory count as CPU time),

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from explorer.core.errors import RunFailed, one_line
-from explorer.core.profiles import ModelInfo
+from explorer.core.model_info import ModelInfo
 from explorer.core.roofline import CacheLayout
 from explorer.core.trace import DecodePath
 

@@ -1,13 +1,16 @@
-"""Names and places that must be known before torch is imported, so the CLI can refuse bad input in a blink."""
+"""Names and places that must be known before torch is imported (the embedded model, the cache, config files, whether
+the hub answers), so the CLI can refuse bad input in a blink."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import socket
 import stat
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from explorer.core.errors import BadInput
 
@@ -96,3 +99,16 @@ def context_without_loading(name: str) -> int | None:
     own default, known only once transformers reads it, then applies) or only loading can tell."""
     config = config_without_loading(name) or {}
     return whole_number(config.get("max_position_embeddings")) or whole_number(config.get("n_positions"))
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """A quick TCP check, so that a machine without network fails in seconds instead of the hub client's retries.
+    Torch-free: the At-scale what-if asks it before fetching a config.json, and loading before fetching weights."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

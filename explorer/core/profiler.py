@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from explorer.core import operators
 from explorer.core.engine import decode_one_token, new_cache, prefill
 from explorer.core.errors import BadInput
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.timing import synchronize, timed
 from explorer.core.trace import JsonRecord, Phase, Trace
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from explorer.core.device_profile import READ_BANDWIDTH_COUNTS
 from explorer.core.figure_trust import caveat, figures_line, marked_bound
-from explorer.core.profiles import READ_BANDWIDTH_COUNTS
 from explorer.core.roofline import prefill_ridge_tokens
 from explorer.core.trace import DeviceProfile, ModelInfo, PassRecord, Spread, Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops_per_s, ms

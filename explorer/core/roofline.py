@@ -1,4 +1,5 @@
-"""Roofline arithmetic for one forward pass: FLOPs, bytes moved, and the times a device profile predicts for them.
+"""Roofline arithmetic for one forward pass: FLOPs, bytes moved and the times a device profile predicts for them, in
+the one `Cost` record, with the questions the pages ask of it and one convention per quantity.
 
 Plain Python, like nanoGPT's `estimate_mfu`: every count is written out so it can be checked by hand. One record,
 `Cost`, holds what a pass, an operator of a pass (`explorer.core.operators`) or an At-scale step
@@ -22,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, Protocol, TypedDict, Unpack
 
-from explorer.core.profiles import DeviceProfile, LayerWindows, ModelInfo
+from explorer.core.device_profile import DeviceProfile
+from explorer.core.model_info import LayerWindows, ModelInfo
 
 # How a KV cache moves its bytes (the names other modules pass as `cache_layout`):
 # - "concatenating": transformers' DynamicCache: the update re-reads and re-writes the whole grown cache

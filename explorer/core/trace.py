@@ -2,9 +2,9 @@
 
 Frozen dataclasses, serialisable to JSON (with a `schema` version) and to CSV (one row per pass). Derived facts
 (percentiles, overhead, arithmetic intensity) are properties, computed from the stored measurements. The model's and
-the device's figures a trace carries live in `explorer.core.profiles`, each pass's modelled `Cost` in
-`explorer.core.roofline`, the statistics in `explorer.core.stats`; as parts of a Trace their names are importable from
-here too.
+the device's figures a trace carries live in `explorer.core.model_info` and `explorer.core.device_profile`, each
+pass's modelled `Cost` in `explorer.core.roofline`, the statistics in `explorer.core.stats`; as parts of a Trace their
+names are importable from here too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from explorer.core.profiles import DeviceProfile, ExpertsInfo, ModelInfo
+from explorer.core.device_profile import DeviceProfile
+from explorer.core.model_info import ExpertsInfo, ModelInfo
 from explorer.core.roofline import CacheLayout, CacheOptions, Cost, pass_cost
 from explorer.core.stats import ItlPercentiles, Spread, percentile
 

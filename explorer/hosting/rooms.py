@@ -1,6 +1,6 @@
 """The Room's store: rooms a presenter opens under a short code, the people who join by its link, each round's prompts
 (one per person) and each finished round's result, until the room has been idle for 30 minutes. Pure Python,
-thread-safe and torch-free: one store per server, owned by its `DeviceSession`; the clock is injected for tests.
+thread-safe and torch-free: one store per server, owned by its `ServerSession`; the clock is injected for tests.
 
 Who is who: a session passes an opaque member token (kept in its own state, never shown); the store gives each token
 a number in the room in the order they joined, 1 for whoever opened it (the presenter). Pages show numbers only

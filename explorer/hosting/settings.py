@@ -50,8 +50,8 @@ MAX_ROOM_SIZE_ENV = "EXPLORER_MAX_ROOM_SIZE"  # prompts in one round of a Room (
 ALLOW_DEVICE_CHOICE_ENV = "EXPLORER_ALLOW_DEVICE_CHOICE"
 TURN_LOG_ENV = "EXPLORER_TURN_LOG"  # a file to append one JSON line per device turn (who waited, how long, held)
 ALLOWED_ENDPOINTS_ENV = "EXPLORER_ALLOWED_ENDPOINTS"  # comma-separated base URLs a hosted app may measure
-# On by default: the server loads the default model and takes the device figures when it starts (explorer.ui.warm).
-# 0 switches it off (the tests do, so no AppTest loads the real model in the background).
+# On by default: the server loads the default model and takes the device figures when it starts
+# (explorer.ui.warm_start). 0 switches it off (the tests do, so no AppTest loads the real model in the background).
 WARM_ENV = "EXPLORER_WARM"
 
 TRUE_WORDS = ("1", "true", "yes", "on")

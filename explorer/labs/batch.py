@@ -16,7 +16,7 @@ from explorer.core.batched import run_batched
 from explorer.core.engine import LiveRequest, OnPass
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import QUIET, LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import kv_cache_bytes, pass_cost, ridge_batch
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes

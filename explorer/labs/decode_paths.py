@@ -7,7 +7,7 @@ from explorer.core.engine import OnPass, Request, check_request, generate, warm_
 from explorer.core.errors import BadInput
 from explorer.core.graph_decode import graph_refusal
 from explorer.core.lab_progress import QUIET, LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DecodePath, DeviceProfile, Trace
 
 

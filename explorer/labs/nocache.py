@@ -19,7 +19,7 @@ from explorer.core.engine import (
 )
 from explorer.core.errors import out_of_memory_as_run_failed
 from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.timing import timed
 from explorer.core.trace import DeviceProfile
 

@@ -23,7 +23,7 @@ from explorer.core.cpu_facts import cpu_name
 from explorer.core.engine import tokenize, warm_up
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import Report, part_of, silent
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.labs.room_records import Lane, LeftOut, RoomRound, participant_of, request_id
 from explorer.labs.schedule import engine
 from explorer.labs.schedule.records import RequestRecord, StepRecord

@@ -77,7 +77,7 @@ def load_chunk_counter(name: str) -> ChunkCounter:
     if name == "embedded":
         folder = embedded_folder()
         if not (folder / "tokenizer.json").is_file():
-            from explorer.core.loading import ensure_embedded_converted  # once: the GGUF converted (imports torch)
+            from explorer.models.loading import ensure_embedded_converted  # once: the GGUF converted (imports torch)
 
             folder = ensure_embedded_converted()
     else:

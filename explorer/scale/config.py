@@ -14,14 +14,14 @@ from types import MappingProxyType
 from typing import Any
 
 from explorer.core.errors import BadInput
-from explorer.core.paths import MAX_CONFIG_BYTES, read_small_file
-from explorer.core.profiles import LayerWindows
+from explorer.core.model_info import LayerWindows
+from explorer.core.paths import MAX_CONFIG_BYTES, hub_reachable, read_small_file
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 INDEX_FILE = CONFIG_DIR / "index.json"
 DEFAULT_MODEL = "llama-3.1-8b"
 ALIASES = {"embedded": "smollm2-135m"}  # the explorer's own model, by the name the sidebar uses
-SHAPE_PREFIX = "shape:"  # `--model shape:NAME`: a shipped config built with random weights (explorer.core.shape_model)
+SHAPE_PREFIX = "shape:"  # `--model shape:NAME`: a shipped config with random weights (explorer.models.shape_model)
 # Decoders with a gated (SwiGLU/GeGLU) MLP or mixture of experts and RMSNorm: what `params.count_params` counts
 # exactly (tests check each against transformers' own meta-device build).
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
@@ -253,7 +253,6 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         return read_json(Path(hf_hub_download(repo_id, "config.json", local_files_only=True)), repo_id)
     except Exception:  # not cached (the library raises several kinds): ask the hub, if it can be reached
         pass
-    from explorer.core.hub import hub_reachable  # torch-free, and imported only on this path
 
     if not hub_reachable():
         raise BadInput(

@@ -8,9 +8,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from explorer.core.device_profile import DeviceProfile
 from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS, GpuSpec, match_gpu_spec, normalise_gpu_name
-from explorer.core.profiles import DeviceProfile
 from explorer.core.roofline import CacheLayout, Cost, attention_flops, kv_traffic_positions
 from explorer.scale.config import Architecture
 from explorer.scale.interconnect import INTERCONNECTS, Link
@@ -254,7 +254,7 @@ def decode_step(
     return _floor(s, batch, cost)
 
 
-def prefill(s: Scenario) -> PassFloor:
+def prefill_floor(s: Scenario) -> PassFloor:
     """One prompt of P tokens: every projection on P positions, the LM head on the last one only (inference needs only
     the next token), causal attention over its useful pairs, P (P + 1) / 2 per head and layer (fewer on sliding
     layers), weights read once (the experts P tokens are expected to pick) and the prompt's KV written and read."""

@@ -33,7 +33,7 @@ from explorer.scale.floors import check_scenario as check_scenario
 from explorer.scale.floors import decode_step as decode_step
 from explorer.scale.floors import find_gpu as find_gpu
 from explorer.scale.floors import max_batch as max_batch
-from explorer.scale.floors import prefill as prefill
+from explorer.scale.floors import prefill_floor as prefill_floor
 from explorer.scale.floors import shard as shard
 from explorer.scale.params import (
     ParamCounts,
@@ -202,7 +202,7 @@ def what_if(s: Scenario) -> WhatIf:
         scenario=s,
         counts=counts,
         shard=shard(s, counts),
-        prefill=prefill(s),
+        prefill=prefill_floor(s),
         decode=decode,
         ridge_batch=ridge_batch(lambda batch: decode_step(s, batch).cost),
         max_batch=max_batch(s),

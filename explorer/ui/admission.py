@@ -1,5 +1,8 @@
-"""The one way onto the device: everything that runs the model (the sidebar's Run, every lab's Run or Measure, Step
-mode's prefill and each step, "Re-measure device figures") asks here, in one order:
+"""The one way onto the device for everything that runs the model: this server's policy, the rate limit, the warm-up,
+a turn on the device, the model loaded with progress and the request checked, each refusal one line.
+
+The sidebar's Run, every lab's Run or Measure, step mode's prefill and each step, and "Re-measure device figures" all
+ask here, in one order:
 
 this server's policy (the model by name, the request's characters and numbers, a lab's size) → the session's rate
 limit → waiting for the server's warm-up → a turn on the device (its place in line and "Leave the queue", drawn
@@ -16,11 +19,12 @@ from typing import TypeVar
 
 from explorer.core.engine import CheckedRequest, Request, check_request, validate
 from explorer.core.errors import ExplorerError
-from explorer.core.loading import EMBEDDED, LoadedModel
-from explorer.hosting.session import DeviceSession
+from explorer.core.loaded_model import LoadedModel
+from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import HostedPolicy, LabSize
-from explorer.ui.queue import DeviceTurn, count_run, device_turn
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.models.loading import EMBEDDED
+from explorer.ui.device_turn import DeviceTurn, count_run, device_turn
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import RunInputs
 from explorer.ui.waiting import progress_bar, wait_for_warming
 from explorer.ui.widgets import failure_line, show_error
@@ -45,7 +49,7 @@ class DeviceAsk:
 class Admitted:
     """What the work gets, on the device in its turn."""
 
-    session: DeviceSession
+    session: ServerSession
     policy: HostedPolicy
     turn: DeviceTurn
     lm: LoadedModel | None  # loaded when the ask named inputs
@@ -72,7 +76,7 @@ def check_ask(ask: DeviceAsk, policy: HostedPolicy) -> RunInputs | None:
     return inputs
 
 
-def load(session: DeviceSession, inputs: RunInputs) -> LoadedModel:
+def load(session: ServerSession, inputs: RunInputs) -> LoadedModel:
     with progress_bar(f"Loading {inputs.model} …") as report:
         return session.models.get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, report)
 
@@ -81,7 +85,7 @@ def on_device(ask: DeviceAsk, work: Callable[[Admitted], T]) -> T | None:
     """`work`'s result, run in a turn on the device after every check in order (the module's docstring); None when
     it was refused or failed (one line on screen says why)."""
     try:
-        session, policy = device_session(), hosting_policy()
+        session, policy = server_session(), hosting_policy()
         inputs = check_ask(ask, policy)
         if ask.counts:
             count_run(policy)

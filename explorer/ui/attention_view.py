@@ -8,7 +8,8 @@ import streamlit as st
 from explorer.charts import attention as charts
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import ModelInfo, Trace
-from explorer.ui.widgets import ChartFirst, chart, secondary, window_slider
+from explorer.ui.chart_first import ChartFirst
+from explorer.ui.widgets import chart, secondary, window_slider
 
 
 def layer_and_head(maps: AttentionMaps, model: ModelInfo, layout: ChartFirst) -> tuple[int, int]:

@@ -13,11 +13,12 @@ from explorer.core.profiler import PassProfile, profile_pass
 from explorer.core.trace import Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
 from explorer.hosting.settings import LabSize
+from explorer.ui.chart_first import ChartFirst
 from explorer.ui.recordings import needs_live_run
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
 from explorer.ui.state import PROFILE, RunResult, current_run
-from explorer.ui.widgets import ChartFirst, chart, metrics, secondary, table
+from explorer.ui.widgets import chart, metrics, secondary, table
 
 PROFILE_BUDGET_S = 120.0
 

@@ -17,9 +17,10 @@ from explorer.labs import bundled
 from explorer.remote import sweep, tokens, upload
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
-from explorer.ui.queue import count_run
+from explorer.ui.device_turn import count_run
 from explorer.ui.runner import execute_run
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
+from explorer.ui.slo_state import slo_inputs
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
@@ -31,7 +32,7 @@ from explorer.ui.state import (
     current_run,
     last_inputs,
 )
-from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, slo_inputs, table
+from explorer.ui.widgets import chart, escape_markdown, secondary, show_error, table
 
 PERCENTILES_CAPTION = (
     "TTFT and ITL tails as concurrency rises: more requests in flight queue behind each other's prefills (TTFT) and "
@@ -125,9 +126,9 @@ def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
 
 
 def embedded_chunk_counter() -> tokens.ChunkCounter:
-    """One per server (the `DeviceSession`'s): read-only, and the counter serializes its own calls."""
+    """One per server (the `ServerSession`'s): read-only, and the counter serializes its own calls."""
     with st.spinner("Loading the embedded tokenizer…"):
-        counter = device_session().read_once.get(
+        counter = server_session().read_once.get(
             "embedded chunk counter", lambda: tokens.load_chunk_counter("embedded")
         )
     return counter  # type: ignore[return-value]

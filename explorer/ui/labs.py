@@ -11,7 +11,7 @@ from explorer.charts.device import figures_used_sentence
 from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, Request
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize
@@ -21,8 +21,9 @@ from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS
 from explorer.labs.nocache_result import NoCacheResult
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
+from explorer.ui.slo_state import current_slos_s, slo_source
 from explorer.ui.state import BATCH_RESULT, NOCACHE_RESULT, Slot, current_run
-from explorer.ui.widgets import current_slos_s, escape_markdown, show_error, slo_source
+from explorer.ui.widgets import escape_markdown, show_error
 
 CHARS_PER_TOKEN = 4  # English runs ~4 characters a token: enough for an estimate before anything is tokenized
 NOCACHE_MOST_S = 1800.0  # the largest time budget the page offers (a hosted server's cap, if lower)

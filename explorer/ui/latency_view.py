@@ -6,7 +6,8 @@ import streamlit as st
 
 from explorer.charts import latency as latency_charts
 from explorer.core.trace import Trace
-from explorer.ui.widgets import slo_inputs, table
+from explorer.ui.slo_state import slo_inputs
+from explorer.ui.widgets import table
 
 
 def slo_section(trace: Trace) -> tuple[float, float]:

@@ -8,14 +8,15 @@ from typing import Any
 
 import streamlit as st
 
-from explorer.charts.stepping import disturbed_sentence
+from explorer.charts.step_mode import disturbed_sentence
 from explorer.core.errors import BadInput
-from explorer.core.recording import RecordingMeta
 from explorer.core.trace import Trace
+from explorer.recording.pdx import RecordingMeta
+from explorer.ui.chart_first import ChartFirst
 from explorer.ui.runner import execute_run
 from explorer.ui.sidebar import sidebar_downloads, sidebar_inputs, sidebar_prompt
 from explorer.ui.state import DOWNLOADS_DRAWN, PROMPT_TYPED, RUN_ASKED, RunInputs, RunResult, Slot, current_run
-from explorer.ui.widgets import ChartFirst, escape_markdown, presenting
+from explorer.ui.widgets import escape_markdown, presenting
 
 NO_RUN_YET = (
     "No run yet: run this prompt on the real model (every pass timed as it runs), or open a recording in the sidebar."

@@ -24,7 +24,7 @@ from explorer.hosting.rooms import RUNNING, RoomStore, RoomView, Round
 from explorer.labs.room import RoundAsk, RoundPrompt, run_round
 from explorer.labs.room_records import RoomRound
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import ROOM_CODE, ROOM_MEMBER, last_inputs
 from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import chart, metrics, show_error, table
@@ -48,7 +48,7 @@ def member() -> str:
 
 
 def rooms() -> RoomStore:
-    return device_session().rooms
+    return server_session().rooms
 
 
 def enter(view: RoomView) -> None:

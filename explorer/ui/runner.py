@@ -3,18 +3,18 @@ sidebar's inputs (run with live streaming, capture attention), a lab's run, and 
 
 What holds the device and for how long (one turn each, first come first served, see
 `explorer.hosting.queue.DeviceQueue`):
-- the server's warm-up at start (`explorer.ui.warm`): loading the default model, the device figures and the
+- the server's warm-up at start (`explorer.ui.warm_start`): loading the default model, the device figures and the
   warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
   then starts warm;
 - a sidebar run: loading (once per model), the device figures (measured once per server, kept in its
-  `DeviceSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay; the page is
+  `ServerSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay; the page is
   drawn after the turn, and the next session's passes are kept apart from that drawing by the server's gate
   (`explorer.hosting.quiet`: between this run's own passes, with its clock paused, other sessions' charts go first),
   each pass's record saying what still ran beside it;
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
-- a stepped request (`explorer.ui.stepper`): one pass per click, so other sessions run between clicks; the click
+- a stepped request (`explorer.ui.step_mode`): one pass per click, so other sessions run between clicks; the click
   that finishes it also runs `keep_figures_honest`, which may re-run the microbenchmarks (seconds);
 - "Re-measure device figures": the microbenchmarks (a few seconds).
 Changing a view takes no turn: it only reads the session's stored run.
@@ -29,19 +29,21 @@ from dataclasses import replace
 
 import streamlit as st
 
-from explorer.charts.stepping import disturbed_sentence
+from explorer.charts.step_mode import disturbed_sentence
 from explorer.core.attention import capture_attention
 from explorer.core.device import FiguresStore
 from explorer.core.engine import CheckedRequest, OnPass, Request, generate
 from explorer.core.errors import ExplorerError
+from explorer.core.figure_correction import keep_figures_honest, recost
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel, resolve_device
-from explorer.core.measure import keep_figures_honest, prepare_device, recost
+from explorer.core.loaded_model import LoadedModel
+from explorer.core.measure import prepare_device
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.settings import LabSize
+from explorer.models.loading import resolve_device
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
 from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import failure_line
@@ -153,7 +155,7 @@ def remeasure_device(device_choice: str, dtype: str) -> None:
     if fresh is None:  # the rate limit, a refusal in line, or a device this server does not have: said on screen
         return
     if run is not None:
-        figures = device_session().figures
+        figures = server_session().figures
         RUN.set(replace(run, trace=keep_figures_honest(recost(run.trace, fresh), figures)))
     st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
 

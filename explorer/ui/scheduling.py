@@ -10,7 +10,7 @@ import streamlit as st
 from explorer.charts import schedule as charts
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.core.units import human_bytes
 from explorer.hosting.settings import LabSize
@@ -30,8 +30,9 @@ from explorer.labs.schedule.workload import (
 )
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
+from explorer.ui.slo_state import current_slos_s
 from explorer.ui.state import SCHEDULE_RUN
-from explorer.ui.widgets import chart, current_slos_s, metrics, show_error, table
+from explorer.ui.widgets import chart, metrics, show_error, table
 
 LAB_BUDGET_S = 600.0
 DEFAULT_PREFIX = (

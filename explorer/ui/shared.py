@@ -1,11 +1,11 @@
-"""What every session of this server process shares, and the one place it is created: the `DeviceSession` (the
+"""What every session of this server process shares, and the one place it is created: the `ServerSession` (the
 models, the device's queue, the warm-up, the device figures, ...) and this server's limits."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from explorer.hosting.session import DeviceSession
+from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import HostedPolicy
 
 
@@ -15,7 +15,7 @@ def hosting_policy() -> HostedPolicy:
 
 
 @st.cache_resource(show_spinner=False)
-def device_session() -> DeviceSession:
-    """The server's one DeviceSession, shared by every session (each session's script runs in a thread of its own).
-    The only process-wide cache of the app: tests clear it (`device_session.clear()`) to start from a fresh one."""
-    return DeviceSession.create(turn_log=hosting_policy().turn_log)
+def server_session() -> ServerSession:
+    """The server's one ServerSession, shared by every session (each session's script runs in a thread of its own).
+    The only process-wide cache of the app: tests clear it (`server_session.clear()`) to start from a fresh one."""
+    return ServerSession.create(turn_log=hosting_policy().turn_log)

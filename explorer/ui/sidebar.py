@@ -7,13 +7,14 @@ import streamlit as st
 
 from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.core.errors import BadInput
-from explorer.core.loading import DEVICES, DTYPES, EMBEDDED
-from explorer.core.perfetto import perfetto_json
+from explorer.core.loaded_model import DTYPES
 from explorer.core.trace import DecodePath, Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
+from explorer.models.loading import DEVICES, EMBEDDED
+from explorer.recording.perfetto import perfetto_json
 from explorer.ui.recordings import as_recording_bytes
 from explorer.ui.runner import remeasure_device
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_MAX_NEW_TOKENS,
@@ -23,7 +24,7 @@ from explorer.ui.state import (
     RunInputs,
     current_run,
 )
-from explorer.ui.warm import warming_line
+from explorer.ui.warm_start import warming_line
 
 SERVER_DEFAULTS = RunInputs()
 # The form's own keys: read (a form's widgets hold what was last submitted, their defaults before), never written
@@ -73,7 +74,7 @@ def sidebar_policy() -> HostedPolicy:
 
 def sidebar() -> RunInputs | None:
     """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
-    device_session().steps.sweep()  # a session that walked away from a stepped request never comes back to free it
+    server_session().steps.sweep()  # a session that walked away from a stepped request never comes back to free it
     if LEFT_QUEUE.pop():
         st.sidebar.info("You left the queue: nothing ran.")
     policy = sidebar_policy()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer.core.recording import RecordingMeta
+from explorer.recording.pdx import RecordingMeta
 from explorer.teach import tour
 from explorer.ui.page_start import page_title, require_run
 from explorer.ui.state import TOUR_PARAM_SEEN, TOUR_SLIDE, RunResult, current_run

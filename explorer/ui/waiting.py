@@ -1,5 +1,5 @@
 """What a page draws while work on the device is under way or about to be: a progress bar, and the wait for the
-server's warm-up (the queue's own waiting is `explorer.ui.queue`)."""
+server's warm-up (the queue's own waiting is `explorer.ui.device_turn`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Page building blocks: headline metrics, the session's SLO inputs, window sliders, charts and tables with their
-captions and downloads, and one-line errors."""
+"""Page building blocks: headline metrics, window sliders, charts and tables with their captions and downloads, and
+one-line errors."""
 
 from __future__ import annotations
 
@@ -15,14 +15,12 @@ import streamlit as st
 from explorer.charts import export, theme
 from explorer.charts.common import name_tooltips
 from explorer.charts.tables import grouped, human_table
-from explorer.core import slo
 from explorer.core.errors import BadInput, one_line
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
+from explorer.ui.device_turn import drawing
 from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
-from explorer.ui.queue import drawing
-from explorer.ui.state import ITL_SLO_MS, TTFT_SLO_MS, current_run
 
 LOG = logging.getLogger(__name__)
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
@@ -214,76 +212,6 @@ def as_text(data: pd.DataFrame) -> pd.DataFrame:
     return escaped
 
 
-# ONE pair of SLOs per session, not one per page: set on the Latency page or the Endpoint's, read by every page. A key
-# holds a value only once the user has set it; until then every page uses the same defaults, chosen from the session's
-# current run (`explorer.core.slo`: a round figure a little above what the run itself measured), or the chat reference
-# before any run, and says so.
-
-
-def run_slo_defaults() -> slo.SloDefaults:
-    """The session's default SLOs: the current run's; the chat reference before any run."""
-    run = current_run()
-    return slo.REFERENCE if run is None else slo.from_trace(run.trace)
-
-
-def slos_set_by_user() -> bool:
-    return TTFT_SLO_MS in st.session_state or ITL_SLO_MS in st.session_state
-
-
-def slo_source() -> str:
-    """Where the session's SLOs come from, for a caption: "yours", or the defaults' own source."""
-    return "yours" if slos_set_by_user() else f"default: {run_slo_defaults().source}"
-
-
-def keep_slo(key: str) -> None:
-    """An SLO input's callback: the user's value, under our own key, which every page reads."""
-    st.session_state[key] = st.session_state[f"{key}-input"]
-
-
-def slo_inputs() -> tuple[float, float]:
-    """The session's TTFT and ITL SLO inputs side by side, starting from its defaults (`run_slo_defaults`) until the
-    user sets one; returns both in seconds. Changing one only re-reads stored timings, on every page."""
-    defaults = run_slo_defaults()
-    left, right = st.columns(2)
-    fields = [
-        (left, "TTFT SLO (ms)", TTFT_SLO_MS, defaults.ttft_s, 1.0, 600_000.0, 100.0, "Checked against TTFT."),
-        (right, "ITL SLO (ms)", ITL_SLO_MS, defaults.itl_s, 0.1, 60_000.0, 5.0, "Checked against the p99 ITL."),
-    ]
-    values = []
-    for column, label, key, default_s, low, high, step, meaning in fields:
-        # The widget has its own key, set before it is drawn from ours (the user's value) or the default: a value
-        # that moves with the run never re-creates the widget, so no edit is lost to a new widget identity.
-        st.session_state[f"{key}-input"] = float(st.session_state.get(key, default_s * 1e3))
-        value = column.number_input(
-            label,
-            min_value=low,
-            max_value=high,
-            step=step,
-            key=f"{key}-input",
-            on_change=keep_slo,
-            args=(key,),
-            help=f"{meaning} Changing an SLO only re-reads stored timings: nothing is run again.",
-        )
-        values.append(value / 1e3)
-    if TTFT_SLO_MS not in st.session_state or ITL_SLO_MS not in st.session_state:
-        st.caption(
-            f"Default SLOs, the same on every page until you set yours (here, on Latency or on Endpoint): "
-            f"{defaults.source}. For reference, a common chat target is p99 ITL under "
-            f"{slo.REFERENCE_ITL_SLO_S * 1e3:.0f} ms (the grey dotted line where a chart draws it)."
-        )
-    return values[0], values[1]
-
-
-def current_slos_s() -> tuple[float, float]:
-    """The session's SLOs (seconds) for pages that show them without editing them: the user's where set, else the
-    session's defaults (`run_slo_defaults`), the same on every page."""
-    defaults = run_slo_defaults()
-    return (
-        st.session_state.get(TTFT_SLO_MS, defaults.ttft_s * 1e3) / 1e3,
-        st.session_state.get(ITL_SLO_MS, defaults.itl_s * 1e3) / 1e3,
-    )
-
-
 def window_slider(label: str, total: int, window: int, key: str, help_text: str | None = None) -> int:
     """The first position of a window of `window` out of `total`; 0 without a slider when everything fits."""
     if total <= window:
@@ -304,78 +232,3 @@ def metrics(items: list[tuple[str, str, str]], columns: int | None = None) -> No
 def secondary(title: str) -> st.delta_generator.DeltaGenerator:
     """A section that matters less than the page's one idea: open on a laptop, collapsed in presenter mode."""
     return st.expander(title, expanded=not presenting())
-
-
-# --- charts first ----------------------------------------------------------------------------------------------------
-# A row of key figures and its note, at presenter sizes: what a page without one gives its main chart instead.
-FIGURES_ROW_PX = 150
-SPREAD_LINE_PX = 40  # the min–max line under each figure of a run with repeats
-MAIN_CHART_KEY = "main-chart"  # the main chart's container (class `st-key-main-chart`: what the browser test measures)
-
-
-class ChartFirst:
-    """A "One request" page's order, so that in presenter mode the first 1280 × 720 screen holds the page's title, one
-    line of caption, its key figures and its main chart: everything else comes after the chart. What a page explains
-    or lets you pick before its main chart stays there on a laptop; when presenting it moves below the chart, the
-    explanations collapsed. Slots are made in screen order when the page starts; a page then fills them in any order."""
-
-    def __init__(self) -> None:
-        self.presenting = presenting()
-        self.figures = st.container()
-        before = None if self.presenting else st.container()
-        self.main = st.container(key=MAIN_CHART_KEY)
-        self.below = st.container() if self.presenting else None  # a slot under the main chart, when presenting
-        # Where explanations and pickers go: above the main chart on a laptop, below it when presenting.
-        self._aside = self.below if self.presenting else before
-        self._has_figures = False
-        self._taken_px = 0  # above the chart beyond the usual: the min–max lines of repeated figures
-
-    def run_metrics(self, trace: Trace) -> None:
-        with self.figures:
-            run_metrics(trace, self.below)
-        self._has_figures = True
-        if trace.repeat_count > 1:  # each figure has its min–max line under it: a shorter chart
-            self._taken_px += SPREAD_LINE_PX
-
-    def metrics(self, items: list[tuple[str, str, str]], note: str) -> None:
-        """A row of (label, value, help) key figures above the main chart, and a line saying where they come from."""
-        with self.figures:
-            metrics(items)
-            st.caption(note)
-        self._has_figures = True
-
-    @property
-    def main_chart_px(self) -> int | None:
-        """The main chart's height when presenting (None on a laptop: the chart's own)."""
-        if not self.presenting or theme.PRESENTER.main_chart_px is None:
-            return None
-        return theme.PRESENTER.main_chart_px + (0 if self._has_figures else FIGURES_ROW_PX) - self._taken_px
-
-    def explanation(self, title: str, heading: bool = True) -> st.delta_generator.DeltaGenerator:
-        """A section that explains before the main chart: in place on a laptop (under `title` if `heading`); below
-        the chart in a collapsed expander titled `title` when presenting."""
-        if self.presenting:
-            return self._aside.expander(title, expanded=False)
-        section = self._aside.container()
-        if heading:
-            section.subheader(title)
-        return section
-
-    def controls(self) -> st.delta_generator.DeltaGenerator:
-        """Pickers the main chart reads (a range, a layer): above it on a laptop, right below it when presenting."""
-        return self._aside.container()
-
-    def chart(
-        self, chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str, title: str
-    ) -> None:
-        """The main chart under its heading. When presenting, the heading leads the caption below the chart instead
-        (a line less above it), and the chart takes the theme's main-chart height: taller on a page with no figures
-        above it; a chart of facets keeps its own, which is per facet."""
-        with self.main:
-            if not self.presenting:
-                st.subheader(title)
-                chart(chart_obj, data, name, caption, source)
-                return
-            if getattr(getattr(chart_obj, "encoding", None), "row", alt.Undefined) is alt.Undefined:
-                chart_obj = chart_obj.properties(height=self.main_chart_px)
-            chart(chart_obj, data, name, f"**{title}.** {caption}", source)

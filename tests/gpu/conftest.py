@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from explorer.checks.gpucheck import check_model_name
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
+from explorer.models.loading import load_model
 
 
 @pytest.fixture(scope="session")

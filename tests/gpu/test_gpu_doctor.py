@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from explorer.checks.doctor import RUN_CHECKS, DoctorReport, run_doctor
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from tests.gpu import requires_cuda
 
 pytestmark = requires_cuda

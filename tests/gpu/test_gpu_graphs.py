@@ -17,15 +17,16 @@ import pytest
 import torch
 
 from explorer.checks.bench import BenchConfig, run_bench
-from explorer.checks.doctor import generate_tokens
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, check_request
 from explorer.core.graph_decode import CacheShape, GraphPool
-from explorer.core.loading import LoadedModel, describe, eos_ids, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure, prepare_device
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.trace import Trace
 from explorer.core.warm_shapes import WarmShapes
+from explorer.models.loading import describe, eos_ids, load_model
 from tests.gpu import requires_cuda
 
 pytestmark = requires_cuda

@@ -9,14 +9,15 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from explorer.checks.doctor import generate_tokens
+from explorer.checks.greedy_reference import generate_tokens
 from explorer.core.attention import capture_attention
 from explorer.core.engine import Request
-from explorer.core.loading import LoadedModel, load_model
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.profiler import CUDA_REMAINDER, KV_UPDATE, LINEAR, profile_pass
 from explorer.core.roofline import kv_cache_bytes
 from explorer.core.units import human_bytes
+from explorer.models.loading import load_model
 from tests.gpu import requires_cuda
 from tests.test_attention import assert_attention_structure
 from tests.test_profiler import assert_adds_up, op_count

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from explorer.core.batched import PaddedBatch
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.lab_progress import BetweenUnits, keep_device
-from explorer.core.loading import LoadedModel, Progress
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.labs.schedule.records import SEQUENTIAL, STATIC, RequestRecord, ServedMode, TokenCheck
 from explorer.labs.schedule.workload import PlannedRequest
+from explorer.models.loading import Progress
 
 NEAR_TIE = 0.02  # solo probabilities of the two tokens closer than this: a tie float rounding can flip
 

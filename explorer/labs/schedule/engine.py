@@ -24,10 +24,11 @@ from transformers.generation.continuous_batching.cache_allocators import FULL_AT
 from transformers.generation.continuous_batching.utils import WorkloadHints
 
 from explorer.core.errors import RunFailed
-from explorer.core.loading import LoadedModel, Progress
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.timing import synchronize
 from explorer.labs.schedule.records import BlockHolding, PrefixHit, RequestRecord, StepEntry, StepRecord
 from explorer.labs.schedule.workload import EngineSettings, PlannedRequest
+from explorer.models.loading import Progress
 
 NO_EOS = -1  # transformers' "no end-of-sequence token": every request makes exactly its max new tokens
 RESULT_POLL_S = 0.1

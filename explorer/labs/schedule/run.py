@@ -18,7 +18,7 @@ from typing import Any
 import transformers
 
 from explorer.core.lab_progress import QUIET, LabProgress, Report
-from explorer.core.loading import LoadedModel
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, ModelInfo, Trace
 from explorer.labs.schedule import baselines, engine
 from explorer.labs.schedule.records import RequestRecord, ScheduleRun, ServedMode, StepRecord

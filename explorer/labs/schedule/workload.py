@@ -21,7 +21,7 @@ from explorer.core.errors import BadInput
 from explorer.core.limits import is_finite
 
 if TYPE_CHECKING:
-    from explorer.core.loading import LoadedModel
+    from explorer.core.loaded_model import LoadedModel
 
 SCHEDULERS = {"fifo": "fifo", "prefill-first": "prefill_first"}  # our name -> transformers' SCHEDULER_MAPPING key
 DEFAULT_PROMPT_TOKENS = (32, 32, 128, 32, 32, 32)  # one long prompt arriving while the others decode

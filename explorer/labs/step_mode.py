@@ -1,4 +1,4 @@
-"""Step mode: one request driven one real pass per call, for a presenter stepping the phases live.
+"""Step mode: one request driven one real pass per call, for a presenter walking through the phases live.
 
 Each step is the engine's own timed step (`LiveRequest.step`), so a stepped request's passes are measured exactly as
 a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the
@@ -33,10 +33,10 @@ from explorer.core.engine import (
     prefill,
     seeded,
 )
+from explorer.core.figure_correction import keep_figures_honest
 from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
-from explorer.core.loading import LoadedModel
-from explorer.core.measure import keep_figures_honest
+from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import PassRecord, Trace
 from explorer.hosting.quiet import PassGate, Timed
 

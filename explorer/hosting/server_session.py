@@ -1,7 +1,7 @@
 """What the sessions of one server process share: its one device and everything that lives as long as the process
 (the loaded models, the queue for the device, the gate between timed passes and drawing, the warm-up, the device
 figures, the live stepped requests, the Room's rooms, read-only caches). One object, created once per server
-(`explorer.ui.shared.device_session`) and fresh in every test, so nothing a run leaves behind lives in a module. Pure
+(`explorer.ui.shared.server_session`) and fresh in every test, so nothing a run leaves behind lives in a module. Pure
 Python, no Streamlit."""
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from explorer.core.device import FiguresStore
-from explorer.core.loading import LoadedModel, Progress, load_model
-from explorer.hosting.live_steps import LiveSteps
+from explorer.core.loaded_model import LoadedModel
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import PassGate
 from explorer.hosting.rooms import RoomStore
+from explorer.hosting.step_mode_requests import LiveSteps
 from explorer.hosting.warm import Warmer
+from explorer.models.loading import Progress, load_model
 
 T = TypeVar("T")
 
@@ -62,7 +63,7 @@ class ReadOnce(Generic[T]):
 
 
 @dataclass
-class DeviceSession:
+class ServerSession:
     """The shared state of one server process. Every piece of work that runs the model takes its turn from `queue`,
     its model from `models` and its figures from `figures` (see `explorer.ui.admission`)."""
 
@@ -76,6 +77,6 @@ class DeviceSession:
     read_once: ReadOnce[object] = field(default_factory=ReadOnce)  # tokenizers and bundled files, read once
 
     @classmethod
-    def create(cls, turn_log: Path | None = None) -> DeviceSession:
+    def create(cls, turn_log: Path | None = None) -> ServerSession:
         """A session whose queue logs each turn to `turn_log` (the operator's setting), if any."""
         return cls(queue=DeviceQueue(log_path=turn_log))

@@ -1,8 +1,8 @@
 """A shipped At-scale config built on the device as a model with random weights (nothing read or downloaded), with the
 embedded tokenizer: its timings, bytes and FLOPs are real, its tokens are not meaningful.
 
-`--model shape:NAME` (NAME a shipped config of `explorer.scale.config`) asks for one; `explorer.core.loading` builds it
-here. Before anything is allocated its weights (the exact count of `explorer.scale.params` x the dtype's bytes) and a
+`--model shape:NAME` (NAME a shipped config of `explorer.scale.config`) asks for one; `explorer.models.loading` builds
+it here. Before anything is allocated its weights (the exact count of `explorer.scale.params` x the dtype's bytes) and a
 margin are held against the device's free memory, and a shape that does not fit is refused in one line.
 """
 

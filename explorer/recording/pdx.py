@@ -12,7 +12,7 @@ short prompt keeps every layer's maps; a long one keeps an evenly spread subset 
 visitor pick among the layers present), and one too long for even a single layer keeps none, saying so.
 
 Torch-free: opening a recording (the app, its tests, an upload) never imports torch. Reading checks every member
-(`explorer.core.recording_checks.read_recording`): an uploaded file is data from anyone.
+(`explorer.recording.checks.read_recording`): an uploaded file is data from anyone.
 """
 
 from __future__ import annotations

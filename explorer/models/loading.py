@@ -8,55 +8,33 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from explorer.core import shape_model
 from explorer.core.errors import BadInput, out_of_memory_as_run_failed
-from explorer.core.graph_decode import GraphPool
-from explorer.core.hub import hub_reachable
-from explorer.core.model_config import check_model_config
-from explorer.core.model_shape import (
+from explorer.core.loaded_model import (
+    DTYPES,
+    LoadedModel,
     attention_kernel,
     expert_linear_params,
     experts_info,
     latent_attention,
     layer_windows,
 )
-from explorer.core.paths import EMBEDDED, EMBEDDED_GGUF, embedded_folder, embedded_gguf_folder
+from explorer.core.paths import EMBEDDED, EMBEDDED_GGUF, embedded_folder, embedded_gguf_folder, hub_reachable
 from explorer.core.trace import ModelInfo
-from explorer.core.warm_shapes import WarmShapes
+from explorer.models import shape_model
+from explorer.models.model_config import check_model_config
 from explorer.scale.config import shape_key
 
 EMBEDDED_DISPLAY_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1, dequantized)"
 
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("auto", "cpu", "cuda")
 
 Progress = Callable[[float, str], None]  # (fraction done 0..1, what is happening)
-
-
-@dataclass
-class LoadedModel:
-    """A model ready to run, with its tokenizer and the numbers the formulas need."""
-
-    model: nn.Module
-    tokenizer: object
-    info: ModelInfo
-    torch_device: torch.device
-    eos_token_ids: frozenset[int]
-    load_s: float
-    # Kept for the model's life, shared by every session that runs it: the shapes its passes have run (a warm-up runs
-    # only what a request adds) and its captured decode graphs, one per cache shape.
-    warmed: WarmShapes = field(default_factory=WarmShapes)
-    graphs: GraphPool = field(default_factory=GraphPool)
-
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -352,9 +330,10 @@ def load_model(
 def load_shape(
     key: str, name: str, torch_device: torch.device, torch_dtype: torch.dtype, on_progress: Progress | None
 ) -> LoadedModel:
-    """`shape:NAME` (explorer.core.shape_model): refused in one line before any allocation when its weights and a margin
-    exceed the device's free memory; else built on the device with seeded random weights and the embedded tokenizer.
-    Its EOS is never honoured: a random model's end-of-text is noise, so a shape run always makes its max new tokens."""
+    """`shape:NAME` (explorer.models.shape_model): refused in one line before any allocation when its weights and a
+    margin exceed the device's free memory; else built on the device with seeded random weights and the embedded
+    tokenizer. Its EOS is never honoured: a random model's end-of-text is noise, so a shape run always makes its max
+    new tokens."""
     started = time.perf_counter()
     shape_model.check_fits(shape_model.memory_fit(key, torch_dtype, torch_device), name, torch_dtype)
     if on_progress:

@@ -24,10 +24,10 @@ import streamlit as st
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.measure import prepare_device
-from explorer.hosting.session import DeviceSession
+from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import warming_on
 from explorer.hosting.warm import LOG, Say, WarmStatus, Work
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import RunInputs
 
 POLL_S = 1.0  # how often a sidebar that saw the server warming redraws its line (that fragment only)
@@ -49,7 +49,7 @@ def warm_target() -> RunInputs:
         return replace(target, model=policy.allowed_models[0])
 
 
-def warm_work(target: RunInputs, session: DeviceSession) -> Work:
+def warm_work(target: RunInputs, session: ServerSession) -> Work:
     """The warm-up: in a turn on the device, load `target`'s model into the session's store, tokenize the default
     prompt, take the device figures (into the session's) and run the warm-up passes that every run's `prepare_device`
     runs."""
@@ -86,7 +86,7 @@ def warm_work(target: RunInputs, session: DeviceSession) -> Work:
 
 class _NoContextWarning(logging.Filter):
     """Outside any script run by design: the server importing app.py (its `st.Page`s, in the main thread) and the
-    warm-up thread reaching the shared `DeviceSession` (`explorer.ui.shared`). Streamlit's "missing
+    warm-up thread reaching the shared `ServerSession` (`explorer.ui.shared`). Streamlit's "missing
     ScriptRunContext" warning for those two threads says nothing an operator needs; script threads keep it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -99,7 +99,7 @@ logging.getLogger(CONTEXT_LOGGER).addFilter(_NoContextWarning())  # once, when a
 
 def start_warming(target: RunInputs | None = None) -> bool:
     """Start the warm-up once per process (unless `EXPLORER_WARM=0`); True if this call started it."""
-    session = device_session()
+    session = server_session()
     if not warming_on() or session.warmer.status().state != "not started":
         return False
     if not LOG.handlers:  # the server log says when warming starts and ends, as Streamlit's own lines do
@@ -149,7 +149,7 @@ def _stop_polling() -> None:
 
 
 def _warming_fragment() -> None:
-    status = device_session().warmer.status()
+    status = server_session().warmer.status()
     _draw(status)
     if status.ended:
         _stop_polling()
@@ -162,7 +162,7 @@ def warming_line() -> None:
     if not warming_on():
         return
     start_warming()
-    status = device_session().warmer.status()
+    status = server_session().warmer.status()
     with st.sidebar:
         if status.state == "warming":
             st.fragment(_warming_fragment, run_every=POLL_S)()

@@ -9,12 +9,13 @@ import streamlit as st
 from explorer.charts import attention as attention_charts
 from explorer.charts import cost as charts
 from explorer.charts import kv as kv_charts
-from explorer.charts import stepping as step_charts
+from explorer.charts import step_mode as step_charts
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import Trace
-from explorer.labs.stepping import SteppedRequest
+from explorer.labs.step_mode import SteppedRequest
 from explorer.ui.presenter import presenting
-from explorer.ui.widgets import chart, current_slos_s, escape_markdown, metrics, table
+from explorer.ui.slo_state import current_slos_s
+from explorer.ui.widgets import chart, escape_markdown, metrics, table
 
 FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the newest pass, its attention row and the KV growth
 NEWEST_ROWS_KEY = "step-newest-rows"  # the strip of the map's newest rows

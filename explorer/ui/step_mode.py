@@ -1,15 +1,15 @@
 """Step mode in a session: the session's stepped request, one pass per click under the device lock, freed on reset,
 on a new prompt, when it finishes (its trace and maps are kept), after an idle timeout (swept by any session, see
-`DeviceSession.steps`), or with the session itself (its state, tensors included, goes with it)."""
+`ServerSession.steps`), or with the session itself (its state, tensors included, goes with it)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from explorer.core.engine import Request
-from explorer.labs.stepping import SteppedRequest
+from explorer.labs.step_mode import SteppedRequest
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.shared import device_session
+from explorer.ui.shared import server_session
 from explorer.ui.state import RUN, STEPPED, RunResult, last_inputs, remember
 from explorer.ui.waiting import progress_bar
 
@@ -21,7 +21,7 @@ def stepped() -> SteppedRequest | None:
     current = STEPPED.get()
     if current is None or current.done:
         return current
-    if current.freed or current.free_if_idle(device_session().steps.idle_timeout_s):
+    if current.freed or current.free_if_idle(server_session().steps.idle_timeout_s):
         say_freed_when_idle()
         return None
     return current
@@ -29,22 +29,22 @@ def stepped() -> SteppedRequest | None:
 
 def say_freed_when_idle() -> None:
     STEPPED.pop()
-    minutes = device_session().steps.idle_timeout_s / 60
+    minutes = server_session().steps.idle_timeout_s / 60
     st.info(f"The stepped request was idle for over {minutes:.0f} minutes: its cache was freed. Press Prefill again.")
 
 
-def reset_stepping() -> None:
+def reset_step_mode() -> None:
     current = STEPPED.pop()
     if current is not None:
         current.free()
 
 
-def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
+def start_request(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
     """A new stepped request on the sidebar's model and sampling (a new prompt frees the old one's cache first), and
     its prefill, in one turn on the device; whether both happened. It meets the same caps and rate limit as a run. On a
     failure its one-line error is on screen and no request is kept: one without a pass has nothing to show, and it
     would keep the prompt form locked. Never call it inside a form: waiting in line draws a button with a callback."""
-    reset_stepping()
+    reset_step_mode()
     inputs = last_inputs()
     request = Request(
         prompt,
@@ -65,7 +65,7 @@ def prefill(prompt: str, max_new_tokens: int, use_chat_template: bool) -> bool:
 
     if on_device(DeviceAsk("prefill", "Step mode's prefill", inputs, request, passes=1), start):
         return True
-    reset_stepping()  # refused, failed, or left the line: no request without a pass
+    reset_step_mode()  # refused, failed, or left the line: no request without a pass
     return False
 
 
@@ -75,7 +75,7 @@ def _step(current: SteppedRequest, admitted: Admitted) -> bool:
     try:
         record = current.step(admitted.session.gate)
     except Exception:
-        reset_stepping()  # a pass that failed half-way leaves a cache no later pass may extend
+        reset_step_mode()  # a pass that failed half-way leaves a cache no later pass may extend
         raise
     admitted.turn.ran(1, record.wall_s, current.forward_s - forward_before_s)
     return True

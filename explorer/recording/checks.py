@@ -7,7 +7,7 @@ What is bounded, and why:
 - the zip: only the three known members, each read to at most its own cap whatever its header claims (a zip bomb
   stops at the cap), so a 5 MB file never becomes more than `MEMBER_CAPS` in memory;
 - `trace.json`'s bytes, before any parser reads them: every list against the count it belongs to, and the whole
-  against what a trace of its declared counts holds (`explorer.core.recording_bounds`);
+  against what a trace of its declared counts holds (`explorer.recording.bounds`);
 - `meta.json` and `trace.json`: their shape, field by field, by pydantic against the dataclasses the app itself
   reads (strict: "5" is not 5; nesting past pydantic's parser limit is refused, never a RecursionError); then every
   number finite and not negative (NaN slips past every comparison a page makes), the figures a page divides by
@@ -32,7 +32,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.errors import BadInput, one_line
-from explorer.core.recording import (
+from explorer.core.request import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
+from explorer.core.trace import SCHEMA_VERSION, PassRecord, Trace
+from explorer.recording.bounds import MAX_LAYERS, MAX_PROMPT_TOKENS, MAX_TOP_TOKENS, check_trace_size
+from explorer.recording.pdx import (
     ATTENTION,
     FORMAT_VERSION,
     MAX_COMMAND_CHARS,
@@ -42,9 +45,6 @@ from explorer.core.recording import (
     Recording,
     RecordingMeta,
 )
-from explorer.core.recording_bounds import MAX_LAYERS, MAX_PROMPT_TOKENS, MAX_TOP_TOKENS, check_trace_size
-from explorer.core.request import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
-from explorer.core.trace import SCHEMA_VERSION, PassRecord, Trace
 
 MIB = 1 << 20
 MEMBER_CAPS = {META: 64 * 1024, TRACE: 32 * MIB, ATTENTION: 64 * MIB}

@@ -1,15 +1,41 @@
-"""What a loaded model's own objects say about its layers: each layer's attention window (from the transformers cache
-it builds), what its cache holds per position (from the cache's own tensors), its mixture-of-experts routers and
-experts (from its modules), and the kernel its attention runs on."""
+"""A loaded model ready to run (`LoadedModel`: the module, its tokenizer and its `ModelInfo`), and what its own objects
+say about its layers: each layer's attention window (from the transformers cache it builds), what its cache holds per
+position (from the cache's own tensors), its mixture-of-experts routers and experts (from its modules), and the kernel
+its attention runs on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from explorer.core.profiles import ExpertsInfo
+from explorer.core.graph_decode import GraphPool
+from explorer.core.model_info import ExpertsInfo, ModelInfo
+from explorer.core.warm_shapes import WarmShapes
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with its tokenizer and the numbers the formulas need."""
+
+    model: nn.Module
+    tokenizer: object
+    info: ModelInfo
+    torch_device: torch.device
+    eos_token_ids: frozenset[int]
+    load_s: float
+    # Kept for the model's life, shared by every session that runs it: the shapes its passes have run (a warm-up runs
+    # only what a request adds) and its captured decode graphs, one per cache shape.
+    warmed: WarmShapes = field(default_factory=WarmShapes)
+    graphs: GraphPool = field(default_factory=GraphPool)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
 
 ROUTER_OUTPUT = "router_logits"  # the key transformers' MoE models record their routers under (`_can_record_outputs`)
 

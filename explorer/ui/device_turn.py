@@ -1,7 +1,7 @@
 """The device queue of this server process as a session meets it: a turn on the device (first come first served, see
 `explorer.hosting.queue.DeviceQueue`) with the session's place in line and the passes ahead while it waits, the
 per-session rate limit, and drawing kept apart from other sessions' timed passes (`explorer.hosting.quiet`). The
-queue and the gate are the shared `DeviceSession`'s (`explorer.ui.shared`)."""
+queue and the gate are the shared `ServerSession`'s (`explorer.ui.shared`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from explorer.core.errors import BadInput
 from explorer.hosting.queue import DeviceQueue, Ticket, wait_sentence, work_ahead
 from explorer.hosting.settings import HostedPolicy
-from explorer.ui.shared import device_session, hosting_policy
+from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import LEFT_QUEUE, RUN_STARTS
 
 POLL_S = 0.5  # how often a waiting page redraws its place in line (each redraw is also where a click can cancel)
@@ -35,7 +35,7 @@ def drawing() -> Iterator[None]:
     if get_script_run_ctx(suppress_warning=True) is None:
         yield
         return
-    with device_session().gate.drawing():
+    with server_session().gate.drawing():
         yield
 
 
@@ -117,7 +117,7 @@ def device_turn(what: str = "run", passes: int | None = None) -> Iterator[Device
     also frees any session's stepped request left idle: a session that walked away must not keep its cache on the
     device others are queuing for.
     """
-    session = device_session()
+    session = server_session()
     queue = session.queue
     turn = DeviceTurn(queue, queue.enter(what, _session_label(), passes))
     try:

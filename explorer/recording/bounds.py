@@ -8,7 +8,7 @@ A scan of the bytes (regular expressions and counts in C, nothing built per valu
 - the whole file's values (its commas outside strings) are bounded by a small multiple (`SLACK`) of what a trace of
   those counts holds, so no shape of JSON (lists of empty lists, of empty objects) can cost more than a real one.
 The exact checks (each list equal to its count, the counts agreeing) follow on the parsed trace
-(`explorer.core.recording_checks.check_trace`); these bounds only make parsing cost what the real file would.
+(`explorer.recording.checks.check_trace`); these bounds only make parsing cost what the real file would.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ IDLE_TIMEOUT_S = 600.0  # a stepped request untouched this long frees its cache
 
 
 class Freeable(Protocol):
-    """What the sweep needs of a stepped request (`explorer.labs.stepping.SteppedRequest`)."""
+    """What the sweep needs of a stepped request (`explorer.labs.step_mode.SteppedRequest`)."""
 
     @property
     def freed(self) -> bool: ...

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from explorer.core.model_shape import Router, routers
+from explorer.core.loaded_model import Router, routers
 
 
 @dataclass

@@ -72,9 +72,11 @@ def test_the_run_checks_carry_their_figures(report: DoctorReport, real_lm: Loade
 
 
 def test_the_cli_exits_0_and_writes_every_check_with_its_figure(
-    real_lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    report: DoctorReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(doctor_cli, "load_embedded", lambda: real_lm)  # the session's model: loaded once
+    # The module's real report (every check run once, on the session's model): this test is about what the command
+    # prints, writes and exits with; the next one runs the whole doctor through the command.
+    monkeypatch.setattr(doctor, "run_doctor", lambda load, progress: report)
     out = tmp_path / "d.json"
     assert cli.main(["doctor", "--json", str(out)]) == 0
     printed = capsys.readouterr().out

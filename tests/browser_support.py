@@ -91,8 +91,11 @@ IDLE_JS = """() => {
     && !document.querySelector("[data-stale='true']")
     && !document.querySelector("[data-testid='stSpinner']");
 }"""
-# A chart counts as drawn when vega-embed has put a canvas or svg of non-zero size inside it.
-CHARTS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stVegaLiteChart']")).map(el => {
+# A chart counts as drawn when vega-embed has put a canvas or svg of non-zero size inside it. Charts the page does not
+# show (an inactive tab, an expander collapsed in presenter mode) are left out: vega-embed never sizes them, so a wait
+# for "every chart drawn" sat out its whole timeout on each such page (20 s a page in a walk).
+CHARTS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stVegaLiteChart']"))
+  .filter(el => el.checkVisibility()).map(el => {
   const g = el.querySelector("canvas, svg.marks");
   const r = g ? g.getBoundingClientRect() : {width: 0, height: 0};
   return r.width > 0 && r.height > 0;
@@ -275,7 +278,12 @@ def screenshot_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Pa
 
 
 def full_screenshot(page, path: Path, width: int, height: int, max_height: int = 12_000) -> None:
-    """A screenshot of everything on the page: the viewport is stretched to the content, then restored."""
+    """A screenshot of everything on the page where a human asked for screenshots (`$EXPLORER_SCREENSHOTS`): the
+    viewport is stretched to the content, then restored. Otherwise the first screen only: stretching makes Streamlit
+    lay out and redraw every chart twice, seconds a page in a walk, for pictures nobody opens."""
+    if not os.environ.get("EXPLORER_SCREENSHOTS"):
+        page.screenshot(path=str(path))
+        return
     content = min(max_height, int(page.evaluate(CONTENT_HEIGHT_JS)) + 40)
     if content > height:
         page.set_viewport_size({"width": width, "height": content})

@@ -3,8 +3,9 @@
 On the session's app server (deploy/run.sh on a free local port, started once in tests/conftest.py), types an
 HTML/markdown-injection prompt into the sidebar, runs it (8 new tokens), then opens each page from the sidebar
 navigation and checks: no exception, at least one drawn chart, the prompt shown as text (never as HTML: no
-`img[src='x']`, no alert dialog). A full-height screenshot of every page is kept for a human to look at: in
-`$EXPLORER_SCREENSHOTS` if set, else in pytest's temporary folder (the path is printed; run with `-s` to see it).
+`img[src='x']`, no alert dialog). A screenshot of every page is kept for a human to look at: full-height in
+`$EXPLORER_SCREENSHOTS` if set, else its first screen in pytest's temporary folder (the path is printed; run with `-s`
+to see it).
 Step mode is driven by its keys (right arrow: next token, Home: reset), each press timed until the new attention row
 is drawn (the figures go to `measurements.json` in the same folder). Presenter mode is measured in
 tests/test_browser_legibility.py.
@@ -46,6 +47,7 @@ MAX_NEW_TOKENS = "8"
 EXPECTED_PAGES = (Path(__file__).resolve().parents[1] / "app.py").read_text().count("st.Page(")
 # Pages that draw their charts only after an action of their own (a lab's run, a step, answering, a second run).
 OWN_ACTION_PAGES = {
+    "Room",  # its charts are a finished round's
     "Without a KV cache",
     "Batching",
     "Step by step",
@@ -53,7 +55,6 @@ OWN_ACTION_PAGES = {
     "Compare two runs",
     "Scheduling",
     "Endpoint",
-    "Room",  # its charts are a finished round's
 }
 VIEWPORT = {"width": 1400, "height": 1000}
 RUN_TIMEOUT_S = 120  # model load (a first-ever GGUF conversion takes ~20 s) + 8 tokens + attention replay

@@ -1,11 +1,13 @@
 """At 1280 × 720 in a real browser: first, a first-time visitor's landing page holds the prompt and Run in its first
 screen; then presenter mode in one walk: every chart legible, the type large (a key figure larger than its label),
-each "One request" page's main chart and the Step page's map and KV growth inside the first screen, the titles clear
-of Streamlit's header with the sidebar collapsed; then the Tour's arrow keys right after the presenter switch.
+each "One request" page's main chart and the Step page's map and KV growth inside the first screen, every Tour slide's
+main chart and sentences inside the window, → through the slides and ← back (keys only; the link follows the slide),
+the titles clear of Streamlit's header with the sidebar collapsed; then the Tour's arrow keys right after the
+presenter switch.
 
 How it measures: the tab opens `/?recording=short-chat&compare=bfloat16&presenter=1` (presenter mode and two
-recordings from one link, so Compare has a pair), then every page of the sidebar, every Tour slide (→ through them),
-and the Step page again after pressing Prefill (a live pass of the real model). On each:
+recordings from one link, so Compare has a pair), then every page of the sidebar, every Tour slide (→ through them,
+then ← back to the first), and the Step page again after pressing Prefill (a live pass of the real model). On each:
   - Legibility. Presenter mode draws charts as SVG (`explorer.charts.theme`), so every piece of text Vega drew is a
     `<text>` element in the chart's `svg.marks`, inside a group whose class names its role (`role-axis-title`,
     `role-axis-label`, `role-legend-label`, `role-legend-title`, `role-title-text`, `role-mark` for value labels,
@@ -45,6 +47,7 @@ from tests.browser_support import (
     wait_for_charts,
     wait_until_rerun_done,
 )
+from tests.tour_support import outside_the_window, slide_box
 
 skip_module_without_browser("presenter legibility")
 pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
@@ -190,14 +193,14 @@ SIDEBAR_BUTTON_JS = """(label) => {
 
 def _titles_with_the_sidebar_collapsed(page, checks: list[dict]) -> None:  # noqa: ANN001
     """Collapse the sidebar, as a speaker has it, and read whether the header covers the title: on a "One request"
-    page, then on a Tour slide and on the slide before it, reached by its arrow key; the sidebar is opened again."""
+    page, then on a Tour slide and on the slide after it, reached by its arrow key; the sidebar is opened again."""
     for label in ("Latency", "Tour"):
         _goto(page, label)
         assert page.evaluate(SIDEBAR_BUTTON_JS, "Collapse sidebar")
         page.wait_for_function(f"() => {SIDEBAR_RIGHT_JS} < 50")
         checks.append(page.evaluate(TITLE_UNDER_HEADER_JS))
-        if label == "Tour":  # the walk left it on its last slide
-            _rerun(page, lambda: page.keyboard.press("ArrowLeft"))
+        if label == "Tour":  # the walk left it on its first slide
+            _rerun(page, lambda: page.keyboard.press("ArrowRight"))
             checks.append(page.evaluate(TITLE_UNDER_HEADER_JS))
         assert page.evaluate(SIDEBAR_BUTTON_JS, "Expand sidebar")
         page.wait_for_function(f"() => {SIDEBAR_RIGHT_JS} > 200")
@@ -327,6 +330,7 @@ def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
     sizes: dict[str, list[float]] = {}
     small: list[str] = []
     boxes: list[dict] = []
+    slides: list[dict] = []  # the Tour's main chart and sentences per slide (tests/tour_support.py), → then ←
     _open_link(page, f"{hosted_app.url}/?recording={RECORDING}&compare={COMPARED}&presenter=1")
     for label in PAGES:
         _goto(page, label)
@@ -341,17 +345,21 @@ def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
             _first_screen(page, "Step by step, after Prefill", STEP_CHARTS, 2, boxes)
             page.screenshot(path=str(shots / "legible-step-after-prefill.png"))
         if label == "Tour":
-            for index in range(1, SLIDE_COUNT):
+            slides.append(slide_box(page, 0))
+            for index in range(1, SLIDE_COUNT):  # → through every slide, keys only
                 _rerun(page, lambda: page.keyboard.press("ArrowRight"))
-                title = page.locator("[data-testid='stMain'] h1").first.inner_text().strip()
-                assert title == TITLES[index], (index, title)
+                slides.append(slide_box(page, index))  # checks the title
                 _measure(page, f"Tour slide {index + 1}", rows, sizes, small)
                 page.screenshot(path=str(shots / f"legible-tour-{index + 1}.png"))
+            for index in range(SLIDE_COUNT - 2, -1, -1):  # ← back to the first
+                _rerun(page, lambda: page.keyboard.press("ArrowLeft"))
+                slides.append(slide_box(page, index))
+            assert page.url.endswith("slide=1") or "slide=1&" in page.url, page.url  # the link follows the slide
     covered: list[dict] = []
     _titles_with_the_sidebar_collapsed(page, covered)
     smallest = {kind: min(values) for kind, values in sizes.items() if values}
     (shots / "legibility.json").write_text(
-        json.dumps({"charts": rows, "smallest_px": smallest, "first_screen": boxes}, indent=1)
+        json.dumps({"charts": rows, "smallest_px": smallest, "first_screen": boxes, "tour": slides}, indent=1)
     )
     measured = [r for r in rows if not r.get("hidden")]
     print(f"\n[legibility] {len(measured)} charts measured on {len(PAGES)} pages and {SLIDE_COUNT} slides; {shots}")
@@ -372,6 +380,8 @@ def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
     ), {kind: len(values) for kind, values in sizes.items()}
     outside = [f"{b['where']}: {b['box']}" for b in boxes if not (b["inside"] and b["sidebar_open"])]
     assert len(boxes) == len(ONE_REQUEST_PAGES) + 2 and not outside, outside or boxes
+    outside_tour = outside_the_window(slides)
+    assert len(slides) == 2 * SLIDE_COUNT - 1 and not outside_tour, f"Tour boxes outside 1280 × 720: {outside_tour}"
     print(f"[legibility] titles with the sidebar collapsed: {covered}")
     assert len(covered) == 3 and not any(c.get("covered") or c.get("missing") for c in covered), covered
 

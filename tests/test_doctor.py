@@ -32,14 +32,26 @@ from explorer.core.engine import Request, check_request, generate
 from explorer.core.errors import BadInput
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import kv_cache_bytes
-from explorer.core.trace import DeviceProfile
+from explorer.core.trace import DeviceProfile, Trace
 
 GPU_ONLY = {"cuda", "nvml", "CUDA events = host clock"}  # what a machine without a GPU skips
 
 
 @pytest.fixture(scope="module")
-def report(real_lm: LoadedModel) -> DoctorReport:
-    return run_doctor(lambda: real_lm)
+def doctor_run(real_lm: LoadedModel) -> tuple[DoctorReport, Trace]:
+    """The whole doctor, once for the module on the session's model, and the run its run checks judged (a test judges
+    it again with a broken formula, rather than running the doctor a second time)."""
+    traces: list[Trace] = []
+    measured = doctor.measure
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(doctor, "measure", lambda *args, **kwargs: traces.append(measured(*args, **kwargs)) or traces[-1])
+        report = run_doctor(lambda: real_lm)
+    return report, traces[-1]
+
+
+@pytest.fixture(scope="module")
+def report(doctor_run: tuple[DoctorReport, Trace]) -> DoctorReport:
+    return doctor_run[0]
 
 
 def test_every_check_passes_here_or_is_a_gpu_check_skipped(report: DoctorReport) -> None:
@@ -72,9 +84,11 @@ def test_the_run_checks_carry_their_figures(report: DoctorReport, real_lm: Loade
 
 
 def test_the_cli_exits_0_and_writes_every_check_with_its_figure(
-    real_lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    report: DoctorReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(doctor_cli, "load_embedded", lambda: real_lm)  # the session's model: loaded once
+    # The module's real report (every check run once, on the session's model): this test is about what the command
+    # prints, writes and exits with.
+    monkeypatch.setattr(doctor, "run_doctor", lambda load, progress: report)
     out = tmp_path / "d.json"
     assert cli.main(["doctor", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -90,10 +104,16 @@ def test_the_cli_exits_0_and_writes_every_check_with_its_figure(
 
 
 def test_a_wrong_kv_formula_fails_its_check_and_the_exit_names_it(
-    real_lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    doctor_run: tuple[DoctorReport, Trace],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(doctor_cli, "load_embedded", lambda: real_lm)
+    report, trace = doctor_run
     monkeypatch.setattr(doctor, "kv_cache_bytes", lambda model, cache_len, batch=1: 46_080 * cache_len + 1)
+    # The module's real run judged again under the broken formula: the KV check alone changes.
+    checks = tuple(doctor.kv_check(trace) if c.name == "KV bytes = formula" else c for c in report.checks)
+    monkeypatch.setattr(doctor, "run_doctor", lambda load, progress: replace(report, checks=checks))
     out = tmp_path / "broken.json"
     assert cli.main(["doctor", "--json", str(out)]) == 1
     captured = capsys.readouterr()

@@ -12,7 +12,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR
-from explorer.charts.schedule import legend_color, step_label
+from explorer.charts.schedule import legend_color, step_entries_frame
 from explorer.core.units import to_ms
 from explorer.labs.room_records import RoomRound, participant_of
 
@@ -82,28 +82,7 @@ def lanes_chart(frame: pd.DataFrame, order: list[str]) -> alt.LayerChart:
 def tokens_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
     """The columns `explorer.charts.schedule.steps_chart` draws, with people's labels as its requests."""
     order = {label: i for i, label in enumerate(lane_order(run, viewer))}
-    rows = []
-    for s in run.steps:
-        for e in s.entries:
-            lane = lane_label(participant_of(e.request), viewer)
-            rows.append(
-                {
-                    "step": s.index,
-                    "request": lane,
-                    "request_order": order.get(lane, len(order)),
-                    "phase": "prefill" if e.prefill_tokens else "decode",
-                    "tokens": e.prefill_tokens + e.decode_tokens,
-                    "chunk": e.chunk,
-                    "completes_prefill": e.completes_prefill,
-                    "kind": s.kind,
-                    "label": step_label(s.kind, s.has_partial_prefill),
-                    "start_ms": to_ms(s.start_s),
-                    "wall_ms": to_ms(s.wall_s),
-                    "step_tokens": s.tokens,
-                }
-            )
-    columns = ["step", "request", "request_order", "phase", "tokens", "chunk", "completes_prefill", "kind", "label"]
-    return pd.DataFrame(rows, columns=[*columns, "start_ms", "wall_ms", "step_tokens"])
+    return step_entries_frame(run.steps, order, lambda request: lane_label(participant_of(request), viewer))
 
 
 # --- step time against batch size ------------------------------------------------------------------------------------

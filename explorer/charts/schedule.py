@@ -6,7 +6,7 @@ every `*_chart()` draws one such frame. Prefill and decode keep the colours of e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import altair as alt
 import pandas as pd
@@ -15,7 +15,7 @@ from explorer.charts.common import PHASE_COLOR, PHASE_RANGE, two_lines
 from explorer.core.trace import percentile
 from explorer.core.units import MB, to_ms
 from explorer.labs.schedule.paging import memory_steps
-from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, ScheduleRun, ServedMode
+from explorer.labs.schedule.records import CONTINUOUS, SEQUENTIAL, STATIC, ScheduleRun, ServedMode, StepRecord
 
 # Requests get colours that are neither the prefill orange nor the decode green, cycled past ten requests.
 REQUEST_RANGE = ["#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#843c39", "#7b4173"]
@@ -53,25 +53,34 @@ def step_label(kind: str, chunked: bool) -> str:
 # --- engine steps ----------------------------------------------------------------------------------------------------
 def steps_frame(run: ScheduleRun) -> pd.DataFrame:
     """One row per request per step: its prefill or decode tokens, with the step's kind, label and measured time."""
-    order = {r.id: i for i, r in enumerate(run.requests)}
-    rows = [
-        {
-            "step": s.index,
-            "request": e.request,
-            "request_order": order.get(e.request, len(order)),
-            "phase": "prefill" if e.prefill_tokens else "decode",
-            "tokens": e.prefill_tokens + e.decode_tokens,
-            "chunk": e.chunk,
-            "completes_prefill": e.completes_prefill,
-            "kind": s.kind,
-            "label": step_label(s.kind, s.has_partial_prefill),
-            "start_ms": to_ms(s.start_s),
-            "wall_ms": to_ms(s.wall_s),
-            "step_tokens": s.tokens,
-        }
-        for s in run.steps
-        for e in s.entries
-    ]
+    return step_entries_frame(run.steps, {r.id: i for i, r in enumerate(run.requests)}, lambda request: request)
+
+
+def step_entries_frame(
+    steps: Sequence[StepRecord], order: dict[str, int], lane_of: Callable[[str], str]
+) -> pd.DataFrame:
+    """`steps_frame`'s rows for any served steps, each request shown as `lane_of(request)` (the Room's people) and
+    ordered by `order` of that lane."""
+    rows = []
+    for s in steps:
+        for e in s.entries:
+            lane = lane_of(e.request)
+            rows.append(
+                {
+                    "step": s.index,
+                    "request": lane,
+                    "request_order": order.get(lane, len(order)),
+                    "phase": "prefill" if e.prefill_tokens else "decode",
+                    "tokens": e.prefill_tokens + e.decode_tokens,
+                    "chunk": e.chunk,
+                    "completes_prefill": e.completes_prefill,
+                    "kind": s.kind,
+                    "label": step_label(s.kind, s.has_partial_prefill),
+                    "start_ms": to_ms(s.start_s),
+                    "wall_ms": to_ms(s.wall_s),
+                    "step_tokens": s.tokens,
+                }
+            )
     columns = ["step", "request", "request_order", "phase", "tokens", "chunk", "completes_prefill", "kind", "label"]
     return pd.DataFrame(rows, columns=[*columns, "start_ms", "wall_ms", "step_tokens"])
 

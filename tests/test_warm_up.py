@@ -90,13 +90,20 @@ def test_step_mode_warms_each_timed_pass_with_a_twin_of_its_own_shape(fresh_lm: 
         stepped.free()
 
 
-def test_repeat_0_is_within_the_spread_of_the_later_repeats(fresh_lm: LoadedModel) -> None:
+def test_repeat_0_is_within_the_spread_of_the_later_repeats(tiny_llama_dir: Path) -> None:
     """Medians of the decode passes, repeat by repeat, on a model no run has warmed before: robust to a few slow
-    passes on a loaded 2-core machine, where single passes jump by several times."""
+    passes on a loaded 2-core machine, where single passes jump by several times. A burst of other work can still
+    land on one repeat of ~40 ms, so a second fresh model gets one more trial: a cold first repeat (what the warm-up
+    exists to prevent) is slow in every trial, a burst in one."""
     request = Request(PROMPT, max_new_tokens=24, use_chat_template=False, stop_at_eos=False, repeats=5)
-    trace = measure(fresh_lm, request)
-    medians = [statistics.median(p.wall_s for p in passes[1:]) for passes in trace.repeats]
-    assert medians[0] <= REPEAT0_TOLERANCE * max(medians[1:]), [f"{m * 1e3:.2f} ms" for m in medians]
+    trials = []
+    for _ in range(2):
+        trace = measure(load_model(str(tiny_llama_dir), device="cpu", dtype="float32"), request)
+        medians = [statistics.median(p.wall_s for p in passes[1:]) for passes in trace.repeats]
+        trials.append([f"{m * 1e3:.2f} ms" for m in medians])
+        if medians[0] <= REPEAT0_TOLERANCE * max(medians[1:]):
+            return
+    pytest.fail(f"repeat 0 slower than {REPEAT0_TOLERANCE}x the later repeats in every trial: {trials}")
 
 
 def test_what_ran_is_remembered_per_path_and_forgotten_when_the_allocator_gives_memory_back() -> None:

@@ -50,7 +50,8 @@ VIEWPORT = {"width": 1200, "height": 900}
 COLD_RUN_TIMEOUT_S = 180  # the first run of a fresh server loads the model (a first-ever conversion ~20 s more)
 ALL_RUNS_TIMEOUT_S = 240  # four short runs one after another, each drawing its page, on a busy 2-core machine
 PAGE_TIMEOUT_S = 60
-CLICKS_WITHIN_S = 1.0
+# Four clicks from one driver while four pages draw (1.06 s once in a quiet run): still well inside one run.
+CLICKS_WITHIN_S = 2.0
 # A waiter's prefill against the solo median: clean runs measured 0.9-1.3x; a pass timed during another page's drawing
 # measured ~3x before the gate (issue 10). 2.0 failed now and then (3.4x once in a fresh-clone run: four Chromium
 # sessions redraw on the same 2 cores); a slower one must be marked disturbed on its page.

@@ -623,7 +623,9 @@ def test_the_endpoint_page_measures_live_in_a_browser(engine: Engine, tmp_path: 
             assert not errors, f"{errors}; server log: {log_tail(server_log)}"
             assert (drawn, charts) == (2, 2), f"{drawn} of {charts} charts drawn; see {shots / 'endpoint-live.png'}"
             text = main_area.inner_text()
-            assert "ITL is per token" in text and engine.base_url in text
+            # The ITL rule in plain words on the page, its precise statement in an expander under its own title.
+            assert "every token gets its own inter-token latency" in text and engine.base_url in text
+            assert "How ITL and TTFT are counted, precisely" in text
             nav = [label.strip() for label in page.locator("[data-testid='stSidebarNavLink']").all_inner_texts()]
             assert "Endpoint" in nav and "Inside one inference" in nav  # app.py's navigation, not pages/
             assert page_errors == []

@@ -26,6 +26,7 @@ ITL_KEY = "step-itl-chart"
 # (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
 # below. Six rows of the strip in 170 px: each about 28 px tall, where a row of the whole map is a few pixels.
 FIRST_SCREEN_CHART_PX = 170
+ROW_PX_PRESENTING = 40  # a strip row's height for the presenter theme's 18 px labels, with room for any glyph
 DISTURBED_WHERE = f"each is marked {step_charts.DISTURBED_MARK} over its bar in the inter-token latency chart"
 
 
@@ -79,8 +80,11 @@ def step_attention(maps: AttentionMaps, frame: pd.DataFrame, layer: int, head: i
 
 
 def step_newest_rows(rows: pd.DataFrame, height_px: int | None = None) -> None:
-    """The map's newest rows, enlarged: the row the last pass computed at the bottom."""
-    newest = step_charts.newest_rows_frame(rows)
+    """The map's newest rows, enlarged: the row the last pass computed at the bottom. Fitted into `height_px` (the
+    presenter's first screen), as many rows as its large labels have room for: six in 170 px made a fallback font's
+    glyphs (⏎) overlap their neighbours' labels."""
+    count = step_charts.NEWEST_ROWS if height_px is None else max(2, height_px // ROW_PX_PRESENTING)
+    newest = step_charts.newest_rows_frame(rows, min(count, step_charts.NEWEST_ROWS))
     with st.container(key=NEWEST_ROWS_KEY):
         chart(
             step_charts.newest_rows_chart(newest, height_px or 180),

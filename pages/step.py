@@ -34,14 +34,11 @@ with (
     st.expander(f"Prompt: {escape_markdown(shown.prompt[:60])}", expanded=False) if compact else st.container(),
     st.form("step-form", border=False),
 ):
-    prompt = st.text_input("Prompt", value=shown.prompt, disabled=active, key="step-prompt")
+    # No `value=`: the keys above hold it (a default beside a set key draws Streamlit's warning in the server log).
+    prompt = st.text_input("Prompt", disabled=active, key="step-prompt")
     left, right = st.columns(2)
-    new_tokens = left.number_input(
-        "Max new tokens", 1, 256, shown.max_new_tokens, disabled=active, key="step-new-tokens"
-    )
-    template = right.toggle(
-        "Use the chat template", value=shown.use_chat_template, disabled=active, key="step-template"
-    )
+    new_tokens = left.number_input("Max new tokens", 1, 256, disabled=active, key="step-new-tokens")
+    template = right.toggle("Use the chat template", disabled=active, key="step-template")
     prefill_pressed = st.form_submit_button("Prefill", type="primary", disabled=active, key="step-prefill")
 # Acted on after the form: waiting in line draws a "Leave the queue" button (a callback), which no form may hold.
 if prefill_pressed and step_mode.start_request(prompt, int(new_tokens), template):

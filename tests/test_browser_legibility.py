@@ -303,6 +303,8 @@ def test_the_landing_page_holds_the_prompt_and_run_in_its_first_screen(tab, host
     with no scrolling; that Run runs the prompt typed there, its tokens streaming under the page's title."""
     page = tab
     _open_link(page, hosted_app.url)  # a new session: no run yet
+    # The form's box and button arrive with one script run, but a busy server's page can be measured between them.
+    page.locator(".st-key-run-here-page-prompt textarea").wait_for(timeout=PAGE_TIMEOUT_S * 1000)
     boxes = page.evaluate(RUN_HERE_JS)
     print(f"\n[first screen] landing page at 1280 × 720: {boxes}")
     assert _inside_the_viewport(boxes["prompt"]) and _inside_the_viewport(boxes["run"]), boxes

@@ -24,7 +24,7 @@ ITL_KEY = "step-itl-chart"
 # Their plots' height when presenting (axes and legends add to it): under the title, caption, folded prompt, buttons and
 # the newest pass's line (about 320 px at 1280 x 720), each chart with its axes and legends ends above 720 px
 # (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
-# below. Six rows of the strip in 170 px: each about 28 px tall, where a row of the whole map is a few pixels.
+# below. Four rows of the strip in 170 px (`ROW_PX_PRESENTING` each), where a row of the whole map is a few pixels.
 FIRST_SCREEN_CHART_PX = 170
 ROW_PX_PRESENTING = 40  # a strip row's height for the presenter theme's 18 px labels, with room for any glyph
 DISTURBED_WHERE = f"each is marked {step_charts.DISTURBED_MARK} over its bar in the inter-token latency chart"

@@ -38,6 +38,24 @@ def _vega_list(values: list[str]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
+def segments_folded(base: alt.Chart) -> alt.Chart:
+    """A pass's time split, one row per segment (`segment_ms`), named (`part`) and ordered (`part_order`) as drawn."""
+    return base.transform_fold(SEGMENT_COLUMNS, as_=["segment", "segment_ms"]).transform_calculate(
+        part=f"{_vega_list(SEGMENT_LABELS)}[indexof({_vega_list(SEGMENT_COLUMNS)}, datum.segment)]",
+        part_order=f"indexof({_vega_list(SEGMENT_COLUMNS)}, datum.segment)",
+    )
+
+
+def segment_color() -> alt.Color:
+    """The segments' colours and their legend, the same on every chart that splits a pass's time."""
+    return alt.Color(
+        "part:N",
+        scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
+        title=None,
+        legend=alt.Legend(orient="top", columns=2, labelLimit=0, labelExpr=TWO_LINE_LABEL),
+    )
+
+
 def median_decode_index(trace: Trace) -> int | None:
     """The page's one default decode pass, for every section that shows one: the decode with the median wall time (the
     lower middle for an even count), None if none."""
@@ -81,20 +99,11 @@ def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Stacked modelled segments plus overhead per pass, outlined in the phase colour, with a tick at the wall time."""
     base = alt.Chart(frame).encode(x=alt.X("pass:O", title="pass (0 = prefill)", axis=alt.Axis(labelAngle=0)))
     bars = (
-        base.transform_fold(SEGMENT_COLUMNS, as_=["segment", "segment_ms"])
-        .transform_calculate(
-            part=f"{_vega_list(SEGMENT_LABELS)}[indexof({_vega_list(SEGMENT_COLUMNS)}, datum.segment)]",
-            part_order=f"indexof({_vega_list(SEGMENT_COLUMNS)}, datum.segment)",
-        )
+        segments_folded(base)
         .mark_bar(strokeWidth=1.5)
         .encode(
             y=alt.Y("segment_ms:Q", stack="zero", title="time (ms)"),
-            color=alt.Color(
-                "part:N",
-                scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
-                title=None,
-                legend=alt.Legend(orient="top", columns=2, labelLimit=0, labelExpr=TWO_LINE_LABEL),
-            ),
+            color=segment_color(),
             stroke=alt.Stroke(
                 "phase:N",
                 scale=PHASE_COLOR,

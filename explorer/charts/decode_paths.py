@@ -9,8 +9,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import TWO_LINE_LABEL
-from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE
+from explorer.charts.cost import segment_color, segments_folded
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import to_ms
 
@@ -56,20 +55,11 @@ def decode_paths_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """One horizontal bar per path: the modelled segments, then the overhead, with a tick at the measured time."""
     base = alt.Chart(frame).encode(y=alt.Y("path:N", title=None, sort=list(frame["path"])))
     bars = (
-        base.transform_fold(SEGMENT_COLUMNS, as_=["segment", "segment_ms"])
-        .transform_calculate(
-            part=f"{SEGMENT_LABELS!r}[indexof({SEGMENT_COLUMNS!r}, datum.segment)]",
-            part_order=f"indexof({SEGMENT_COLUMNS!r}, datum.segment)",
-        )
+        segments_folded(base)
         .mark_bar()
         .encode(
             x=alt.X("segment_ms:Q", stack="zero", title="median decode pass (ms)"),
-            color=alt.Color(
-                "part:N",
-                scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
-                title=None,
-                legend=alt.Legend(orient="top", columns=2, labelLimit=0, labelExpr=TWO_LINE_LABEL),
-            ),
+            color=segment_color(),
             order=alt.Order("part_order:Q"),
             tooltip=[
                 "path:N",

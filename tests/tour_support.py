@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from explorer.teach.tour import TITLES
 from tests.browser_support import wait_for_charts
 
@@ -29,12 +31,28 @@ SENTENCES_BOX_JS = """() => {
           right: Math.max(...boxes.map(b => b.right)), bottom: Math.max(...boxes.map(b => b.bottom))};
 }"""
 
+# The slide drawn whole: its main chart drawn and its sentences' column on screen.
+SLIDE_DRAWN_JS = f"""() => {{
+  const chart = ({MAIN_CHART_BOX_JS})();
+  return chart !== null && chart.drawn && ({SENTENCES_BOX_JS})() !== null;
+}}"""
+
 
 def slide_box(page, expected: int) -> dict[str, object]:  # noqa: ANN001 - playwright's Page
     """The slide on screen (its title checked) and its main chart's and sentences' boxes once the chart is drawn."""
     title = page.locator("[data-testid='stMain'] h1").first
     assert title.inner_text().strip() == TITLES[expected], f"expected slide {expected + 1}: {title.inner_text()!r}"
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+    # A slide's columns come in one rerun, but the browser may show it part-drawn for a moment (CI once saw the
+    # chart drawn and its sentences' column not yet there): wait, by polling, for both, and only then measure.
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(
+            SLIDE_DRAWN_JS,
+            timeout=CHART_DRAW_TIMEOUT_S * 1000,
+            polling=200,
+        )
     box = page.evaluate(MAIN_CHART_BOX_JS)
     assert box is not None and box["drawn"], f"slide {expected + 1}: no chart drawn ({box})"
     sentences = page.evaluate(SENTENCES_BOX_JS)

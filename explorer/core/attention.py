@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import itertools
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +21,10 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import MIB, mebibytes
 
-CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # a hosted demo can lower the per-run cap
+CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"
+Section = Callable[
+    [], AbstractContextManager[object]
+]  # what wraps each replay pass (a server's `PassGate.drawing`)  # a hosted demo can lower the per-run cap
 
 
 def default_cap_bytes() -> int:
@@ -37,34 +43,51 @@ def decoder_attention_modules(model: nn.Module) -> list[nn.Module]:
     return [next(m for m in block.modules() if type(m).__name__.endswith("Attention")) for block in blocks]
 
 
-@contextmanager
-def eager_attention(model: nn.Module) -> Iterator[None]:
-    """Only the eager kernel materialises the probabilities. This mutates the shared model: hold the run lock."""
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(previous)
+def eager_twin(model: nn.Module) -> nn.Module:
+    """A second module tree over the very same weight and buffer tensors (no tensor is copied), set to eager attention:
+    the only kernel that materialises the probabilities.
+
+    Why a twin and not the shared model switched to eager for a moment: that switch (and the hooks that keep the maps)
+    would change the model under another session's timed pass. The twin is the replay's own, so the replay can run
+    after a session's turn on the device, beside the next session's passes, without touching what they run."""
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}  # deepcopy keeps these
+    twin = copy.deepcopy(model, memo=shared)
+    twin.set_attn_implementation("eager")
+    return twin.eval()
+
+
+_TWIN_LOCK = threading.Lock()
+
+
+def eager_model(lm: LoadedModel) -> nn.Module:
+    """The loaded model's eager twin, made once and kept with it (`LoadedModel.eager`)."""
+    with _TWIN_LOCK:
+        if lm.eager is None:
+            lm.eager = eager_twin(lm.model)
+        return lm.eager
 
 
 class AttentionReplay:
     """An untimed eager shadow of a request, fed the same tokens pass by pass, keeping each pass's attention maps.
 
-    It has its own cache, so the timed request's SDPA cache is never touched; the capture of a finished run and the
-    step mode (one pass per click) both feed it. Eager attention mutates the shared model: hold the run lock.
+    It has its own cache, and runs on the model's eager twin (`eager_model`), so neither the timed request's cache nor
+    the shared model is ever touched: it needs no turn on the device. The capture of a finished run and the step mode
+    (one pass per click) both feed it, each of its passes inside a `section` (a server's `PassGate.drawing`: another
+    session's timed pass waits for the one replay pass in flight, never for the whole replay).
     """
 
     def __init__(self, lm: LoadedModel, layers: list[int]) -> None:
         self.lm, self.layers = lm, layers
-        self.modules = decoder_attention_modules(lm.model)
-        self.cache = new_cache(lm.model)
+        self.model = eager_model(lm)
+        self.modules = decoder_attention_modules(self.model)
+        self.cache = new_cache(self.model)
         self.prefill: dict[int, np.ndarray] = {}
         self.decode: dict[int, list[np.ndarray]] = {i: [] for i in layers}
         self.replayed: list[int] = []
 
-    def step(self, input_ids: list[int]) -> int:
-        """Feed one pass's tokens (the prompt, then each token fed back); return the replay's own argmax."""
+    def step(self, input_ids: list[int], section: Section = nullcontext) -> int:
+        """Feed one pass's tokens (the prompt, then each token fed back), its forward inside `section`; return the
+        replay's own argmax."""
         current: dict[int, np.ndarray] = {}
 
         def keep(layer: int) -> Callable[..., None]:
@@ -76,9 +99,9 @@ class AttentionReplay:
         handles = [self.modules[i].register_forward_hook(keep(i)) for i in self.layers]
         ids = torch.tensor([input_ids], device=self.lm.torch_device)  # (1, T) or (1, 1)
         try:
-            with eager_attention(self.lm.model):
+            with section():
                 forward = prefill if not self.replayed else decode_one_token
-                token_id = int(forward(self.lm.model, ids, self.cache).argmax(-1).item())
+                token_id = int(forward(self.model, ids, self.cache).argmax(-1).item())
         finally:
             for handle in handles:
                 handle.remove()
@@ -131,18 +154,23 @@ def check_capture(
 
 
 def capture_attention(
-    lm: LoadedModel, trace: Trace, layers: list[int] | None = None, cap_bytes: int | None = None
+    lm: LoadedModel,
+    trace: Trace,
+    layers: list[int] | None = None,
+    cap_bytes: int | None = None,
+    section: Section = nullcontext,
 ) -> AttentionMaps:
     """Replay the trace's exact tokens (prompt, then each generated token fed back) and keep the attention maps.
 
-    The timed run never pays for this: it is a second, untimed replay of the same tokens through the same cache logic.
+    The timed run never pays for this: it is a second, untimed replay of the same tokens through the same cache logic,
+    on the model's eager twin, each of its passes inside `section` (see `AttentionReplay`).
     """
     decode_lens = [p.cache_len_after for p in trace.decodes]
     chosen = check_capture(trace.model, layers, trace.prompt_len, decode_lens, cap_bytes)
     replay = AttentionReplay(lm, chosen)
-    replay.step(list(trace.prompt_token_ids))
+    replay.step(list(trace.prompt_token_ids), section)
     for fed in trace.decodes:
-        replay.step([fed.input_token_ids[0]])  # the run's own token, fed back
+        replay.step([fed.input_token_ids[0]], section)  # the run's own token, fed back
     replay.free()
     return replay.maps(trace.prompt_tokens_text + tuple(p.token_text for p in trace.passes), trace.prompt_len)
 

@@ -4,9 +4,10 @@ Each step is the engine's own timed step (`LiveRequest.step`), so a stepped requ
 a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the
 room spent looking at them. On a shared server each timed pass goes through the server's gate (`PassGate.timing`:
 apart from other sessions' drawing, with what ran beside it kept on its record, `PassRecord.beside_cpu_s`). An
-untimed eager shadow (`AttentionReplay`) is fed the same token after each step and keeps that pass's attention maps.
-The step that finishes the request checks its device figures as every run's are (`keep_figures_honest`) and frees
-both caches: `to_trace()` is then the Trace a normal run would have produced.
+untimed eager shadow (`AttentionReplay`, on the model's eager twin) is fed the same tokens after the step, outside
+the click's turn on the device (`replay_passes`), and keeps each pass's attention maps. The step that finishes the
+request checks its device figures as every run's are (`keep_figures_honest`) and frees the timed cache, its replay
+the shadow's: `to_trace()` is then the Trace a normal run would have produced.
 
 `LiveSteps` holds every live stepped request of a process weakly, so that any caller can free the ones left idle
 (the owner may never come back to look).
@@ -57,7 +58,7 @@ class SteppedRequest:
     last_used_s: float  # `idle_clock()` at the last claim or step
     figures: FiguresStore  # where its device figures came from: the finished run is checked against them there
     finished: Trace | None = None  # set by the step that finishes the request
-    forward_s: float = 0.0  # every forward it ran so far (warm twins, timed passes, attention rows), seconds
+    forward_s: float = 0.0  # every forward it ran so far (warm twins, timed passes, attention replay), seconds
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)  # held while stepping or freeing
     idle_clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # what idleness is read on
 
@@ -107,10 +108,10 @@ class SteppedRequest:
             return not self.freed
 
     def step(self, gate: PassGate | None = None) -> PassRecord:
-        """ONE real pass (prefill first, then one decode), timed by the engine, then its attention (untimed); the
-        last one also finishes the request (its trace kept, both caches freed). With a server's `gate`, the pass is
-        timed apart from drawing (the wait for it off the request's clock) and its record says what ran beside it; a
-        warm twin runs first, for a decode unless the device worked within WARM_WITHIN_S."""
+        """ONE real pass (prefill first, then one decode), timed by the engine; its attention comes apart, untimed
+        (`replay_passes`). The last one also finishes the request (its trace kept, the timed cache freed). With a
+        server's `gate`, the pass is timed apart from drawing (the wait for it off the request's clock) and its record
+        says what ran beside it; a warm twin runs first, for a decode unless the device worked within WARM_WITHIN_S."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
             if gate is None or not self.passes or gate.quiet_for_s() > WARM_WITHIN_S:
                 self._forward(self.warm_up)
@@ -124,14 +125,26 @@ class SteppedRequest:
             self.forward_s += time.perf_counter() - started_s - timed.waited_for_drawing_s
             if timed.beside is not None:
                 record = self.live.passes[-1] = replace(record, beside_cpu_s=timed.beside.cpu_s)
-            self._forward(lambda: self.replay.step(list(record.input_token_ids)))
             if gate is not None:
                 gate.worked()
             if self.done:
                 self.finished = keep_figures_honest(self.to_trace(), self.figures)
-                self._free()
+                self.live.free()  # the replay's cache goes once it has caught up (`replay_passes`)
             self.last_used_s = self.idle_clock()
         return record
+
+    def replay_passes(self, gate: PassGate | None = None) -> None:
+        """The attention maps of every pass not replayed yet (untimed, on the model's eager twin; with a server's
+        `gate`, each replay pass kept apart from other sessions' timed passes). It needs no turn on the device, so a
+        page calls it after the click's turn; once the request is done and replayed, the replay's cache is freed."""
+        section = gate.drawing if gate is not None else nullcontext
+        with self.busy:
+            if self.replay.cache is None:  # freed: reset, or swept when idle
+                return
+            for record in self.passes[len(self.replay.replayed) :]:
+                self._forward(lambda: self.replay.step(list(record.input_token_ids), section))  # noqa: B023 - now
+            if self.done:
+                self.replay.free()
 
     def _forward(self, work: Callable[[], object]) -> None:
         started_s = time.perf_counter()
@@ -174,7 +187,7 @@ class SteppedRequest:
         if not self.busy.acquire(blocking=False):
             return False
         try:
-            if self.freed or self.idle_for_s() <= idle_timeout_s:
+            if (self.freed and self.replay.cache is None) or self.idle_for_s() <= idle_timeout_s:
                 return False
             self._free()
             return True
@@ -182,6 +195,8 @@ class SteppedRequest:
             self.busy.release()
 
     def attention(self) -> AttentionMaps:
+        """The maps of every pass so far (replaying the ones a page did not replay yet, `replay_passes`)."""
+        self.replay_passes()
         tokens = tuple(self.lm.tokenizer.decode([i]) for i in self.live.prompt_ids)
         return self.replay.maps(tokens + tuple(p.token_text for p in self.passes), len(self.live.prompt_ids))
 

@@ -81,9 +81,13 @@ def load(session: ServerSession, inputs: RunInputs) -> LoadedModel:
         return session.models.get(inputs.model.strip() or EMBEDDED, inputs.device, inputs.dtype, report)
 
 
-def on_device(ask: DeviceAsk, work: Callable[[Admitted], T]) -> T | None:
+def on_device(
+    ask: DeviceAsk, work: Callable[[Admitted], T], after_turn: Callable[[Admitted, T], T] | None = None
+) -> T | None:
     """`work`'s result, run in a turn on the device after every check in order (the module's docstring); None when
-    it was refused or failed (one line on screen says why)."""
+    it was refused or failed (one line on screen says why). `after_turn` gets the admission and that result once the
+    turn has ended: untimed work on the model that takes no turn (the attention replay runs on the model's eager
+    twin, kept apart from the next session's timed passes by the server's gate), and its result is returned instead."""
     try:
         session, policy = server_session(), hosting_policy()
         inputs = check_ask(ask, policy)
@@ -97,7 +101,9 @@ def on_device(ask: DeviceAsk, work: Callable[[Admitted], T]) -> T | None:
                 checked = check_request(lm, ask.request)  # once: the work takes it as checked
                 if policy.max_prompt_tokens is not None:  # a few thousand characters at most, after the check above
                     policy.check_prompt_tokens(len(checked.prompt_ids))
-            return work(Admitted(session, policy, turn, lm, checked))
+            admitted = Admitted(session, policy, turn, lm, checked)
+            done = work(admitted)
+        return after_turn(admitted, done) if after_turn is not None else done
     except ExplorerError as exc:
         show_error(str(exc))
     except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed

@@ -7,10 +7,10 @@ What holds the device and for how long (one turn each, first come first served, 
   warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
   then starts warm;
 - a sidebar run: loading (once per model), the device figures (measured once per server, kept in its
-  `ServerSession`) and the warm-up, the timed passes of every repeat, the untimed attention replay; the page is
-  drawn after the turn, and the next session's passes are kept apart from that drawing by the server's gate
-  (`explorer.hosting.quiet`: between this run's own passes, with its clock paused, other sessions' charts go first),
-  each pass's record saying what still ran beside it;
+  `ServerSession`) and the warm-up, the timed passes of every repeat; the untimed attention replay comes after the
+  turn (on the model's eager twin), and the page is drawn after it; the next session's passes are kept apart from
+  both, pass by pass, by the server's gate (`explorer.hosting.quiet`: between this run's own passes, with its clock
+  paused, other sessions' charts go first), each pass's record saying what still ran beside it;
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
@@ -91,11 +91,16 @@ def run_streaming(
     return trace
 
 
-def attach_attention(lm: LoadedModel, result: RunResult, cap_bytes: int | None = None) -> RunResult:
-    """The untimed eager replay; a failure or the memory cap leaves the timed run intact, with a note why."""
+def attach_attention(
+    lm: LoadedModel, result: RunResult, cap_bytes: int | None = None, gate: PassGate | None = None
+) -> RunResult:
+    """The untimed eager replay, after the run's turn (on the model's eager twin; with a server's `gate`, each replay
+    pass kept apart from other sessions' timed passes); a failure or the memory cap leaves the timed run intact, with
+    a note why."""
+    section = gate.drawing if gate is not None else nullcontext
     try:
         with st.spinner("Replaying the same tokens with eager attention to capture the maps (untimed)…"):
-            maps = capture_attention(lm, result.trace, cap_bytes=cap_bytes)
+            maps = capture_attention(lm, result.trace, cap_bytes=cap_bytes, section=section)
             result = replace(result, attention=maps, attention_note="")
     except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
         note = str(exc) if isinstance(exc, ExplorerError) else failure_line("Attention capture", exc)
@@ -116,7 +121,14 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         decode_path=inputs.decode_path,
     )
     ask = DeviceAsk("run", "The run", inputs, request, passes=request.max_new_tokens * request.repeats)
-    return on_device(ask, lambda admitted: _run(admitted, inputs))
+    return on_device(
+        ask, lambda admitted: _run(admitted, inputs), _attention_after_the_turn if inputs.capture_attention else None
+    )
+
+
+def _attention_after_the_turn(admitted: Admitted, result: RunResult) -> RunResult:
+    """The replay holds no turn: the next session's passes start while it runs (`on_device`'s `after_turn`)."""
+    return attach_attention(admitted.model, result, admitted.policy.attention_cap_bytes, admitted.session.gate)
 
 
 def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
@@ -128,9 +140,7 @@ def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
     RUN.set(result)
     if result.contention_note:
         st.warning(result.contention_note)
-    if inputs.capture_attention:
-        result = attach_attention(admitted.model, result, admitted.policy.attention_cap_bytes)
-    else:
+    if not inputs.capture_attention:  # else its replay comes after the turn
         result = replace(result, attention_note=ATTENTION_OFF)
         RUN.set(result)
     timed = [p for passes in trace.repeats for p in passes]

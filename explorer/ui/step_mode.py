@@ -1,6 +1,7 @@
-"""Step mode in a session: the session's stepped request, one pass per click under the device lock, freed on reset,
-on a new prompt, when it finishes (its trace and maps are kept), after an idle timeout (swept by any session, see
-`ServerSession.steps`), or with the session itself (its state, tensors included, goes with it)."""
+"""Step mode in a session: the session's stepped request, one pass per click under the device lock (its attention row
+replayed after the turn), freed on reset, on a new prompt, when it finishes (its trace and maps are kept), after an
+idle timeout (swept by any session, see `ServerSession.steps`), or with the session itself (its state, tensors
+included, goes with it)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def start_request(prompt: str, max_new_tokens: int, use_chat_template: bool) -> 
         STEPPED.set(started)
         return _step(started, admitted)
 
-    if on_device(DeviceAsk("prefill", "Step mode's prefill", inputs, request, passes=1), start):
+    if on_device(DeviceAsk("prefill", "Step mode's prefill", inputs, request, passes=1), start, _replay):
         return True
     reset_step_mode()  # refused, failed, or left the line: no request without a pass
     return False
@@ -81,6 +82,19 @@ def _step(current: SteppedRequest, admitted: Admitted) -> bool:
     return True
 
 
+def _replay(admitted: Admitted, stepped: bool) -> bool:
+    """After the click's turn: the new pass's attention row, on the model's eager twin, through the server's gate (the
+    next session's pass runs meanwhile). A replay that failed half-way frees the request, as a failed pass does."""
+    current = STEPPED.get()
+    if stepped and current is not None:
+        try:
+            current.replay_passes(admitted.session.gate)
+        except Exception:
+            reset_step_mode()
+            raise
+    return stepped
+
+
 def step_once() -> bool:
     """ONE real pass in a turn on the device (held for this pass only: other sessions run between clicks); whether it
     stepped. A refusal in line leaves the request as it was; a failed pass frees it."""
@@ -94,7 +108,7 @@ def step_once() -> bool:
             return False
         return _step(current, admitted)
 
-    if not on_device(DeviceAsk("step", "The step", counts=False, passes=1), step):  # admitted once, at its start
+    if not on_device(DeviceAsk("step", "The step", counts=False, passes=1), step, _replay):  # admitted at its start
         return False
     if current.done:  # the finished request becomes the session's current run, as if it had been run at once
         result = remember(current.to_trace(), current.request.prompt)

@@ -1,0 +1,85 @@
+"""The attention replay takes no turn on the device: it runs on the model's eager twin (every weight shared, the shared
+model never switched to eager nor hooked), after the turn of the Run or the click that timed the passes, so the next
+session's passes need not wait for it (issue 30 §1: the device is held for passes, not for what follows them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from explorer.core.attention import capture_attention, decoder_attention_modules, eager_model
+from explorer.core.engine import Request
+from explorer.core.loaded_model import LoadedModel
+from explorer.core.measure import measure
+from explorer.hosting.queue import DeviceQueue
+from explorer.labs.step_mode import SteppedRequest
+from explorer.ui import runner, step_mode
+from explorer.ui.shared import server_session
+from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
+from tests.test_hosted import press_run
+from tests.test_step_mode import prefill_on_the_step_page
+
+
+def test_the_eager_twin_shares_every_weight_and_the_replay_leaves_the_shared_model_alone(tiny_lm: LoadedModel) -> None:
+    trace = measure(tiny_lm, Request("attention!", max_new_tokens=4))
+    twin = eager_model(tiny_lm)
+    assert twin is eager_model(tiny_lm)  # made once, kept with the loaded model
+    assert all(a is b for a, b in zip(tiny_lm.model.parameters(), twin.parameters(), strict=True))
+    assert twin.config._attn_implementation == "eager"
+    shared_modules = decoder_attention_modules(tiny_lm.model)
+    seen: list[tuple[str, int]] = []
+
+    @contextmanager
+    def during_each_replay_pass() -> Iterator[None]:
+        yield  # what the shared model looks like while a replay pass runs: another session could time a pass now
+        seen.append((tiny_lm.model.config._attn_implementation, sum(len(m._forward_hooks) for m in shared_modules)))
+
+    maps = capture_attention(tiny_lm, trace, section=during_each_replay_pass)
+    assert maps.same_tokens_as(trace)
+    assert seen == [("sdpa", 0)] * len(trace.passes)  # one section per replay pass, the shared model untouched
+
+
+def device_free(queue: DeviceQueue) -> bool:
+    """Whether another session would get the device right now (a probe ticket granted at once, then given back)."""
+    probe = queue.enter("probe", owner="probe")
+    try:
+        return queue.wait(probe, 0.5)
+    finally:
+        queue.release(probe)
+
+
+def watch_device_during(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[bool]:
+    """Whether the device was free each time `owner.name` (the replay) ran."""
+    free: list[bool] = []
+    real: Callable[..., object] = getattr(owner, name)
+
+    def watched(*args: object, **kwargs: object) -> object:
+        free.append(device_free(server_session().queue))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, watched)
+    return free
+
+
+def test_a_step_clicks_attention_row_is_replayed_after_its_turn(
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    free = watch_device_during(monkeypatch, SteppedRequest, "replay_passes")
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=4)
+    at.button(key="step-next").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    current = at.session_state[step_mode.STEPPED]
+    assert len(current.passes) == 2 and len(current.replay.replayed) == 2  # both passes' rows, replayed
+    assert free[:2] == [True, True]  # the Prefill's and the Next token's replays ran with the device free
+
+
+def test_a_runs_attention_is_replayed_after_its_turn(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free = watch_device_during(monkeypatch, runner, "capture_attention")
+    at = new_app().run()
+    press_run(at, "hi there", model=str(tiny_llama_dir), max_new_tokens=3)
+    assert not at.error, [e.value for e in at.error]
+    assert free == [True]  # the replay ran once, with the device free
+    assert at.session_state[runner.RUN].attention is not None

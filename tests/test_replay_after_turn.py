@@ -4,13 +4,15 @@ session's passes need not wait for it (issue 30 §1: the device is held for pass
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from explorer.core.attention import capture_attention, decoder_attention_modules, eager_model
+from explorer.core.attention import capture_attention, decoder_attention_modules, eager_twin
 from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
@@ -25,10 +27,10 @@ from tests.test_step_mode import prefill_on_the_step_page
 
 def test_the_eager_twin_shares_every_weight_and_the_replay_leaves_the_shared_model_alone(tiny_lm: LoadedModel) -> None:
     trace = measure(tiny_lm, Request("attention!", max_new_tokens=4))
-    twin = eager_model(tiny_lm)
-    assert twin is eager_model(tiny_lm)  # made once, kept with the loaded model
-    assert all(a is b for a, b in zip(tiny_lm.model.parameters(), twin.parameters(), strict=True))
-    assert twin.config._attn_implementation == "eager"
+    twin = eager_twin(tiny_lm)
+    assert twin is eager_twin(tiny_lm)  # made once, kept with the loaded model
+    assert all(a is b for a, b in zip(tiny_lm.model.parameters(), twin.model.parameters(), strict=True))
+    assert twin.model.config._attn_implementation == "eager"
     shared_modules = decoder_attention_modules(tiny_lm.model)
     seen: list[tuple[str, int]] = []
 
@@ -40,6 +42,40 @@ def test_the_eager_twin_shares_every_weight_and_the_replay_leaves_the_shared_mod
     maps = capture_attention(tiny_lm, trace, section=during_each_replay_pass)
     assert maps.same_tokens_as(trace)
     assert seen == [("sdpa", 0)] * len(trace.passes)  # one section per replay pass, the shared model untouched
+
+
+def test_two_replays_at_once_each_keep_their_own_maps(tiny_lm: LoadedModel) -> None:
+    """Two sessions' replays after their turns run at once: each keeps its own maps, exactly as alone (the twin lets
+    one replay pass through at a time: its hooks would otherwise catch the other's forwards)."""
+    traces = [measure(tiny_lm, Request(prompt, max_new_tokens=5)) for prompt in ("short", "a much longer prompt here")]
+    alone = [capture_attention(tiny_lm, trace) for trace in traces]
+    twin = eager_twin(tiny_lm)
+    inside_alone: list[bool] = []
+
+    @contextmanager
+    def pass_alone() -> Iterator[None]:
+        inside_alone.append(twin.lock.locked())
+        yield
+
+    together: dict[int, list] = {0: [], 1: []}
+
+    def replay(k: int) -> None:
+        for _ in range(4):
+            together[k].append(capture_attention(tiny_lm, traces[k], section=pass_alone))
+
+    threads = [threading.Thread(target=replay, args=(k,)) for k in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all(inside_alone) and len(inside_alone) == 4 * sum(len(t.passes) for t in traces)
+    for k in (0, 1):
+        assert len(together[k]) == 4
+        for maps in together[k]:
+            for layer in alone[k].layers:
+                np.testing.assert_array_equal(maps.prefill[layer], alone[k].prefill[layer])
+                for row, row_alone in zip(maps.decode[layer], alone[k].decode[layer], strict=True):
+                    np.testing.assert_array_equal(row, row_alone)
 
 
 def device_free(queue: DeviceQueue) -> bool:

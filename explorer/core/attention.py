@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,34 +44,45 @@ def decoder_attention_modules(model: nn.Module) -> list[nn.Module]:
     return [next(m for m in block.modules() if type(m).__name__.endswith("Attention")) for block in blocks]
 
 
-def eager_twin(model: nn.Module) -> nn.Module:
-    """A second module tree over the very same weight and buffer tensors (no tensor is copied), set to eager attention:
-    the only kernel that materialises the probabilities.
+@dataclass(eq=False)
+class EagerTwin:
+    """A second module tree over the very same weight and buffer tensors as a loaded model (no tensor is copied), set
+    to eager attention: the only kernel that materialises the probabilities.
 
     Why a twin and not the shared model switched to eager for a moment: that switch (and the hooks that keep the maps)
-    would change the model under another session's timed pass. The twin is the replay's own, so the replay can run
-    after a session's turn on the device, beside the next session's passes, without touching what they run."""
-    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}  # deepcopy keeps these
-    twin = copy.deepcopy(model, memo=shared)
-    twin.set_attn_implementation("eager")
-    return twin.eval()
+    would change the model under another session's timed pass. The twin is the replays' own, so a replay can run after
+    a session's turn on the device, beside the next session's passes, without touching what they run. Its `lock` lets
+    one replay pass through it at a time: a forward hook sees every forward through its module, so two replays at once
+    would each keep the other's maps (a workshop's 8 sessions once did, and one of them drew a map it could not label).
+    """
+
+    model: nn.Module
+    modules: list[nn.Module]  # each decoder block's attention module, where the hooks go
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def of(cls, model: nn.Module) -> EagerTwin:
+        shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}  # deepcopy keeps these
+        twin = copy.deepcopy(model, memo=shared)
+        twin.set_attn_implementation("eager")
+        return cls(twin.eval(), decoder_attention_modules(twin))
 
 
 _TWIN_LOCK = threading.Lock()
 
 
-def eager_model(lm: LoadedModel) -> nn.Module:
+def eager_twin(lm: LoadedModel) -> EagerTwin:
     """The loaded model's eager twin, made once and kept with it (`LoadedModel.eager`)."""
     with _TWIN_LOCK:
         if lm.eager is None:
-            lm.eager = eager_twin(lm.model)
+            lm.eager = EagerTwin.of(lm.model)
         return lm.eager
 
 
 class AttentionReplay:
     """An untimed eager shadow of a request, fed the same tokens pass by pass, keeping each pass's attention maps.
 
-    It has its own cache, and runs on the model's eager twin (`eager_model`), so neither the timed request's cache nor
+    It has its own cache, and runs on the model's eager twin (`EagerTwin`), so neither the timed request's cache nor
     the shared model is ever touched: it needs no turn on the device. The capture of a finished run and the step mode
     (one pass per click) both feed it, each of its passes inside a `section` (a server's `PassGate.drawing`: another
     session's timed pass waits for the one replay pass in flight, never for the whole replay).
@@ -78,9 +90,8 @@ class AttentionReplay:
 
     def __init__(self, lm: LoadedModel, layers: list[int]) -> None:
         self.lm, self.layers = lm, layers
-        self.model = eager_model(lm)
-        self.modules = decoder_attention_modules(self.model)
-        self.cache = new_cache(self.model)
+        self.twin = eager_twin(lm)
+        self.cache = new_cache(self.twin.model)
         self.prefill: dict[int, np.ndarray] = {}
         self.decode: dict[int, list[np.ndarray]] = {i: [] for i in layers}
         self.replayed: list[int] = []
@@ -96,15 +107,15 @@ class AttentionReplay:
 
             return hook
 
-        handles = [self.modules[i].register_forward_hook(keep(i)) for i in self.layers]
         ids = torch.tensor([input_ids], device=self.lm.torch_device)  # (1, T) or (1, 1)
-        try:
-            with section():
+        with self.twin.lock, section():  # the twin first: a pass waiting for it keeps no timed pass waiting
+            handles = [self.twin.modules[i].register_forward_hook(keep(i)) for i in self.layers]
+            try:
                 forward = prefill if not self.replayed else decode_one_token
-                token_id = int(forward(self.model, ids, self.cache).argmax(-1).item())
-        finally:
-            for handle in handles:
-                handle.remove()
+                token_id = int(forward(self.twin.model, ids, self.cache).argmax(-1).item())
+            finally:
+                for handle in handles:
+                    handle.remove()
         if not self.replayed:
             self.prefill = current
         else:

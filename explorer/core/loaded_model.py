@@ -31,8 +31,8 @@ class LoadedModel:
     # only what a request adds) and its captured decode graphs, one per cache shape.
     warmed: WarmShapes = field(default_factory=WarmShapes)
     graphs: GraphPool = field(default_factory=GraphPool)
-    # Its eager twin for the attention replay (`explorer.core.attention.eager_model`): made on first use, then kept.
-    eager: nn.Module | None = field(default=None, repr=False)
+    # Its eager twin for the attention replay (`explorer.core.attention.EagerTwin`): made on first use, then kept.
+    eager: object | None = field(default=None, repr=False)
 
     @property
     def has_chat_template(self) -> bool:

@@ -20,7 +20,8 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DeviceProfile
 from explorer.core.warm_shapes import RequestShape, WarmShapes, WarmUpPlan
-from explorer.labs.step_mode import SteppedRequest
+from explorer.hosting.quiet import PassGate
+from explorer.labs.step_mode import WARM_WITHIN_S, SteppedRequest
 from explorer.models.loading import load_model
 
 PROMPT = "The history of the printing press in Europe"
@@ -87,6 +88,39 @@ def test_step_mode_warms_each_timed_pass_with_a_twin_of_its_own_shape(fresh_lm: 
         stepped.step()
         assert seen[before : before + 2] == [1, 1], seen
     finally:
+        stepped.free()
+
+
+def test_in_a_busy_room_a_stepped_pass_whose_shapes_ran_goes_without_its_twin(fresh_lm: LoadedModel) -> None:
+    """With the device at work a moment ago (the server's gate), a prefill of a prompt length this process has run and
+    a decode run alone; a prompt length never run still gets its twin. Once idle past WARM_WITHIN_S, every pass does."""
+    now = [100.0]
+    gate = PassGate(clock=lambda: now[0])
+    seen = forwards_seen(fresh_lm)
+
+    def stepped_prefill(prompt: str) -> tuple[SteppedRequest, list[int]]:
+        checked = check_request(fresh_lm, Request(prompt, max_new_tokens=3, use_chat_template=False))
+        stepped, before = SteppedRequest.start(fresh_lm, checked), len(seen)
+        gate.worked()  # another session's pass just ended
+        stepped.step(gate)
+        return stepped, seen[before:]
+
+    first, ran = stepped_prefill(PROMPT)
+    T = len(first.checked.prompt_ids)
+    assert ran == [T, T]  # a prompt length new to this process: its twin, then the timed prefill
+    second, ran = stepped_prefill(PROMPT)
+    assert ran == [T]  # the same length again, the device busy: the timed prefill alone
+    before = len(seen)
+    gate.worked()
+    second.step(gate)
+    assert seen[before:] == [1]  # a decode in a busy room: alone
+    now[0] += WARM_WITHIN_S + 1  # the device idle since
+    before = len(seen)
+    second.step(gate)
+    assert seen[before:] == [1, 1]  # its twin first
+    longer, ran = stepped_prefill(PROMPT + " and a few more words")
+    assert ran == [len(longer.checked.prompt_ids)] * 2
+    for stepped in (first, second, longer):
         stepped.free()
 
 

@@ -67,6 +67,11 @@ class WarmShapes:
         decodes = decodes_wanted if shape.prompt_tokens + decodes_wanted > decoded_to else 0
         return WarmUpPlan(prefill=decodes > 0 or not prefilled, decodes=decodes)
 
+    def prefilled(self, shape: RequestShape) -> bool:
+        """Whether this process has prefilled `shape`'s prompt length on its decode path and cache."""
+        with self._lock:
+            return (shape.cache_key, shape.prompt_tokens) in self._prefilled
+
     def ran(self, shape: RequestShape, decodes_done: int, reserved_bytes: int = 0) -> None:
         """Record that a warm-up of `shape` has just run its prefill and `decodes_done` decodes, and what the
         allocator reserves after it."""

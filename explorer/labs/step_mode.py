@@ -32,6 +32,7 @@ from explorer.core.engine import (
     finished_trace,
     forward_on,
     prefill,
+    reserved_bytes,
     seeded,
 )
 from explorer.core.figure_correction import keep_figures_honest
@@ -39,11 +40,13 @@ from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import PassRecord, Trace
+from explorer.core.warm_shapes import RequestShape
 from explorer.hosting.quiet import PassGate, Timed
 
-# A decode that follows other work on the device this closely runs warm (its threads awake, as in a Run's back-to-back
-# passes; every session's decode has the same shapes but the cache length), so its untimed twin is skipped: in a room
-# the twin would add a pass to every click's time on the device. A prefill always gets its twin: its shape is its own.
+# A pass that follows other work on the device this closely runs warm (its threads awake, as in a Run's back-to-back
+# passes), so its untimed twin is skipped when its shapes have run: a decode (every session's decode has the same
+# shapes but the cache length) and a prefill of a prompt length already prefilled in this process. In a room the twin
+# would add a pass to every click's time on the device.
 WARM_WITHIN_S = 0.5
 
 
@@ -113,7 +116,7 @@ class SteppedRequest:
         server's `gate`, the pass is timed apart from drawing (the wait for it off the request's clock) and its record
         says what ran beside it; a warm twin runs first, for a decode unless the device worked within WARM_WITHIN_S."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
-            if gate is None or not self.passes or gate.quiet_for_s() > WARM_WITHIN_S:
+            if self._needs_twin(gate):
                 self._forward(self.warm_up)
             started_s = time.perf_counter()
             with gate.timing() if gate is not None else nullcontext(Timed()) as timed:
@@ -127,11 +130,26 @@ class SteppedRequest:
                 record = self.live.passes[-1] = replace(record, beside_cpu_s=timed.beside.cpu_s)
             if gate is not None:
                 gate.worked()
+            if record.is_prefill:  # this prompt length has run: the next session's prefill of it needs no twin
+                self.lm.warmed.ran(self._shape, 0, reserved_bytes(self.lm.torch_device))
             if self.done:
                 self.finished = keep_figures_honest(self.to_trace(), self.figures)
                 self.live.free()  # the replay's cache goes once it has caught up (`replay_passes`)
             self.last_used_s = self.idle_clock()
         return record
+
+    @property
+    def _shape(self) -> RequestShape:
+        return self.checked.shape(len(self.live.rows))
+
+    def _needs_twin(self, gate: PassGate | None) -> bool:
+        """Whether the timed pass needs its warm twin first: yes after the device went idle (its threads asleep, its
+        caches full of other work), and for a prefill of a prompt length this process has not run; in a busy room a
+        decode (every session's decodes share their shapes but the cache length) and a prompt length already run go
+        without one, so each click costs the device its pass and not two."""
+        if gate is None or gate.quiet_for_s() > WARM_WITHIN_S:
+            return True
+        return not self.passes and not self.lm.warmed.prefilled(self._shape)
 
     def replay_passes(self, gate: PassGate | None = None) -> None:
         """The attention maps of every pass not replayed yet (untimed, on the model's eager twin; with a server's

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from explorer.core.attention import capture_attention, decoder_attention_modules, eager_twin
+from explorer.core.attention import HOOK_DICTS, EagerTwin, capture_attention, decoder_attention_modules, eager_twin
 from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
@@ -42,6 +43,31 @@ def test_the_eager_twin_shares_every_weight_and_the_replay_leaves_the_shared_mod
     maps = capture_attention(tiny_lm, trace, section=during_each_replay_pass)
     assert maps.same_tokens_as(trace)
     assert seen == [("sdpa", 0)] * len(trace.passes)  # one section per replay pass, the shared model untouched
+
+
+def test_the_twin_takes_none_of_the_hooks_the_shared_model_has_when_it_is_made(tiny_lm: LoadedModel) -> None:
+    calls: list[int] = []
+    first = decoder_attention_modules(tiny_lm.model)[0]
+    handles = [
+        first.register_forward_pre_hook(lambda *_: calls.append(1)),
+        first.register_forward_hook(lambda *_: None),
+    ]
+    try:
+        twin = EagerTwin.of(tiny_lm.model)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert all(not getattr(m, hooks) for m in twin.model.modules() for hooks in HOOK_DICTS)
+    trace = measure(tiny_lm, Request("hooks", max_new_tokens=2))
+    calls.clear()
+    handles = [first.register_forward_pre_hook(lambda *_: calls.append(1))]
+    try:
+        with torch.inference_mode():
+            twin.model(torch.tensor([list(trace.prompt_token_ids)]))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert calls == []  # a hook on the shared model never sees the twin's forwards
 
 
 def test_two_replays_at_once_each_keep_their_own_maps(tiny_lm: LoadedModel) -> None:

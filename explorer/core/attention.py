@@ -44,6 +44,17 @@ def decoder_attention_modules(model: nn.Module) -> list[nn.Module]:
     return [next(m for m in block.modules() if type(m).__name__.endswith("Attention")) for block in blocks]
 
 
+# A module's forward hooks (torch.nn.Module's own attributes): a twin made while a test or a lab had hooks on the shared
+# model would otherwise run them on every replay pass (a router's counter counted the replay's forwards too).
+HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+)
+
+
 @dataclass(eq=False)
 class EagerTwin:
     """A second module tree over the very same weight and buffer tensors as a loaded model (no tensor is copied), set
@@ -64,6 +75,9 @@ class EagerTwin:
     def of(cls, model: nn.Module) -> EagerTwin:
         shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}  # deepcopy keeps these
         twin = copy.deepcopy(model, memo=shared)
+        for module in twin.modules():  # copies of whatever hooks the shared model had on it now: not the twin's
+            for hooks in HOOK_DICTS:
+                getattr(module, hooks).clear()
         twin.set_attn_implementation("eager")
         return cls(twin.eval(), decoder_attention_modules(twin))
 

@@ -76,3 +76,9 @@ def test_the_layout_table_names_every_module_and_the_newcomers_route() -> None:
     missing = [path for path in modules + folders if f"`{path}`" not in layout and path != "explorer/"]
     assert missing == []
     assert "A newcomer's route" in layout
+
+
+def test_no_placeholder_was_left_where_a_section_belongs() -> None:
+    """A helper's branch once merged `ROOM_TABLE_PLACEHOLDER` where the hosting section's measured table belonged."""
+    left = re.findall(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_PLACEHOLDER\b|\bTODO\b|\bTBD\b", README)
+    assert left == [], f"the README still has {left}"

@@ -22,10 +22,8 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import MIB, mebibytes
 
-CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"
-Section = Callable[
-    [], AbstractContextManager[object]
-]  # what wraps each replay pass (a server's `PassGate.drawing`)  # a hosted demo can lower the per-run cap
+CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # a hosted demo can lower the per-run cap
+Section = Callable[[], AbstractContextManager[object]]  # what wraps each replay pass (a server's `PassGate.drawing`)
 
 
 def default_cap_bytes() -> int:

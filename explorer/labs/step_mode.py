@@ -114,7 +114,8 @@ class SteppedRequest:
         """ONE real pass (prefill first, then one decode), timed by the engine; its attention comes apart, untimed
         (`replay_passes`). The last one also finishes the request (its trace kept, the timed cache freed). With a
         server's `gate`, the pass is timed apart from drawing (the wait for it off the request's clock) and its record
-        says what ran beside it; a warm twin runs first, for a decode unless the device worked within WARM_WITHIN_S."""
+        says what ran beside it; a warm twin of the pass runs first unless the room keeps the device warm
+        (`_needs_twin`)."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
             if self._needs_twin(gate):
                 self._forward(self.warm_up)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import altair as alt
 import pandas as pd
-import pytest
 from altair.utils import schemapi
 
 from explorer.charts import altair_speed
@@ -28,35 +28,31 @@ def shorthand_chart() -> alt.Chart:
     )
 
 
-def specs(trace: Trace) -> list[Callable[[], dict]]:
+def specs(trace: Trace) -> list[dict]:
     return [
-        lambda: shorthand_chart().to_dict(),
-        lambda: cost_charts.time_split_chart(cost_charts.time_split_frame(trace)).to_dict(),
-        lambda: kv_charts.growth_chart(kv_charts.growth_frame(trace), 300, "top").to_dict(),
+        shorthand_chart().to_dict(),
+        cost_charts.time_split_chart(cost_charts.time_split_frame(trace)).to_dict(),
+        kv_charts.growth_chart(kv_charts.growth_frame(trace), 300, "top").to_dict(),
     ]
 
 
-@pytest.fixture
-def uncached() -> Callable[[], object]:
-    """A context that builds charts with Altair's own table, rebuilt per channel, as without the module."""
+@contextmanager
+def as_altair_builds_them() -> Iterator[None]:
+    """Charts built with Altair's own table, rebuilt per channel, as without the module."""
     assert cache_schema_table(), "Altair's _FromDict is no longer shaped as altair_speed expects"
-    patched = schemapi._FromDict.__init__
-
-    class Original:
-        def __enter__(self) -> None:
-            schemapi._FromDict.__init__ = patched._explorer_original
-
-        def __exit__(self, *_: object) -> None:
-            schemapi._FromDict.__init__ = patched
-
-    return Original
+    kept = schemapi._FromDict.__init__
+    schemapi._FromDict.__init__ = kept._explorer_original
+    try:
+        yield
+    finally:
+        schemapi._FromDict.__init__ = kept
 
 
-def test_charts_built_with_the_kept_table_are_the_same_specs(tiny_lm: LoadedModel, uncached) -> None:  # noqa: ANN001
+def test_charts_built_with_the_kept_table_are_the_same_specs(tiny_lm: LoadedModel) -> None:
     trace = measure(tiny_lm, Request("specs", max_new_tokens=3))
-    kept = [build() for build in specs(trace)]
-    with uncached():
-        rebuilt = [build() for build in specs(trace)]
+    kept = specs(trace)
+    with as_altair_builds_them():
+        rebuilt = specs(trace)
     assert kept == rebuilt
 
 

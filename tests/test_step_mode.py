@@ -99,7 +99,7 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
     at.button(key="step-end").click().run()  # finishes: the stepped request becomes the current run
     assert at.session_state[ui_state.RUN].trace.generated_token_ids == expected
     assert at.session_state[ui_state.RUN].attention is not None
-    assert stepped.freed  # done: both caches freed at once, the trace and maps kept
+    assert stepped.freed and stepped.replay.cache is None  # done: both caches freed, the trace and maps kept
     at.button(key="step-reset").click().run()
     assert step_mode.STEPPED not in at.session_state  # the session holds no cache tensors any more
     assert stepped.freed

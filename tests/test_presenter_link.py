@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from explorer.recording.pdx import bundled
 from explorer.teach.tour import TITLES
 from explorer.ui import state as ui_state
-from explorer.ui.presenter import PRESENTER_CSS, PRESENTER_KEY, PRESENTER_PARAM
+from explorer.ui.presenter import PRESENTER_CSS, PRESENTER_KEY, PRESENTER_ON, PRESENTER_PARAM
 from explorer.ui.recordings import QUERY
 from tests.apptest_support import ROOT, navigation_like_a_server  # noqa: F401 - an autouse fixture
 
@@ -58,6 +58,20 @@ def test_presenter_mode_survives_page_switches_and_a_link_can_turn_it_off() -> N
     at.query_params[PRESENTER_PARAM] = "0"
     at.run()
     assert at.sidebar.toggle(key=PRESENTER_KEY).value is False and PRESENTER_PARAM not in at.query_params
+
+
+def test_presenter_mode_survives_a_page_switch_that_dropped_the_switchs_widget_state() -> None:
+    """A click on another page while this one is still drawing: Streamlit then drops the state of every widget the
+    browser did not report (ScriptRunner, "Clear widget state on page change"), the sidebar switch among them. CI's
+    presenter walk once lost presenter mode so on its second page, while the session's recording stayed. Here the
+    session holds the mode and no state for the switch, as after such a switch."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state[PRESENTER_ON] = True
+    at.run()
+    assert not at.exception, at.exception
+    assert presenter_on(at) and at.query_params[PRESENTER_PARAM] == "1"
+    at.switch_page("pages/attention.py").run()
+    assert presenter_on(at)
 
 
 def test_the_switch_wins_over_a_link_already_applied() -> None:

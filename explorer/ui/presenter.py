@@ -8,6 +8,11 @@ import streamlit as st
 from explorer.charts import theme
 
 PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: written only before the toggle is drawn
+# Whether presenter mode is on, in a plain session key that the toggle mirrors. Why not the toggle's key alone: on a
+# page switch Streamlit drops the state of every widget the browser did not report with the click (a click while the
+# page is still drawing), and the switch would turn off half-way through a talk (CI's presenter walk lost it so on
+# its second page, while the session's recording, in plain keys, stayed).
+PRESENTER_ON = "explorer_presenter_on"
 PRESENTER_PARAM = "presenter"  # ?presenter=1 turns presenter mode on from a link, ?presenter=0 off
 PARAM_SEEN = "explorer_presenter_param_seen"  # the ?presenter value last applied: a stale one never undoes the switch
 JUST_SWITCHED = "explorer_presenter_switched"  # set by the switch's callback: the next draw gives the page the keys
@@ -54,6 +59,15 @@ def apply_link() -> None:
     st.session_state[PRESENTER_KEY] = raw.strip().lower() in ON_VALUES  # before the toggle exists in this run
 
 
+def keep_switch() -> None:
+    """Before the toggle is drawn: what the toggle says now is the mode (a click, a link, a test); a toggle whose
+    state a page switch dropped is set back to the mode it showed."""
+    if PRESENTER_KEY in st.session_state:
+        st.session_state[PRESENTER_ON] = bool(st.session_state[PRESENTER_KEY])
+    elif st.session_state.get(PRESENTER_ON):
+        st.session_state[PRESENTER_KEY] = True
+
+
 def keep_in_link() -> None:
     """The address bar says presenter mode while it is on (a page switch drops query parameters), so a link copied
     from any page opens the same way; off, the parameter goes."""
@@ -73,6 +87,7 @@ def presenter_toggle() -> None:
     """A sidebar switch that makes every page readable from the back of a room; it persists across pages, and a link
     with `?presenter=1` turns it on."""
     apply_link()
+    keep_switch()
     on = st.sidebar.toggle(
         "Presenter mode",
         key=PRESENTER_KEY,
@@ -88,7 +103,7 @@ def presenter_toggle() -> None:
 
 
 def presenting() -> bool:
-    return bool(st.session_state.get(PRESENTER_KEY, False))
+    return bool(st.session_state.get(PRESENTER_ON, False))
 
 
 def current_theme() -> theme.Theme:

@@ -1,4 +1,5 @@
-"""Altair's schema table kept once per process (`explorer.charts.altair_speed`): the same specs, built faster."""
+"""Charts built faster, to the same specs: Altair's schema table kept once per process (`explorer.charts.altair_speed`)
+and the theme set once (`explorer.charts.theme.apply`) rather than through Altair's chain of copies."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from contextlib import contextmanager
 
 import altair as alt
 import pandas as pd
+import pytest
 from altair.utils import schemapi
 
-from explorer.charts import altair_speed
+from explorer.charts import altair_speed, theme
 from explorer.charts import cost as cost_charts
 from explorer.charts import kv as kv_charts
 from explorer.charts.altair_speed import cache_schema_table
@@ -62,3 +64,44 @@ def test_many_shorthand_channels_share_one_table() -> None:
     for _ in range(3):
         shorthand_chart().to_dict()  # a dozen channels wrapped from shorthand
     assert len(altair_speed._tables) == 1
+
+
+def configured_as_altair_chains_it(chart: alt.TopLevelMixin, chosen: theme.Theme) -> alt.TopLevelMixin:
+    """The theme as Altair's own configure_* chain lays it over a chart (what `theme.apply` did before)."""
+    themed = (
+        chart.configure_axis(labelFontSize=chosen.label_px, titleFontSize=chosen.title_px)
+        .configure_legend(labelFontSize=chosen.label_px, titleFontSize=chosen.title_px, labelLimit=0, titleLimit=0)
+        .configure_title(fontSize=chosen.title_px)
+        .configure_text(fontSize=chosen.mark_text_px)
+        .configure_header(labelFontSize=chosen.label_px, titleFontSize=chosen.title_px, labelLimit=0)
+    )
+    if chosen.renderer is None:
+        return themed
+    sides = dict.fromkeys(("left", "top", "right", "bottom"), theme.PRESENTER_PADDING_PX)
+    return themed.properties(usermeta={"embedOptions": {"renderer": chosen.renderer}}, padding=sides)
+
+
+def layered_charts(trace: Trace) -> list[alt.TopLevelMixin]:
+    base = shorthand_chart()
+    return [
+        (base + base.mark_line() + base.mark_text().encode(text="ms:Q")).configure_view(strokeWidth=0),
+        base | base.mark_point(),
+        cost_charts.time_split_chart(cost_charts.time_split_frame(trace)),
+    ]
+
+
+@pytest.mark.parametrize("chosen", [theme.NORMAL, theme.PRESENTER], ids=lambda t: t.name)
+def test_the_theme_set_once_gives_the_spec_of_altairs_configure_chain(tiny_lm: LoadedModel, chosen) -> None:
+    trace = measure(tiny_lm, Request("theme", max_new_tokens=2))
+    chained = [configured_as_altair_chains_it(c, chosen).to_dict() for c in layered_charts(trace)]
+    assert [theme.apply(c, chosen).to_dict() for c in layered_charts(trace)] == chained
+
+
+def test_the_theme_never_rebuilds_a_layered_chart(monkeypatch: pytest.MonkeyPatch) -> None:
+    chart = shorthand_chart() + shorthand_chart().mark_line()
+    rebuilt = []
+    original = alt.LayerChart.__init__
+    monkeypatch.setattr(alt.LayerChart, "__init__", lambda self, *a, **k: rebuilt.append(1) or original(self, *a, **k))
+    assert theme.apply(chart, theme.PRESENTER) is chart
+    # Each configure_* step of Altair's chain ran LayerChart's constructor, which deep-copies every layer.
+    assert rebuilt == []

@@ -21,6 +21,7 @@ from explorer.core.lab_progress import LabProgress
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import ridge_batch, weight_bytes_read
 from explorer.core.trace import DeviceProfile
+from explorer.labs import nocache_result
 from explorer.labs.batch import (
     ESTIMATE_SLACK,
     BatchConfig,
@@ -163,6 +164,22 @@ def test_a_cached_step_is_never_projected_slower_than_the_naive_one() -> None:
         assert projected.cached_s <= projected.uncached_s and projected.clamped_steps > 0
     assert "is held at the naive step's time" in result.projection_method
     assert json.loads(result.to_json())["projection_clamped_steps"]["500"] == result.project(500).clamped_steps
+
+
+def test_a_page_asking_for_the_same_projection_again_does_its_arithmetic_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A No-cache page asks for the 2,000-token projection for its chart, caption, plain line and JSON on every draw:
+    each step's floor is worked out the first time only."""
+    result = hand_result([1.5 * f for f in floors_ms(10, True)], [2 * f for f in floors_ms(10, False)])
+    first = result.project(2000)
+    worked: list[int] = []
+    for floor in ("cached_floor_s", "naive_floor_s"):
+        original = getattr(nocache_result, floor)
+        monkeypatch.setattr(nocache_result, floor, lambda *a, original=original: worked.append(1) or original(*a))
+    assert result.project(2000) == first
+    assert result.projection_s(2000) == {"cached": first.cached_s, "uncached": first.uncached_s}
+    assert worked == []
+    result.project(2001)  # a length not asked before: each loop's floors are worked out
+    assert len(worked) == 2 * 2001
 
 
 @pytest.mark.parametrize(

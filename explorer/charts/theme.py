@@ -33,19 +33,24 @@ PRESENTER = Theme(
 
 
 def apply(chart: alt.TopLevelMixin, theme: Theme) -> alt.TopLevelMixin:
-    """The theme's sizes over a finished chart. Legend entries and titles are never cut short (Vega's default cuts a
-    legend label at 160 px, "read from the KV c…" at presenter sizes): a chart whose legend would not fit lays it out
-    in rows or columns of its own instead."""
-    themed = (
-        chart.configure_axis(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
-        .configure_legend(labelFontSize=theme.label_px, titleFontSize=theme.title_px, labelLimit=0, titleLimit=0)
-        .configure_title(fontSize=theme.title_px)
-        .configure_text(fontSize=theme.mark_text_px)
-        .configure_header(labelFontSize=theme.label_px, titleFontSize=theme.title_px, labelLimit=0)
+    """The theme's sizes over a finished chart, in place (returns it). Legend entries and titles are never cut short
+    (Vega's default cuts a legend label at 160 px, "read from the KV c…" at presenter sizes): a chart whose legend
+    would not fit lays it out in rows or columns of its own instead.
+
+    The spec is the one Altair's `configure_axis(...).configure_legend(...)...` chain gives, set once: each step of
+    that chain copies the chart, and a layered chart's copy runs its constructor again, which deep-copies every layer
+    (most of the time a Step click spent building its charts)."""
+    config = alt.Config() if chart.config is alt.Undefined else chart.config.copy(deep=False)
+    config["axis"] = alt.AxisConfig(labelFontSize=theme.label_px, titleFontSize=theme.title_px)
+    config["legend"] = alt.LegendConfig(
+        labelFontSize=theme.label_px, titleFontSize=theme.title_px, labelLimit=0, titleLimit=0
     )
+    config["title"] = alt.TitleConfig(fontSize=theme.title_px)
+    config["text"] = alt.MarkConfig(fontSize=theme.mark_text_px)
+    config["header"] = alt.HeaderConfig(labelFontSize=theme.label_px, titleFontSize=theme.title_px, labelLimit=0)
+    chart.config = config
     if theme.renderer is not None:  # presenting: a margin too, as the browser's type runs a few px past Vega's estimate
-        embed = {"embedOptions": {"renderer": theme.renderer}}
+        chart.usermeta = {"embedOptions": {"renderer": theme.renderer}}
         # A padding per side: Streamlit's front end fails on a bare number ("Cannot create property 'bottom'").
-        sides = dict.fromkeys(("left", "top", "right", "bottom"), PRESENTER_PADDING_PX)
-        themed = themed.properties(usermeta=embed, padding=sides)
-    return themed
+        chart.padding = dict.fromkeys(("left", "top", "right", "bottom"), PRESENTER_PADDING_PX)
+    return chart

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -256,10 +256,16 @@ def naive_floor_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, step:
     return roofline_time(flops, bytes_read, device)
 
 
-def loop_floors_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, steps: int, cached: bool) -> list[float]:
-    """One loop's modelled floor for its first `steps` steps (the FLOPs and bytes the lab records per step)."""
+@lru_cache(maxsize=64)
+def loop_floors_s(
+    info: ModelInfo, device: DeviceProfile, prompt_len: int, steps: int, cached: bool
+) -> tuple[float, ...]:
+    """One loop's modelled floor for its first `steps` steps (the FLOPs and bytes the lab records per step).
+
+    Kept per argument set: a page asks for the same 2,000-step projection a few times per draw (the chart's frame, its
+    caption, the plain line, the JSON), each about 0.2 s of roofline arithmetic, and every rerun draws it again."""
     floor = cached_floor_s if cached else naive_floor_s
-    return [floor(info, device, prompt_len, k) for k in range(steps)]
+    return tuple(floor(info, device, prompt_len, k) for k in range(steps))
 
 
 def estimate_s(info: ModelInfo, device: DeviceProfile, prompt_len: int, new_tokens: int) -> float:

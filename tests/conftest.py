@@ -15,9 +15,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # No warm-up at server start (explorer/ui/warm_start.py) in AppTests or the shared test server: it would load the real
 # model in the background of tests that patch loading to fail. tests/test_warm.py and test_browser_warm.py switch it on.
 os.environ["EXPLORER_WARM"] = "0"
+# No figures file from the shell (explorer.core.device_profile): a test's stores measure, or are seeded below.
+os.environ.pop("EXPLORER_FIGURES_FILE", None)
 
 from explorer.core import device as device_module  # noqa: E402
 from explorer.core.device import FiguresStore, device_profile  # noqa: E402
+from explorer.core.device_profile import FIGURES_FILE_ENV  # noqa: E402
 from explorer.core.lab_progress import Report, silent  # noqa: E402
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile  # noqa: E402
@@ -129,14 +132,23 @@ def shape_lm() -> LoadedModel:
 
 # --- one app server and one browser for every browser test -----------------------------------------------------------
 @pytest.fixture(scope="session")
-def hosted_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostedApp]:
+def server_figures_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One figures file (`$EXPLORER_FIGURES_FILE`) for the app servers the tests share: the first to measure keeps its
+    figures there and later ones read them, instead of 8-18 s of microbenchmarks each. A server that stands for a new
+    machine's start (the warm-up tests) measures its own."""
+    return tmp_path_factory.mktemp("server-figures") / "device-figures.json"
+
+
+@pytest.fixture(scope="session")
+def hosted_app(tmp_path_factory: pytest.TempPathFactory, server_figures_file: Path) -> Iterator[HostedApp]:
     """One server for the browser smoke tests and the load test: each opens its own browser sessions, so their state
     is their own, and the model loads (and the device is measured) in it once, not once per module."""
     folder = tmp_path_factory.mktemp("hosted-app")
     turn_log = folder / "turns.jsonl"
     log = folder / "server.log"
     print(f"\n[browser tests] app server log: {log}")
-    with streamlit_server(log, env={"EXPLORER_TURN_LOG": str(turn_log)}) as url:
+    env = {"EXPLORER_TURN_LOG": str(turn_log), FIGURES_FILE_ENV: str(server_figures_file)}
+    with streamlit_server(log, env=env) as url:
         yield HostedApp(url, log, turn_log)
 
 

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from explorer.core.device_profile import FIGURES_FILE_ENV
 from explorer.hosting.queue import read_turn_log
 from tests.browser_support import HOST, IDLE_JS, HostedApp, log_tail, skip_module_without_browser, streamlit_server
 from tests.workshop_support import (
@@ -162,8 +163,8 @@ class FaultServer:
     """The server of the tests that try to leave the device held: one for them all while they pass, a new one after a
     test failed (a turn it left held would lock the device for the next), never the session's shared server."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.started = folder, 0
+    def __init__(self, folder: Path, figures_file: Path) -> None:
+        self.folder, self.started, self.figures_file = folder, 0, figures_file
         self.stack = contextlib.ExitStack()
         self.url: str | None = None
         self.dirty = False  # the last test on it failed
@@ -174,14 +175,15 @@ class FaultServer:
             self.stack.close()
             self.started += 1
             log = self.folder / f"server-{self.started}.log"
-            env = {"EXPLORER_TURN_LOG": str(self.folder / f"turns-{self.started}.jsonl")}  # warming off, as shared
+            turn_log = str(self.folder / f"turns-{self.started}.jsonl")
+            env = {"EXPLORER_TURN_LOG": turn_log, FIGURES_FILE_ENV: str(self.figures_file)}  # warming off, as shared
             self.url = self.stack.enter_context(streamlit_server(log, env=env))
         return self.url, log
 
 
 @pytest.fixture(scope="module")
-def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultServer]:
-    server = FaultServer(tmp_path_factory.mktemp("device-turn-server"))
+def fault_server(tmp_path_factory: pytest.TempPathFactory, server_figures_file: Path) -> Iterator[FaultServer]:
+    server = FaultServer(tmp_path_factory.mktemp("device-turn-server"), server_figures_file)
     with server.stack:
         yield server
 
@@ -283,7 +285,9 @@ def test_browser_a_fresh_servers_first_prefill_waits_for_the_warm_up_then_runs_i
     tmp_path: Path, open_tab: Callable[[str], Tab]
 ) -> None:
     log, turn_log = tmp_path / "server.log", tmp_path / "turns.jsonl"
-    with streamlit_server(log, env={"EXPLORER_WARM": "1", "EXPLORER_TURN_LOG": str(turn_log)}) as url:
+    # Its own figures (no figures file): the warm-up is as long as a new machine's, so Prefill is pressed within it.
+    env = {"EXPLORER_WARM": "1", "EXPLORER_TURN_LOG": str(turn_log), FIGURES_FILE_ENV: ""}
+    with streamlit_server(log, env=env) as url:
         tab = open_tab(url)
         tab.open_step(query="?presenter=1")  # a deep link, as a talk's slide opens it, before anyone opened `/`
         # Streamlit ran a page file alone, without the router, for such a link until a session had opened `/`.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +19,13 @@ from explorer.core.device import (
     nvml_bandwidth,
     theoretical_bandwidth_bytes_per_s,
 )
-from explorer.core.device_profile import DeviceProfile
+from explorer.core.device_profile import (
+    FIGURES_FILE_ENV,
+    DeviceProfile,
+    entry_key,
+    read_cpu_figures,
+    write_cpu_figures,
+)
 from explorer.core.errors import BadInput, RunFailed
 from explorer.core.gpu_specs import GPU_SPECS, match_gpu_spec
 
@@ -423,3 +431,101 @@ def test_cuda_without_a_gpu_is_bad_input() -> None:
 def test_unknown_device_or_dtype_is_bad_input(kind: str, dtype: str) -> None:
     with pytest.raises(BadInput):
         device_profile(kind, dtype)
+
+
+# --- kept between processes ($EXPLORER_FIGURES_FILE) -----------------------------------------------------------------
+
+
+def stub_figures(dtype: str, name: str = "stub", flops: float = 1e12) -> DeviceProfile:
+    return DeviceProfile(
+        name, "cpu", dtype, flops, "measured", 1e11, "measured", flops_samples=(flops, flops / 2), measured_at="then"
+    )
+
+
+class StubMeasure:
+    """A store's measurement that records each call (no seconds spent); `under_load` marks the next sets so."""
+
+    def __init__(self) -> None:
+        self.taken: list[str] = []
+        self.under_load = False
+
+    def __call__(self, kind: str, dtype: str, progress: object = None) -> DeviceProfile:
+        self.taken.append(dtype)
+        profile = stub_figures(dtype, f"measured #{len(self.taken)}")
+        return replace(profile, figures_taken_under_load=True, figures_note="busy") if self.under_load else profile
+
+
+def test_without_a_figures_file_every_owner_measures(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(FIGURES_FILE_ENV, raising=False)
+    measure = StubMeasure()
+    FiguresStore(measure).get("cpu", "float32")
+    FiguresStore(measure).get("cpu", "float32")
+    assert measure.taken == ["float32", "float32"]
+
+
+def test_a_figures_file_is_measured_into_once_then_read_by_a_later_owner_on_the_same_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "kept" / "figures.json"
+    monkeypatch.setenv(FIGURES_FILE_ENV, str(path))
+    measure = StubMeasure()
+    first = FiguresStore(measure).get("cpu", "float32")
+    later = FiguresStore(measure)  # another process, as a restarted server
+    read = later.get("cpu", "float32")
+    assert (
+        measure.taken == ["float32"]
+        and first.figures_note == ""
+        and later.kept("cpu", "float32").how == "read from a file"
+    )
+    assert replace(read, figures_note="") == first  # the same figures, every sample, read back
+    assert read.figures_note.startswith("measured by an earlier process on this machine at then")
+    FiguresStore(measure).get("cpu", "bfloat16")  # another dtype is measured, and kept beside the first
+    assert measure.taken == ["float32", "bfloat16"] and len(json.loads(path.read_text())) == 2
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 97)  # another thread count: not this process's figures
+    FiguresStore(measure).get("cpu", "float32")
+    assert measure.taken == ["float32", "bfloat16", "float32"]
+
+
+def test_a_re_measure_measures_and_replaces_the_kept_figures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(FIGURES_FILE_ENV, str(tmp_path / "figures.json"))
+    measure = StubMeasure()
+    measure.under_load = True
+    busy = FiguresStore(measure).get("cpu", "float32")
+    read = FiguresStore(measure).get("cpu", "float32")
+    assert read.figures_taken_under_load and read.figures_note.endswith("; busy")  # read back with its judgement
+    measure.under_load = False
+    store = FiguresStore(measure)
+    store.get("cpu", "float32")
+    again = store.get("cpu", "float32", fresh=True)  # a user's re-measure, or a run that beat them: never the file
+    assert measure.taken == ["float32", "float32"] and again.name == "measured #2" != busy.name
+    assert FiguresStore(measure).get("cpu", "float32").name == "measured #2"  # the file now holds the new set
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        "[1, 2]",
+        json.dumps({"KEY": {"name": "x", "unknown_field": 1}}),
+        json.dumps({"KEY": {**asdict(stub_figures("float32")), "peak_flops": -1.0}}),
+        json.dumps({"KEY": {**asdict(stub_figures("float32")), "peak_flops": "many"}}),
+        json.dumps({"KEY": {**asdict(stub_figures("float32")), "kind": "cuda"}}),
+        json.dumps({"KEY": {**asdict(stub_figures("float32")), "dtype": "bfloat16"}}),
+    ],
+    ids=["not-json", "a-list", "a-foreign-field", "negative", "a-string-figure", "a-gpu", "another-dtype"],
+)
+def test_a_damaged_or_foreign_figures_file_is_ignored_and_the_figures_measured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: str
+) -> None:
+    path = tmp_path / "figures.json"
+    path.write_text(content.replace("KEY", entry_key("float32")))
+    monkeypatch.setenv(FIGURES_FILE_ENV, str(path))
+    measure = StubMeasure()
+    assert FiguresStore(measure).get("cpu", "float32").name == "measured #1" and measure.taken == ["float32"]
+    assert read_cpu_figures("float32") is not None  # and the measured set replaced what was there
+
+
+def test_only_a_cpus_figures_are_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(FIGURES_FILE_ENV, str(tmp_path / "figures.json"))
+    write_cpu_figures(replace(stub_figures("float32"), kind="cuda"))
+    assert not (tmp_path / "figures.json").exists()

@@ -13,7 +13,13 @@ from typing import Any
 import torch
 
 from explorer.core.cpu_facts import cpu_flags, cpu_memory_bytes, cpu_name, usable_cores
-from explorer.core.device_profile import DeviceProfile, Source
+from explorer.core.device_profile import (
+    FIGURES_FILE_ENV,
+    DeviceProfile,
+    Source,
+    read_cpu_figures,
+    write_cpu_figures,
+)
 from explorer.core.errors import BadInput, RunFailed
 from explorer.core.figure_trust import unreliable_reason
 from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
@@ -68,7 +74,7 @@ class KeptFigures:
     """Figures a store holds, with how they came to be there."""
 
     profile: DeviceProfile
-    how: str  # "measured", "re-measured", "kept from a run" (raised or re-taken after a pass beat them)
+    how: str  # "measured", "re-measured", "read from a file", "kept from a run" (raised or re-taken: a pass beat them)
     kept_at: str  # ISO time, UTC
 
 
@@ -84,11 +90,19 @@ class FiguresStore:
 
     def get(self, kind: str, dtype: str, *, fresh: bool = False, progress: Report | None = None) -> DeviceProfile:
         """The figures for `kind` in `dtype`: the kept ones, or measured now when none are kept or `fresh`
-        (a user's "re-measure", or a run that beat them); figures already kept are returned at once, unreported."""
+        (a user's "re-measure", or a run that beat them); figures already kept are returned at once, unreported.
+        A CPU's first ask reads `$EXPLORER_FIGURES_FILE` where it holds this machine's figures, and every measurement
+        is kept there (a re-measure replaces them: figures taken under load are not stuck there)."""
         with self._lock:
             kept = self._kept.get((kind, dtype))
             if fresh or kept is None:
+                saved = read_cpu_figures(dtype) if kind == "cpu" and kept is None and not fresh else None
+                if saved is not None:
+                    (progress or silent)(1.0, f"Device figures read from ${FIGURES_FILE_ENV}")
+                    return self._set(saved, "read from a file").profile
                 profile = self._measure(kind, dtype, progress)
+                if kind == "cpu":
+                    write_cpu_figures(profile)
                 kept = self._set(profile, "re-measured" if kept is not None else "measured")
             return kept.profile
 

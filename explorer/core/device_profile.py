@@ -1,10 +1,24 @@
 """The device's peak compute and bandwidth the roofline formulas divide by (`DeviceProfile`), each figure with where it
-came from; part of every `Trace`."""
+came from; part of every `Trace`; a CPU's kept between processes where `$EXPLORER_FIGURES_FILE` names a file.
+
+Why the file: a CPU's figures are its hardware's, which a restart does not change, and the microbenchmarks take 8-18 s
+of a busy machine (more when the first set looks taken under load and is taken again). An operator can take them once
+at a quiet moment and have every restart use them; the test suite takes them once per run for the servers and commands
+it starts. Figures are read back only for the same CPU, thread count, torch version and dtype, with their judgement
+(a set taken under load stays marked so); a re-measure replaces them. The file is read as data: a damaged or foreign
+one is ignored and the figures measured.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Literal
+
+from explorer.core.cpu_facts import cpu_name
 
 Source = Literal["measured", "spec", "nvml", "modelled", "achieved"]  # achieved: by a pass of the run itself
 # The copy figure counts bytes read plus bytes written, as STREAM's copy does; the read figure counts each byte a
@@ -67,3 +81,70 @@ class DeviceProfile:
         """Arithmetic intensity above which a pass is compute-bound on this device. Against the read figure: every
         pass reads more bytes than it writes (the weights alone outweigh the KV cache's update)."""
         return self.peak_flops / self.effective_read_bandwidth_bytes_per_s
+
+
+# --- kept between processes ------------------------------------------------------------------------------------------
+FIGURES_FILE_ENV = "EXPLORER_FIGURES_FILE"
+MAX_FILE_BYTES = 1_000_000  # a few kB per entry: anything larger is not a file this module wrote
+READ_NOTE = "measured by an earlier process on this machine at {at}, read from ${env}"
+
+
+def figures_path() -> Path | None:
+    wanted = os.environ.get(FIGURES_FILE_ENV, "").strip()
+    return Path(wanted) if wanted else None
+
+
+def entry_key(dtype: str) -> str:
+    """What must match for figures to be this machine's: the CPU, the threads torch runs on, torch, the dtype."""
+    import torch  # here: the dataclass above is read where torch need not be imported
+
+    return f"{cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__} | {dtype}"
+
+
+def _entries(path: Path) -> dict[str, dict]:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_cpu_figures(dtype: str) -> DeviceProfile | None:
+    """This machine's figures for `dtype` from the file, marked as read; None when unset, absent, or not usable."""
+    path = figures_path()
+    if path is None:
+        return None
+    entry = _entries(path).get(entry_key(dtype))
+    names = {f.name for f in fields(DeviceProfile)}
+    if not isinstance(entry, dict) or not set(entry) <= names:
+        return None
+    samples = {k: tuple(v) for k, v in entry.items() if k.endswith("_samples") and isinstance(v, list)}
+    try:
+        profile = DeviceProfile(**{**entry, **samples})
+    except TypeError:
+        return None
+    numbers = (profile.peak_flops, profile.bandwidth_bytes_per_s)
+    if (profile.kind, profile.dtype) != ("cpu", dtype) or not all(
+        isinstance(x, int | float) and x > 0 for x in numbers
+    ):
+        return None
+    note = READ_NOTE.format(at=profile.measured_at or "an unknown time", env=FIGURES_FILE_ENV)
+    return replace(profile, figures_note=f"{note}; {profile.figures_note}" if profile.figures_note else note)
+
+
+def write_cpu_figures(profile: DeviceProfile) -> None:
+    """Keep a CPU set in the file for later processes (written whole, then renamed: a reader never sees half)."""
+    path = figures_path()
+    if path is None or profile.kind != "cpu":
+        return
+    entries = _entries(path) if path.exists() else {}
+    entries[entry_key(profile.dtype)] = asdict(profile)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+            json.dump(entries, f, indent=1)
+        os.replace(f.name, path)
+    except OSError:
+        return  # a file that cannot be written costs the next process its seconds, nothing more

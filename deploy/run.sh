@@ -26,6 +26,7 @@ if [ -z "$python" ]; then
 fi
 
 # fileWatcherType none: a server does not reload on file changes (and spends no CPU watching the checkout).
+# postScriptGC false: no full garbage collection (~0.4 s holding the GIL, every session stalled) after each rerun.
 # maxUploadSize 64 (MB): the only upload is a recorded sweep's JSON (the Endpoint page), about 70 bytes per token:
 # ~11 MB for 5 levels x 64 requests x 512 tokens, ~36 MB for 16 levels at the hosted caps (explorer/hosting/settings.py).
 # Streamlit's default of 200 MB would let a visitor fill the server's memory.
@@ -35,5 +36,6 @@ exec "$python" -m streamlit run app.py \
   --server.port "$port" \
   --server.fileWatcherType none \
   --server.maxUploadSize 64 \
+  --runner.postScriptGC false \
   --browser.gatherUsageStats false \
   "$@"

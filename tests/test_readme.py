@@ -60,6 +60,8 @@ def test_the_venv_the_readme_makes_is_ignored_and_not_watched() -> None:
     run_sh = (ROOT / "deploy" / "run.sh").read_text(encoding="utf-8")
     assert f"--server.maxUploadSize {config['server']['maxUploadSize']}" in run_sh
     assert config["client"]["showErrorDetails"] == "none"  # a visitor never sees a traceback
+    # No full garbage collection after each rerun: ~0.4 s holding the GIL, which stalled every other session's passes.
+    assert config["runner"]["postScriptGC"] is False and "--runner.postScriptGC false" in run_sh
 
 
 def test_the_readme_says_what_set_up_costs() -> None:

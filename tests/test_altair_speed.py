@@ -105,3 +105,33 @@ def test_the_theme_never_rebuilds_a_layered_chart(monkeypatch: pytest.MonkeyPatc
     assert theme.apply(chart, theme.PRESENTER) is chart
     # Each configure_* step of Altair's chain ran LayerChart's constructor, which deep-copies every layer.
     assert rebuilt == []
+
+
+@contextmanager
+def layers_hashed_as_altair_does() -> Iterator[None]:
+    """Layers' view hashes as Altair computes them, through the printed frame, as without the module."""
+    assert altair_speed.hash_layer_data_by_content(), "Altair's Chart._compute_hash is no longer where it was"
+    kept = alt.Chart._compute_hash
+    alt.Chart._compute_hash = kept._explorer_original
+    try:
+        yield
+    finally:
+        alt.Chart._compute_hash = kept
+
+
+def test_layers_hashed_by_content_give_the_same_specs(tiny_lm: LoadedModel) -> None:
+    trace = measure(tiny_lm, Request("layers", max_new_tokens=3))
+    kept = [c.to_dict() for c in layered_charts(trace)]
+    with layers_hashed_as_altair_does():
+        hashed_as_altair_does = [c.to_dict() for c in layered_charts(trace)]
+    assert kept == hashed_as_altair_does
+
+
+def test_layering_a_chart_never_prints_its_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    printed: list[int] = []
+    monkeypatch.setattr(pd.DataFrame, "__repr__", lambda self: printed.append(1) or "a frame")
+    base = shorthand_chart()
+    (base + base.mark_line() + base.mark_text().encode(text="ms:Q")).to_dict()
+    assert printed == []  # Altair's own hash printed it once per layer (json.dumps(default=str))
+    one, other = altair_speed.FrameFingerprint(base.data), altair_speed.FrameFingerprint(base.data.assign(ms=0.0))
+    assert str(one) == str(altair_speed.FrameFingerprint(base.data.copy())) != str(other)  # by content, not identity

@@ -39,15 +39,22 @@ def specs(trace: Trace) -> list[dict]:
 
 
 @contextmanager
-def as_altair_builds_them() -> Iterator[None]:
-    """Charts built with Altair's own table, rebuilt per channel, as without the module."""
-    assert cache_schema_table(), "Altair's _FromDict is no longer shaped as altair_speed expects"
-    kept = schemapi._FromDict.__init__
-    schemapi._FromDict.__init__ = kept._explorer_original
+def as_altair_does(owner: object, attribute: str) -> Iterator[None]:
+    """`owner.attribute` as Altair defines it, without altair_speed's patch, for the block."""
+    kept = getattr(owner, attribute)
+    setattr(owner, attribute, kept._explorer_original)
     try:
         yield
     finally:
-        schemapi._FromDict.__init__ = kept
+        setattr(owner, attribute, kept)
+
+
+@contextmanager
+def as_altair_builds_them() -> Iterator[None]:
+    """Charts built with Altair's own table, rebuilt per channel, as without the module."""
+    assert cache_schema_table(), "Altair's _FromDict is no longer shaped as altair_speed expects"
+    with as_altair_does(schemapi._FromDict, "__init__"):
+        yield
 
 
 def test_charts_built_with_the_kept_table_are_the_same_specs(tiny_lm: LoadedModel) -> None:
@@ -111,12 +118,8 @@ def test_the_theme_never_rebuilds_a_layered_chart(monkeypatch: pytest.MonkeyPatc
 def layers_hashed_as_altair_does() -> Iterator[None]:
     """Layers' view hashes as Altair computes them, through the printed frame, as without the module."""
     assert altair_speed.hash_layer_data_by_content(), "Altair's Chart._compute_hash is no longer where it was"
-    kept = alt.Chart._compute_hash
-    alt.Chart._compute_hash = kept._explorer_original
-    try:
+    with as_altair_does(alt.Chart, "_compute_hash"):
         yield
-    finally:
-        alt.Chart._compute_hash = kept
 
 
 def test_layers_hashed_by_content_give_the_same_specs(tiny_lm: LoadedModel) -> None:

@@ -15,14 +15,17 @@ import pytest
 import torch
 
 from explorer.core import engine
+from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, check_request, warm_up_shapes
+from explorer.core.lab_progress import silent
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DeviceProfile
 from explorer.core.warm_shapes import RequestShape, WarmShapes, WarmUpPlan
-from explorer.hosting.quiet import PassGate
-from explorer.labs.step_mode import WARM_WITHIN_S, SteppedRequest
+from explorer.hosting.quiet import WARM_WITHIN_S, PassGate
+from explorer.labs.step_mode import SteppedRequest
 from explorer.models.loading import load_model
+from explorer.ui.runner import prepare_for_run
 
 PROMPT = "The history of the printing press in Europe"
 REPEAT0_TOLERANCE = 1.5  # repeat 0's median decode pass at most this many times the slowest later repeat's median
@@ -122,6 +125,24 @@ def test_in_a_busy_room_a_stepped_pass_whose_shapes_ran_goes_without_its_twin(fr
     assert ran == [len(longer.checked.prompt_ids)] * 2
     for stepped in (first, second, longer):
         stepped.free()
+
+
+def test_a_run_right_after_another_sessions_passes_goes_without_its_warm_up(
+    fresh_lm: LoadedModel, figures: FiguresStore
+) -> None:
+    """A Run's turn (ui.runner.prepare_for_run): with the device at work a moment ago, only its figures; once the
+    device has been idle past WARM_WITHIN_S, or with no server's gate (one person's app), its warm-up passes too."""
+    now = [100.0]
+    gate = PassGate(clock=lambda: now[0])
+    seen = forwards_seen(fresh_lm)
+    gate.worked()  # another session's pass just ended
+    warm = prepare_for_run(fresh_lm, figures, gate, silent)
+    assert seen == [] and warm == figures.get("cpu", "float32")
+    now[0] += WARM_WITHIN_S + 1
+    for idle_or_alone in (gate, None):
+        before = len(seen)
+        assert prepare_for_run(fresh_lm, figures, idle_or_alone, silent) == warm
+        assert seen[before:] == [engine.WARMUP_PROMPT_TOKENS] + [1] * engine.WARMUP_DECODES  # the generic warm-up
 
 
 def test_repeat_0_is_within_the_spread_of_the_later_repeats(tiny_llama_dir: Path) -> None:

@@ -22,6 +22,9 @@ from explorer.hosting.beside import Beside, CpuSnapshot, beside, snapshot
 
 WAIT_FOR_DRAWING_S = 0.25  # a chart is built and sent in 10-200 ms here: a pass waits for those in flight, no longer
 DRAWING_WAITS_AT_MOST_S = 2.0  # a pass takes 0.05-1 s here, a run lets charts in between its passes
+# The device worked this recently: its threads are awake and the weights in its caches, so a pass needs no warm twin
+# or warm-up before it (a stepped pass timed after a pause of seconds ran 2-6x a Run's; within this, as a Run's).
+WARM_WITHIN_S = 0.5
 
 
 @dataclass
@@ -86,6 +89,10 @@ class PassGate:
         """Seconds since the device last did work this gate heard of (a timed pass ended, or `worked()`)."""
         with self._cond:
             return self.clock() - self._last_work_s
+
+    def warm(self) -> bool:
+        """Whether the device did work within WARM_WITHIN_S: another session's passes left it warm for the next."""
+        return self.quiet_for_s() <= WARM_WITHIN_S
 
     def worked(self) -> None:
         """The device just did untimed work (a warm twin, an attention row): it is warm now."""

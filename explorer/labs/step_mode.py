@@ -43,12 +43,6 @@ from explorer.core.trace import PassRecord, Trace
 from explorer.core.warm_shapes import RequestShape
 from explorer.hosting.quiet import PassGate, Timed
 
-# A pass that follows other work on the device this closely runs warm (its threads awake, as in a Run's back-to-back
-# passes), so its untimed twin is skipped when its shapes have run: a decode (every session's decode has the same
-# shapes but the cache length) and a prefill of a prompt length already prefilled in this process. In a room the twin
-# would add a pass to every click's time on the device.
-WARM_WITHIN_S = 0.5
-
 
 @dataclass(eq=False)  # compared and hashed by identity: a LiveSteps registry holds it in a WeakSet
 class SteppedRequest:
@@ -148,7 +142,7 @@ class SteppedRequest:
         caches full of other work), and for a prefill of a prompt length this process has not run; in a busy room a
         decode (every session's decodes share their shapes but the cache length) and a prompt length already run go
         without one, so each click costs the device its pass and not two."""
-        if gate is None or gate.quiet_for_s() > WARM_WITHIN_S:
+        if gate is None or not gate.warm():
             return True
         return not self.passes and not self.lm.warmed.prefilled(self._shape)
 

@@ -35,7 +35,7 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import CheckedRequest, OnPass, Request, generate
 from explorer.core.errors import ExplorerError
 from explorer.core.figure_correction import keep_figures_honest, recost
-from explorer.core.lab_progress import LabProgress
+from explorer.core.lab_progress import LabProgress, Report
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import prepare_device
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
@@ -63,9 +63,9 @@ def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
 def run_streaming(
     lm: LoadedModel, checked: CheckedRequest, figures: FiguresStore, gate: PassGate | None = None
 ) -> Trace:
-    """The device figures and the warm-up on a progress bar, then the timed run, drawing each token with its gap as its
-    pass finishes (the drawing falls inside the ITL); with a server's `gate`, every pass is timed apart from other
-    sessions' drawing and its record says what still ran beside it (as `measure` runs it otherwise)."""
+    """The device figures and the warm-up (`prepare_for_run`) on a progress bar, then the timed run, drawing each token
+    with its gap as its pass finishes (the drawing falls inside the ITL); with a server's `gate`, every pass is timed
+    apart from other sessions' drawing and its record says what still ran beside it (as `measure` runs it otherwise)."""
     live = st.container(border=True)
     live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
     stream = live.empty()
@@ -79,7 +79,7 @@ def run_streaming(
         stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
 
     with progress_bar("Preparing the device…") as report:
-        profile = prepare_device(lm, figures, progress=report)
+        profile = prepare_for_run(lm, figures, gate, report)
         report(1.0, "Running the request: the timed passes…")
         timed = TimedRun(gate) if gate is not None else None
         with timed if timed is not None else nullcontext():
@@ -89,6 +89,16 @@ def run_streaming(
         trace = trace.with_beside_cpu([b.cpu_s for b in timed.passes_beside])
     stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
     return trace
+
+
+def prepare_for_run(lm: LoadedModel, figures: FiguresStore, gate: PassGate | None, report: Report) -> DeviceProfile:
+    """A Run's figures, and its warm-up unless another session's passes left the device warm (`PassGate.warm`): in a
+    busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
+    shape of the Run's own), and everyone behind it waited for both. The trace says warmed up either way: the passes
+    before its first were warm ones."""
+    if gate is not None and gate.warm():
+        return figures.get(lm.torch_device.type, lm.info.dtype, progress=report)
+    return prepare_device(lm, figures, progress=report)
 
 
 def attach_attention(

@@ -511,8 +511,9 @@ def test_a_re_measure_measures_and_replaces_the_kept_figures(monkeypatch: pytest
         json.dumps({"KEY": {**asdict(stub_figures("float32")), "peak_flops": "many"}}),
         json.dumps({"KEY": {**asdict(stub_figures("float32")), "kind": "cuda"}}),
         json.dumps({"KEY": {**asdict(stub_figures("float32")), "dtype": "bfloat16"}}),
+        json.dumps({"KEY": {**asdict(stub_figures("float32")), "flops_samples": {"a": 1}, "measured_at": [1]}}),
     ],
-    ids=["not-json", "a-list", "a-foreign-field", "negative", "a-string-figure", "a-gpu", "another-dtype"],
+    ids=["not-json", "a-list", "a-foreign-field", "negative", "a-string-figure", "a-gpu", "another-dtype", "types"],
 )
 def test_a_damaged_or_foreign_figures_file_is_ignored_and_the_figures_measured(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: str

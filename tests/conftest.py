@@ -15,8 +15,6 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # No warm-up at server start (explorer/ui/warm_start.py) in AppTests or the shared test server: it would load the real
 # model in the background of tests that patch loading to fail. tests/test_warm.py and test_browser_warm.py switch it on.
 os.environ["EXPLORER_WARM"] = "0"
-# No figures file from the shell (explorer.core.device_profile): a test's stores measure, or are seeded below.
-os.environ.pop("EXPLORER_FIGURES_FILE", None)
 
 from explorer.core import device as device_module  # noqa: E402
 from explorer.core.device import FiguresStore, device_profile  # noqa: E402
@@ -35,6 +33,8 @@ from tests.browser_support import (  # noqa: E402
 )
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
 
+# No figures file from the shell (explorer.core.device_profile): a test's stores measure, or are seeded below.
+os.environ.pop(FIGURES_FILE_ENV, None)
 MEASURE_CPU: Callable[..., DeviceProfile] = device_module.cpu_profile  # the real microbenchmarks
 
 

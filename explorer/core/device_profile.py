@@ -126,10 +126,7 @@ def read_cpu_figures(dtype: str) -> DeviceProfile | None:
         profile = TypeAdapter(DeviceProfile).validate_python(entry)
     except ValidationError:
         return None
-    numbers = (profile.peak_flops, profile.bandwidth_bytes_per_s)
-    if (profile.kind, profile.dtype) != ("cpu", dtype) or not all(
-        isinstance(x, int | float) and x > 0 for x in numbers
-    ):
+    if (profile.kind, profile.dtype) != ("cpu", dtype) or min(profile.peak_flops, profile.bandwidth_bytes_per_s) <= 0:
         return None
     note = READ_NOTE.format(at=profile.measured_at or "an unknown time", env=FIGURES_FILE_ENV)
     return replace(profile, figures_note=f"{note}; {profile.figures_note}" if profile.figures_note else note)

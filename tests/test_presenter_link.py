@@ -74,6 +74,19 @@ def test_presenter_mode_survives_a_page_switch_that_dropped_the_switchs_widget_s
     assert presenter_on(at)
 
 
+def test_presenter_mode_survives_a_page_switch_that_brought_the_switch_back_at_its_default() -> None:
+    """The other way CI's presenter walk lost the mode on its way to the Tour: the switch's state came back off (its
+    default) with no click on it. Only the switch's callback or a link changes the mode, so the page stays
+    presenting and the switch is drawn on again."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state[PRESENTER_ON] = True
+    at.run()
+    at.session_state[PRESENTER_KEY] = False  # as Streamlit's reset leaves it: no on_change ran
+    at.switch_page("pages/attention.py").run()
+    assert not at.exception, at.exception
+    assert presenter_on(at) and at.query_params[PRESENTER_PARAM] == "1"
+
+
 def test_the_switch_wins_over_a_link_already_applied() -> None:
     at = fresh_app()
     at.query_params[PRESENTER_PARAM] = "1"

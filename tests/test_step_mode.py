@@ -341,11 +341,11 @@ def test_presenting_the_step_page_puts_the_newest_pass_its_row_and_the_kv_growth
     """Presenting, after Prefill: the newest pass's line, then the newest rows of the map and the KV growth before
     anything else of the request, the locked prompt folded into an expander that names it (the browser tests measure
     that they sit in the first screen)."""
-    from explorer.ui.presenter import PRESENTER_KEY
+    from explorer.ui.presenter import PRESENTER_ON
 
     at: AppTest = new_app()
     at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(model=str(tiny_llama_dir), device="cpu")
-    at.session_state[PRESENTER_KEY] = True
+    at.session_state[PRESENTER_ON] = True
     at = press_prefill(at.switch_page("pages/step.py").run(), "hi there")
     assert not at.exception, at.exception
     assert at.main.expander[0].label == "Prompt: hi there" and at.text_input(key="step-prompt").value == "hi there"

@@ -8,10 +8,11 @@ import streamlit as st
 from explorer.charts import theme
 
 PRESENTER_KEY = "explorer_presenter_toggle"  # the toggle's own key: written only before the toggle is drawn
-# Whether presenter mode is on, in a plain session key that the toggle mirrors. Why not the toggle's key alone: on a
-# page switch Streamlit drops the state of every widget the browser did not report with the click (a click while the
-# page is still drawing), and the switch would turn off half-way through a talk (CI's presenter walk lost it so on
-# its second page, while the session's recording, in plain keys, stayed).
+# Whether presenter mode is on, in a plain session key: the one truth, which the toggle is set from before each draw.
+# Only two things change it: the switch's own callback (a click on it) and a `?presenter=` link. Why not the toggle's
+# key: on a page switch Streamlit can drop the state of a widget the browser did not report with the click (a click
+# while the page is still drawing), or bring it back at its default (off), and the switch would turn off half-way
+# through a talk (CI's presenter walk lost it both ways, while the session's recording, in plain keys, stayed).
 PRESENTER_ON = "explorer_presenter_on"
 PRESENTER_PARAM = "presenter"  # ?presenter=1 turns presenter mode on from a link, ?presenter=0 off
 PARAM_SEEN = "explorer_presenter_param_seen"  # the ?presenter value last applied: a stale one never undoes the switch
@@ -56,16 +57,12 @@ def apply_link() -> None:
     if raw is None or raw == st.session_state.get(PARAM_SEEN):
         return
     st.session_state[PARAM_SEEN] = raw
-    st.session_state[PRESENTER_KEY] = raw.strip().lower() in ON_VALUES  # before the toggle exists in this run
+    st.session_state[PRESENTER_ON] = raw.strip().lower() in ON_VALUES
 
 
 def keep_switch() -> None:
-    """Before the toggle is drawn: what the toggle says now is the mode (a click, a link, a test); a toggle whose
-    state a page switch dropped is set back to the mode it showed."""
-    if PRESENTER_KEY in st.session_state:
-        st.session_state[PRESENTER_ON] = bool(st.session_state[PRESENTER_KEY])
-    elif st.session_state.get(PRESENTER_ON):
-        st.session_state[PRESENTER_KEY] = True
+    """Before the toggle is drawn: it shows the mode, whatever state Streamlit kept for it (none, or its default)."""
+    st.session_state[PRESENTER_KEY] = presenting()
 
 
 def keep_in_link() -> None:
@@ -80,6 +77,8 @@ def keep_in_link() -> None:
 
 
 def switched() -> None:
+    """The switch's callback, run only when the person flips it: the one place the switch changes the mode."""
+    st.session_state[PRESENTER_ON] = bool(st.session_state.get(PRESENTER_KEY, False))
     st.session_state[JUST_SWITCHED] = True
 
 

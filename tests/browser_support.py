@@ -246,12 +246,15 @@ def wait_until_rerun_done(page, mark: int, timeout_s: float, start_timeout_s: fl
     page.wait_for_function(IDLE_JS, timeout=timeout_s * 1000, polling=100)
 
 
-def wait_for_charts(page, timeout_s: float) -> tuple[int, int]:
-    """(charts drawn, chart elements) once every chart element is drawn, or whatever is drawn at the timeout."""
+def wait_for_charts(page, timeout_s: float, at_least: int = 0) -> tuple[int, int]:
+    """(charts drawn, chart elements) once at least `at_least` chart elements are there and every one is drawn, or
+    whatever is there at the timeout. Why `at_least`: Streamlit sends a page's elements one by one, so a page whose
+    text is in may have its first chart and not yet the rest."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    ready_js = f"() => {{ const d = ({CHARTS_JS})(); return d.length >= {int(at_least)} && d.every(Boolean); }}"
     with contextlib.suppress(PlaywrightTimeout):
-        page.wait_for_function(f"() => ({CHARTS_JS})().every(Boolean)", timeout=timeout_s * 1000, polling=200)
+        page.wait_for_function(ready_js, timeout=timeout_s * 1000, polling=200)
     drawn = page.evaluate(CHARTS_JS)
     return sum(drawn), len(drawn)
 

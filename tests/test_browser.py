@@ -338,12 +338,12 @@ def test_browser_at_scale_shows_the_what_if_beside_this_machines_run(session: Se
     page = session.page
     main = page.locator("[data-testid='stMain']")
     _goto_page(session, "At scale")
-    drawn, charts = wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+    drawn, charts = wait_for_charts(page, CHART_DRAW_TIMEOUT_S, at_least=3)
     if "No run on this machine yet" in main.inner_text():  # run on its own: the model's floors only, then a run
         assert (drawn, charts) == (3, 3)
         _run_from_sidebar(session, None, MAX_NEW_TOKENS)
         _goto_page(session, "At scale")
-        drawn, charts = wait_for_charts(page, CHART_DRAW_TIMEOUT_S)
+        drawn, charts = wait_for_charts(page, CHART_DRAW_TIMEOUT_S, at_least=3)
     full_screenshot(page, session.shots / "at-scale.png", **VIEWPORT)
     text = main.inner_text()
     assert (drawn, charts) == (3, 3), text[:500]

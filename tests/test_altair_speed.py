@@ -138,3 +138,60 @@ def test_layering_a_chart_never_prints_its_frame(monkeypatch: pytest.MonkeyPatch
     assert printed == []  # Altair's own hash printed it once per layer (json.dumps(default=str))
     one, other = altair_speed.FrameFingerprint(base.data), altair_speed.FrameFingerprint(base.data.assign(ms=0.0))
     assert str(one) == str(altair_speed.FrameFingerprint(base.data.copy())) != str(other)  # by content, not identity
+
+
+# --- each spec shape validated once ----------------------------------------------------------------------------------
+@pytest.fixture
+def shapes_seen(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """No shape validated yet in this test (whatever this worker drew before), and every schema validation of a whole
+    chart's spec from now on, as the spec it checked."""
+    assert altair_speed.validate_each_shape_once(), "Altair's TopLevelMixin.to_dict is no longer where it was"
+    monkeypatch.setattr(altair_speed, "_validated_shapes", set())
+    checked: list[dict] = []
+    validate = schemapi.SchemaBase.validate.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type, instance: dict, schema: dict | None = None) -> None:
+        if issubclass(cls, alt.TopLevelMixin):
+            checked.append(instance)
+        validate(cls, instance, schema)
+
+    monkeypatch.setattr(schemapi.SchemaBase, "validate", classmethod(counting))
+    return checked
+
+
+def bars(ms: list[float], autosize: str = "pad") -> alt.LayerChart:
+    frame = pd.DataFrame({"pass": list(range(len(ms))), "ms": ms})
+    base = alt.Chart(frame).encode(x=alt.X("pass:O", sort=[str(p) for p in range(len(ms))]), y="ms:Q")
+    chart = (base.mark_bar() + base.mark_rule()).properties(height=100 + len(ms))
+    chart["autosize"] = autosize  # set unchecked: only the whole spec's validation reads it
+    return chart
+
+
+def test_a_chart_drawn_again_with_other_numbers_is_validated_once_and_gives_altairs_own_spec(
+    shapes_seen: list[dict],
+) -> None:
+    first, second = bars([20.0, 5.0]), bars([21.0, 6.0, 7.0])  # other values, another length, another dataset
+    specs = [first.to_dict(), second.to_dict(), second.to_dict()]
+    assert len(shapes_seen) == 1
+    with as_altair_does(alt.TopLevelMixin, "to_dict"):
+        assert specs == [first.to_dict(), second.to_dict(), second.to_dict()]
+    assert len(shapes_seen) == 4  # Altair's own: every time
+
+
+def test_a_chart_of_another_shape_is_validated_and_a_bad_one_still_raises(shapes_seen: list[dict]) -> None:
+    bars([1.0]).to_dict()
+    bars([1.0], autosize="fit").to_dict()  # a string changed: the shape is new
+    assert len(shapes_seen) == 2
+    with pytest.raises(alt.utils.schemapi.SchemaValidationError):
+        bars([1.0], autosize="nowhere").to_dict()  # not a way Vega-Lite sizes a chart
+    with pytest.raises(alt.utils.schemapi.SchemaValidationError):
+        bars([1.0], autosize="nowhere").to_dict()  # never kept as validated
+    bars([1.0]).to_dict(validate=False)
+    assert len(shapes_seen) == 4
+
+
+def test_a_spec_shape_keeps_strings_and_drops_numbers_and_datasets() -> None:
+    one, other = bars([20.0, 5.0]).to_dict(), bars([9.0, 1.0, 2.0]).to_dict()
+    assert one != other and altair_speed.spec_shape(one) == altair_speed.spec_shape(other)
+    assert altair_speed.spec_shape({"mark": "bar"}) != altair_speed.spec_shape({"mark": "bars"})
+    assert altair_speed.spec_shape({"layer": [{"mark": "bar"}]}) != altair_speed.spec_shape({"layer": [{}, {}]})

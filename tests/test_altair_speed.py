@@ -195,3 +195,13 @@ def test_a_spec_shape_keeps_strings_and_drops_numbers_and_datasets() -> None:
     assert one != other and altair_speed.spec_shape(one) == altair_speed.spec_shape(other)
     assert altair_speed.spec_shape({"mark": "bar"}) != altair_speed.spec_shape({"mark": "bars"})
     assert altair_speed.spec_shape({"layer": [{"mark": "bar"}]}) != altair_speed.spec_shape({"layer": [{}, {}]})
+
+
+def test_the_shapes_kept_are_bounded(shapes_seen: list[dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chart whose title carries a measured figure is a new shape on every draw: a server keeps at most a bound."""
+    monkeypatch.setattr(altair_speed, "MAX_VALIDATED_SHAPES", 3)
+    for n in range(7):
+        bars([1.0]).properties(title=f"pass {n}: {n * 1.5} ms").to_dict()
+    assert len(shapes_seen) == 7 and len(altair_speed._validated_shapes) <= 3
+    bars([1.0]).properties(title="pass 6: 9.0 ms").to_dict()  # the newest is still known
+    assert len(shapes_seen) == 7

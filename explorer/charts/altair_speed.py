@@ -34,7 +34,10 @@ from typing import Any
 
 _tables: dict[tuple[type, ...], object] = {}
 _lock = threading.Lock()
-_validated_shapes: set[str] = set()
+# The digests of the spec shapes this process has validated. Bounded: a chart whose strings carry measured figures (a
+# title with a time in it) is a new shape on every draw, and a server draws for days.
+_validated_shapes: set[bytes] = set()
+MAX_VALIDATED_SHAPES = 4096  # past it the set starts again: a shape seen before is validated once more, nothing else
 
 
 def cache_schema_table() -> bool:
@@ -135,6 +138,10 @@ def spec_shape(spec: object) -> str:
     return json.dumps(shape(spec), sort_keys=True, default=str)
 
 
+def _shape_digest(spec: object) -> bytes:
+    return hashlib.sha256(spec_shape(spec).encode()).digest()
+
+
 def validate_each_shape_once() -> bool:
     """Have a whole chart's `to_dict()` validate each spec shape (`spec_shape`) once per process; idempotent; whether
     Altair is shaped as expected. Any other call (`validate=False`, a chart inside another, the Vega format) is
@@ -153,11 +160,13 @@ def validate_each_shape_once() -> bool:
         if not validate or kwargs.get("context") is not None or kwargs.get("format", "vega-lite") != "vega-lite":
             return original(self, validate, **kwargs)
         spec = original(self, False, **kwargs)
-        shape = spec_shape(spec)
+        shape = _shape_digest(spec)
         if shape in _validated_shapes:
             return spec
         spec = original(self, True, **kwargs)  # a new shape: Altair validates it, and raises its own error
         with _lock:
+            if len(_validated_shapes) >= MAX_VALIDATED_SHAPES:
+                _validated_shapes.clear()
             _validated_shapes.add(shape)
         return spec
 

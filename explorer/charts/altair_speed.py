@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 _tables: dict[tuple[type, ...], object] = {}
@@ -40,32 +40,42 @@ _validated_shapes: set[bytes] = set()
 MAX_VALIDATED_SHAPES = 4096  # past it the set starts again: a shape seen before is validated once more, nothing else
 
 
+def _install(owner: object, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    """Replace `owner.name` with `wrap(original)`, once; whether Altair is shaped as expected (the attribute is there).
+    A second call finds the replacement and leaves it; the replacement keeps the original (`_explorer_original`), which
+    the tests compare against."""
+    original = getattr(owner, name, None) if owner is not None else None
+    if original is None:
+        return False
+    if getattr(original, "_explorer_cached", False):
+        return True
+    patched = wrap(original)
+    patched._explorer_cached = True  # type: ignore[attr-defined]
+    patched._explorer_original = original  # type: ignore[attr-defined]
+    setattr(owner, name, patched)
+    return True
+
+
 def cache_schema_table() -> bool:
     """Keep `_FromDict`'s table per set of wrapper classes; idempotent; whether Altair is shaped as expected."""
     try:
         from altair.utils import schemapi
     except ImportError:
         return False
-    converter = getattr(schemapi, "_FromDict", None)
-    build = getattr(converter, "__init__", None)
-    if converter is None or build is None:
-        return False
-    if getattr(build, "_explorer_cached", False):
-        return True
 
-    def init_once(self: object, wrapper_classes: Iterable[type], /) -> None:
-        classes = tuple(wrapper_classes)
-        table = _tables.get(classes)
-        if table is None:
-            build(self, classes)
-            with _lock:
-                table = _tables.setdefault(classes, self.class_dict)  # type: ignore[attr-defined]
-        self.class_dict = table  # type: ignore[attr-defined]
+    def kept_per_classes(build: Callable[..., None]) -> Callable[..., None]:
+        def init_once(self: object, wrapper_classes: Iterable[type], /) -> None:
+            classes = tuple(wrapper_classes)
+            table = _tables.get(classes)
+            if table is None:
+                build(self, classes)
+                with _lock:
+                    table = _tables.setdefault(classes, self.class_dict)  # type: ignore[attr-defined]
+            self.class_dict = table  # type: ignore[attr-defined]
 
-    init_once._explorer_cached = True  # type: ignore[attr-defined]
-    init_once._explorer_original = build  # type: ignore[attr-defined] - what a test compares against
-    converter.__init__ = init_once
-    return True
+        return init_once
+
+    return _install(getattr(schemapi, "_FromDict", None), "__init__", kept_per_classes)
 
 
 class FrameFingerprint:
@@ -92,30 +102,25 @@ def hash_layer_data_by_content() -> bool:
         import pandas as pd
     except ImportError:
         return False
-    original = getattr(alt.Chart, "_compute_hash", None)
-    if original is None:
-        return False
-    if getattr(original, "_explorer_cached", False):
-        return True
 
-    def compute_hash(self: alt.Chart) -> str:
-        data = self._kwds.get("data")
-        if not isinstance(data, pd.DataFrame):
-            return original(self)
-        try:
-            fingerprint = FrameFingerprint(data)
-        except (TypeError, ValueError):
-            return original(self)
-        self._kwds["data"] = fingerprint  # only for the hash: the chart being built is this thread's alone
-        try:
-            return original(self)
-        finally:
-            self._kwds["data"] = data
+    def by_content(original: Callable[[alt.Chart], str]) -> Callable[[alt.Chart], str]:
+        def compute_hash(self: alt.Chart) -> str:
+            data = self._kwds.get("data")
+            if not isinstance(data, pd.DataFrame):
+                return original(self)
+            try:
+                fingerprint = FrameFingerprint(data)
+            except (TypeError, ValueError):
+                return original(self)
+            self._kwds["data"] = fingerprint  # only for the hash: the chart being built is this thread's alone
+            try:
+                return original(self)
+            finally:
+                self._kwds["data"] = data
 
-    compute_hash._explorer_cached = True  # type: ignore[attr-defined]
-    compute_hash._explorer_original = original  # type: ignore[attr-defined] - what a test compares against
-    alt.Chart._compute_hash = compute_hash  # type: ignore[method-assign]
-    return True
+        return compute_hash
+
+    return _install(alt.Chart, "_compute_hash", by_content)
 
 
 def spec_shape(spec: object) -> str:
@@ -150,27 +155,24 @@ def validate_each_shape_once() -> bool:
         from altair.vegalite.v6.api import TopLevelMixin
     except ImportError:
         return False
-    original = getattr(TopLevelMixin, "to_dict", None)
-    if original is None:
-        return False
-    if getattr(original, "_explorer_cached", False):
-        return True
 
-    def to_dict(self: object, validate: bool = True, **kwargs: Any) -> dict[str, Any]:
-        if not validate or kwargs.get("context") is not None or kwargs.get("format", "vega-lite") != "vega-lite":
-            return original(self, validate, **kwargs)
-        spec = original(self, False, **kwargs)
-        shape = _shape_digest(spec)
-        if shape in _validated_shapes:
+    def once_per_shape(original: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        def to_dict(self: object, validate: bool = True, **kwargs: Any) -> dict[str, Any]:
+            if not validate or kwargs.get("context") is not None or kwargs.get("format", "vega-lite") != "vega-lite":
+                return original(self, validate, **kwargs)
+            spec = original(self, False, **kwargs)
+            shape = _shape_digest(spec)
+            if shape in _validated_shapes:
+                return spec
+            # A new shape: built again with Altair's own validation (before its top-level additions, as only Altair
+            # knows how), which raises Altair's own error. Once per shape, so not worth copying its internals for.
+            spec = original(self, True, **kwargs)
+            with _lock:
+                if len(_validated_shapes) >= MAX_VALIDATED_SHAPES:
+                    _validated_shapes.clear()
+                _validated_shapes.add(shape)
             return spec
-        spec = original(self, True, **kwargs)  # a new shape: Altair validates it, and raises its own error
-        with _lock:
-            if len(_validated_shapes) >= MAX_VALIDATED_SHAPES:
-                _validated_shapes.clear()
-            _validated_shapes.add(shape)
-        return spec
 
-    to_dict._explorer_cached = True  # type: ignore[attr-defined]
-    to_dict._explorer_original = original  # type: ignore[attr-defined] - what a test compares against
-    TopLevelMixin.to_dict = to_dict  # type: ignore[method-assign]
-    return True
+        return to_dict
+
+    return _install(TopLevelMixin, "to_dict", once_per_shape)

@@ -225,7 +225,7 @@ def test_a_second_session_waits_for_the_device() -> None:
         run_from_sidebar(at, max_new_tokens=2)
     finally:
         releaser.join()
-    assert any("Waited" in c.value and "another session" in c.value for c in at.caption)
+    assert any("Waited" in c.value and "other sessions used it" in c.value for c in at.caption)
     assert at.session_state[ui_state.RUN].trace.new_tokens <= 2
 
 

@@ -263,22 +263,36 @@ def test_browser_a_tab_closed_1_s_after_run_to_end_lets_another_sessions_run_sta
     assert runner.seen()["errors"] == []
 
 
-def test_browser_prefill_while_another_session_holds_the_device_waits_then_runs_its_first_pass(
+def test_browser_prefill_while_another_session_holds_the_device_goes_between_its_passes(
     hosted_app: HostedApp, open_tab: Callable[[str], Tab]
 ) -> None:
+    """The Prefill waits (and says so) for the pass in progress only: the Run lets it through between two of its
+    passes and then goes on (`DeviceQueue.step_aside`), as the server's turn log shows."""
     holder, stepper = open_tab(hosted_app.url), open_tab(hosted_app.url)
     stepper.open_step()
     holder.ready_to_run(HOLD_PROMPT, HOLD_TOKENS)
+    turns_before = len(read_turn_log(hosted_app.turn_log))
     holder.press_run()
     holder.main().get_by_text(HOLDING_TEXT).wait_for(timeout=FIRST_PASS_TIMEOUT_S * 1000)  # it holds the device
 
     stepper.prefill("Wait for me: name one planet.")
     seen = stepper.seen()
     print(f"\n[device turn] Prefill while another session ran: waiting lines {seen['queue']}, {seen['waited']}")
-    assert seen["queue"], "the Prefill never said it was waiting for the device"
+    assert seen["queue"] or seen["waited"], "the Prefill never said it was waiting for the device"
     assert seen["errors"] == []
     holder.until(MAIN_HAS_JS, "(TTFT)", "the holding session's run")
     assert holder.seen()["errors"] == []
+    deadline = time.monotonic() + WATCH_RUN_S
+    while time.monotonic() < deadline:
+        turns = read_turn_log(hosted_app.turn_log)[turns_before:]
+        if any(t.what == "run" and t.ended == "released" for t in turns):
+            break
+        time.sleep(0.5)
+    runs = [t for t in turns if t.what == "run"]
+    prefill = next(t for t in turns if t.what == "prefill")
+    print(f"[device turn] the run's stretches: {[(t.ended, t.passes, t.resumed) for t in runs]}")
+    assert runs and runs[0].ended == "stepped aside" and runs[-1].ended == "released" and runs[-1].resumed, runs
+    assert prefill.granted_unix_s < runs[-1].granted_unix_s, "the Prefill waited for the whole run"
 
 
 def test_browser_a_fresh_servers_first_prefill_waits_for_the_warm_up_then_runs_its_first_pass(

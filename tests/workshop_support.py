@@ -36,7 +36,9 @@ RUN_NEW_TOKENS = "4"
 VIEWPORT = {"width": 1200, "height": 900}
 QUEUE_TEXTS = ("You are next in line", "You are number")  # the live line while a session waits for the device
 # The caption a turn that waited leaves on the page (explorer/ui/device_turn.py): the server's own measure of the wait.
-WAITED = re.compile(r"Waited (\d+(?:\.\d+)?) s for another session's run to finish \(you were number (\d+) in line")
+WAITED = re.compile(
+    r"Waited (\d+(?:\.\d+)?) s for the device while other sessions used it \(you were number (\d+) in line"
+)
 
 # Installed in every document (add_init_script): polls the page every 100 ms and keeps every distinct queue line,
 # place in line ("You are number 3 in line"), waited caption, error line and exception it saw, and whether the main
@@ -49,7 +51,7 @@ WATCH_JS = """(() => {
       const text = el.innerText || "";
       const place = text.match(/You are (next in line|number \\d+ in line)/);
       if (place) keep(seen.queue, place[0]);
-      if (text.includes("for another session's run to finish")) keep(seen.waited, text);
+      if (text.includes("for the device while other sessions used it")) keep(seen.waited, text);
     }
     for (const el of document.querySelectorAll("[data-testid='stMain'] [data-testid='stAlert']")) {
       if ((el.innerText || "").includes("Warming up")) keep(seen.warming, "Warming up");  // a run waiting for it

@@ -33,7 +33,7 @@ from explorer.core.graph_decode import (
     replay_decode,
     static_capacity,
 )
-from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes
+from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes, keep_device
 from explorer.core.loaded_model import LoadedModel
 
 # The request and its model-free checks live in the torch-free core.request (the CLI checks it before importing
@@ -81,8 +81,11 @@ class OnPass:
 
     see: Callable[[PassRecord], None] | None = None
     hand_over: BetweenUnits | None = None
+    tally: Callable[[PassRecord], None] | None = None  # every pass of every repeat, watched or not (a turn's log)
 
     def __call__(self, record: PassRecord, clock: PausableClock) -> None:
+        if self.tally is not None:
+            self.tally(record)
         if self.see is not None:
             self.see(record)
         if self.hand_over is not None:
@@ -199,18 +202,28 @@ def check_request(lm: LoadedModel, request: Request, prompt_token_ids: Sequence[
     return CheckedRequest(replace(request, decode_path=path), tuple(ids), prompt_token_ids is None, capacity)
 
 
-def warm_up(lm: LoadedModel, checked: CheckedRequest | None = None, progress: Report | None = None) -> None:
+def warm_up(
+    lm: LoadedModel,
+    checked: CheckedRequest | None = None,
+    progress: Report | None = None,
+    between: BetweenUnits = keep_device,
+) -> None:
     """Once per entry point, as the last passes before the timed ones: a short prefill and a few decodes (the first
     forwards of a process pay for lazy kernel set-up, and the device microbenchmarks leave the caches full of their
-    own buffers), then `checked`'s own shapes where this process has not run them (`warm_up_shapes`)."""
+    own buffers), then `checked`'s own shapes where this process has not run them (`warm_up_shapes`). `between`
+    follows each warm-up forward: a shared server's run lets other sessions' one-pass turns through there (their
+    forwards warm the device as well as these)."""
     if progress is not None:
         progress(0.0, "Warming up (first passes are slow)…")
     ids = torch.arange(WARMUP_PROMPT_TOKENS, device=lm.torch_device).remainder(lm.info.vocab_size)[None, :]
     cache = new_cache(lm.model)
     logits = prefill(lm.model, ids, cache)
     for _ in range(WARMUP_DECODES):
+        synchronize(lm.torch_device)
+        between()
         logits = decode_one_token(lm.model, logits.argmax(-1, keepdim=True), cache)
     synchronize(lm.torch_device)
+    between()
     if checked is not None:
         warm_up_shapes(lm, checked, progress=progress)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from explorer.core.device import FiguresStore
 from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
 from explorer.core.figure_correction import keep_figures_honest
-from explorer.core.lab_progress import Report, part_of, silent
+from explorer.core.lab_progress import BetweenUnits, Report, keep_device, part_of, silent
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 
@@ -22,15 +22,17 @@ def prepare_device(
     *,
     remeasure: bool = False,
     progress: Report | None = None,
+    between: BetweenUnits = keep_device,
 ) -> DeviceProfile:
     """What every entry point does once before its timed passes: take the device figures from `figures` (fresh ones
     if `remeasure`; None: a store of this call's own, which measures), then warm up, at `checked`'s own shapes where
-    the entry point knows its request, so the warm-up's passes are the last before the timed ones (see `warm_up`)."""
+    the entry point knows its request, so the warm-up's passes are the last before the timed ones (see `warm_up`;
+    `between` follows each of its generic forwards)."""
     report = progress or silent
     kind, dtype = lm.torch_device.type, lm.info.dtype
     figures = FiguresStore() if figures is None else figures
     profile = figures.get(kind, dtype, fresh=remeasure, progress=part_of(report, 0.0, 0.8))
-    warm_up(lm, checked, part_of(report, 0.8, 1.0))
+    warm_up(lm, checked, part_of(report, 0.8, 1.0), between)
     return profile
 
 

@@ -24,6 +24,12 @@ class Ticket:
     thread_id: int = 0  # the script thread that waits with it
     passes: int | None = None  # the passes its work will run, at most (a step 1, a run new tokens x repeats); None:
     # work not counted in passes (a lab, the device figures, the warm-up)
+    resumed: bool = False  # a turn taken back after it stepped aside (`DeviceQueue.step_aside`), not a new click
+
+    @property
+    def one_pass(self) -> bool:
+        """Work of one pass (a Next token, a step-mode Prefill): a longer turn lets it through between its passes."""
+        return self.passes == 1 and not self.resumed
 
 
 @dataclass(frozen=True)
@@ -51,11 +57,12 @@ class TurnRecord:
     held_s: float
     granted_unix_s: float
     released_unix_s: float
-    ended: str  # "released", "passed on" (a lab let others go first), "cancelled" (never held), "owner gone" (its
-    # thread ended without giving it back)
+    ended: str  # "released", "passed on" (a lab let others go first), "stepped aside" (a run let one-pass turns
+    # through between its passes), "cancelled" (never held), "owner gone" (its thread ended without giving it back)
     passes: int = 0  # the timed passes its work ran
     pass_s: float = 0.0  # their measured seconds
     forward_s: float = 0.0  # every forward it ran, timed or not (a step's warm twin and attention row too), seconds
+    resumed: bool = False  # the rest of a turn that stepped aside: its wait was for the turns it let through
 
     @property
     def entered_unix_s(self) -> float:
@@ -72,11 +79,14 @@ class _Entry:
     passes: int = 0  # what its work reported running (`record_work`)
     pass_s: float = 0.0
     forward_s: float = 0.0
+    held_before_s: float = 0.0  # a resumed turn: what it held, and ran, before it stepped aside (for the estimates)
+    passes_before: int = 0
 
 
 @dataclass
 class DeviceQueue:
-    """First come, first served turns on one device, thread-safe.
+    """First come, first served turns on one device, thread-safe (save that long work may let the one-pass turns
+    waiting go first between its passes, `step_aside`).
 
     `enter()` takes a ticket at the back of the line; the head of the line gets the device as soon as it is free.
     `wait()` blocks up to a timeout (callers poll, so a waiting page can redraw its place and be cancelled);
@@ -138,6 +148,35 @@ class DeviceQueue:
                         self._record(entry, "cancelled")
                         self._promote()  # the ones behind move up
             self._cond.notify_all()
+
+    def step_aside(self, ticket: Ticket, passes_left: int) -> Ticket | None:
+        """Between two passes of the holder's work: the one-pass turns waiting (other sessions' Next tokens and
+        Prefills) go first, and the holder's work resumes right after them, ahead of everyone else in line. Returns
+        the ticket to wait with (`wait`), or None if none was waiting (the holder keeps the device). In a room, a
+        Next token then waits for one pass of a run ahead of it, not for the whole run; the run's clock is paused
+        meanwhile (`explorer.core.lab_progress.between_passes`), so its own times do not change."""
+        with self._cond:
+            holder = self._holder
+            if holder is None or holder.ticket.number != ticket.number:
+                return None
+            short = [e for e in self._line if e.ticket.one_pass]
+            if not short:
+                return None
+            now = self.clock()
+            held_s = now - (holder.granted_s if holder.granted_s is not None else now)
+            self._record(holder, "stepped aside")
+            resumed = Ticket(
+                self._next_number, ticket.what, ticket.owner, now, threading.get_ident(), passes_left, resumed=True
+            )
+            self._next_number += 1
+            entry = _Entry(resumed, len(short), threading.current_thread())
+            entry.held_before_s = holder.held_before_s + held_s
+            entry.passes_before = holder.passes_before + holder.passes
+            rest = [e for e in self._line if not e.ticket.one_pass]
+            self._line = deque([*short, entry, *rest])
+            self._holder = None
+            self._promote()
+            return resumed
 
     def record_work(self, ticket: Ticket, passes: int, pass_s: float, forward_s: float) -> None:
         """What the holder's work ran: `passes` timed passes of `pass_s` seconds, and `forward_s` seconds of forwards
@@ -218,11 +257,12 @@ class DeviceQueue:
         self._promote()
 
     def _finish(self, entry: _Entry, ended: str) -> None:
+        """Keep the whole turn's time for the estimates (a resumed one with what it held before it stepped aside)."""
         now = self.clock()
-        held_s = now - (entry.granted_s if entry.granted_s is not None else now)
+        held_s = now - (entry.granted_s if entry.granted_s is not None else now) + entry.held_before_s
         what = entry.ticket.what
         self._keep(self._turn_s, what, held_s)
-        passes = entry.passes or entry.ticket.passes or 0  # what it ran; else what it said it would
+        passes = entry.passes_before + (entry.passes or entry.ticket.passes or 0)  # what it ran; else what it said
         if passes > 0:
             self._keep(self._per_pass_s, what, held_s / passes)
         self._record(entry, ended)
@@ -246,6 +286,7 @@ class DeviceQueue:
             passes=entry.passes,
             pass_s=entry.pass_s,
             forward_s=entry.forward_s,
+            resumed=entry.ticket.resumed,
         )
         self.turns.append(record)
         if self.log_path is not None:

@@ -137,10 +137,14 @@ class TimedRun:
         self._started = snapshot()
         return self
 
-    def between(self) -> None:
+    def between(self, also: Callable[[], None] | None = None) -> None:
+        """Close one pass's interval and let the charts in; `also` runs with the gate let go (a run letting other
+        sessions' one-pass turns through: their passes time themselves on the gate)."""
         assert self._started is not None, "between() outside the run"
         self.passes_beside.append(beside(self._started, snapshot()))
         self.gate.let_go()
+        if also is not None:
+            also()
         self.gate.hold(self.timed)
         self._started = snapshot()
 

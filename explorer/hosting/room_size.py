@@ -100,7 +100,7 @@ def waits_against_work_ahead(turns: Sequence[TurnRecord]) -> list[WaitAhead]:
     turn that began before the wait counts only the part of it that fell inside, its passes and forwards pro rata)."""
     found = []
     for t in turns:
-        if t.ended != "released" or t.waited_s <= 0:
+        if t.ended != "released" or t.waited_s <= 0 or t.resumed:  # a resumed run waited for the turns it let through
             continue
         start, end = t.entered_unix_s, t.granted_unix_s
         ahead, pass_s, forward_s, held_s = 0, 0.0, 0.0, 0.0

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.core.errors import BadInput
+from explorer.core.trace import PassRecord
 from explorer.hosting.queue import DeviceQueue, Ticket, wait_sentence, work_ahead
 from explorer.hosting.settings import HostedPolicy
 from explorer.ui.shared import hosting_policy, server_session
@@ -79,8 +80,8 @@ def _wait_for_turn(queue: DeviceQueue, ticket: Ticket, max_wait_s: float | None)
     waited_s = queue.status(ticket).waited_s
     ahead = work_ahead(first.passes_ahead, first.other_work_ahead)
     st.caption(
-        f"Waited {waited_s:.1f} s for another session's run to finish (you were number {first.ahead} in line when "
-        f"you asked, with {ahead} ahead)."
+        f"Waited {waited_s:.1f} s for the device while other sessions used it (you were number {first.ahead} in line "
+        f"when you asked, with {ahead} ahead)."
     )
 
 
@@ -103,6 +104,61 @@ class DeviceTurn:
         self.queue.release(self.ticket, "passed on")
         self.ticket = self.queue.enter(self.ticket.what, self.ticket.owner, self.ticket.passes)
         _wait_for_turn(self.queue, self.ticket, max_wait_s=None)  # admitted once already: no refusal mid-way
+
+    def let_one_pass_turns_through(self, passes_left: int, say: Callable[[str], None] | None = None) -> bool:
+        """Between two passes of long work (a Run): other sessions' waiting Next tokens and Prefills (one pass each)
+        go first, then this turn resumes ahead of the rest of the line (`DeviceQueue.step_aside`). `say` shows the
+        pause while it lasts (cleared with ""). Returns whether any went first. The caller has paused its request's
+        clock and let the pass gate go: the passes let through time themselves on it."""
+        ticket = self.queue.step_aside(self.ticket, passes_left)
+        if ticket is None:
+            return False
+        self.ticket = ticket
+        if say is not None:
+            say(
+                "Paused between two passes: another session's one-pass turn goes first. This run's clock is paused, "
+                "so the pause is in none of its times."
+            )
+        while not self.queue.wait(ticket, POLL_S):
+            status = self.queue.status(ticket)
+            if not status.in_line and not status.holding:
+                raise BadInput("This run lost its place on the device while it let another session through.")
+            if say is not None:  # a draw: where a click or a closed tab stops this wait (Streamlit raises here)
+                say(
+                    f"Paused between two passes for {status.ahead} one-pass turn(s) of other "
+                    "sessions; this run's clock is paused."
+                )
+        if say is not None:
+            say("")
+        return True
+
+
+class RunOnTurn:
+    """A Run's passes counted on its turn as each finishes (so each stretch of a turn that let others through carries
+    its own passes in the turn log), and the points between passes where it lets one-pass turns through."""
+
+    def __init__(self, turn: DeviceTurn, passes: int, say: Callable[[str], None] | None = None) -> None:
+        self.turn, self.passes_left, self.say = turn, passes, say
+        self._since_s = time.perf_counter()
+
+    def tally(self, record: PassRecord) -> None:
+        """One timed pass done: counted with the forwards since the last count (a warm-up's too)."""
+        self.passes_left -= 1
+        self._count(1, record.wall_s)
+
+    def let_through(self) -> None:
+        """Between two passes (or two warm-up forwards): waiting one-pass turns go first."""
+        self._count(0, 0.0)
+        self.turn.let_one_pass_turns_through(max(self.passes_left, 0), self.say)
+        self._since_s = time.perf_counter()  # the turns let through ran their own forwards
+
+    def done(self) -> None:
+        self._count(0, 0.0)
+
+    def _count(self, passes: int, pass_s: float) -> None:
+        now = time.perf_counter()
+        self.turn.ran(passes, pass_s, now - self._since_s)
+        self._since_s = now
 
 
 @contextmanager

@@ -7,10 +7,12 @@ What holds the device and for how long (one turn each, first come first served, 
   warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
   then starts warm;
 - a sidebar run: loading (once per model), the device figures (measured once per server, kept in its
-  `ServerSession`) and the warm-up, the timed passes of every repeat; the untimed attention replay comes after the
-  turn (on the model's eager twin), and the page is drawn after it; the next session's passes are kept apart from
-  both, pass by pass, by the server's gate (`explorer.hosting.quiet`: between this run's own passes, with its clock
-  paused, other sessions' charts go first), each pass's record saying what still ran beside it;
+  `ServerSession`) and the warm-up, the timed passes of every repeat, stepping aside between any two of its passes
+  or warm-up forwards for the one-pass turns waiting (other sessions' Next tokens and Prefills: `RunOnTurn`); the
+  untimed attention replay comes after the turn (on the model's eager twin), and the page is drawn after it; the next
+  session's passes are kept apart from both, pass by pass, by the server's gate (`explorer.hosting.quiet`: between
+  this run's own passes, with its clock paused, other sessions' charts go first), each pass's record saying what
+  still ran beside it;
 - a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
   figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
   run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
@@ -22,7 +24,6 @@ Changing a view takes no turn: it only reads the session's stored run.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
@@ -32,10 +33,10 @@ import streamlit as st
 from explorer.charts.step_mode import disturbed_sentence
 from explorer.core.attention import capture_attention
 from explorer.core.device import FiguresStore
-from explorer.core.engine import CheckedRequest, OnPass, Request, generate
+from explorer.core.engine import CheckedRequest, OnPass, Request, generate, warm_up_shapes
 from explorer.core.errors import ExplorerError
 from explorer.core.figure_correction import keep_figures_honest, recost
-from explorer.core.lab_progress import LabProgress, Report
+from explorer.core.lab_progress import BetweenUnits, LabProgress, Report, keep_device
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import prepare_device
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
@@ -43,6 +44,7 @@ from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.settings import LabSize
 from explorer.models.loading import resolve_device
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
+from explorer.ui.device_turn import DeviceTurn, RunOnTurn
 from explorer.ui.shared import server_session
 from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
 from explorer.ui.waiting import progress_bar
@@ -61,14 +63,21 @@ def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
 
 
 def run_streaming(
-    lm: LoadedModel, checked: CheckedRequest, figures: FiguresStore, gate: PassGate | None = None
+    lm: LoadedModel,
+    checked: CheckedRequest,
+    figures: FiguresStore,
+    gate: PassGate | None = None,
+    turn: DeviceTurn | None = None,
 ) -> Trace:
     """The device figures and the warm-up (`prepare_for_run`) on a progress bar, then the timed run, drawing each token
     with its gap as its pass finishes (the drawing falls inside the ITL); with a server's `gate`, every pass is timed
-    apart from other sessions' drawing and its record says what still ran beside it (as `measure` runs it otherwise)."""
+    apart from other sessions' drawing and its record says what still ran beside it (as `measure` runs it otherwise);
+    with the session's `turn`, other sessions' waiting one-pass turns go between its passes and warm-up forwards,
+    its clock paused (`RunOnTurn`), and each pass is counted on the turn as it ends."""
     live = st.container(border=True)
     live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
     stream = live.empty()
+    paused = live.empty()
     streamed: list[PassRecord] = []
     token_times: list[float] = []
 
@@ -78,12 +87,22 @@ def run_streaming(
         gaps = [b - a for a, b in zip(token_times, token_times[1:])]
         stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
 
+    def say(text: str) -> None:
+        paused.caption(text) if text else paused.empty()
+
+    request = checked.request
+    on_turn = RunOnTurn(turn, request.max_new_tokens * request.repeats, say) if turn is not None else None
+    let_through = on_turn.let_through if on_turn is not None else keep_device
     with progress_bar("Preparing the device…") as report:
-        profile = prepare_for_run(lm, figures, gate, report)
+        profile = prepare_for_run(lm, figures, gate, report, checked, let_through)
         report(1.0, "Running the request: the timed passes…")
         timed = TimedRun(gate) if gate is not None else None
         with timed if timed is not None else nullcontext():
-            trace = generate(lm, checked, profile, OnPass(on_pass, timed.between if timed else None), warmed_up=True)
+            hand_over = (lambda: timed.between(let_through)) if timed is not None else None
+            tally = on_turn.tally if on_turn is not None else None
+            trace = generate(lm, checked, profile, OnPass(on_pass, hand_over, tally), warmed_up=True)
+    if on_turn is not None:
+        on_turn.done()
     trace = keep_figures_honest(trace, figures)
     if timed is not None:
         trace = trace.with_beside_cpu([b.cpu_s for b in timed.passes_beside])
@@ -91,14 +110,25 @@ def run_streaming(
     return trace
 
 
-def prepare_for_run(lm: LoadedModel, figures: FiguresStore, gate: PassGate | None, report: Report) -> DeviceProfile:
+def prepare_for_run(
+    lm: LoadedModel,
+    figures: FiguresStore,
+    gate: PassGate | None,
+    report: Report,
+    checked: CheckedRequest | None = None,
+    between: BetweenUnits = keep_device,
+) -> DeviceProfile:
     """A Run's figures, and its warm-up unless another session's passes left the device warm (`PassGate.warm`): in a
     busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
     shape of the Run's own), and everyone behind it waited for both. The trace says warmed up either way: the passes
-    before its first were warm ones."""
+    before its first were warm ones. `checked`'s own shapes are warmed here, where this process has not run them,
+    before the timed run holds the pass gate; `between` follows each generic warm-up forward."""
     if gate is not None and gate.warm():
-        return figures.get(lm.torch_device.type, lm.info.dtype, progress=report)
-    return prepare_device(lm, figures, progress=report)
+        profile = figures.get(lm.torch_device.type, lm.info.dtype, progress=report)
+        if checked is not None:
+            warm_up_shapes(lm, checked, progress=report)
+        return profile
+    return prepare_device(lm, figures, checked, progress=report, between=between)
 
 
 def attach_attention(
@@ -144,8 +174,8 @@ def _attention_after_the_turn(admitted: Admitted, result: RunResult) -> RunResul
 def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
     LAST_INPUTS.set(inputs)  # a model that loaded: the labs run on the sidebar's last one
     assert admitted.checked is not None
-    started_s = time.perf_counter()
-    trace = run_streaming(admitted.model, admitted.checked, admitted.session.figures, admitted.session.gate)
+    session = admitted.session
+    trace = run_streaming(admitted.model, admitted.checked, session.figures, session.gate, admitted.turn)
     result = replace(remember(trace, inputs.prompt), contention_note=disturbed_sentence(trace.passes))
     RUN.set(result)
     if result.contention_note:
@@ -153,8 +183,6 @@ def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
     if not inputs.capture_attention:  # else its replay comes after the turn
         result = replace(result, attention_note=ATTENTION_OFF)
         RUN.set(result)
-    timed = [p for passes in trace.repeats for p in passes]
-    admitted.turn.ran(len(timed), sum(p.wall_s for p in timed), time.perf_counter() - started_s)
     return result
 
 

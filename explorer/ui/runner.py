@@ -87,8 +87,11 @@ def run_streaming(
         gaps = [b - a for a, b in zip(token_times, token_times[1:])]
         stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
 
-    def say(text: str) -> None:
-        paused.caption(text) if text else paused.empty()
+    def say(text: str) -> None:  # a pause for other sessions' one-pass turns, while it lasts
+        if text:
+            paused.caption(text)
+        else:
+            paused.empty()
 
     request = checked.request
     on_turn = RunOnTurn(turn, request.max_new_tokens * request.repeats, say) if turn is not None else None

@@ -210,16 +210,14 @@ def warm_up(
 ) -> None:
     """Once per entry point, as the last passes before the timed ones: a short prefill and a few decodes (the first
     forwards of a process pay for lazy kernel set-up, and the device microbenchmarks leave the caches full of their
-    own buffers), then `checked`'s own shapes where this process has not run them (`warm_up_shapes`). `between`
-    follows each warm-up forward: a shared server's run lets other sessions' one-pass turns through there (their
-    forwards warm the device as well as these)."""
+    own buffers), then `checked`'s own shapes where this process has not run them (`warm_up_shapes`); `between`
+    follows each of the first (a shared server's run lets other sessions' one-pass turns through there)."""
     if progress is not None:
         progress(0.0, "Warming up (first passes are slow)…")
     ids = torch.arange(WARMUP_PROMPT_TOKENS, device=lm.torch_device).remainder(lm.info.vocab_size)[None, :]
     cache = new_cache(lm.model)
     logits = prefill(lm.model, ids, cache)
     for _ in range(WARMUP_DECODES):
-        synchronize(lm.torch_device)
         between()
         logits = decode_one_token(lm.model, logits.argmax(-1, keepdim=True), cache)
     synchronize(lm.torch_device)
@@ -314,19 +312,16 @@ class LiveRequest:
         return self.kv.cache if self.kv is not None else None
 
     @property
+    def hit_eos(self) -> bool:
+        return bool(self.passes) and self.request.stop_at_eos and self.passes[-1].token_id in self.lm.eos_token_ids
+
+    @property
     def done(self) -> bool:
-        if not self.passes:
-            return False
-        hit_eos = self.request.stop_at_eos and self.passes[-1].token_id in self.lm.eos_token_ids
-        return hit_eos or len(self.passes) >= self.request.max_new_tokens
+        return self.hit_eos or len(self.passes) >= self.request.max_new_tokens
 
     @property
     def stop_reason(self) -> str:
-        return (
-            "eos"
-            if self.request.stop_at_eos and self.passes[-1].token_id in self.lm.eos_token_ids
-            else "max_new_tokens"
-        )
+        return "eos" if self.hit_eos else "max_new_tokens"
 
     def step(self) -> PassRecord:
         """The one timed step of both phases: clock, time the forward alone, sample, record."""

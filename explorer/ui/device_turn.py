@@ -15,6 +15,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.core.errors import BadInput
 from explorer.core.trace import PassRecord
+from explorer.hosting.passes_first import PASSES_FIRST
 from explorer.hosting.queue import DeviceQueue, Ticket, wait_sentence, work_ahead
 from explorer.hosting.settings import HostedPolicy
 from explorer.ui.shared import hosting_policy, server_session
@@ -179,6 +180,7 @@ def device_turn(what: str = "run", passes: int | None = None) -> Iterator[Device
     try:
         _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
         session.steps.sweep()
-        yield turn
+        with PASSES_FIRST.held():  # the interpreter lock back to the passes at once, not after 5 ms (`passes_first`)
+            yield turn
     finally:
         queue.release(turn.ticket)

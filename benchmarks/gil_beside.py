@@ -3,10 +3,11 @@ at several interpreter switch intervals: what `explorer.hosting.passes_first` is
 
 1. For each interval, the median of `--passes` decode passes (after a prefill of `--prompt-tokens` tokens) alone,
    then beside 1 and `--threads` threads running a pure-Python loop.
-2. A server with its browsers elsewhere: one session steps a request (`SteppedRequest`, its pass timed through the
-   server's gate, its warm twin first after a presenter's pause) while `--threads` other threads draw the Step page's
-   ITL chart in a loop through the same gate; each click's held time and timed pass, with the default interval and
-   with `PASSES_FIRST` held around each click (as `explorer.ui.device_turn.device_turn` holds it), alternated twice.
+2. A server with its browsers elsewhere: one session steps a request (`SteppedRequest`: after a presenter's pause its
+   warm twin, then its pass, both inside the server's gate) while `--threads` other threads build the Step page's ITL
+   chart in a loop, first through the same gate (as the app draws charts), then outside it (as a page's other Python
+   work runs); each click's held time and timed pass, with the default interval and with `PASSES_FIRST` held around
+   each click (as `explorer.ui.device_turn.device_turn` holds it), alternated twice.
 A benchmark to read, not a timed test: `python benchmarks/gil_beside.py [--passes 6] [--threads 3]` from the
 repository root.
 """
@@ -76,38 +77,48 @@ def beside(threads: int, work: callable) -> float:  # type: ignore[valid-type]
             loop.join()
 
 
-def drawing(gate: PassGate, trace: Trace, stop: threading.Event) -> None:
-    """A page drawing its chart again and again, through the server's gate (so never during a timed pass)."""
+def drawing(gate: PassGate | None, trace: Trace, stop: threading.Event) -> None:
+    """A page building its chart again and again: through the server's gate (as the app draws charts, never during a
+    timed pass), or with `gate` None as a page's other Python work (its frames, its messages), which no gate holds."""
     while not stop.is_set():
-        with gate.drawing():
+        with gate.drawing() if gate is not None else nullcontext():
             step_itl_chart(step_itl_frame(trace, 0.1), 0.1).to_dict()
         time.sleep(0.01)
 
 
-def clicks_beside_drawing(lm: LoadedModel, figures: FiguresStore, trace: Trace, threads: int, first: bool) -> str:
-    gate, stop = PassGate(), threading.Event()
-    pages = [threading.Thread(target=drawing, args=(gate, trace, stop), daemon=True) for _ in range(threads)]
-    for page in pages:
-        page.start()
-    try:
-        checked = check_request(lm, Request("What is the capital of France?", CLICKS, stop_at_eos=False))
-        stepped = SteppedRequest.start(lm, checked, None, None, figures)
-        held_s, pass_s = [], []
-        for _ in range(CLICKS):
-            time.sleep(PAUSE_S)
-            started = time.perf_counter()
-            turn: AbstractContextManager[None] = PASSES_FIRST.held() if first else nullcontext()
-            with turn:
-                record = stepped.step(gate)
-            held_s.append(time.perf_counter() - started)
-            pass_s.append(record.wall_s)
-    finally:
-        stop.set()
+def clicks_beside_pages(lm: LoadedModel, figures: FiguresStore, trace: Trace, threads: int, gated: bool) -> str:
+    """`CLICKS` Step clicks beside `threads` pages, with the default interval and with `PASSES_FIRST`, alternated."""
+    lines = []
+    for first in (False, True, False, True):
+        gate, stop = PassGate(), threading.Event()
+        pages = [
+            threading.Thread(target=drawing, args=(gate if gated else None, trace, stop), daemon=True)
+            for _ in range(threads)
+        ]
         for page in pages:
-            page.join()
-    held_ms, max_ms, pass_ms = statistics.median(held_s) * 1e3, max(held_s) * 1e3, statistics.median(pass_s[1:]) * 1e3
-    mode = "passes first" if first else "default"
-    return f"{mode:>12}: a click held the device {held_ms:5.0f} ms (max {max_ms:5.0f}), timed pass {pass_ms:4.0f} ms"
+            page.start()
+        try:
+            checked = check_request(lm, Request("What is the capital of France?", CLICKS, stop_at_eos=False))
+            stepped = SteppedRequest.start(lm, checked, None, None, figures)
+            held_s, pass_s = [], []
+            for _ in range(CLICKS):
+                time.sleep(PAUSE_S)
+                started = time.perf_counter()
+                turn: AbstractContextManager[None] = PASSES_FIRST.held() if first else nullcontext()
+                with turn:
+                    record = stepped.step(gate)
+                held_s.append(time.perf_counter() - started)
+                pass_s.append(record.wall_s)
+        finally:
+            stop.set()
+            for page in pages:
+                page.join()
+        held_ms, max_ms = statistics.median(held_s) * 1e3, max(held_s) * 1e3
+        mode, pass_ms = "passes first" if first else "default", statistics.median(pass_s[1:]) * 1e3
+        lines.append(
+            f"{mode:>12}: a click held the device {held_ms:5.0f} ms (max {max_ms:5.0f}), timed pass {pass_ms:4.0f} ms"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -131,9 +142,9 @@ def main() -> int:
     sys.setswitchinterval(before)
     figures = FiguresStore()
     trace = measure(lm, Request("Explain in one sentence why the sky is blue.", max_new_tokens=16), figures)
-    print(f"\nStep clicks ({PAUSE_S} s apart) beside {args.threads} threads drawing a chart via the gate (medians):")
-    for first in (False, True, False, True):
-        print(clicks_beside_drawing(lm, figures, trace, args.threads, first), flush=True)
+    for gated, pages in ((True, "drawing a chart through the gate"), (False, "running a page's other Python work")):
+        print(f"\nStep clicks ({PAUSE_S} s apart) beside {args.threads} threads {pages} (medians):")
+        print(clicks_beside_pages(lm, figures, trace, args.threads, gated), flush=True)
     return 0
 
 

@@ -10,12 +10,14 @@ from dataclasses import replace
 import pytest
 
 from explorer.charts import step_mode as step_charts
-from explorer.core.engine import Request
+from explorer.core.device import FiguresStore
+from explorer.core.engine import Request, check_request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DISTURBED_SHARE, Trace
 from explorer.hosting import beside
 from explorer.hosting.quiet import PassGate, TimedRun
+from explorer.labs.step_mode import SteppedRequest
 
 WAIT_S = 10.0  # a bound no healthy step here comes near: a hang fails instead of blocking the suite
 
@@ -129,6 +131,48 @@ def test_between_a_runs_passes_the_charts_held_back_go_first() -> None:
         run.between()
     thread.join(WAIT_S)
     assert order == ["pass 0", "chart", "pass 1"] and len(run.passes_beside) == 2
+
+
+def test_work_before_a_pass_is_inside_its_section_so_charts_wait_for_it_too() -> None:
+    """A step's warm twin (`timing(before=...)`): a chart that starts during it waits, as during the pass."""
+    gate = PassGate()
+    twin_running, chart_in = threading.Event(), threading.Event()
+    chart_in_during_twin: list[bool] = []
+
+    def chart() -> None:
+        assert twin_running.wait(WAIT_S)
+        with gate.drawing():
+            chart_in.set()
+
+    thread = threading.Thread(target=chart)
+    thread.start()
+
+    def twin() -> None:
+        twin_running.set()
+        chart_in_during_twin.append(chart_in.wait(0.3))  # it would have drawn by now, were it let in
+
+    with gate.timing(before=twin):
+        chart_in_during_pass = chart_in.is_set()
+    thread.join(WAIT_S)
+    assert chart_in_during_twin == [False] and not chart_in_during_pass and chart_in.is_set()
+
+
+def test_a_step_runs_its_warm_twin_inside_the_gates_section(
+    tiny_lm: LoadedModel, figures: FiguresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = PassGate()  # the device has done nothing yet: the twin runs
+    checked = check_request(tiny_lm, Request("The cat sat", max_new_tokens=2, stop_at_eos=False))
+    stepped = SteppedRequest.start(tiny_lm, checked, figures=figures)
+    twin_inside: list[bool] = []
+    real_twin = SteppedRequest.warm_up
+
+    def twin(self: SteppedRequest) -> None:
+        twin_inside.append(gate._timing == threading.get_ident())  # noqa: SLF001 - the section's holder
+        real_twin(self)
+
+    monkeypatch.setattr(SteppedRequest, "warm_up", twin)
+    stepped.step(gate)
+    assert twin_inside == [True]
 
 
 def test_the_device_is_warm_right_after_work_and_cold_after_a_pause() -> None:

@@ -74,15 +74,21 @@ class PassGate:
                 self._cond.notify_all()
 
     @contextmanager
-    def timing(self) -> Iterator[Timed]:
-        """One timed pass: after the charts in flight (bounded), with new ones held back, and what ran beside it."""
+    def timing(self, before: Callable[[], None] | None = None) -> Iterator[Timed]:
+        """One timed pass: after the charts in flight (bounded), with new ones held back, and what ran beside it.
+        `before`: untimed work that must come right before the pass (a step's warm twin), inside the same section:
+        charts wait for it as for the pass, so it takes what the pass takes, not the seconds it took beside them."""
         timed = Timed()
         self.hold(timed)
-        started = snapshot()
         try:
-            yield timed
+            if before is not None:
+                before()
+            started = snapshot()
+            try:
+                yield timed
+            finally:
+                timed.beside = beside(started, snapshot())
         finally:
-            timed.beside = beside(started, snapshot())
             self.let_go()
 
     def quiet_for_s(self) -> float:

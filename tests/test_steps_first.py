@@ -17,16 +17,9 @@ from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.room_size import waits_against_work_ahead
 from explorer.ui.device_turn import DeviceTurn, RunOnTurn
+from tests.test_hosted import FakeClock  # the queue's hand-made clock
 
 WAIT_S = 10.0  # a bound no healthy turn here comes near: a hang fails instead of blocking the suite
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_run_steps_aside_for_the_one_pass_turns_waiting_and_resumes_before_the_rest() -> None:

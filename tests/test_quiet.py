@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 from explorer.charts import step_mode as step_charts
 from explorer.core.device import FiguresStore
@@ -173,6 +174,31 @@ def test_a_step_runs_its_warm_twin_inside_the_gates_section(
     monkeypatch.setattr(SteppedRequest, "warm_up", twin)
     stepped.step(gate)
     assert twin_inside == [True]
+
+
+def test_a_run_that_ends_while_another_thread_times_a_pass_leaves_that_section_alone() -> None:
+    gate = PassGate()
+    timing, leave = threading.Event(), threading.Event()
+
+    def next_token() -> None:
+        with gate.timing():
+            timing.set()
+            leave.wait(WAIT_S)
+
+    thread = threading.Thread(target=next_token)
+
+    def let_through_then_stopped() -> None:  # the run lets a Next token through and is stopped meanwhile
+        thread.start()
+        assert timing.wait(WAIT_S)
+        raise StopException  # Streamlit's stop, raised at the pause line's next draw
+
+    with pytest.raises(StopException), TimedRun(gate) as run:
+        run.between(also=let_through_then_stopped)  # its exit must not end the Next token's section
+    with gate._cond:  # noqa: SLF001 - whose section it is
+        assert gate._timing == thread.ident  # noqa: SLF001
+    leave.set()
+    thread.join(WAIT_S)
+    assert gate._timing is None  # noqa: SLF001
 
 
 def test_the_device_is_warm_right_after_work_and_cold_after_a_pause() -> None:

@@ -117,7 +117,11 @@ class PassGate:
             timed.drawing_in_flight = max(timed.drawing_in_flight, self._others_drawing(me))
 
     def let_go(self) -> None:
+        """End this thread's section. Another thread's is left alone: a run stopped (a click, a closed tab) while it
+        had let a Next token through ends its `TimedRun` during that session's timed pass."""
         with self._cond:
+            if self._timing not in (None, threading.get_ident()):
+                return
             self._timing = None
             self._let_in |= self._waiting  # the charts held back go before the next pass, whoever times it
             self._last_work_s = self.clock()

@@ -59,6 +59,28 @@ def test_a_run_steps_aside_for_the_one_pass_turns_waiting_and_resumes_before_the
     assert [w.turn.what for w in waits_against_work_ahead(list(queue.turns))] == ["step", "prefill"]
 
 
+def test_a_next_token_behind_a_run_that_steps_aside_is_told_one_pass_not_the_whole_run() -> None:
+    clock = FakeClock()
+    queue = DeviceQueue(clock=clock)
+    warm = queue.enter("step", passes=1)  # one finished turn: 0.1 s a pass, for the estimates
+    clock.now = 0.1
+    queue.release(warm)
+    run = queue.enter("run", passes=24, steps_aside=True)
+    lab = queue.enter("lab")
+    step = queue.enter("step", passes=1)
+    other_run = queue.enter("run", passes=10, steps_aside=True)
+    status = queue.status(step)
+    assert (status.ahead, status.passes_ahead, status.other_work_ahead) == (1, 1, ())  # not the run's 24, nor the lab
+    assert status.expected_wait_s == pytest.approx(0.1)
+    assert queue.status(other_run).passes_ahead == 24 + 1  # a longer turn waits for the whole run (and the step)
+    queue.release(lab)
+    queue.release(run)
+    # behind work that does not step aside (a run from At scale, a lab), a one-pass turn waits for all of it
+    queue.enter("run", passes=24)
+    waiting = queue.enter("step", passes=1)
+    assert queue.holds(step) and queue.status(waiting).passes_ahead == 1 + 10 + 24
+
+
 def test_a_run_keeps_the_device_when_no_one_pass_turn_waits() -> None:
     queue = DeviceQueue()
     run = queue.enter("run", passes=24)

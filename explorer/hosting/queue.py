@@ -9,7 +9,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 
@@ -25,6 +25,7 @@ class Ticket:
     passes: int | None = None  # the passes its work will run, at most (a step 1, a run new tokens x repeats); None:
     # work not counted in passes (a lab, the device figures, the warm-up)
     resumed: bool = False  # a turn taken back after it stepped aside (`DeviceQueue.step_aside`), not a new click
+    steps_aside: bool = False  # its work lets one-pass turns through between its passes (a sidebar run)
 
     @property
     def one_pass(self) -> bool:
@@ -109,10 +110,12 @@ class DeviceQueue:
     turns: deque[TurnRecord] = field(default_factory=lambda: deque(maxlen=64), init=False)  # the latest turns
 
     # --- taking and giving back turns ----------------------------------------------------------------------------
-    def enter(self, what: str, owner: str = "", passes: int | None = None) -> Ticket:
-        """A ticket at the back of the line, owned by the calling thread; `passes`: what its work will run, at most."""
+    def enter(self, what: str, owner: str = "", passes: int | None = None, steps_aside: bool = False) -> Ticket:
+        """A ticket at the back of the line, owned by the calling thread; `passes`: what its work will run, at most;
+        `steps_aside`: its work calls `step_aside` between its passes (the waiting line counts on it)."""
         with self._cond:
-            ticket = Ticket(self._next_number, what, owner, self.clock(), threading.get_ident(), passes)
+            now, me = self.clock(), threading.get_ident()
+            ticket = Ticket(self._next_number, what, owner, now, me, passes, steps_aside=steps_aside)
             self._next_number += 1
             ahead = len(self._line) + (self._holder is not None)
             self._line.append(_Entry(ticket, ahead, threading.current_thread()))
@@ -165,8 +168,9 @@ class DeviceQueue:
             now = self.clock()
             held_s = now - (holder.granted_s if holder.granted_s is not None else now)
             self._record(holder, "stepped aside")
-            resumed = Ticket(
-                self._next_number, ticket.what, ticket.owner, now, threading.get_ident(), passes_left, resumed=True
+            me = threading.get_ident()
+            resumed = replace(
+                ticket, number=self._next_number, entered_s=now, thread_id=me, passes=passes_left, resumed=True
             )
             self._next_number += 1
             entry = _Entry(resumed, len(short), threading.current_thread())
@@ -205,17 +209,24 @@ class DeviceQueue:
                 return QueueStatus(True, False, 0, 0, (), 0.0, waited)
             place = next((i for i, e in enumerate(self._line) if e.ticket.number == ticket.number), None)
             in_front = list(self._line)[: len(self._line) if place is None else place]
-            ahead = in_front if self._holder is None else [self._holder, *in_front]
-            passes = sum(self._passes_left(e) for e in ahead)
+            holder = self._holder
+            # A one-pass turn behind work that steps aside goes at that work's next pass boundary, after the one-pass
+            # turns in front of it and before the rest (`step_aside`): what is ahead of it is one pass and those.
+            cuts_in = ticket.one_pass and holder is not None and holder.ticket.steps_aside
+            if cuts_in:
+                in_front = [e for e in in_front if e.ticket.one_pass]
+            ahead = in_front if holder is None else [holder, *in_front]
+            left = [min(1, self._passes_left(e)) if cuts_in and e is holder else self._passes_left(e) for e in ahead]
             others = tuple(e.ticket.what for e in ahead if e.ticket.passes is None)
             expected: float | None = 0.0
-            for entry in ahead:
-                alone = self._expected_s(entry)
+            for entry, passes_left in zip(ahead, left):
+                alone = self._expected_s(entry, passes_left if cuts_in and entry is holder else None)
                 if alone is None or expected is None:
                     expected = None
                     continue
-                used = now - entry.granted_s if entry is self._holder and entry.granted_s is not None else 0.0
+                used = now - entry.granted_s if entry is holder and entry.granted_s is not None and not cuts_in else 0.0
                 expected += max(0.0, alone - used)
+            passes = sum(left)
             return QueueStatus(False, place is not None, len(ahead), passes, others, expected, waited)
 
     # --- inside the lock -------------------------------------------------------------------------------------------
@@ -223,9 +234,10 @@ class DeviceQueue:
     def _passes_left(entry: _Entry) -> int:
         return max(0, (entry.ticket.passes or 0) - entry.passes)
 
-    def _expected_s(self, entry: _Entry) -> float | None:
-        """What `entry`'s whole turn should take, from the recent turns: its passes at the recent seconds per pass of
-        its kind (of any kind, if none of its own has finished); work not in passes at its kind's (any kind's) turn."""
+    def _expected_s(self, entry: _Entry, passes: int | None = None) -> float | None:
+        """What `entry`'s whole turn (or `passes` of it) should take, from the recent turns: its passes at the recent
+        seconds per pass of its kind (of any kind, if none of its own has finished); work not in passes at its kind's
+        (any kind's) turn."""
 
         def mean(by_kind: dict[str, deque[float]]) -> float | None:
             own = by_kind.get(entry.ticket.what)
@@ -235,7 +247,7 @@ class DeviceQueue:
 
         if entry.ticket.passes is not None:
             per_pass = mean(self._per_pass_s)
-            return None if per_pass is None else per_pass * entry.ticket.passes
+            return None if per_pass is None else per_pass * (entry.ticket.passes if passes is None else passes)
         return mean(self._turn_s)
 
     def _promote(self) -> None:

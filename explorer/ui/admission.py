@@ -43,6 +43,7 @@ class DeviceAsk:
     lab: LabSize | None = None  # a lab's size (what == "lab"): a hosted server refuses a lab without one
     counts: bool = True  # against the session's rate limit: new work does, a step of an admitted request does not
     passes: int | None = None  # the passes it will run, at most, for the waiting line; None: a lab, the figures
+    steps_aside: bool = False  # it lets one-pass turns through between its passes (a sidebar run: `RunOnTurn`)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def on_device(
         if ask.counts:
             count_run(policy)
         wait_for_warming(session.warmer)
-        with device_turn(ask.what, ask.passes) as turn:
+        with device_turn(ask.what, ask.passes, ask.steps_aside) as turn:
             lm = load(session, inputs) if inputs is not None else None
             checked = None
             if ask.request is not None and lm is not None:

@@ -163,9 +163,10 @@ class RunOnTurn:
 
 
 @contextmanager
-def device_turn(what: str = "run", passes: int | None = None) -> Iterator[DeviceTurn]:
-    """Hold the device for one piece of work (`passes`: the passes it will run, at most, for the waiting line),
-    waiting in line (and saying so) while other sessions hold it.
+def device_turn(what: str = "run", passes: int | None = None, steps_aside: bool = False) -> Iterator[DeviceTurn]:
+    """Hold the device for one piece of work (`passes`: the passes it will run, at most, for the waiting line;
+    `steps_aside`: it lets one-pass turns through between them, `RunOnTurn`), waiting in line (and saying so) while
+    other sessions hold it.
 
     The turn ends as soon as the work is done and recorded: the page it draws next holds nothing, so the next session's
     passes start at once (drawing and passes are kept apart by the gate instead: `drawing()`). Streamlit raises its
@@ -176,7 +177,7 @@ def device_turn(what: str = "run", passes: int | None = None) -> Iterator[Device
     """
     session = server_session()
     queue = session.queue
-    turn = DeviceTurn(queue, queue.enter(what, _session_label(), passes))
+    turn = DeviceTurn(queue, queue.enter(what, _session_label(), passes, steps_aside))
     try:
         _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
         session.steps.sweep()

@@ -163,7 +163,8 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         repeats=inputs.repeats,
         decode_path=inputs.decode_path,
     )
-    ask = DeviceAsk("run", "The run", inputs, request, passes=request.max_new_tokens * request.repeats)
+    passes = request.max_new_tokens * request.repeats
+    ask = DeviceAsk("run", "The run", inputs, request, passes=passes, steps_aside=True)
     return on_device(
         ask, lambda admitted: _run(admitted, inputs), _attention_after_the_turn if inputs.capture_attention else None
     )

@@ -10,12 +10,15 @@ import time
 
 import pytest
 
+from explorer.core import engine
+from explorer.core.device import FiguresStore
 from explorer.core.engine import OnPass, Request, check_request, generate, warm_up
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.hosting.room_size import waits_against_work_ahead
+from explorer.ui import runner
 from explorer.ui.device_turn import DeviceTurn, RunOnTurn
 from tests.test_hosted import FakeClock  # the queue's hand-made clock
 
@@ -141,3 +144,23 @@ def test_a_next_token_runs_between_a_runs_passes_and_the_runs_times_exclude_it(
     assert sum(t.pass_s for t in stretches) == pytest.approx(sum(p.wall_s for p in trace.passes))
     step_turn = next(t for t in queue.turns if t.what == "step")
     assert step_turn.waited_s < 2.0 and step_turn.ended == "released"
+
+
+def test_a_runs_warm_up_forwards_run_inside_the_gates_section(
+    tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run_streaming` (outside a script run, Streamlit draws nothing): with the device idle, the generic warm-up
+    runs, each of its forwards while the run's thread holds the gate, as its timed passes are."""
+    gate = PassGate()
+    inside: list[bool] = []
+    real_decode = engine.decode_one_token
+
+    def decode(*args: object) -> object:
+        inside.append(gate._timing == threading.get_ident())  # noqa: SLF001 - whose section it is
+        return real_decode(*args)
+
+    monkeypatch.setattr(engine, "decode_one_token", decode)
+    checked = check_request(tiny_lm, Request("The cat sat", max_new_tokens=3, stop_at_eos=False))
+    trace = runner.run_streaming(tiny_lm, checked, FiguresStore(), gate)
+    assert len(trace.passes) == 3
+    assert inside and all(inside)  # the warm-up's decodes (and the run's own, on the eager path)

@@ -36,7 +36,7 @@ def test_a_run_steps_aside_for_the_one_pass_turns_waiting_and_resumes_before_the
     clock.now = 2.0
     queue.record_work(run, 4, 1.6, 1.9)
 
-    resumed = queue.step_aside(run, passes_left=20)
+    resumed = queue.step_aside(run)  # 24 passes said, 4 recorded
 
     assert resumed is not None and resumed.resumed and resumed.passes == 20 and not resumed.one_pass
     assert queue.holds(step)  # the one-pass turns first, in their own order
@@ -89,8 +89,8 @@ def test_a_run_keeps_the_device_when_no_one_pass_turn_waits() -> None:
     run = queue.enter("run", passes=24)
     queue.enter("run", passes=10)
     queue.enter("lab")
-    assert queue.step_aside(run, passes_left=20) is None and queue.holds(run)
-    assert queue.step_aside(queue.enter("step", passes=1), passes_left=0) is None  # only the holder steps aside
+    assert queue.step_aside(run) is None and queue.holds(run)
+    assert queue.step_aside(queue.enter("step", passes=1)) is None  # only the holder steps aside
 
 
 def test_the_generic_warm_up_lets_others_through_after_each_forward(tiny_lm: LoadedModel) -> None:
@@ -119,7 +119,7 @@ def test_a_next_token_runs_between_a_runs_passes_and_the_runs_times_exclude_it(
         queue.release(ticket)
 
     turn = DeviceTurn(queue, queue.enter("run", "presenter", passes=12))
-    on_turn = RunOnTurn(turn, passes=12)
+    on_turn = RunOnTurn(turn)
 
     def tally(record: object) -> None:
         on_turn.tally(record)  # type: ignore[arg-type]

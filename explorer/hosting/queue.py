@@ -152,10 +152,11 @@ class DeviceQueue:
                         self._promote()  # the ones behind move up
             self._cond.notify_all()
 
-    def step_aside(self, ticket: Ticket, passes_left: int) -> Ticket | None:
+    def step_aside(self, ticket: Ticket) -> Ticket | None:
         """Between two passes of the holder's work: the one-pass turns waiting (other sessions' Next tokens and
         Prefills) go first, and the holder's work resumes right after them, ahead of everyone else in line. Returns
-        the ticket to wait with (`wait`), or None if none was waiting (the holder keeps the device). In a room, a
+        the ticket to wait with (`wait`; it says the passes the work has left, from what it recorded, `record_work`),
+        or None if none was waiting (the holder keeps the device). In a room, a
         Next token then waits for one pass of a run ahead of it, not for the whole run; the run's clock is paused
         meanwhile (`explorer.core.lab_progress.between_passes`), so its own times do not change."""
         with self._cond:
@@ -169,9 +170,8 @@ class DeviceQueue:
             held_s = now - (holder.granted_s if holder.granted_s is not None else now)
             self._record(holder, "stepped aside")
             me = threading.get_ident()
-            resumed = replace(
-                ticket, number=self._next_number, entered_s=now, thread_id=me, passes=passes_left, resumed=True
-            )
+            left = self._passes_left(holder)
+            resumed = replace(ticket, number=self._next_number, entered_s=now, thread_id=me, passes=left, resumed=True)
             self._next_number += 1
             entry = _Entry(resumed, len(short), threading.current_thread())
             entry.held_before_s = holder.held_before_s + held_s

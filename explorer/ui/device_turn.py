@@ -106,12 +106,12 @@ class DeviceTurn:
         self.ticket = self.queue.enter(self.ticket.what, self.ticket.owner, self.ticket.passes)
         _wait_for_turn(self.queue, self.ticket, max_wait_s=None)  # admitted once already: no refusal mid-way
 
-    def let_one_pass_turns_through(self, passes_left: int, say: Callable[[str], None] | None = None) -> bool:
+    def let_one_pass_turns_through(self, say: Callable[[str], None] | None = None) -> bool:
         """Between two passes of long work (a Run): other sessions' waiting Next tokens and Prefills (one pass each)
         go first, then this turn resumes ahead of the rest of the line (`DeviceQueue.step_aside`). `say` shows the
         pause while it lasts (cleared with ""). Returns whether any went first. The caller has paused its request's
         clock and let the pass gate go: the passes let through time themselves on it."""
-        ticket = self.queue.step_aside(self.ticket, passes_left)
+        ticket = self.queue.step_aside(self.ticket)
         if ticket is None:
             return False
         self.ticket = ticket
@@ -138,19 +138,18 @@ class RunOnTurn:
     """A Run's passes counted on its turn as each finishes (so each stretch of a turn that let others through carries
     its own passes in the turn log), and the points between passes where it lets one-pass turns through."""
 
-    def __init__(self, turn: DeviceTurn, passes: int, say: Callable[[str], None] | None = None) -> None:
-        self.turn, self.passes_left, self.say = turn, passes, say
+    def __init__(self, turn: DeviceTurn, say: Callable[[str], None] | None = None) -> None:
+        self.turn, self.say = turn, say
         self._since_s = time.perf_counter()
 
     def tally(self, record: PassRecord) -> None:
         """One timed pass done: counted with the forwards since the last count (a warm-up's too)."""
-        self.passes_left -= 1
         self._count(1, record.wall_s)
 
     def let_through(self) -> None:
         """Between two passes (or two warm-up forwards): waiting one-pass turns go first."""
         self._count(0, 0.0)
-        self.turn.let_one_pass_turns_through(max(self.passes_left, 0), self.say)
+        self.turn.let_one_pass_turns_through(self.say)
         self._since_s = time.perf_counter()  # the turns let through ran their own forwards
 
     def done(self) -> None:

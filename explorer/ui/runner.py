@@ -94,8 +94,7 @@ def run_streaming(
         else:
             paused.empty()
 
-    request = checked.request
-    on_turn = RunOnTurn(turn, request.max_new_tokens * request.repeats, say) if turn is not None else None
+    on_turn = RunOnTurn(turn, say) if turn is not None else None
     let_through = on_turn.let_through if on_turn is not None else keep_device
     with progress_bar("Preparing the device…") as report:
         # The warm-up's forwards apart from drawing, as the passes are: beside three sessions drawing charts, the

@@ -173,7 +173,7 @@ def env(**changes: object) -> Environment:
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
-def test_versions_warn_off_their_pin_and_fail_when_a_package_is_missing() -> None:
+def test_versions_warn_off_their_pin_and_fail_when_a_package_the_runs_need_is_missing() -> None:
     assert versions_check(env()).status == "PASS" and "as requirements.txt pins them" in versions_check(env()).line
     assert "threshold:" in versions_check(env()).line
     newer = versions_check(env(packages={"torch": "2.14.0+cu128", "transformers": "5.23.0", "streamlit": "1.67.0"}))
@@ -185,8 +185,12 @@ def test_versions_warn_off_their_pin_and_fail_when_a_package_is_missing() -> Non
         env(packages={"torch": "2.13.0+cu128", "transformers": "5.23.0", "streamlit": "1.67.0"})
     )
     assert cuda_build.status == "PASS"  # a build tag is not another version
-    missing = versions_check(env(packages={"torch": "2.13.0", "transformers": "5.23.0", "streamlit": None}))
-    assert missing.status == "FAIL" and "streamlit not installed" in missing.line
+    missing = versions_check(env(packages={"torch": "2.13.0", "transformers": None, "streamlit": "1.67.0"}))
+    assert missing.status == "FAIL" and "transformers not installed" in missing.line
+    # A GPU image without streamlit (the H200's): the CLI, bench and the GPU check run there, only the app does not.
+    no_app = versions_check(env(packages={"torch": "2.11.0+cu130", "transformers": "5.23.0", "streamlit": None}))
+    assert no_app.status == "WARN" and "streamlit not installed: the CLI, bench and the GPU check run" in no_app.line
+    assert "torch 2.11.0+cu130 (requirements.txt pins 2.13.0)" in no_app.line
 
 
 def test_a_gpu_torch_cannot_use_is_a_failure_and_no_gpu_a_skip() -> None:

@@ -52,6 +52,7 @@ class SuiteResult:
     skipped: int
     wall_s: float
     output_tail: str  # the last lines pytest printed
+    figures: tuple[tuple[str, str, str], ...] = ()  # (test id, figure, value): what each test recorded, passed or not
 
     @property
     def verdict(self) -> Verdict:
@@ -75,22 +76,37 @@ def junit_counts(xml_text: str) -> tuple[int, tuple[str, ...], int]:
     return passed, tuple(failed), skipped
 
 
+def junit_figures(xml_text: str) -> tuple[tuple[str, str, str], ...]:
+    """(test id, figure, value) for each `record_property` in pytest's --junitxml file: the GPU tests record the
+    figures their bounds are about, so a report gives them whether the bound held or not."""
+    figures = []
+    for case in ElementTree.fromstring(xml_text).iter("testcase"):
+        test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        figures += [(test, p.get("name", ""), p.get("value", "")) for p in case.iter("property")]
+    return tuple(figures)
+
+
 def run_suite(timeout_s: float, root: Path = ROOT) -> SuiteResult:
-    """tests/gpu in a fresh process (its first repeats are a fresh process's), stopped after `timeout_s`."""
+    """tests/gpu in a fresh process (its first repeats are a fresh process's), stopped after `timeout_s`. A GPU image
+    without streamlit (the app's own suite needs it) runs it too: pytest then reads tests/gpu's conftest alone, and the
+    one app test skips and says why."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         junit = Path(folder) / "suite.xml"
         command = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
-        command += [f"--junitxml={junit}"]
+        command += [f"--junitxml={junit}", "-o", "junit_family=xunit1"]  # xunit1 keeps record_property's figures
+        if importlib.util.find_spec("streamlit") is None:
+            command += ["--confcutdir", str(root / SUITE)]
         try:
             done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
             tail = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
             return SuiteResult(None, 0, (f"ran past {timeout_s:.0f} s",), 0, time.perf_counter() - started, tail)
         output = done.stdout + done.stderr
-        counts = junit_counts(junit.read_text(encoding="utf-8")) if junit.is_file() else (0, (), 0)
+        xml = junit.read_text(encoding="utf-8") if junit.is_file() else ""
+    counts, figures = (junit_counts(xml), junit_figures(xml)) if xml else ((0, (), 0), ())
     tail = "\n".join(output.strip().splitlines()[-15:])
-    return SuiteResult(done.returncode, counts[0], counts[1], counts[2], time.perf_counter() - started, tail)
+    return SuiteResult(done.returncode, *counts, time.perf_counter() - started, tail, figures)
 
 
 @dataclass(frozen=True)

@@ -154,25 +154,32 @@ def environment() -> Environment:
     )
 
 
+APP_ONLY = "streamlit"  # the one package only the app needs
+
+
 def versions_check(env: Environment) -> Check:
     """Every package installed at the version requirements.txt pins: the versions every figure and test here was
     verified on (a local build tag such as +cpu or +cu128 is allowed). Another version is a WARN, not a FAIL: a GPU
     image's own torch may well run everything, and the doctor's other checks (the run's tokens against generate(),
-    the KV bytes, the clocks) are what says whether it does here. A package missing is a FAIL."""
+    the KV bytes, the clocks) are what says whether it does here. A package missing is a FAIL, except streamlit: a GPU
+    image without it runs the CLI, `bench` and the GPU check (only the app needs it), so its absence warns."""
     rule = "threshold: torch, transformers and streamlit at requirements.txt's pins (the verified versions)"
     missing = [name for name, version in env.packages.items() if version is None]
     found = ", ".join(f"{name} {version}" for name, version in env.packages.items() if version is not None)
-    if missing:
+    if set(missing) - {APP_ONLY}:
         return verdict(False, "versions", f"{', '.join(missing)} not installed: pip install -r requirements.txt")
     differ = [
         f"{name} {env.packages[name]} (requirements.txt pins {pin})"
         for name, pin in env.pinned.items()
-        if str(env.packages[name]).split("+")[0] != pin
+        if env.packages.get(name) is not None and str(env.packages[name]).split("+")[0] != pin
     ]
-    if differ:
+    if differ or missing:
+        below = "not the verified versions, so the checks below say whether this machine runs the explorer"
+        said = [f"{', '.join(differ)}: {below}"] if differ else []
+        if missing:
+            said.append(f"{APP_ONLY} not installed: the CLI, bench and the GPU check run here, the app does not")
         line = (
-            f"{', '.join(differ)}: not the verified versions, so the checks below say whether this machine runs "
-            f"the explorer; pip install -r requirements.txt for the verified stack ({rule}; another version warns)"
+            f"{'; '.join(said)}; pip install -r requirements.txt for the verified stack ({rule}; another version warns)"
         )
         return Check("versions", "WARN", line, found)
     same = "as requirements.txt pins them" if env.pinned else "no requirements.txt beside this checkout to compare"

@@ -63,7 +63,8 @@ def part_text(part: Part) -> str:
     if part.bench is not None:
         return format_bench(part.bench)
     if part.suite is not None:
-        return part.suite.output_tail
+        figures = [f"{test}: {name} = {value}" for test, name, value in part.suite.figures]
+        return "\n".join([part.suite.output_tail, *(["", "Figures the tests recorded:", *figures] if figures else [])])
     return part.found
 
 

@@ -4,7 +4,14 @@ weights (`shape:smollm2-135m`: the same layers, heads and bytes), so a GPU box w
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# No model hub here either (tests/conftest.py says so for the whole suite, but a GPU image without streamlit runs this
+# folder alone: explorer.checks.gpucheck.run_suite).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from explorer.checks.gpucheck import check_model_name
 from explorer.core.loaded_model import LoadedModel

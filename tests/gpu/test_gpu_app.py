@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("streamlit", reason="GPU APP TEST SKIPPED: streamlit is not installed in this GPU image")
+
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 from tests.gpu import requires_cuda

@@ -140,10 +140,10 @@ class FakeCapture:
 def test_the_pool_keeps_idle_graphs_per_shape_and_drops_the_least_recently_used(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pool = GraphPool()
+    pool = GraphPool(compile_steps=False)
     captured: list[CacheShape] = []
 
-    def capture(_model: object, shape: CacheShape) -> FakeCapture:
+    def capture(_model: object, shape: CacheShape, _step: object = None) -> FakeCapture:
         captured.append(shape)
         return FakeCapture(shape, FakeCache())
 
@@ -193,3 +193,29 @@ def test_a_static_trace_keeps_its_layout_when_recosted_and_through_json(
         del data[key]
     old = Trace.from_dict(data)
     assert old.decode_path == "eager" and old.allocated_kv_cache_bytes == old.final_kv_cache_bytes
+
+
+def test_a_pool_compiles_one_step_per_model_and_captures_uncompiled_once_a_compile_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compiled: list[object] = []
+    monkeypatch.setattr(graph_decode, "compiled_forward", lambda model: compiled.append(model) or "compiled step")
+    steps: list[object] = []
+
+    def capture(_model: object, shape: CacheShape, step: object = None) -> FakeCapture:
+        steps.append(step)
+        fake = FakeCapture(shape, FakeCache())
+        fake.compiled, fake.why_uncompiled = False, "BackendCompilerFailed: no Triton for this GPU"  # type: ignore[attr-defined]
+        return fake
+
+    monkeypatch.setattr(graph_decode, "CapturedDecode", capture)
+    pool = GraphPool(compile_steps=True)
+    said: list[str] = []
+    pool.lease("model", CacheShape(1, 256), lambda _f, text: said.append(text))  # type: ignore[arg-type]
+    assert steps == ["compiled step"] and compiled == ["model"]
+    assert "its kernels compiled by torch.compile first" in said[0]
+    assert pool.why_uncompiled == "BackendCompilerFailed: no Triton for this GPU"
+    pool.lease("model", CacheShape(1, 512), lambda _f, text: said.append(text))  # type: ignore[arg-type]
+    assert steps[-1] is None and compiled == ["model"] and "takes a few seconds" in said[-1]  # not compiled again
+    monkeypatch.setenv(graph_decode.COMPILE_ENV, "0")
+    assert GraphPool().compile_steps is False

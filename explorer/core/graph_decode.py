@@ -16,12 +16,20 @@ positions from it. A sliding static layer also keeps a host-side count a replay 
 experts routes on the host: neither is captured (`graph_refusal`). A graph holds the addresses of the cache it was
 captured on, so the two live and are leased together (`GraphPool`), kept for the loaded model's life.
 
+The step a graph captures is, where torch.compile works (CUDA with Triton), the model's forward compiled by inductor
+for the cache's fixed shapes: norms, rotary embeddings and activations fused into fewer, larger kernels. On an H200 the
+plain capture of transformers' forward left SmolLM2-135M's shape at 3.4 ms a pass against 2.3 ms for transformers' own
+compiled static path: a graph removes the launches, not the kernels. `EXPLORER_GRAPH_COMPILE=0` captures the forward as
+it is, and so does a model whose compile fails (said once).
+
 Nothing here imports torch.cuda at import time: on a CPU the static path runs and the graph path is refused in one
 line.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +45,7 @@ from explorer.core.trace import DecodePath
 CAPACITY_STEP = 256  # a static cache's positions are rounded up to a multiple: nearby lengths share one graph
 GRAPH_WARMUP_CALLS = 2  # on a side stream before capture: lazy kernel set-up must not be captured
 MAX_IDLE_GRAPHS = 8  # per loaded model; beyond it the least recently used shape is dropped (its cache's memory too)
+COMPILE_ENV = "EXPLORER_GRAPH_COMPILE"  # "0": capture transformers' forward as it is, uncompiled
 
 Say = Callable[[float, str], None]  # progress: (fraction, what is happening)
 
@@ -124,29 +133,56 @@ def static_layer_bytes(cache: object, positions: int) -> tuple[int, ...]:
     return tuple(held)
 
 
+def compile_wanted() -> bool:
+    """Whether a graph captures inductor's kernels: torch.compile needs Triton for CUDA, and can be switched off."""
+    return os.environ.get(COMPILE_ENV, "1") != "0" and importlib.util.find_spec("triton") is not None
+
+
+def compiled_forward(model: nn.Module) -> Callable[..., object]:
+    """The model's forward for one fixed-shape decode step, compiled by inductor (lazily: on its first call). No CUDA
+    graphs of inductor's own: the step is captured here, around the compiled kernels."""
+    return torch.compile(model.__call__, fullgraph=True, dynamic=False, mode="default")
+
+
 class CapturedDecode:
     """A static cache for `shape` and the one-token decode step captured on it as a CUDA graph: `replay` copies the
     token in, replays every kernel of the step in one launch and returns the step's logits (valid until the next
-    replay). The cache is empty after construction: the warm-up calls' positions are cleared."""
+    replay). `step` is what is captured (the model's forward, or its compiled form); a compiled step that fails on its
+    warm-up calls is replaced by the model's own forward (`compiled` False, `why_uncompiled` says why). The cache is
+    empty after construction: the warm-up calls' positions are cleared."""
 
-    def __init__(self, model: nn.Module, shape: CacheShape) -> None:
+    def __init__(self, model: nn.Module, shape: CacheShape, step: Callable[..., object] | None = None) -> None:
         self.shape = shape
+        self.compiled, self.why_uncompiled = step is not None, "" if step is not None else "not asked"
         device = next(model.parameters()).device
         with torch.inference_mode():
             self.cache = new_static_cache(model, shape)
             self.token = torch.zeros((shape.batch, 1), dtype=torch.long, device=device)  # (B, 1): the replay's input
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):  # lazy set-up (cuBLAS handles, workspaces) happens here, not in the capture
-                for _ in range(GRAPH_WARMUP_CALLS):
-                    model(input_ids=self.token, past_key_values=self.cache, use_cache=True)
-            torch.cuda.current_stream(device).wait_stream(side)
+            try:
+                self._warm(step or model, device)
+            except RuntimeError as exc:  # inductor or dynamo could not compile this model's step: capture it as is
+                if step is None:
+                    raise
+                self.compiled, self.why_uncompiled, step = False, one_line(exc), None
+                self.cache.reset()
+                self._warm(model, device)
             self.cache.reset()  # the warm-up calls wrote positions: zero them and the position counters, in place
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
-                self.logits = model(input_ids=self.token, past_key_values=self.cache, use_cache=True).logits[:, -1, :]
+                run = step or model
+                self.logits = run(input_ids=self.token, past_key_values=self.cache, use_cache=True).logits[:, -1, :]
             self.cache.reset()
         torch.cuda.synchronize(device)
+
+    def _warm(self, step: Callable[..., object], device: torch.device) -> None:
+        """GRAPH_WARMUP_CALLS of `step` on a side stream: lazy set-up (cuBLAS handles, workspaces, a compile) happens
+        here, not inside the capture."""
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(GRAPH_WARMUP_CALLS):
+                step(input_ids=self.token, past_key_values=self.cache, use_cache=True)
+        torch.cuda.current_stream(device).wait_stream(side)
 
     def replay(self, input_ids: torch.Tensor) -> torch.Tensor:
         # input_ids: (B, 1) -> logits (B, vocab): the captured step on this cache, at the position it has reached
@@ -167,10 +203,21 @@ class GraphPool:
     keeps the model): a shape is captured once. A request leases one for its whole life, since its KV cache is the
     graph's; a second request of the same shape at the same time (a stepped request between clicks) gets its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, compile_steps: bool | None = None) -> None:
         self._idle: dict[CacheShape, list[CapturedDecode]] = {}  # insertion order: least recently given back first
         self._lock = threading.Lock()
         self.captures = 0  # how many graphs this pool has captured
+        self.compile_steps = compile_wanted() if compile_steps is None else compile_steps
+        self._step: Callable[..., object] | None = None  # the compiled forward, made once per model
+        self.why_uncompiled = ""  # set when a compile failed: later shapes are captured uncompiled
+
+    def _step_for(self, model: nn.Module) -> Callable[..., object] | None:
+        with self._lock:
+            if not self.compile_steps or self.why_uncompiled:
+                return None
+            if self._step is None:
+                self._step = compiled_forward(model)
+            return self._step
 
     def lease(self, model: nn.Module, shape: CacheShape, progress: Say | None = None) -> CapturedDecode:
         with self._lock:
@@ -180,14 +227,17 @@ class GraphPool:
                 if not idle:
                     del self._idle[shape]
                 return leased
+        step = self._step_for(model)
         if progress is not None:
-            progress(
-                0.6,
-                f"Capturing the decode step as a CUDA graph for {shape.batch} x {shape.capacity} cache positions "
-                "(once per shape: the first capture of a shape takes a few seconds)…",
+            how = (
+                "its kernels compiled by torch.compile first (once per shape: tens of seconds the first time)"
+                if step is not None
+                else "once per shape: the first capture of a shape takes a few seconds"
             )
+            positions = f"{shape.batch} x {shape.capacity} cache positions"
+            progress(0.6, f"Capturing the decode step as a CUDA graph for {positions}, {how}…")
         try:
-            captured = CapturedDecode(model, shape)
+            captured = CapturedDecode(model, shape, step)
         except RuntimeError as exc:  # a kernel that cannot be captured (a host sync inside the forward)
             raise RunFailed(
                 f"Capturing the decode step as a CUDA graph failed ({one_line(exc)}): run with the static or eager "
@@ -195,6 +245,8 @@ class GraphPool:
             ) from exc
         with self._lock:
             self.captures += 1
+            if step is not None and not captured.compiled:
+                self.why_uncompiled = captured.why_uncompiled
         return captured
 
     def give_back(self, captured: CapturedDecode) -> None:

@@ -64,6 +64,7 @@ class TurnRecord:
     pass_s: float = 0.0  # their measured seconds
     forward_s: float = 0.0  # every forward it ran, timed or not (a step's warm twin and attention row too), seconds
     resumed: bool = False  # the rest of a turn that stepped aside: its wait was for the turns it let through
+    threads: int | None = None  # the intra-op threads its passes ran on (`explorer.hosting.pass_threads`)
 
     @property
     def entered_unix_s(self) -> float:
@@ -80,6 +81,7 @@ class _Entry:
     passes: int = 0  # what its work reported running (`record_work`)
     pass_s: float = 0.0
     forward_s: float = 0.0
+    threads: int | None = None
     held_before_s: float = 0.0  # a resumed turn: what it held, and ran, before it stepped aside (for the estimates)
     passes_before: int = 0
 
@@ -182,14 +184,18 @@ class DeviceQueue:
             self._promote()
             return resumed
 
-    def record_work(self, ticket: Ticket, passes: int, pass_s: float, forward_s: float) -> None:
+    def record_work(
+        self, ticket: Ticket, passes: int, pass_s: float, forward_s: float, threads: int | None = None
+    ) -> None:
         """What the holder's work ran: `passes` timed passes of `pass_s` seconds, and `forward_s` seconds of forwards
-        in all (its untimed ones too). Kept in its turn's record; ignored once the turn is over."""
+        in all (its untimed ones too), on `threads` intra-op threads. Kept in its turn's record; ignored once the turn
+        is over."""
         with self._cond:
             if self._holder is not None and self._holder.ticket.number == ticket.number:
                 self._holder.passes += passes
                 self._holder.pass_s += pass_s
                 self._holder.forward_s += forward_s
+                self._holder.threads = threads if threads is not None else self._holder.threads
 
     # --- what a waiting page shows ---------------------------------------------------------------------------------
     def holds(self, ticket: Ticket) -> bool:
@@ -299,6 +305,7 @@ class DeviceQueue:
             pass_s=entry.pass_s,
             forward_s=entry.forward_s,
             resumed=entry.ticket.resumed,
+            threads=entry.threads,
         )
         self.turns.append(record)
         if self.log_path is not None:

@@ -92,10 +92,11 @@ class DeviceTurn:
 
     def __init__(self, queue: DeviceQueue, ticket: Ticket) -> None:
         self.queue, self.ticket = queue, ticket
+        self.threads: int | None = None  # the intra-op threads this turn's passes run on (`PassThreads`)
 
     def ran(self, passes: int, pass_s: float, forward_s: float) -> None:
         """`passes` timed passes of `pass_s` seconds, in `forward_s` seconds of forwards in all (untimed ones too)."""
-        self.queue.record_work(self.ticket, passes, pass_s, forward_s)
+        self.queue.record_work(self.ticket, passes, pass_s, forward_s, self.threads)
 
     def pass_on(self) -> None:
         """If anyone is waiting, let them go first and take the device back after them: long work then never blocks
@@ -180,7 +181,10 @@ def device_turn(what: str = "run", passes: int | None = None, steps_aside: bool 
     try:
         _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
         session.steps.sweep()
-        with PASSES_FIRST.held():  # the interpreter lock back to the passes at once, not after 5 ms (`passes_first`)
+        # The interpreter lock back to the passes at once, not after 5 ms (`passes_first`); torch's threads fitted to
+        # the cores other work leaves free (`pass_threads`: on a busy machine a second thread made forwards wait).
+        with PASSES_FIRST.held(), session.threads.fitted() as threads:
+            turn.threads = threads
             yield turn
     finally:
         queue.release(turn.ticket)

@@ -95,8 +95,9 @@ def test_step_mode_warms_each_timed_pass_with_a_twin_of_its_own_shape(fresh_lm: 
 
 
 def test_in_a_busy_room_a_stepped_pass_whose_shapes_ran_goes_without_its_twin(fresh_lm: LoadedModel) -> None:
-    """With the device at work a moment ago (the server's gate), a prefill of a prompt length this process has run and
-    a decode run alone; a prompt length never run still gets its twin. Once idle past WARM_WITHIN_S, every pass does."""
+    """With the device at work a moment ago (the server's gate), a prefill and a decode run alone: on a CPU a prompt
+    length never run too (its first prefill took what its second did); once idle past WARM_WITHIN_S, every pass gets
+    its twin."""
     now = [100.0]
     gate = PassGate(clock=lambda: now[0])
     seen = forwards_seen(fresh_lm)
@@ -110,7 +111,7 @@ def test_in_a_busy_room_a_stepped_pass_whose_shapes_ran_goes_without_its_twin(fr
 
     first, ran = stepped_prefill(PROMPT)
     T = len(first.checked.prompt_ids)
-    assert ran == [T, T]  # a prompt length new to this process: its twin, then the timed prefill
+    assert ran == [T]  # a prompt length new to this process, on a busy CPU: the timed prefill alone
     second, ran = stepped_prefill(PROMPT)
     assert ran == [T]  # the same length again, the device busy: the timed prefill alone
     before = len(seen)
@@ -122,7 +123,7 @@ def test_in_a_busy_room_a_stepped_pass_whose_shapes_ran_goes_without_its_twin(fr
     second.step(gate)
     assert seen[before:] == [1, 1]  # its twin first
     longer, ran = stepped_prefill(PROMPT + " and a few more words")
-    assert ran == [len(longer.checked.prompt_ids)] * 2
+    assert ran == [len(longer.checked.prompt_ids)]
     for stepped in (first, second, longer):
         stepped.free()
 
@@ -138,6 +139,12 @@ def test_a_run_right_after_another_sessions_passes_goes_without_its_warm_up(
     gate.worked()  # another session's pass just ended
     warm = prepare_for_run(fresh_lm, figures, gate, silent)
     assert seen == [] and warm == figures.get("cpu", "float32")
+    # Its own prompt length, never run in this process, needs no warm-up either on a CPU left warm: there a new
+    # length's first prefill took what its second did (engine.warm_up_shapes).
+    checked = check_request(fresh_lm, Request(PROMPT + " at a length of its own", max_new_tokens=3))
+    prepare_for_run(fresh_lm, figures, gate, silent, checked)
+    assert seen == []
+    assert warm_up_shapes(fresh_lm, checked) == engine.WARMUP_DECODES  # the same shapes, the device not known warm
     now[0] += WARM_WITHIN_S + 1
     for idle_or_alone in (gate, None):
         before = len(seen)

@@ -12,7 +12,6 @@ have), so no entry point can time a first pass of a new shape.
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -40,7 +39,7 @@ from explorer.core.loaded_model import LoadedModel
 # torch); re-exported here, where the pages and labs have always imported them.
 from explorer.core.request import MAX_NEW_TOKENS_LIMIT as MAX_NEW_TOKENS_LIMIT
 from explorer.core.request import MAX_REPEATS as MAX_REPEATS
-from explorer.core.request import Request, validate
+from explorer.core.request import Request, seeded, validate
 from explorer.core.roofline import pass_cost
 from explorer.core.timing import RequestClock, synchronize, timed
 from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
@@ -232,15 +231,22 @@ def reserved_bytes(device: torch.device) -> int:
 
 
 def warm_up_shapes(
-    lm: LoadedModel, checked: CheckedRequest, rows: list[list[int]] | None = None, progress: Report | None = None
+    lm: LoadedModel,
+    checked: CheckedRequest,
+    rows: list[list[int]] | None = None,
+    progress: Report | None = None,
+    device_warm: bool = False,
 ) -> int:
     """Untimed passes at `checked`'s own shapes on its own decode path (batch `rows`, default its prompt) unless this
     process has run them (`LoadedModel.warmed`): a prefill of its prompt length, then greedy decodes up to its last
     cache length on a GPU (stopping where the run will, at end-of-text, when it is greedy), its first WARMUP_DECODES on
-    a CPU (see `SHAPE_DECODES_WARMED`). On the graph path this is where a new shape is captured, said to `progress`.
-    Returns the decodes run."""
+    a CPU (see `SHAPE_DECODES_WARMED`), and nothing on a CPU that is `device_warm` (other passes ran a moment ago:
+    there a new length's first prefill took what its second did). On the graph path this is where a new shape is
+    captured, said to `progress`. Returns the decodes run."""
     rows = rows if rows is not None else [list(checked.prompt_ids)]
     shape, device = checked.shape(len(rows)), lm.torch_device
+    if device_warm and device.type == "cpu":
+        return 0
     plan = lm.warmed.plan(shape, SHAPE_DECODES_WARMED.get(device.type, WARMUP_DECODES), reserved_bytes(device))
     if plan.nothing:
         return 0
@@ -266,13 +272,6 @@ def warm_up_shapes(
         kv.close()
     lm.warmed.ran(shape, decodes, reserved_bytes(device))
     return decodes
-
-
-def seeded(sampling: Sampling) -> Sampling:
-    """A sampled run gets a seed recorded, so it can be replayed (and every repeat draws the same tokens)."""
-    if sampling.is_greedy or sampling.seed is not None:
-        return sampling
-    return Sampling(sampling.temperature, sampling.top_k, int.from_bytes(os.urandom(4), "little"))
 
 
 # --- the request -----------------------------------------------------------------------------------------------------
@@ -409,11 +408,13 @@ def generate(
     on_pass: OnPass = UNWATCHED,
     *,
     warmed_up: bool = False,
+    device_warm: bool = False,
 ) -> Trace:
     """Run a checked request `request.repeats` times with the device figures `device`, each repeat one ladder
     (`run_to_end`); `on_pass.see` watches the first repeat only. `warmed_up`: the caller ran `warm_up` first (the
-    trace records it). The request's shapes run untimed first unless this process has run them (`warm_up_shapes`)."""
-    warm_up_shapes(lm, checked)
+    trace records it). The request's shapes run untimed first unless this process has run them, or `device_warm`
+    (`warm_up_shapes`)."""
+    warm_up_shapes(lm, checked, device_warm=device_warm)
     sampling = seeded(checked.request.sampling)  # every repeat draws the same tokens
     runs = []
     for repeat in range(checked.request.repeats):

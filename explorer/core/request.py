@@ -3,6 +3,7 @@ request before torch is imported and a page before anything is paid for (`explor
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from explorer.core.errors import BadInput
@@ -61,3 +62,10 @@ def check_fits_context(new_tokens: int, max_context: int | None, prompt_tokens: 
             f"{prompt_tokens} prompt + {new_tokens} new tokens exceed the model's context of {max_context} tokens: "
             "ask for fewer tokens."
         )
+
+
+def seeded(sampling: Sampling) -> Sampling:
+    """A sampled run gets a seed recorded, so it can be replayed (and every repeat draws the same tokens)."""
+    if sampling.is_greedy or sampling.seed is not None:
+        return sampling
+    return Sampling(sampling.temperature, sampling.top_k, int.from_bytes(os.urandom(4), "little"))

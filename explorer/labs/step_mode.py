@@ -141,12 +141,14 @@ class SteppedRequest:
 
     def _needs_twin(self, gate: PassGate | None) -> bool:
         """Whether the timed pass needs its warm twin first: yes after the device went idle (its threads asleep, its
-        caches full of other work), and for a prefill of a prompt length this process has not run; in a busy room a
-        decode (every session's decodes share their shapes but the cache length) and a prompt length already run go
-        without one, so each click costs the device its pass and not two."""
+        caches full of other work), and on a GPU for a prefill of a prompt length this process has not run; in a busy
+        room a decode (every session's decodes share their shapes but the cache length), a prompt length already run
+        and on a CPU any prompt length (`engine.warm_up_shapes`) go without one, so each click costs the device its
+        pass and not two."""
         if gate is None or not gate.warm():
             return True
-        return not self.passes and not self.lm.warmed.prefilled(self._shape)
+        first_of_its_length = not self.passes and not self.lm.warmed.prefilled(self._shape)
+        return first_of_its_length and self.lm.torch_device.type != "cpu"
 
     def replay_passes(self, gate: PassGate | None = None) -> None:
         """The attention maps of every pass not replayed yet (untimed, on the model's eager twin; with a server's

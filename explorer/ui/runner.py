@@ -96,6 +96,7 @@ def run_streaming(
 
     on_turn = RunOnTurn(turn, say) if turn is not None else None
     let_through = on_turn.let_through if on_turn is not None else keep_device
+    device_warm = gate is not None and gate.warm()  # another session's passes ran a moment ago
     with progress_bar("Preparing the device…") as report:
         # The warm-up's forwards apart from drawing, as the passes are: beside three sessions drawing charts, the
         # generic warm-up took 2.1-2.2 s outside the gate and 0.46-0.47 s inside it.
@@ -108,7 +109,8 @@ def run_streaming(
         with timed if timed is not None else nullcontext():
             hand_over = (lambda: timed.between(let_through)) if timed is not None else None
             tally = on_turn.tally if on_turn is not None else None
-            trace = generate(lm, checked, profile, OnPass(on_pass, hand_over, tally), warmed_up=True)
+            on = OnPass(on_pass, hand_over, tally)
+            trace = generate(lm, checked, profile, on, warmed_up=True, device_warm=device_warm)
     if on_turn is not None:
         on_turn.done()
     trace = keep_figures_honest(trace, figures)
@@ -130,11 +132,12 @@ def prepare_for_run(
     busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
     shape of the Run's own), and everyone behind it waited for both. The trace says warmed up either way: the passes
     before its first were warm ones. `checked`'s own shapes are warmed here, where this process has not run them,
-    before the timed run holds the pass gate; `between` follows each generic warm-up forward."""
+    before the timed run holds the pass gate (none on a CPU left warm: `warm_up_shapes`); `between` follows each generic
+    warm-up forward."""
     if gate is not None and gate.warm():
         profile = figures.get(lm.torch_device.type, lm.info.dtype, progress=report)
         if checked is not None:
-            warm_up_shapes(lm, checked, progress=report)
+            warm_up_shapes(lm, checked, progress=report, device_warm=True)
         return profile
     return prepare_device(lm, figures, checked, progress=report, between=between)
 

@@ -17,7 +17,7 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DISTURBED_SHARE, Trace
 from explorer.hosting import beside
-from explorer.hosting.quiet import PassGate, TimedRun
+from explorer.hosting.quiet import DRAWING_WAIT_SHARE, PassGate, TimedRun
 from explorer.labs.step_mode import SteppedRequest
 
 WAIT_S = 10.0  # a bound no healthy step here comes near: a hang fails instead of blocking the suite
@@ -83,6 +83,25 @@ def test_a_pass_waits_no_longer_than_its_bound_and_counts_the_chart_it_ran_besid
     finally:
         leave.set()
         chart.join(WAIT_S)
+
+
+def test_a_pass_waits_for_charts_at_most_half_the_last_sections_time() -> None:
+    """In a room nearly every pass found a chart in flight: a 60 ms decode then waited 0.25 s for it. The bound follows
+    the passes: at most DRAWING_WAIT_SHARE of the last timed section, never more than `wait_for_drawing_s`."""
+    now = [10.0]
+    gate = PassGate(wait_for_drawing_s=0.25, clock=lambda: now[0])
+    assert gate.drawing_wait_s() == 0.25  # nothing timed yet
+    with gate.timing():
+        now[0] += 0.06  # a 60 ms decode
+    assert gate.drawing_wait_s() == pytest.approx(DRAWING_WAIT_SHARE * 0.06)
+    with gate.timing():
+        now[0] += 2.0  # a long prefill
+    assert gate.drawing_wait_s() == 0.25
+    run = TimedRun(gate)
+    with run:
+        now[0] += 0.08
+        run.between()  # each of a run's passes is a section of its own
+        assert gate.drawing_wait_s() == pytest.approx(DRAWING_WAIT_SHARE * 0.08)
 
 
 def test_a_chart_waits_no_longer_than_its_bound_for_a_pass() -> None:

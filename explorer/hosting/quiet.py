@@ -5,8 +5,9 @@ Why: a session's turn on the device ends with its passes (`explorer.hosting.queu
 run while the last one's page is drawn, and every session is a thread of one Python process. The gate narrows that
 overlap to what it cannot reach (a page's other work, a browser on the same machine), and `explorer.hosting.beside`
 measures what is left, so that a page can mark a pass that was disturbed instead of showing its time as clean.
-Both waits are bounded: a pass never waits more than `wait_for_drawing_s` for charts, a chart never more than
-`drawing_waits_at_most_s` for passes. Pure Python and thread-safe, no Streamlit and no torch.
+Both waits are bounded: a pass never waits more than `wait_for_drawing_s` for charts, nor more than DRAWING_WAIT_SHARE
+of the last timed section's length, a chart never more than `drawing_waits_at_most_s` for passes. Pure Python and
+thread-safe, no Streamlit and no torch.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ DRAWING_WAITS_AT_MOST_S = 2.0  # a pass takes 0.05-1 s here, a run lets charts i
 # The device worked this recently: its threads are awake and the weights in its caches, so a pass needs no warm twin
 # or warm-up before it (a stepped pass timed after a pause of seconds ran 2-6x a Run's; within this, as a Run's).
 WARM_WITHIN_S = 0.5
+# Why a share: in a room of 8 (benchmarks/workshop.py) nearly every pass found a chart in flight and waited its whole
+# 0.25 s for it, a step's 60-150 ms pass held the device 0.2-0.4 s and a Run's 4 passes waited 1 s between them, so
+# everyone behind waited more for the waits than for the passes; at half the last section a Run still waited 0.24-0.7 s
+# over its 4 passes. A pass waits at most a quarter of its last time (a decode's 15-40 ms): what is still drawn after
+# that is measured beside it and marks it.
+DRAWING_WAIT_SHARE = 0.25
 
 
 @dataclass
@@ -49,6 +56,16 @@ class PassGate:
     _let_in: set[int] = field(default_factory=set, init=False)  # let in when a pass ended: they go before the next
     _timing: int | None = field(default=None, init=False)  # the thread timing passes
     _last_work_s: float = field(default=float("-inf"), init=False)
+    _held_since_s: float = field(default=0.0, init=False)  # when the timing thread's section began (after its wait)
+    _last_section_s: float | None = field(default=None, init=False)  # how long the last section lasted
+
+    def drawing_wait_s(self) -> float:
+        """How long the next pass waits, at most, for charts in flight: `wait_for_drawing_s`, and no more than
+        DRAWING_WAIT_SHARE of the last section (a pass, or a twin and its pass)."""
+        with self._cond:
+            if self._last_section_s is None:
+                return self.wait_for_drawing_s
+            return min(self.wait_for_drawing_s, DRAWING_WAIT_SHARE * self._last_section_s)
 
     @contextmanager
     def drawing(self) -> Iterator[None]:
@@ -112,8 +129,10 @@ class PassGate:
             self._cond.wait_for(lambda: self._timing in (None, me))  # the device's queue already serialises passes
             self._timing = me
             started = self.clock()
-            self._cond.wait_for(lambda: self._others_drawing(me) == 0, self.wait_for_drawing_s)
-            timed.waited_for_drawing_s += self.clock() - started
+            bound_s = self.drawing_wait_s()  # the condition's lock is re-entrant
+            self._cond.wait_for(lambda: self._others_drawing(me) == 0, bound_s)
+            self._held_since_s = self.clock()
+            timed.waited_for_drawing_s += self._held_since_s - started
             timed.drawing_in_flight = max(timed.drawing_in_flight, self._others_drawing(me))
 
     def let_go(self) -> None:
@@ -122,6 +141,8 @@ class PassGate:
         with self._cond:
             if self._timing not in (None, threading.get_ident()):
                 return
+            if self._timing is not None:
+                self._last_section_s = self.clock() - self._held_since_s
             self._timing = None
             self._let_in |= self._waiting  # the charts held back go before the next pass, whoever times it
             self._last_work_s = self.clock()

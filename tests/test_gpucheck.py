@@ -66,7 +66,7 @@ def test_every_part_runs_a_failure_is_kept_and_the_budget_skips_what_is_left(
     monkeypatch.setattr(gpucheck, "doctor_part", doctor)
     monkeypatch.setattr(gpucheck, "bench_part", bench)
     report = tmp_path / "g.md"
-    result = run_cli("gpucheck", "--report", str(report))
+    result = run_cli("gpucheck", "--report", str(report), "--budget-s", "300")
     assert ran == ["doctor embedded", "bench embedded float32", "bench shape:llama-3.1-8b bfloat16"]
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (

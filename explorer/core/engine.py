@@ -43,7 +43,7 @@ from explorer.core.request import Request, seeded, validate
 from explorer.core.roofline import pass_cost
 from explorer.core.timing import RequestClock, synchronize, timed
 from explorer.core.trace import DeviceProfile, PassRecord, Phase, Sampling, TopToken, Trace
-from explorer.core.warm_shapes import RequestShape
+from explorer.core.warm_shapes import RequestShape, warm_device_needs_new_shapes
 
 TOP_K_SHOWN = 5
 WARMUP_PROMPT_TOKENS = 8
@@ -240,12 +240,12 @@ def warm_up_shapes(
     """Untimed passes at `checked`'s own shapes on its own decode path (batch `rows`, default its prompt) unless this
     process has run them (`LoadedModel.warmed`): a prefill of its prompt length, then greedy decodes up to its last
     cache length on a GPU (stopping where the run will, at end-of-text, when it is greedy), its first WARMUP_DECODES on
-    a CPU (see `SHAPE_DECODES_WARMED`), and nothing on a CPU that is `device_warm` (other passes ran a moment ago:
-    there a new length's first prefill took what its second did). On the graph path this is where a new shape is
-    captured, said to `progress`. Returns the decodes run."""
+    a CPU (see `SHAPE_DECODES_WARMED`), and nothing when the device is `device_warm` (other passes ran a moment ago)
+    and needs no new shape warmed then (`warm_device_needs_new_shapes`). On the graph path this is where a new shape
+    is captured, said to `progress`. Returns the decodes run."""
     rows = rows if rows is not None else [list(checked.prompt_ids)]
     shape, device = checked.shape(len(rows)), lm.torch_device
-    if device_warm and device.type == "cpu":
+    if device_warm and not warm_device_needs_new_shapes(device.type):
         return 0
     plan = lm.warmed.plan(shape, SHAPE_DECODES_WARMED.get(device.type, WARMUP_DECODES), reserved_bytes(device))
     if plan.nothing:
@@ -408,13 +408,13 @@ def generate(
     on_pass: OnPass = UNWATCHED,
     *,
     warmed_up: bool = False,
-    device_warm: bool = False,
+    shapes_warmed: bool = False,
 ) -> Trace:
     """Run a checked request `request.repeats` times with the device figures `device`, each repeat one ladder
-    (`run_to_end`); `on_pass.see` watches the first repeat only. `warmed_up`: the caller ran `warm_up` first (the
-    trace records it). The request's shapes run untimed first unless this process has run them, or `device_warm`
-    (`warm_up_shapes`)."""
-    warm_up_shapes(lm, checked, device_warm=device_warm)
+    (`run_to_end`); `on_pass.see` watches the first repeat only. `warmed_up`: the caller ran `warm_up` first (the trace
+    records it). Its shapes run untimed first (`warm_up_shapes`) unless `shapes_warmed`: the caller saw to them."""
+    if not shapes_warmed:
+        warm_up_shapes(lm, checked)
     sampling = seeded(checked.request.sampling)  # every repeat draws the same tokens
     runs = []
     for repeat in range(checked.request.repeats):

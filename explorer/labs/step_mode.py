@@ -40,7 +40,7 @@ from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import PassRecord, Trace
-from explorer.core.warm_shapes import RequestShape
+from explorer.core.warm_shapes import RequestShape, warm_device_needs_new_shapes
 from explorer.hosting.quiet import PassGate, Timed
 
 
@@ -143,12 +143,12 @@ class SteppedRequest:
         """Whether the timed pass needs its warm twin first: yes after the device went idle (its threads asleep, its
         caches full of other work), and on a GPU for a prefill of a prompt length this process has not run; in a busy
         room a decode (every session's decodes share their shapes but the cache length), a prompt length already run
-        and on a CPU any prompt length (`engine.warm_up_shapes`) go without one, so each click costs the device its
-        pass and not two."""
+        and on a CPU any prompt length (`warm_device_needs_new_shapes`) go without one, so each click costs the device
+        its pass and not two."""
         if gate is None or not gate.warm():
             return True
         first_of_its_length = not self.passes and not self.lm.warmed.prefilled(self._shape)
-        return first_of_its_length and self.lm.torch_device.type != "cpu"
+        return first_of_its_length and warm_device_needs_new_shapes(self.lm.torch_device.type)
 
     def replay_passes(self, gate: PassGate | None = None) -> None:
         """The attention maps of every pass not replayed yet (untimed, on the model's eager twin; with a server's

@@ -96,7 +96,6 @@ def run_streaming(
 
     on_turn = RunOnTurn(turn, say) if turn is not None else None
     let_through = on_turn.let_through if on_turn is not None else keep_device
-    device_warm = gate is not None and gate.warm()  # another session's passes ran a moment ago
     with progress_bar("Preparing the device…") as report:
         # The warm-up's forwards apart from drawing, as the passes are: beside three sessions drawing charts, the
         # generic warm-up took 2.1-2.2 s outside the gate and 0.46-0.47 s inside it.
@@ -110,7 +109,7 @@ def run_streaming(
             hand_over = (lambda: timed.between(let_through)) if timed is not None else None
             tally = on_turn.tally if on_turn is not None else None
             on = OnPass(on_pass, hand_over, tally)
-            trace = generate(lm, checked, profile, on, warmed_up=True, device_warm=device_warm)
+            trace = generate(lm, checked, profile, on, warmed_up=True, shapes_warmed=True)  # prepare_for_run did
     if on_turn is not None:
         on_turn.done()
     trace = keep_figures_honest(trace, figures)

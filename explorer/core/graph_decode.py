@@ -153,7 +153,7 @@ class CapturedDecode:
 
     def __init__(self, model: nn.Module, shape: CacheShape, step: Callable[..., object] | None = None) -> None:
         self.shape = shape
-        self.compiled, self.why_uncompiled = step is not None, "" if step is not None else "not asked"
+        self.compiled, self.why_uncompiled = step is not None, ""
         device = next(model.parameters()).device
         with torch.inference_mode():
             self.cache = new_static_cache(model, shape)

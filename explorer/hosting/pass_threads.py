@@ -52,19 +52,17 @@ def _torch_threads() -> tuple[Callable[[], int], Callable[[int], None]]:
 
 @dataclass
 class PassThreads:
-    """Fits the intra-op threads of the holder's turn to the free cores (`fitted`), and says what it chose last."""
+    """Fits the intra-op threads of the holder's turn to the free cores (`fitted`, which yields them)."""
 
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     read_runnable: Callable[[], int | None] = runnable_tasks
     threads: tuple[Callable[[], int], Callable[[int], None]] | None = None  # (get, set); torch's by default
-    last: int | None = field(default=None, init=False)  # what the latest turn ran on
 
     @contextmanager
     def fitted(self) -> Iterator[int]:
         get, set_ = self.threads if self.threads is not None else _torch_threads()
         before = get()
         chosen = fitted_threads(before, self.cores, self.read_runnable())
-        self.last = chosen
         if chosen != before:
             set_(chosen)
         try:

@@ -45,6 +45,17 @@ def drawing_in_a_thread(gate: PassGate, inside: threading.Event, leave: threadin
     return thread
 
 
+def timing_in_a_thread(gate: PassGate, inside: threading.Event, leave: threading.Event) -> threading.Thread:
+    """A thread, not yet started, that times a pass through `gate`, says so, and stays in it until `leave` is set."""
+
+    def time_a_pass() -> None:
+        with gate.timing():
+            inside.set()
+            leave.wait(WAIT_S)
+
+    return threading.Thread(target=time_a_pass)
+
+
 def test_a_pass_waits_for_the_chart_in_flight_then_new_charts_wait_for_the_pass() -> None:
     gate = PassGate(wait_for_drawing_s=WAIT_S, drawing_waits_at_most_s=WAIT_S)
     inside, leave = threading.Event(), threading.Event()
@@ -107,13 +118,7 @@ def test_a_pass_waits_for_charts_at_most_half_the_last_sections_time() -> None:
 def test_a_chart_waits_no_longer_than_its_bound_for_a_pass() -> None:
     gate = PassGate(drawing_waits_at_most_s=0.05)
     in_pass, leave = threading.Event(), threading.Event()
-
-    def long_pass() -> None:
-        with gate.timing():
-            in_pass.set()
-            leave.wait(WAIT_S)
-
-    timer = threading.Thread(target=long_pass)
+    timer = timing_in_a_thread(gate, in_pass, leave)
     timer.start()
     assert in_pass.wait(WAIT_S)
     started = time.monotonic()
@@ -198,13 +203,7 @@ def test_a_step_runs_its_warm_twin_inside_the_gates_section(
 def test_a_run_that_ends_while_another_thread_times_a_pass_leaves_that_section_alone() -> None:
     gate = PassGate()
     timing, leave = threading.Event(), threading.Event()
-
-    def next_token() -> None:
-        with gate.timing():
-            timing.set()
-            leave.wait(WAIT_S)
-
-    thread = threading.Thread(target=next_token)
+    thread = timing_in_a_thread(gate, timing, leave)  # another session's Next token
 
     def let_through_then_stopped() -> None:  # the run lets a Next token through and is stopped meanwhile
         thread.start()

@@ -17,7 +17,9 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DISTURBED_SHARE, Trace
 from explorer.hosting import beside
-from explorer.hosting.quiet import DRAWING_WAIT_SHARE, PassGate, TimedRun
+from explorer.hosting.queue import SERVER_OWNER, DeviceQueue
+from explorer.hosting.quiet import DRAWING_WAIT_SHARE, SHARED_WITHIN_S, PassGate, TimedRun
+from explorer.hosting.server_session import ServerSession
 from explorer.labs.step_mode import SteppedRequest
 
 WAIT_S = 10.0  # a bound no healthy step here comes near: a hang fails instead of blocking the suite
@@ -113,6 +115,51 @@ def test_a_pass_waits_for_charts_at_most_half_the_last_sections_time() -> None:
         now[0] += 0.08
         run.between()  # each of a run's passes is a section of its own
         assert gate.drawing_wait_s() == pytest.approx(DRAWING_WAIT_SHARE * 0.08)
+
+
+def test_with_turns_in_line_a_pass_waits_for_no_chart_and_counts_the_one_it_ran_beside() -> None:
+    """Each turn in line would pay for the wait (a room of 8 waited for everyone's charts ahead of it): the pass goes
+    at once, with the chart in flight counted beside it."""
+    in_line = [2]
+    gate = PassGate(wait_for_drawing_s=WAIT_S, in_line=lambda: in_line[0])
+    inside, leave = threading.Event(), threading.Event()
+    chart = drawing_in_a_thread(gate, inside, leave)
+    try:
+        assert gate.drawing_wait_s() == 0.0 and gate.crowded()
+        with gate.timing() as timed:
+            pass
+        assert timed.drawing_in_flight == 1 and timed.waited_for_drawing_s < WAIT_S / 2
+        in_line[0] = 0  # nobody behind it: the pass waits for the chart again, up to its bound
+        assert gate.drawing_wait_s() > 0 and not gate.crowded()
+    finally:
+        leave.set()
+        chart.join(WAIT_S)
+
+
+def test_the_device_is_crowded_with_turns_in_line_or_other_sessions_lately() -> None:
+    assert not PassGate().crowded()  # one person's app: no line, nobody else
+    assert PassGate(in_line=lambda: 1).crowded()
+    assert PassGate(shared=lambda: True).crowded()
+
+
+def test_a_server_sessions_gate_reads_the_line_and_who_used_the_device_lately() -> None:
+    now = [1000.0]
+    session = ServerSession(queue=DeviceQueue(wall_clock=lambda: now[0]))
+    queue, gate = session.queue, session.gate
+    warm_up = queue.enter("warm-up", SERVER_OWNER)
+    queue.release(warm_up)  # the server's own turn: nobody's session
+    mine = queue.enter("step", "a", passes=1)
+    assert queue.wait(mine, 0) and gate.in_line() == 0 and not gate.crowded()
+    other = queue.enter("step", "b", passes=1)
+    assert gate.in_line() == 1 and gate.crowded()
+    queue.release(mine)
+    assert queue.wait(other, 0)
+    queue.release(other)
+    mine = queue.enter("step", "a", passes=1)
+    assert queue.wait(mine, 0) and gate.in_line() == 0 and gate.crowded()  # b's turn just ended: a shared device
+    now[0] += SHARED_WITHIN_S + 1
+    assert not gate.crowded()  # the room has gone: a's passes get their twins again
+    queue.release(mine)
 
 
 def test_a_chart_waits_no_longer_than_its_bound_for_a_pass() -> None:

@@ -128,6 +128,40 @@ def test_in_a_busy_room_a_stepped_pass_whose_shapes_ran_goes_without_its_twin(fr
         stepped.free()
 
 
+@pytest.mark.parametrize("crowd", ["turns in line", "other sessions lately"])
+def test_on_a_crowded_device_an_idle_pause_brings_no_twin_nor_warm_up(
+    fresh_lm: LoadedModel, figures: FiguresStore, crowd: str
+) -> None:
+    """Idle past WARM_WITHIN_S, but crowded (`PassGate.crowded`): the stepped pass runs alone (everyone in line would
+    wait for its twin), and so do a Run's passes (no generic warm-up); uncrowded, both come back."""
+    now, crowded = [100.0], [True]
+    gate = PassGate(clock=lambda: now[0])
+    if crowd == "turns in line":
+        gate.in_line = lambda: 3 if crowded[0] else 0
+    else:
+        gate.shared = lambda: crowded[0]
+    seen = forwards_seen(fresh_lm)
+    checked = check_request(fresh_lm, Request(PROMPT, max_new_tokens=3, use_chat_template=False))
+    stepped = SteppedRequest.start(fresh_lm, checked)
+    try:
+        stepped.step(gate)  # the prefill, on a device that has done nothing yet
+        assert seen == [len(checked.prompt_ids)]
+        now[0] += WARM_WITHIN_S + 1
+        before = len(seen)
+        stepped.step(gate)
+        assert seen[before:] == [1]  # the decode alone
+        before = len(seen)
+        prepare_for_run(fresh_lm, figures, gate, silent)
+        assert seen[before:] == []
+        crowded[0] = False
+        now[0] += WARM_WITHIN_S + 1
+        before = len(seen)
+        stepped.step(gate)
+        assert seen[before:] == [1, 1]  # its twin first
+    finally:
+        stepped.free()
+
+
 def test_a_run_right_after_another_sessions_passes_goes_without_its_warm_up(
     fresh_lm: LoadedModel, figures: FiguresStore
 ) -> None:

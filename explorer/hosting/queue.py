@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+SERVER_OWNER = "server"  # the owner of the server's own turns (its warm-up): no visitor's session
+
 
 @dataclass(frozen=True)
 class Ticket:
@@ -206,6 +208,16 @@ class DeviceQueue:
     def waiting(self) -> int:
         with self._cond:
             return len(self._line)
+
+    def shared_within(self, within_s: float) -> bool:
+        """Whether a session other than the holder's waits in line or took a turn that ended within `within_s` seconds
+        (the server's own warm-up is nobody's session)."""
+        with self._cond:
+            mine = self._holder.ticket.owner if self._holder is not None else None
+            others = {e.ticket.owner for e in self._line}
+            since = self.wall_clock() - within_s
+            others |= {t.owner for t in self.turns if t.released_unix_s >= since}
+            return bool(others - {mine, SERVER_OWNER})
 
     def status(self, ticket: Ticket) -> QueueStatus:
         with self._cond:

@@ -6,8 +6,8 @@ run while the last one's page is drawn, and every session is a thread of one Pyt
 overlap to what it cannot reach (a page's other work, a browser on the same machine), and `explorer.hosting.beside`
 measures what is left, so that a page can mark a pass that was disturbed instead of showing its time as clean.
 Both waits are bounded: a pass never waits more than `wait_for_drawing_s` for charts, nor more than DRAWING_WAIT_SHARE
-of the last timed section's length, a chart never more than `drawing_waits_at_most_s` for passes. Pure Python and
-thread-safe, no Streamlit and no torch.
+of the last timed section's length, and not at all while turns wait in line for the device (`in_line`); a chart never
+more than `drawing_waits_at_most_s` for passes. Pure Python and thread-safe, no Streamlit and no torch.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ DRAWING_WAITS_AT_MOST_S = 2.0  # a pass takes 0.05-1 s here, a run lets charts i
 # The device worked this recently: its threads are awake and the weights in its caches, so a pass needs no warm twin
 # or warm-up before it (a stepped pass timed after a pause of seconds ran 2-6x a Run's; within this, as a Run's).
 WARM_WITHIN_S = 0.5
+# Another session's turn this recently makes the device shared (`PassGate.crowded`): a room's people click every few
+# seconds to a minute; a presenter alone, or after the room has gone, gets the twins back.
+SHARED_WITHIN_S = 30.0
 # Why a share: in a room of 8 (benchmarks/workshop.py) nearly every pass found a chart in flight and waited its whole
 # 0.25 s for it, a step's 60-150 ms pass held the device 0.2-0.4 s and a Run's 4 passes waited 1 s between them, so
 # everyone behind waited more for the waits than for the passes; at half the last section a Run still waited 0.24-0.7 s
@@ -58,10 +61,23 @@ class PassGate:
     _last_work_s: float = field(default=float("-inf"), init=False)
     _held_since_s: float = field(default=0.0, init=False)  # when the timing thread's section began (after its wait)
     _last_section_s: float | None = field(default=None, init=False)  # how long the last section lasted
+    # Turns waiting for the device (the server's queue wires it, `ServerSession`): each of them would pay for any wait
+    # of the pass on the device, so with a line a pass waits for no chart, and no warm twin runs (`crowded`).
+    in_line: Callable[[], int] = lambda: 0
+    # Other sessions took turns on the device lately (the server's queue, `DeviceQueue.shared_within(SHARED_WITHIN_S)`):
+    # a room shares it, and each warming of one session's pass is paid by the others (`crowded`).
+    shared: Callable[[], bool] = lambda: False
 
     def drawing_wait_s(self) -> float:
         """How long the next pass waits, at most, for charts in flight: `wait_for_drawing_s`, and no more than
-        DRAWING_WAIT_SHARE of the last section (a pass, or a twin and its pass)."""
+        DRAWING_WAIT_SHARE of the last section (a pass, or a twin and its pass); nothing while turns wait in line.
+
+        Why nothing: in a room of 8 on 2 cores (benchmarks/workshop.py) the passes still found charts in flight and
+        waited for them, 0.07-0.35 s a turn, a fifth of the device's time, so each Next token waited for the charts
+        of everyone ahead; and every one of those passes was marked disturbed all the same (browsers and pages kept
+        the cores busy). A pass with a line behind it goes at once and says what ran beside it."""
+        if self.in_line() > 0:
+            return 0.0
         with self._cond:
             if self._last_section_s is None:
                 return self.wait_for_drawing_s
@@ -116,6 +132,17 @@ class PassGate:
     def warm(self) -> bool:
         """Whether the device did work within WARM_WITHIN_S: another session's passes left it warm for the next."""
         return self.quiet_for_s() <= WARM_WITHIN_S
+
+    def crowded(self) -> bool:
+        """Turns wait in line, or other sessions used the device lately: a pass is then warmed by nothing of its own
+        (no twin, no warm-up), whatever the pause before it.
+
+        Why: a twin costs the device a pass, and in a room everyone who clicks meanwhile waits for it. In a room of 8
+        on 2 cores (benchmarks/workshop.py) a cold twin took 0.1-1 s, the waits behind it ran past the passes ahead,
+        and every pass of the room was marked disturbed, twin or not. One person alone keeps the twin: without it,
+        stepped passes timed after a pause came out 106-177 ms where the twinned ones took 58-68 ms
+        (benchmarks/step_latency.py)."""
+        return self.in_line() > 0 or self.shared()
 
     def worked(self) -> None:
         """The device just did untimed work (a warm twin, an attention row): it is warm now."""

@@ -16,7 +16,7 @@ from explorer.core.device import FiguresStore
 from explorer.core.loaded_model import LoadedModel
 from explorer.hosting.pass_threads import PassThreads
 from explorer.hosting.queue import DeviceQueue
-from explorer.hosting.quiet import PassGate
+from explorer.hosting.quiet import SHARED_WITHIN_S, PassGate
 from explorer.hosting.rooms import RoomStore
 from explorer.hosting.step_mode_requests import LiveSteps
 from explorer.hosting.warm import Warmer
@@ -77,6 +77,11 @@ class ServerSession:
     steps: LiveSteps = field(default_factory=LiveSteps)  # every session's live stepped request, weakly held
     rooms: RoomStore = field(default_factory=RoomStore)  # the Room page's rooms, their rounds and results
     read_once: ReadOnce[object] = field(default_factory=ReadOnce)  # tokenizers and bundled files, read once
+
+    def __post_init__(self) -> None:
+        # The gate reads the crowd around a pass from the queue: the line for the device, and who used it lately.
+        self.gate.in_line = lambda: self.queue.waiting
+        self.gate.shared = lambda: self.queue.shared_within(SHARED_WITHIN_S)
 
     @classmethod
     def create(cls, turn_log: Path | None = None) -> ServerSession:

@@ -141,11 +141,12 @@ class SteppedRequest:
 
     def _needs_twin(self, gate: PassGate | None) -> bool:
         """Whether the timed pass needs its warm twin first: yes after the device went idle (its threads asleep, its
-        caches full of other work), and on a GPU for a prefill of a prompt length this process has not run; in a busy
-        room a decode (every session's decodes share their shapes but the cache length), a prompt length already run
-        and on a CPU any prompt length (`warm_device_needs_new_shapes`) go without one, so each click costs the device
-        its pass and not two."""
-        if gate is None or not gate.warm():
+        caches full of other work) unless the device is crowded (turns in line, or a room sharing it: everyone who
+        clicks meanwhile would wait for the twin, `PassGate.crowded`), and on a GPU for a prefill of a
+        prompt length this process has not run; in a busy room a decode (every session's decodes share their shapes
+        but the cache length), a prompt length already run and on a CPU any prompt length
+        (`warm_device_needs_new_shapes`) go without one, so each click costs the device its pass and not two."""
+        if gate is None or not (gate.warm() or gate.crowded()):
             return True
         first_of_its_length = not self.passes and not self.lm.warmed.prefilled(self._shape)
         return first_of_its_length and warm_device_needs_new_shapes(self.lm.torch_device.type)

@@ -127,13 +127,15 @@ def prepare_for_run(
     checked: CheckedRequest | None = None,
     between: BetweenUnits = keep_device,
 ) -> DeviceProfile:
-    """A Run's figures, and its warm-up unless another session's passes left the device warm (`PassGate.warm`): in a
-    busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
-    shape of the Run's own), and everyone behind it waited for both. The trace says warmed up either way: the passes
-    before its first were warm ones. `checked`'s own shapes are warmed here, where this process has not run them,
+    """A Run's figures, and its warm-up unless another session's passes left the device warm (`PassGate.warm`) or it
+    is crowded (`PassGate.crowded`: turns in line would wait for the warm-up, other work disturbs the passes more): in
+    a busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
+    shape of the Run's own), and everyone behind it waited for both. The trace says warmed up either way: this
+    process's one-off start-up costs were paid by the server's warm-up, and the passes before its first were warm
+    ones or ran beside other work. `checked`'s own shapes are warmed here, where this process has not run them,
     before the timed run holds the pass gate (none on a CPU left warm: `warm_up_shapes`); `between` follows each generic
     warm-up forward."""
-    if gate is not None and gate.warm():
+    if gate is not None and (gate.warm() or gate.crowded()):
         profile = figures.get(lm.torch_device.type, lm.info.dtype, progress=report)
         if checked is not None:
             warm_up_shapes(lm, checked, progress=report, device_warm=True)

@@ -24,6 +24,7 @@ import streamlit as st
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.measure import prepare_device
+from explorer.hosting.queue import SERVER_OWNER
 from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import warming_on
 from explorer.hosting.warm import LOG, Say, WarmStatus, Work
@@ -56,7 +57,7 @@ def warm_work(target: RunInputs, session: ServerSession) -> Work:
     queue = session.queue
 
     def work(say: Say) -> None:
-        ticket = queue.enter("warm-up", "server")
+        ticket = queue.enter("warm-up", SERVER_OWNER)
         try:
             say("waiting for the device")
             queue.wait(ticket, None)

@@ -166,6 +166,8 @@ def report(visits: list[Visit], turns: list[TurnRecord], rss: dict[str, int], wa
     print(f"\nturn log: {len(turns)} turns ({', '.join(sorted({t.what for t in turns}))})")
     threads = Counter(t.threads for t in turns if t.threads is not None)  # explorer.hosting.pass_threads
     print("  intra-op threads per turn: " + (", ".join(f"{n}: {c} turns" for n, c in sorted(threads.items())) or "-"))
+    nices = Counter("not raised" if t.nice is None else f"nice {t.nice}" for t in turns)  # hosting.pass_priority
+    print("  the holder's priority per turn: " + ", ".join(f"{n}: {c} turns" for n, c in sorted(nices.items())))
     for owner, own in turns_by_session(turns).items():
         waited = [t.waited_s for t in own]
         ended = ", ".join(f"{e} {sum(t.ended == e for t in own)}" for e in sorted({t.ended for t in own}))

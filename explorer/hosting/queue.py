@@ -67,6 +67,7 @@ class TurnRecord:
     forward_s: float = 0.0  # every forward it ran, timed or not (a step's warm twin and attention row too), seconds
     resumed: bool = False  # the rest of a turn that stepped aside: its wait was for the turns it let through
     threads: int | None = None  # the intra-op threads its passes ran on (`explorer.hosting.pass_threads`)
+    nice: int | None = None  # the scheduling priority its thread ran at (`explorer.hosting.pass_priority`)
 
     @property
     def entered_unix_s(self) -> float:
@@ -84,6 +85,7 @@ class _Entry:
     pass_s: float = 0.0
     forward_s: float = 0.0
     threads: int | None = None
+    nice: int | None = None
     held_before_s: float = 0.0  # a resumed turn: what it held, and ran, before it stepped aside (for the estimates)
     passes_before: int = 0
 
@@ -187,17 +189,24 @@ class DeviceQueue:
             return resumed
 
     def record_work(
-        self, ticket: Ticket, passes: int, pass_s: float, forward_s: float, threads: int | None = None
+        self,
+        ticket: Ticket,
+        passes: int,
+        pass_s: float,
+        forward_s: float,
+        threads: int | None = None,
+        nice: int | None = None,
     ) -> None:
         """What the holder's work ran: `passes` timed passes of `pass_s` seconds, and `forward_s` seconds of forwards
-        in all (its untimed ones too), on `threads` intra-op threads. Kept in its turn's record; ignored once the turn
-        is over."""
+        in all (its untimed ones too), on `threads` intra-op threads at `nice`. Kept in its turn's record; ignored once
+        the turn is over."""
         with self._cond:
             if self._holder is not None and self._holder.ticket.number == ticket.number:
                 self._holder.passes += passes
                 self._holder.pass_s += pass_s
                 self._holder.forward_s += forward_s
                 self._holder.threads = threads if threads is not None else self._holder.threads
+                self._holder.nice = nice if nice is not None else self._holder.nice
 
     # --- what a waiting page shows ---------------------------------------------------------------------------------
     def holds(self, ticket: Ticket) -> bool:
@@ -318,6 +327,7 @@ class DeviceQueue:
             forward_s=entry.forward_s,
             resumed=entry.ticket.resumed,
             threads=entry.threads,
+            nice=entry.nice,
         )
         self.turns.append(record)
         if self.log_path is not None:

@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from explorer.core.device import FiguresStore
 from explorer.core.loaded_model import LoadedModel
+from explorer.hosting.pass_priority import PassPriority
 from explorer.hosting.pass_threads import PassThreads
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import SHARED_WITHIN_S, PassGate
@@ -74,6 +75,7 @@ class ServerSession:
     figures: FiguresStore = field(default_factory=FiguresStore)
     gate: PassGate = field(default_factory=PassGate)  # timed passes and the drawing of pages kept apart
     threads: PassThreads = field(default_factory=PassThreads)  # a turn's torch threads, fitted to the free cores
+    priority: PassPriority = field(default_factory=PassPriority)  # a turn's thread ahead of other work for the CPU
     steps: LiveSteps = field(default_factory=LiveSteps)  # every session's live stepped request, weakly held
     rooms: RoomStore = field(default_factory=RoomStore)  # the Room page's rooms, their rounds and results
     read_once: ReadOnce[object] = field(default_factory=ReadOnce)  # tokenizers and bundled files, read once

@@ -99,3 +99,33 @@ def test_a_device_turns_work_runs_at_the_raised_priority_and_the_log_says_so(mon
         assert fake.get(me) == PASS_NICE
         turn.ran(1, 0.06, 0.06)
     assert fake.get(me) == 0 and session.queue.turns[-1].nice == PASS_NICE
+
+
+def test_a_turn_waiting_in_line_already_runs_at_the_raised_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Woken for its turn at nice 0, a thread in a room took up to 0.2 s to start, with everyone behind it waiting."""
+    fake = FakeNice()
+    session = ServerSession(priority=priority(fake))
+    monkeypatch.setattr(ui_turn, "server_session", lambda: session)
+    monkeypatch.setattr(ui_turn, "get_script_run_ctx", lambda **_: SimpleNamespace(session_id="visitor"))
+    holder = session.queue.enter("run", "someone else", passes=4)
+    assert session.queue.wait(holder, 0)
+    waiter_id: list[int] = []
+    done = threading.Event()
+
+    def next_token() -> None:
+        waiter_id.append(threading.get_native_id())
+        with ui_turn.device_turn("step", passes=1):
+            pass
+        done.set()
+
+    thread = threading.Thread(target=next_token)
+    thread.start()
+    for _ in range(200):  # until it has raised its priority: it entered the line just before
+        if waiter_id and fake.get(waiter_id[0]) == PASS_NICE:
+            break
+        threading.Event().wait(0.05)
+    assert fake.get(waiter_id[0]) == PASS_NICE and session.queue.waiting == 1  # in line, not holding the device yet
+    session.queue.release(holder)
+    assert done.wait(10.0)
+    thread.join(10.0)
+    assert fake.get(waiter_id[0]) == 0

@@ -6,8 +6,9 @@ run while the last one's page is drawn, and every session is a thread of one Pyt
 overlap to what it cannot reach (a page's other work, a browser on the same machine), and `explorer.hosting.beside`
 measures what is left, so that a page can mark a pass that was disturbed instead of showing its time as clean.
 Both waits are bounded: a pass never waits more than `wait_for_drawing_s` for charts, nor more than DRAWING_WAIT_SHARE
-of the last timed section's length, and not at all while turns wait in line for the device (`in_line`); a chart never
-more than `drawing_waits_at_most_s` for passes. Pure Python and thread-safe, no Streamlit and no torch.
+of the last timed section's length, and not at all on a crowded device (`crowded`: turns in line, or a room sharing
+it); a chart never more than `drawing_waits_at_most_s` for passes. Pure Python and thread-safe, no Streamlit and no
+torch.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class PassGate:
     _held_since_s: float = field(default=0.0, init=False)  # when the timing thread's section began (after its wait)
     _last_section_s: float | None = field(default=None, init=False)  # how long the last section lasted
     # Turns waiting for the device (the server's queue wires it, `ServerSession`): each of them would pay for any wait
-    # of the pass on the device, so with a line a pass waits for no chart, and no warm twin runs (`crowded`).
+    # of the pass on the device, so with a line a pass waits for no chart and no warm twin runs (`crowded`).
     in_line: Callable[[], int] = lambda: 0
     # Other sessions took turns on the device lately (the server's queue, `DeviceQueue.shared_within(SHARED_WITHIN_S)`):
     # a room shares it, and each warming of one session's pass is paid by the others (`crowded`).
@@ -70,13 +71,14 @@ class PassGate:
 
     def drawing_wait_s(self) -> float:
         """How long the next pass waits, at most, for charts in flight: `wait_for_drawing_s`, and no more than
-        DRAWING_WAIT_SHARE of the last section (a pass, or a twin and its pass); nothing while turns wait in line.
+        DRAWING_WAIT_SHARE of the last section (a pass, or a twin and its pass); nothing on a crowded device.
 
         Why nothing: in a room of 8 on 2 cores (benchmarks/workshop.py) the passes still found charts in flight and
         waited for them, 0.07-0.35 s a turn, a fifth of the device's time, so each Next token waited for the charts
         of everyone ahead; and every one of those passes was marked disturbed all the same (browsers and pages kept
-        the cores busy). A pass with a line behind it goes at once and says what ran beside it."""
-        if self.in_line() > 0:
+        the cores busy). With turns in line, or a room sharing the device (whoever clicks next pays for the wait), a
+        pass goes at once and says what ran beside it."""
+        if self.crowded():
             return 0.0
         with self._cond:
             if self._last_section_s is None:

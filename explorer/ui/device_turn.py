@@ -179,14 +179,18 @@ def device_turn(what: str = "run", passes: int | None = None, steps_aside: bool 
     session = server_session()
     queue = session.queue
     turn = DeviceTurn(queue, queue.enter(what, _session_label(), passes, steps_aside))
-    try:
-        _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
-        session.steps.sweep()
-        # The interpreter lock back to the passes at once, not after 5 ms (`passes_first`); torch's threads fitted to
-        # the cores other work leaves free (`pass_threads`: on a busy machine a second thread made forwards wait); the
-        # cores to this thread first, where allowed (`pass_priority`: beside busy processes a decode took 3.5x longer).
-        with PASSES_FIRST.held(), session.threads.fitted() as threads, session.priority.raised() as nice:
-            turn.threads, turn.nice = threads, nice
-            yield turn
-    finally:
-        queue.release(turn.ticket)
+    # The cores to this thread first, where allowed (`pass_priority`: beside busy processes a decode took 3.5x longer),
+    # from its wait on: woken for its turn at nice 0, a thread in a room took up to 0.2 s to start, and everyone
+    # behind it waited for that too. Waiting, it sleeps but for redrawing its place every POLL_S.
+    with session.priority.raised() as nice:
+        try:
+            _wait_for_turn(queue, turn.ticket, hosting_policy().max_wait_s)
+            session.steps.sweep()
+            # The interpreter lock back to the passes at once, not after 5 ms (`passes_first`); torch's threads fitted
+            # to the cores other work leaves free (`pass_threads`: on a busy machine a second thread made forwards
+            # wait).
+            with PASSES_FIRST.held(), session.threads.fitted() as threads:
+                turn.threads, turn.nice = threads, nice
+                yield turn
+        finally:
+            queue.release(turn.ticket)

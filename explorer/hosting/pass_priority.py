@@ -1,11 +1,14 @@
-"""The holder of the device ahead of other work for the CPU: its thread runs its turn at a higher scheduling priority
-(a lower nice value), where the operating system allows it, and goes back to its own after the turn.
+"""The holder of the device ahead of other work for the CPU: a turn's thread, from its wait in line to the turn's end,
+runs at a higher scheduling priority (a lower nice value) where the operating system allows it, and goes back to its
+own after.
 
 Why: in a room the passes are what everyone waits for, yet the scheduler shares the cores evenly among every runnable
 task: the other sessions' page drawing in this process, and on a machine that also runs browsers (a talk's laptop,
 `benchmarks/workshop.py`'s 8 Chromiums on 2 cores), those too. A decode pass of the embedded model on one thread took
 206 ms at nice 0 beside 6 busy processes on this 2-core machine and 58 ms at nice -10 (55 ms alone; 2026-11-28,
-`python benchmarks/pass_priority.py`). The drawing still runs, on what the passes leave.
+`python benchmarks/pass_priority.py`). From the wait on: woken for its turn at nice 0, a thread in a room of 8 took
+up to 0.2 s to start, and everyone behind waited for that too (waiting, it sleeps but for redrawing its place). The
+drawing still runs, on what the passes leave.
 
 Linux only: a thread's nice is set with setpriority(PRIO_PROCESS, thread id), which elsewhere would name a process.
 Raising the priority needs CAP_SYS_NICE or a nice rlimit (root outside a container has it; a default container

@@ -1,8 +1,8 @@
 """How far one server goes: a room's wait for a Next token against its size, modelled from the turn log, for this
 machine and for a GPU box, and each logged wait set against the work that was ahead of it.
 
-The model: a Next-token click holds the device for one turn of `held_s` (its pass, its attention row, the record; a
-warm twin when the device was idle), and turns are first come, first served. When a whole room presses → together,
+The model: a Next-token click holds the device for one turn of `held_s` (its pass and the record; a warm twin only for
+one person alone, `PassGate.crowded`), and turns are first come, first served. When a whole room presses → together,
 the k-th in line waits for the k - 1 turns before it: the longest wait is (N - 1) x held_s, the average (N - 1) / 2 x
 held_s, and a room stays within a wait W up to 1 + W / held_s people. Drawing the pages holds no turn. On a GPU box
 the forwards take the GPU's time per pass and the rest of a turn (sampling, the record, the gate: Python on the CPU)
@@ -31,7 +31,7 @@ class ClickCost:
 
     machine: str
     pass_s: float  # the timed decode pass
-    forward_s: float  # every forward of the turn: the pass, its attention row, a warm twin when the device was idle
+    forward_s: float  # every forward of the turn: the pass, and a warm twin where one ran
     held_s: float  # the whole turn
     turns: int  # how many step turns the medians are over
     source: str

@@ -128,11 +128,11 @@ def prepare_for_run(
     between: BetweenUnits = keep_device,
 ) -> DeviceProfile:
     """A Run's figures, and its warm-up unless another session's passes left the device warm (`PassGate.warm`) or it
-    is crowded (`PassGate.crowded`: turns in line would wait for the warm-up, other work disturbs the passes more): in
-    a busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
+    is crowded (`PassGate.crowded`: turns in line, or a room sharing the device, would wait for the warm-up): in a
+    busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
     shape of the Run's own), and everyone behind it waited for both. The trace says warmed up either way: this
-    process's one-off start-up costs were paid by the server's warm-up, and the passes before its first were warm
-    ones or ran beside other work. `checked`'s own shapes are warmed here, where this process has not run them,
+    process's one-off start-up costs were paid by the server's warm-up, and in a room the passes before its first
+    were other sessions'. `checked`'s own shapes are warmed here, where this process has not run them,
     before the timed run holds the pass gate (none on a CPU left warm: `warm_up_shapes`); `between` follows each generic
     warm-up forward."""
     if gate is not None and (gate.warm() or gate.crowded()):

@@ -129,3 +129,9 @@ def test_a_turn_waiting_in_line_already_runs_at_the_raised_priority(monkeypatch:
     assert done.wait(10.0)
     thread.join(10.0)
     assert fake.get(waiter_id[0]) == 0
+
+
+def test_the_systemd_unit_lets_its_user_raise_a_turn_to_pass_nice_and_no_further() -> None:
+    unit = (Path(__file__).resolve().parents[1] / "deploy" / "explorer.service").read_text(encoding="utf-8")
+    limits = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("LimitNICE=")]
+    assert len(limits) == 1 and 20 - int(limits[0]) == PASS_NICE  # RLIMIT_NICE r allows nice values down to 20 - r

@@ -11,8 +11,9 @@ up to 0.2 s to start, and everyone behind waited for that too (waiting, it sleep
 drawing still runs, on what the passes leave.
 
 Linux only: a thread's nice is set with setpriority(PRIO_PROCESS, thread id), which elsewhere would name a process.
-Raising the priority needs CAP_SYS_NICE or a nice rlimit (root outside a container has it; a default container
-does not): where it is refused, nothing changes and the turn says so (None). Giving it back is always allowed. The
+Raising the priority needs CAP_SYS_NICE (root outside a container has it; a default container does not) or a nice
+rlimit (RLIMIT_NICE of 30 or more, which deploy/explorer.service sets for its unprivileged user): where it is refused,
+nothing changes and the turn says so (None; checked here as an unprivileged user). Giving it back is always allowed. The
 pass's intra-op worker threads keep theirs; on a busy machine a turn runs on one thread anyway
 (`explorer.hosting.pass_threads`). No Streamlit, no torch.
 """

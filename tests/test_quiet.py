@@ -98,7 +98,7 @@ def test_a_pass_waits_no_longer_than_its_bound_and_counts_the_chart_it_ran_besid
         chart.join(WAIT_S)
 
 
-def test_a_pass_waits_for_charts_at_most_half_the_last_sections_time() -> None:
+def test_a_pass_waits_for_charts_at_most_a_share_of_the_last_sections_time() -> None:
     """In a room nearly every pass found a chart in flight: a 60 ms decode then waited 0.25 s for it. The bound follows
     the passes: at most DRAWING_WAIT_SHARE of the last timed section, never more than `wait_for_drawing_s`."""
     now = [10.0]

@@ -240,9 +240,9 @@ def warm_up_shapes(
     """Untimed passes at `checked`'s own shapes on its own decode path (batch `rows`, default its prompt) unless this
     process has run them (`LoadedModel.warmed`): a prefill of its prompt length, then greedy decodes up to its last
     cache length on a GPU (stopping where the run will, at end-of-text, when it is greedy), its first WARMUP_DECODES on
-    a CPU (see `SHAPE_DECODES_WARMED`), and nothing when the device is `device_warm` (other passes ran a moment ago)
-    and needs no new shape warmed then (`warm_device_needs_new_shapes`). On the graph path this is where a new shape
-    is captured, said to `progress`. Returns the decodes run."""
+    a CPU (see `SHAPE_DECODES_WARMED`), and nothing when `device_warm` (other passes ran a moment ago, or a room shares
+    the device) needs no new shape (`warm_device_needs_new_shapes`). On the graph path this is where a new shape is
+    captured, said to `progress`. Returns the decodes run."""
     rows = rows if rows is not None else [list(checked.prompt_ids)]
     shape, device = checked.shape(len(rows)), lm.torch_device
     if device_warm and not warm_device_needs_new_shapes(device.type):

@@ -15,7 +15,8 @@ if room is None:
     room_view.open_or_join()
     st.stop()
 room_view.room_header(room)
-room_view.prompt_panel(room)
+room_view.prompt_panel(room)  # a participant's first screen: who they are, then their prompt box
+room_view.room_footer(room)
 room = room_view.presenter_panel(room)  # read again after a start that did not finish
 room_view.live_line(room)
 room_view.results(room)

@@ -136,3 +136,47 @@ def test_a_round_that_cannot_run_is_one_line_and_reopens_with_its_prompts(tmp_pa
     assert len(shown) == 1, shown
     current = server_session().rooms.view(code, "an observer").current
     assert current.state == OPEN and current.prompt_of(1) == "hello" and "did not finish" in current.note
+
+
+def reopened(code: str, token: str | None) -> AppTest:
+    """A new session (a reload, a tab the phone discarded) opening the personal link `?room=CODE&me=TOKEN`."""
+    at = new_app()
+    if token is not None:
+        at.query_params["me"] = token
+    return room_page_with_errors(at, code)
+
+
+def param(at: AppTest, name: str) -> str:
+    value = at.query_params[name]
+    return value[0] if isinstance(value, list) else value
+
+
+def test_a_reload_finds_the_same_member_by_the_link_and_the_room_counts_people_not_tabs() -> None:
+    presenter, code = open_room()
+    assert param(presenter, "me") == presenter.session_state[ui_state.ROOM_MEMBER]  # the presenter's own link
+    guest = room_page(new_app(), code)
+    token = param(guest, "me")  # the page switched its link to the guest's personal one
+    assert param(guest, "room") == code and token == guest.session_state[ui_state.ROOM_MEMBER]
+    assert "You are participant 2" in page_text(guest)
+    assert_no_error(submit(guest, "Mine: name one lake."))
+    store = server_session().rooms
+    for _ in range(2):  # a reload, then a second tab of the same link
+        again = reopened(code, token)
+        assert_no_error(again)
+        assert "You are participant 2" in page_text(again) and param(again, "me") == token
+        assert again.text_area(key="room-prompt-text").value == "Mine: name one lake."
+    assert store.status(code).members == 2  # type: ignore[union-attr]
+
+
+def test_an_unknown_member_token_is_refused_in_one_line_and_the_visitor_joins_as_someone_new() -> None:
+    _, code = open_room()
+    _, other_code = open_room()
+    other_token = param(room_page(new_app(), other_code), "me")
+    for number, token in ((2, "not-a-token"), (3, other_token)):  # made up, and one from another room
+        visitor = reopened(code, token)
+        assert errors(visitor) == [f"This link's member token is not one of room {code}'s: you join it as someone new."]
+        assert f"You are participant {number}" in page_text(visitor)
+        fresh = param(visitor, "me")
+        assert fresh not in (token, other_token) and param(visitor, "room") == code
+        assert_no_error(visitor.run())  # its next run is on its own new link: no line again
+    assert server_session().rooms.status(code).members == 3  # type: ignore[union-attr]

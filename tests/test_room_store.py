@@ -21,6 +21,7 @@ from explorer.hosting.rooms import (
     PRESENTER,
     RUNNING,
     RUNNING_LIMIT_S,
+    NotAMember,
     RoomStore,
 )
 from explorer.hosting.settings import HostedPolicy
@@ -84,6 +85,34 @@ def test_people_are_numbered_in_the_order_they_join_and_joining_again_changes_no
     assert store.view(f" {code[:2]} {code[2:]} ", "b").participant == 2
     view = store.view(code, "presenter")
     assert view.is_presenter and view.members == 3
+
+
+def test_a_member_token_brings_back_the_same_person_and_the_head_count_counts_people(store: RoomStore) -> None:
+    opened = store.open_room()
+    joined = store.join(opened.code)
+    assert (opened.participant, joined.participant, joined.members) == (PRESENTER, 2, 2)
+    assert len({opened.member, joined.member}) == 2 and len(joined.member) >= 22  # minted apart, 128 bits each
+    store.submit(opened.code, joined.member, "my prompt", None)
+    for _ in range(3):  # reloads, a discarded tab, a second tab: the same person each time
+        back = store.rejoin(opened.code.lower(), joined.member)
+        assert (back.participant, back.members, back.member) == (2, 2, joined.member)
+        assert back.current.prompt_of(back.participant) == "my prompt"
+    assert store.rejoin(opened.code, opened.member).is_presenter
+    assert store.status(opened.code).members == 2  # type: ignore[union-attr]
+
+
+def test_a_token_the_room_does_not_know_is_refused_in_one_line_and_joins_nobody(store: RoomStore) -> None:
+    here, there = store.open_room(), store.open_room()
+    for token in ("made-up", there.member, ""):
+        with pytest.raises(NotAMember) as refused:
+            store.rejoin(here.code, token)
+        assert one_line(refused) == (
+            f"This link's member token is not one of room {here.code}'s: you join it as someone new."
+        )
+    assert store.status(here.code).members == 1  # type: ignore[union-attr]
+    assert store.join(here.code).participant == 2  # what the page does next
+    with pytest.raises(BadInput, match="There is no room ZZZZZ"):  # a bad room is the room's line, not the token's
+        store.rejoin("ZZZZZ", here.member)
 
 
 def test_a_bad_unknown_or_closed_code_is_one_line(store: RoomStore, clock: Clock) -> None:

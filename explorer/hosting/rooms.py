@@ -2,9 +2,12 @@
 (one per person) and each finished round's result, until the room has been idle for 30 minutes. Pure Python,
 thread-safe and torch-free: one store per server, owned by its `ServerSession`; the clock is injected for tests.
 
-Who is who: a session passes an opaque member token (kept in its own state, never shown); the store gives each token
-a number in the room in the order they joined, 1 for whoever opened it (the presenter). Pages show numbers only
-("participant 3"), never tokens. A round moves open → running → done; a run that was refused, failed or cut off
+Who is who: a member is a person, not a tab. Joining mints an unguessable member token (`secrets.token_urlsafe`) kept
+beside the person's number in the room (in the order they joined, 1 for whoever opened it: the presenter). The page
+keeps the token in the person's own link (`?room=CODE&me=TOKEN`), so a reload or a tab the phone discarded comes back
+as the same person, with their lane and answer, and the head count counts people. A token that is not one of the
+room's is refused (`NotAMember`): the page says so and joins its visitor as someone new. Pages show numbers only
+("participant 3"), never another's token. A round moves open → running → done; a run that was refused, failed or cut off
 (the presenter's tab closed) puts it back to open with its prompts and a note, so the presenter can start it again.
 """
 
@@ -32,6 +35,7 @@ MAX_ROUND_SIZE = 32  # the engine lab's own request limit (explorer.labs.schedul
 ROUNDS_KEPT = 20  # finished rounds a room keeps, newest; older results go
 EXPIRED_KEPT = 256  # codes remembered as expired, so a late visitor is told so rather than "no such room"
 PRESENTER = 1  # the number of whoever opened the room
+TOKEN_BYTES = 16  # a member token's randomness: 128 bits, 22 URL-safe characters, not guessable within a room's life
 
 OPEN, RUNNING, DONE = "open", "running", "done"
 
@@ -70,10 +74,11 @@ class RoomView:
 
     code: str
     participant: int  # the viewer's number in this room
-    members: int
+    members: int  # people who joined (each once, however many tabs or reloads)
     current: Round  # the round that is open or running
     finished: tuple[Round, ...]  # done rounds, oldest first
     rounds_version: int  # changes when a round starts, ends or reopens: a page redraws then (`RoomStatus`)
+    member: str  # the viewer's own member token: their personal link carries it, nobody else's page shows it
 
     @property
     def is_presenter(self) -> bool:
@@ -106,8 +111,17 @@ class _Room:
     def view(self, member: str) -> RoomView:
         members = self.members
         return RoomView(
-            self.code, members[member], len(members), self.current, tuple(self.finished), self.rounds_version
+            self.code, members[member], len(members), self.current, tuple(self.finished), self.rounds_version, member
         )
+
+
+class NotAMember(BadInput):
+    """A member token that is not one of the room's (mistyped, from another room, or the room's own link copied with
+    someone else's token cut off): the visitor joins as someone new instead."""
+
+
+def random_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
 
 
 def random_code() -> str:
@@ -140,8 +154,9 @@ class RoomStore:
         self._lock = threading.Lock()
 
     # --- rooms -------------------------------------------------------------------------------------------------------
-    def open_room(self, member: str) -> RoomView:
-        """A new room with `member` as its presenter (number 1) and round 1 open."""
+    def open_room(self, member: str | None = None) -> RoomView:
+        """A new room with `member` (a fresh token when None) as its presenter (number 1) and round 1 open."""
+        member = member or random_token()
         with self._lock:
             now_s = self._sweep()
             if len(self._rooms) >= self.max_rooms:
@@ -157,8 +172,25 @@ class RoomStore:
             self._rooms[code] = room
             return room.view(member)
 
+    def join(self, code: str) -> RoomView:
+        """Someone new in the room: the next number, under a fresh member token (`RoomView.member`)."""
+        return self.view(code, random_token())
+
+    def rejoin(self, code: str, member: str) -> RoomView:
+        """The room as the member with this token sees it (a reload, a tab come back); `NotAMember` when the token is
+        not one of this room's, and nobody joins."""
+        with self._lock:
+            now_s = self._sweep()
+            room = self._room(code)
+            if member not in room.members:
+                raise NotAMember(
+                    f"This link's member token is not one of room {room.code}'s: you join it as someone new."
+                )
+            room.touch(now_s)
+            return room.view(member)
+
     def view(self, code: str, member: str) -> RoomView:
-        """The room as `member` sees it; a member new to the room joins it (the next number)."""
+        """The room as `member` sees it; a member new to the room joins it under that token (the next number)."""
         with self._lock:
             now_s = self._sweep()
             room = self._room(code)

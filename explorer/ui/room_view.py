@@ -12,15 +12,12 @@ a projector should never show a typed prompt by accident.
 
 from __future__ import annotations
 
-import secrets
-
 import streamlit as st
 
 from explorer.charts import room as charts
-from explorer.charts import schedule as schedule_charts
 from explorer.core.errors import BadInput
 from explorer.core.units import short_time
-from explorer.hosting.rooms import RUNNING, RoomStore, RoomView, Round
+from explorer.hosting.rooms import RUNNING, NotAMember, RoomStore, RoomView, Round
 from explorer.labs.room import RoundAsk, RoundPrompt, run_round
 from explorer.labs.room_records import RoomRound
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
@@ -30,21 +27,22 @@ from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import chart, metrics, show_error, table
 
 ROOM_PARAM = "room"  # ?room=CODE: the link participants open
+MEMBER_PARAM = "me"  # ?room=CODE&me=TOKEN: a member's personal link, which a reload or a discarded tab comes back to
 POLL_S = 2.0  # how often an open Room page checks whether a round has started or ended
 DEFAULT_NEW_TOKENS = 16
 PRIVACY = (
     "Prompts stay private: you see your own request whole and everyone else as an anonymous lane. The presenter can "
     "choose to show the round's prompts and answers on their screen, so type nothing you would not show the room."
 )
+PERSONAL_LINK = (
+    "This page's address is your personal link: it keeps you as the same person across reloads. Share the room's "
+    "link above, not the address bar."
+)
 
 
-def member() -> str:
-    """This session's opaque token in the room store (made on first use, never shown)."""
-    token = ROOM_MEMBER.get()
-    if token is None:
-        token = secrets.token_urlsafe(12)
-        ROOM_MEMBER.set(token)
-    return token
+def member() -> str | None:
+    """This session's member token in the room it is in (None before it joins one)."""
+    return ROOM_MEMBER.get()
 
 
 def rooms() -> RoomStore:
@@ -52,32 +50,52 @@ def rooms() -> RoomStore:
 
 
 def enter(view: RoomView) -> None:
-    """This session is now in `view`'s room: kept across pages, and in the address bar as the room's link."""
+    """This session is `view`'s member: kept across pages, and in the address bar as their personal link."""
     ROOM_CODE.set(view.code)
-    if st.query_params.get(ROOM_PARAM) != view.code:
-        st.query_params[ROOM_PARAM] = view.code
+    ROOM_MEMBER.set(view.member)
+    for param, value in ((ROOM_PARAM, view.code), (MEMBER_PARAM, view.member)):  # other parameters are untouched
+        if st.query_params.get(param) != value:
+            st.query_params[param] = value
 
 
 def leave() -> None:
     ROOM_CODE.pop()
-    if ROOM_PARAM in st.query_params:
-        del st.query_params[ROOM_PARAM]
+    ROOM_MEMBER.pop()
+    for param in (ROOM_PARAM, MEMBER_PARAM):
+        if param in st.query_params:
+            del st.query_params[param]
 
 
 def current_room() -> RoomView | None:
-    """The room this session is in: the link's `?room=CODE` first, else the one it opened or joined before. Opening
-    a room's link joins it. An unknown, malformed or closed code is one line, and the session leaves it."""
+    """The room this session is in, as its member sees it: the link's `?room=CODE&me=TOKEN` first, else the room and
+    member this session joined before (another page and back). A link without a token, or with one the room does
+    not know (one line says so), joins its visitor as someone new. An unknown, malformed or closed code is one line,
+    and the session leaves it."""
     code = st.query_params.get(ROOM_PARAM) or ROOM_CODE.get()
     if not code:
         return None
+    token = st.query_params.get(MEMBER_PARAM)
+    if token is None and ROOM_CODE.get() == code:
+        token = member()
     try:
-        view = rooms().view(code, member())
+        view = rejoin(code, token) if token else None
+        if view is None:
+            view = rooms().join(code)
     except BadInput as exc:
         show_error(str(exc))
         leave()
         return None
     enter(view)
     return view
+
+
+def rejoin(code: str, token: str) -> RoomView | None:
+    """The token's member, or None after one line when the room does not know it (the caller joins someone new)."""
+    try:
+        return rooms().rejoin(code, token)
+    except NotAMember as exc:
+        show_error(str(exc))
+        return None
 
 
 def open_or_join() -> None:
@@ -92,9 +110,9 @@ def open_or_join() -> None:
         joined = st.form_submit_button("Join", key="room-join-submit")
     try:
         if opened:
-            enter(rooms().open_room(member()))
+            enter(rooms().open_room())
         elif joined:
-            enter(rooms().view(code, member()))
+            enter(rooms().join(code))
         else:
             return
     except BadInput as exc:
@@ -110,21 +128,36 @@ def room_link(code: str) -> str:
 
 
 def room_header(view: RoomView) -> None:
-    """The room's code and link, who you are in it, and a way out."""
-    role = (
-        "You opened this room: you start its rounds."
-        if view.is_presenter
-        else f"You are participant {view.participant}."
-    )
+    """Who you are in the room. The presenter, who projects it, gets the code and counts large with the room's link;
+    a participant, often on a phone, one line, so their prompt box comes next in their first screen."""
+    if not view.is_presenter:
+        st.markdown(
+            f"**You are participant {view.participant}** in room {view.code} · {people(view.members)} · round "
+            f"{view.current.number} takes prompts"
+        )
+        return
     metrics(
         [
             ("Room code", view.code, "type it on the Room page, or open the link below"),
-            ("People", str(view.members), "who have opened the room's link (you included)"),
+            ("People", str(view.members), "who have joined by the room's link, each counted once (you included)"),
             ("Open round", str(view.current.number), "the round that takes prompts now"),
         ]
     )
     st.code(room_link(view.code), language=None)
-    st.caption(f"{role} Anyone with the link joins, no account. {PRIVACY}")
+
+
+def people(count: int) -> str:
+    return "1 person" if count == 1 else f"{count} people"
+
+
+def room_footer(view: RoomView) -> None:
+    """The room's link (a participant's, below their prompt), what is private, the personal link, and a way out."""
+    if view.is_presenter:
+        role = "You opened this room: you start its rounds."
+    else:
+        st.code(room_link(view.code), language=None)
+        role = f"You are participant {view.participant}."
+    st.caption(f"{role} Anyone with the room's link joins, no account. {PRIVACY} {PERSONAL_LINK}")
     if st.button("Leave this room", key="room-leave"):
         leave()
         st.rerun()
@@ -148,7 +181,7 @@ def submit(view: RoomView, text: str) -> None:
     try:
         policy = hosting_policy()
         policy.check_prompt_chars(text)  # before anything keeps it
-        rooms().submit(view.code, member(), text, policy.max_room_size)
+        rooms().submit(view.code, view.member, text, policy.max_room_size)
     except BadInput as exc:
         show_error(str(exc))
         return
@@ -178,7 +211,7 @@ def presenter_panel(view: RoomView) -> RoomView:
         return view
     start_round(view, int(new_tokens))
     try:
-        return rooms().view(view.code, member())
+        return rooms().rejoin(view.code, view.member)
     except BadInput:  # closed meanwhile: the page's next run says so
         return view
 
@@ -191,7 +224,7 @@ def start_round(view: RoomView, new_tokens: int) -> None:
         policy = hosting_policy()
         if policy.max_new_tokens is not None and new_tokens > policy.max_new_tokens:
             raise BadInput(f"This server makes at most {policy.max_new_tokens} new tokens per answer: lower it.")
-        started = store.start_round(view.code, member())
+        started = store.start_round(view.code, view.member)
     except BadInput as exc:
         show_error(str(exc))
         return
@@ -311,11 +344,18 @@ def schedule_sections(run: RoomRound, viewer: int) -> None:
     )
     tokens = charts.tokens_frame(run, viewer)
     chart(
-        schedule_charts.steps_chart(tokens),
+        charts.tokens_chart(tokens),
         tokens,
         "room-steps",
-        "The tokens each forward pass computed, stacked by person (white seams), and below each step's time.",
-        "measured: tokens from the engine's scheduled batch, time around its forward and sampling",
+        "The tokens each forward pass computed, stacked by person (white seams).",
+        "measured: tokens from the engine's scheduled batch",
+    )
+    chart(
+        charts.step_times_chart(tokens),
+        tokens,
+        "room-step-times",
+        "Each forward pass's time, the same steps as above, against how many people it carried.",
+        "measured: time around the engine's forward and sampling",
     )
     batches = charts.batch_frame(run)
     chart(

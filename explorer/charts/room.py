@@ -1,9 +1,14 @@
 """The Room page's builders: one lane per person across the round's engine steps (the viewer's own highlighted), the
-tokens of each step by person (drawn by the Scheduling lab's step chart), step time against batch size, and each
-person's figures in the round and alone.
+tokens of each step by person and each step's time (the Scheduling lab's step columns), step time against batch size,
+and each person's figures in the round and alone.
 
 Every `*_frame()` reads a `RoomRound` and a viewer (the person's number in the room, or None) and returns a tidy
 DataFrame (the data behind the chart, offered as CSV); people are labelled "you" and "participant N", never by name.
+
+Sizes come from the data, widths from the column: a row is a fixed band (`ROW_PX`) however many people there are,
+and every chart fits the width it is given (`FIT_WIDTH`: a phone's 390 px or a 1440 px screen), its engine steps
+narrowing rather than running off the side. That is why each is one view, never a concatenation: Vega-Lite cannot fit
+a concatenated chart to a width, and its axes would add to the column's width.
 """
 
 from __future__ import annotations
@@ -12,13 +17,30 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR
-from explorer.charts.schedule import legend_color, step_entries_frame
+from explorer.charts.schedule import step_entries_frame
 from explorer.core.units import to_ms
 from explorer.labs.room_records import RoomRound, participant_of
 
 YOU = "you"
 ROUND, ALONE = "in the round", "alone (same engine)"
 SOURCE_DOMAIN, SOURCE_RANGE = [ROUND, ALONE], ["#6a51a3", "#969696"]
+ROW_PX = 24  # one person's lane: room for a label in the presenter's 18 px type, so labels never overlap
+TOKENS_PX, STEP_TIME_PX = 220, 110  # the plot heights of the tokens and step-time columns (axes add to them)
+BATCH_PX = 240
+# The width given (the column's) holds the whole chart, axes and legend included; heights are the data's own.
+FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")
+STEP_TITLE = "engine step (one forward pass each)"
+
+
+def step_axis() -> alt.Axis:
+    """Engine steps along x: upright labels, every other one dropped where a phone's column makes them collide."""
+    return alt.Axis(labelAngle=0, labelOverlap="parity", labelSeparation=2)
+
+
+def bottom_legend(columns: int = 2) -> alt.Legend:
+    """A legend under the plot, its entries in `columns` columns and whole (never cut short): it takes rows, not
+    width, so it never pushes a chart past a phone's column."""
+    return alt.Legend(orient="bottom", direction="horizontal", columns=columns, labelLimit=0, titleLimit=0)
 
 
 def lane_label(participant: int, viewer: int | None) -> str:
@@ -53,15 +75,15 @@ def lanes_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
 
 
 def lanes_chart(frame: pd.DataFrame, order: list[str]) -> alt.LayerChart:
-    """The round's schedule: a row per person, a column per engine step, a cell where the step carried their tokens
-    (prefill orange, decode green); the viewer's own row outlined and the others faded."""
+    """The round's schedule: a row per person (`ROW_PX` each), a column per engine step, a cell where the step carried
+    their tokens (prefill orange, decode green); the viewer's own row outlined and the others faded."""
     base = alt.Chart(frame)
-    x = alt.X("step:O", title="engine step (one forward pass each)", axis=alt.Axis(labelAngle=0))
+    x = alt.X("step:O", title=STEP_TITLE, axis=step_axis())
     y = alt.Y("lane:N", sort=order, title=None, axis=alt.Axis(labelLimit=200))
     cells = base.mark_rect(stroke="white", strokeWidth=1).encode(
         x=x,
         y=y,
-        color=alt.Color("phase:N", scale=PHASE_COLOR, title="tokens", legend=alt.Legend(orient="top")),
+        color=alt.Color("phase:N", scale=PHASE_COLOR, title="tokens", legend=bottom_legend()),
         opacity=alt.condition("datum.you", alt.value(1.0), alt.value(0.45)),
         tooltip=[
             "lane:N",
@@ -75,14 +97,50 @@ def lanes_chart(frame: pd.DataFrame, order: list[str]) -> alt.LayerChart:
     yours = (
         base.transform_filter("datum.you").mark_rect(fillOpacity=0, stroke="#000000", strokeWidth=2).encode(x=x, y=y)
     )
-    return (cells + yours).properties(height=70 + 30 * len(order))
+    return (cells + yours).properties(height=alt.Step(ROW_PX), autosize=FIT_WIDTH)
 
 
 # --- tokens per step, as the Scheduling lab draws them ---------------------------------------------------------------
 def tokens_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
-    """The columns `explorer.charts.schedule.steps_chart` draws, with people's labels as its requests."""
+    """The Scheduling lab's step columns (`explorer.charts.schedule.step_entries_frame`), people's labels as its
+    requests."""
     order = {label: i for i, label in enumerate(lane_order(run, viewer))}
     return step_entries_frame(run.steps, order, lambda request: lane_label(participant_of(request), viewer))
+
+
+def tokens_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Tokens per step stacked by person (prefill orange, decode green, white seams between people), each step named
+    when it mixes the phases or carries a chunk of a split prompt."""
+    base = alt.Chart(frame)
+    x = alt.X("step:O", title=STEP_TITLE, axis=step_axis())
+    bars = base.mark_bar(stroke="white", strokeWidth=1).encode(
+        x=x,
+        y=alt.Y("sum(tokens):Q", title="tokens in the step", axis=alt.Axis(tickMinStep=1, format="d")),
+        color=alt.Color("phase:N", scale=PHASE_COLOR, title="tokens", legend=bottom_legend()),
+        order=alt.Order("request_order:Q"),
+        tooltip=["step:O", "request:N", "phase:N", "tokens:Q", "chunk:Q", "label:N"],
+    )
+    labels = (
+        base.transform_aggregate(total="sum(tokens)", groupby=["step", "label"])
+        .mark_text(angle=270, align="left", dx=4, color="#333333")
+        .encode(x=x, y="total:Q", text="label:N")
+    )
+    return (bars + labels).properties(height=TOKENS_PX, autosize=FIT_WIDTH)
+
+
+def step_times_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Each engine step's measured time, the same steps as `tokens_chart` above it."""
+    return (
+        alt.Chart(frame)
+        .transform_aggregate(wall_ms="max(wall_ms)", groupby=["step", "kind"])
+        .mark_bar(color="#636363")
+        .encode(
+            x=alt.X("step:O", title=STEP_TITLE, axis=step_axis()),
+            y=alt.Y("wall_ms:Q", title="step time (ms)"),
+            tooltip=["step:O", "kind:N", alt.Tooltip("wall_ms:Q", format=".1f")],
+        )
+        .properties(height=STEP_TIME_PX, autosize=FIT_WIDTH)
+    )
 
 
 # --- step time against batch size ------------------------------------------------------------------------------------
@@ -102,7 +160,9 @@ def batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Each decode step as a point at its batch size, with the median of each batch size and run joined by a line."""
     base = alt.Chart(frame)
     x = alt.X("batch:Q", title="requests in the decode step (batch size)", axis=alt.Axis(tickMinStep=1, format="d"))
-    color = legend_color("run", SOURCE_DOMAIN, SOURCE_RANGE, None)
+    color = alt.Color(
+        "run:N", scale=alt.Scale(domain=SOURCE_DOMAIN, range=SOURCE_RANGE), title=None, legend=bottom_legend()
+    )
     points = base.mark_point(filled=True, opacity=0.5, size=50).encode(
         x=x,
         y=alt.Y("wall_ms:Q", title="decode step time (ms, measured)"),
@@ -116,7 +176,7 @@ def batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
             x=x, y="median_ms:Q", color=color, tooltip=["run:N", "batch:Q", alt.Tooltip("median_ms:Q", format=".1f")]
         )
     )
-    return (points + medians).properties(height=240)
+    return (points + medians).properties(height=BATCH_PX, autosize=FIT_WIDTH)
 
 
 # --- each person's figures -------------------------------------------------------------------------------------------

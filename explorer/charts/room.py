@@ -97,7 +97,11 @@ def lanes_chart(frame: pd.DataFrame, order: list[str]) -> alt.LayerChart:
     yours = (
         base.transform_filter("datum.you").mark_rect(fillOpacity=0, stroke="#000000", strokeWidth=2).encode(x=x, y=y)
     )
-    return (cells + yours).properties(height=alt.Step(ROW_PX), autosize=FIT_WIDTH)
+    # SVG, not Streamlit's canvas for large data: a lane label and cell stay elements whose boxes the browser test
+    # measures (and a screen reader reads); a round has at most 32 lanes of a few hundred steps.
+    return (cells + yours).properties(
+        height=alt.Step(ROW_PX), autosize=FIT_WIDTH, usermeta={"embedOptions": {"renderer": "svg"}}
+    )
 
 
 # --- tokens per step, as the Scheduling lab draws them ---------------------------------------------------------------
@@ -136,7 +140,7 @@ def step_times_chart(frame: pd.DataFrame) -> alt.Chart:
         .mark_bar(color="#636363")
         .encode(
             x=alt.X("step:O", title=STEP_TITLE, axis=step_axis()),
-            y=alt.Y("wall_ms:Q", title="step time (ms)"),
+            y=alt.Y("wall_ms:Q", title="step time (ms, measured)"),
             tooltip=["step:O", "kind:N", alt.Tooltip("wall_ms:Q", format=".1f")],
         )
         .properties(height=STEP_TIME_PX, autosize=FIT_WIDTH)
@@ -159,7 +163,12 @@ def batch_frame(run: RoomRound) -> pd.DataFrame:
 def batch_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Each decode step as a point at its batch size, with the median of each batch size and run joined by a line."""
     base = alt.Chart(frame)
-    x = alt.X("batch:Q", title="requests in the decode step (batch size)", axis=alt.Axis(tickMinStep=1, format="d"))
+    x = alt.X(
+        "batch:Q",
+        title="requests in the decode step (batch size)",
+        axis=alt.Axis(tickMinStep=1, format="d"),
+        scale=alt.Scale(padding=8),  # the largest batch's points whole, not halved by the plot's edge
+    )
     color = alt.Color(
         "run:N", scale=alt.Scale(domain=SOURCE_DOMAIN, range=SOURCE_RANGE), title=None, legend=bottom_legend()
     )

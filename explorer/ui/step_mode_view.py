@@ -17,6 +17,7 @@ from explorer.ui.presenter import presenting
 from explorer.ui.slo_state import current_slos_s
 from explorer.ui.widgets import chart, escape_markdown, metrics, table
 
+BUTTONS_KEY = "step-buttons"  # the row of Next token, Run to end, Autoplay and Reset
 FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the newest pass, its attention row and the KV growth
 NEWEST_ROWS_KEY = "step-newest-rows"  # the strip of the map's newest rows
 KV_GROWTH_KEY = "step-kv-growth"
@@ -161,7 +162,7 @@ def step_times(trace: Trace) -> None:
     timing = charts.time_split_frame(trace)
     disturbed = len(trace.disturbed_passes)
     chart(
-        charts.time_split_chart(timing),
+        step_charts.step_times_chart(timing),
         timing,
         "step-times",
         "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "

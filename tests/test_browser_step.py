@@ -2,8 +2,10 @@
 bars (with a plot tall enough to see them), the newest pass's token and time and its attention row lie inside the
 first screen, and each press drew the new row and KV position within the pass + KEY_TO_ROW_BEYOND_PASS_S + the pass x
 LOAD_FACTOR: a loose bound for a shared machine (when other work slows the pass, it slows the warm twin, the attention
-row and the drawing as much); `benchmarks/step_latency.py` measures against the 0.5 s target. Uses the session's app
-server and Chromium (tests/conftest.py); the driver's pieces are in tests/step_support.py."""
+row and the drawing as much); `benchmarks/step_latency.py` measures against the 0.5 s target. On a 390 × 844 touch
+phone: the four step buttons on one row inside the screen, no key hint shown, each new pass's line in the first screen,
+and no legend label past its chart's edge. Uses the session's app server and Chromium (tests/conftest.py); the
+driver's pieces are in tests/step_support.py."""
 
 from __future__ import annotations
 
@@ -72,3 +74,77 @@ def test_browser_presenting_step_by_step_draws_the_new_token_row_and_itl_bars_in
     assert len(itl) == 2 and min(itl) > 0 and max(itl) >= 100, itl  # the taller bar fills most of a tall plot
     slow = [k for k in presses if k.beyond_pass_ms > KEY_TO_ROW_BEYOND_PASS_S * 1e3 + LOAD_FACTOR * k.pass_ms]
     assert not slow, slow
+
+
+# --- a phone ---------------------------------------------------------------------------------------------------------
+PHONE = {"width": 390, "height": 844}
+STEP_BUTTONS = ("step-next", "step-end", "step-autoplay", "step-reset")  # Next token, Run to end, Autoplay, Reset
+# Each of the four's box (Streamlit's element container, class st-key-KEY), as drawn.
+BUTTON_BOXES_JS = """(keys) => keys.map(k => { const el = document.querySelector(`.st-key-${k}`);
+  if (!el) return null; const r = el.getBoundingClientRect();
+  return {key: k, top: r.top, bottom: r.bottom, left: r.left, right: r.right}; })"""
+# Any key hint a visitor can see: a caption naming keys, or a key badge in a button.
+VISIBLE_KEY_HINTS_JS = """() => [...document.querySelectorAll("[data-testid='stMain'] kbd, [data-testid='stMain'] p")]
+  .filter(el => el.checkVisibility() && (el.tagName === "KBD" || /→ = next token|Home = reset/.test(el.innerText)))
+  .map(el => el.innerText)"""
+PASS_LINE_JS = """() => {
+  const el = document.querySelector(".st-key-step-first-screen [data-testid='stMarkdownContainer']");
+  if (!el) return null; const r = el.getBoundingClientRect();
+  return {text: el.innerText, top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }"""
+# Each legend label of a chart (its SVG's legend text) against the chart's own box: a label past the box is cut.
+LEGEND_OVERRUN_JS = """(key) => {
+  const chart = document.querySelector(`.st-key-${key} [data-testid='stVegaLiteChart']`);
+  const svg = chart && chart.querySelector("svg.marks");
+  if (!svg) return null;
+  const box = chart.getBoundingClientRect();
+  const labels = [...svg.querySelectorAll("g.role-legend text")].map(t => [t.textContent, t.getBoundingClientRect()]);
+  return {labels: labels.length, past: labels.filter(([, r]) => r.right > box.right + 1 || r.left < box.left - 1)
+    .map(([text, r]) => `${text}: ${Math.round(r.left)}-${Math.round(r.right)} in ${box.left}-${box.right}`)};
+}"""
+
+
+def test_browser_step_by_step_on_a_phone_keeps_its_buttons_on_one_row_without_key_hints(
+    hosted_app: HostedApp, chromium, tmp_path_factory: pytest.TempPathFactory
+) -> None:  # noqa: ANN001 - playwright's Browser
+    context = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    folder = screenshot_folder(tmp_path_factory, "step-phone")
+    try:
+        page = context.new_page()
+        page.set_default_timeout(PRESS_TIMEOUT_S * 1000)
+        page.goto(f"{hosted_app.url}/step")
+        main = page.locator("[data-testid='stMain']")
+        main.get_by_role("button", name="Prefill").wait_for()
+        page.wait_for_function(IDLE_JS)
+        main.get_by_label("Prompt", exact=True).fill("Why is the sky blue?")
+        main.get_by_role("button", name="Prefill").tap()
+        page.wait_for_function(PASS_DRAWN_JS, arg=0, timeout=PREFILL_TIMEOUT_S * 1000)
+        page.wait_for_function(IDLE_JS)
+        buttons = page.evaluate(BUTTON_BOXES_JS, list(STEP_BUTTONS))
+        hints = page.evaluate(VISIBLE_KEY_HINTS_JS)
+        prefill_line = page.evaluate(PASS_LINE_JS)
+        page.screenshot(path=str(folder / "step-phone-prefill.png"))
+        main.get_by_role("button", name="Next token").tap()
+        page.wait_for_function(PASS_DRAWN_JS, arg=1, timeout=PRESS_TIMEOUT_S * 1000)
+        page.wait_for_function(IDLE_JS)
+        next_line = page.evaluate(PASS_LINE_JS)
+        page.wait_for_function("() => !!document.querySelector('.st-key-step-times-chart svg.marks')")
+        legends = {key: page.evaluate(LEGEND_OVERRUN_JS, key) for key in ("step-times-chart", "step-itl-chart")}
+        page.screenshot(path=str(folder / "step-phone-next.png"))
+        full_screenshot(page, folder / "step-phone-full.png", **PHONE)
+    finally:
+        context.close()
+    print(f"\n[step phone] buttons {buttons}; hints {hints}; lines {prefill_line}, {next_line}; legends {legends}")
+    assert all(buttons), buttons
+    # One row: the four side by side, each centred on the same line, none past the screen's edges
+    assert max(b["top"] for b in buttons) < min(b["bottom"] for b in buttons), buttons
+    centres = [(b["top"] + b["bottom"]) / 2 for b in buttons]
+    assert max(centres) - min(centres) <= 4, buttons
+    assert [b["key"] for b in sorted(buttons, key=lambda b: b["left"])] == list(STEP_BUTTONS), buttons
+    assert all(b["left"] >= 0 and b["right"] <= PHONE["width"] for b in buttons), buttons
+    assert hints == []  # a touch screen shows no key hint: no caption, no key badge
+    # Each new pass's line in the first screen, right under the buttons
+    for line, k in ((prefill_line, 0), (next_line, 1)):
+        assert line is not None and line["text"].startswith(f"Pass {k} ·"), line
+        assert 0 <= line["top"] and line["bottom"] <= PHONE["height"] and line["top"] >= buttons[0]["bottom"], line
+    for key, found in legends.items():
+        assert found is not None and found["labels"] > 0 and found["past"] == [], (key, found)

@@ -5,7 +5,7 @@ import streamlit as st
 from explorer.ui import step_mode, step_mode_view
 from explorer.ui.page_start import page_title
 from explorer.ui.presenter import presenting
-from explorer.ui.widgets import escape_markdown, key_hint
+from explorer.ui.widgets import escape_markdown, hide_key_hints_on_touch, key_hint
 
 page_title("Step by step")  # the sidebar's Run, if pressed, streams under the title
 current = step_mode.stepped()
@@ -71,7 +71,9 @@ def stepping() -> None:
         reset_pressed = st.button(
             "Reset", key="step-reset", disabled=current is None, shortcut="Home", help="Key: Home. Frees the KV cache."
         )
-        if not presenting():  # the buttons' own key badges say it, in a row the large type has no room left in
+        if presenting():  # the buttons' own key badges say it: the large type leaves the row no room for more
+            hide_key_hints_on_touch()
+        else:
             key_hint("Keys (outside the text boxes): → = next token, Home = reset.", "step")
     if reset_pressed:
         step_mode.reset_step_mode()

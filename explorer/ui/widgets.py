@@ -64,10 +64,15 @@ TOUCH_HIDES_KEY_HINTS_CSS = """<style>
 </style>"""
 
 
-def key_hint(text: str, name: str) -> None:
-    """A caption naming keyboard shortcuts, drawn where the caller is (a row of buttons, say); not on a touch screen
-    (`TOUCH_HIDES_KEY_HINTS_CSS`: style only, so it takes no room on the page)."""
+def hide_key_hints_on_touch() -> None:
+    """On a touch screen, no key hint and no key badge in a button (`TOUCH_HIDES_KEY_HINTS_CSS`: style only, so it
+    takes no room on the page)."""
     st.html(TOUCH_HIDES_KEY_HINTS_CSS)
+
+
+def key_hint(text: str, name: str) -> None:
+    """A caption naming keyboard shortcuts, drawn where the caller is (a row of buttons, say); not on a touch screen."""
+    hide_key_hints_on_touch()
     with st.container(key=f"{KEY_HINT_PREFIX}-{name}", width="content"):
         st.caption(text)
 

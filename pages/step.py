@@ -5,7 +5,7 @@ import streamlit as st
 from explorer.ui import step_mode, step_mode_view
 from explorer.ui.page_start import page_title
 from explorer.ui.presenter import presenting
-from explorer.ui.widgets import escape_markdown
+from explorer.ui.widgets import escape_markdown, hide_key_hints_on_touch, key_hint
 
 page_title("Step by step")  # the sidebar's Run, if pressed, streams under the title
 current = step_mode.stepped()
@@ -14,11 +14,10 @@ active = current is not None
 # cache: the one-line caption stays, the locked prompt folds away (it still shows the prompt being stepped).
 compact = presenting() and active
 st.caption(
-    "Prefill: ONE pass over every prompt token, writing the KV cache; each Next token (→): ONE decode pass."
+    "Prefill: ONE pass over every prompt token, writing the KV cache; each Next token: ONE decode pass."
     if compact
     else "Press Prefill: ONE pass computes every prompt token at once and writes the KV cache. Then each Next token "
-    "runs ONE decode pass: one new token, reading the cache. Keys (outside the text boxes): → = next token, Home = "
-    "reset."
+    "runs ONE decode pass: one new token, reading the cache."
 )
 shown = current.request if active else step_mode.DEFAULT_STEP
 # A locked form shows the request being stepped; a free one what was typed last (the defaults at first). Set through
@@ -57,15 +56,25 @@ def stepping() -> None:
     steps_disabled = current is None or current.done  # nothing to step, or the request has finished
     if steps_disabled:
         st.session_state["step-autoplay"] = False  # a finished request stops autoplay (before its switch is drawn)
-    buttons = st.columns(4)
-    next_pressed = buttons[0].button(
-        "Next token", key="step-next", disabled=steps_disabled, shortcut="Right", help="Key: → (right arrow). One pass."
-    )
-    end_pressed = buttons[1].button("Run to end", key="step-end", disabled=steps_disabled)
-    playing = buttons[2].toggle("Autoplay", key="step-autoplay", disabled=steps_disabled)
-    reset_pressed = buttons[3].button(
-        "Reset", key="step-reset", disabled=current is None, shortcut="Home", help="Key: Home. Frees the KV cache."
-    )
+    # One row at any width, a phone's 390 px too (columns stack below 640 px, and each new pass's line then landed at
+    # the bottom of the screen): the row wraps only where it cannot fit, and the keys' hint is hidden on a touch screen.
+    with st.container(horizontal=True, gap="xsmall", vertical_alignment="center", key=step_mode_view.BUTTONS_KEY):
+        next_pressed = st.button(
+            "Next token",
+            key="step-next",
+            disabled=steps_disabled,
+            shortcut="Right",
+            help="Key: → (right arrow). One pass.",
+        )
+        end_pressed = st.button("Run to end", key="step-end", disabled=steps_disabled)
+        playing = st.toggle("Autoplay", key="step-autoplay", disabled=steps_disabled)
+        reset_pressed = st.button(
+            "Reset", key="step-reset", disabled=current is None, shortcut="Home", help="Key: Home. Frees the KV cache."
+        )
+        if presenting():  # the buttons' own key badges say it: the large type leaves the row no room for more
+            hide_key_hints_on_touch()
+        else:
+            key_hint("Keys (outside the text boxes): → = next token, Home = reset.", "step")
     if reset_pressed:
         step_mode.reset_step_mode()
         st.rerun()  # the whole page: the form unlocks

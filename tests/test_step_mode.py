@@ -282,8 +282,8 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     said: list[str] = []
-    real_sentence = ui_queue.wait_sentence
-    monkeypatch.setattr(ui_queue, "wait_sentence", lambda *a: said.append(real_sentence(*a)) or said[-1])
+    real_line = ui_queue.queued_line
+    monkeypatch.setattr(ui_queue, "queued_line", lambda *a: said.append(real_line(*a)) or said[-1])
     at = step_page_on(tiny_llama_dir)
     queue = server_session().queue
     other = queue.enter("run", owner="other session")
@@ -294,7 +294,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     finally:
         releaser.join()
     assert_first_pass_without_error(at)
-    assert said and said[0].startswith("Another session is using the device")  # it said so while it waited
+    assert said and said[0].startswith("Queued: ")  # it said its place in one short line while it waited (issue 42)
     start = next(t for t in queue.turns if t.what == "prefill" and t.number > other.number)
     assert start.waited_s >= HELD_AFTER_SOMEONE_WAITS_S  # its turn came when the other session's ended
 

@@ -3,6 +3,8 @@ newest few enlarged), its inter-token gaps with the passes that were disturbed m
 
 from __future__ import annotations
 
+import json
+import textwrap
 from collections.abc import Callable, Sequence
 
 import altair as alt
@@ -11,6 +13,7 @@ import pandas as pd
 
 from explorer.charts.attention import ATTENDED, MASKED, MASKED_COLOR, PROB_SCALE, WINDOW_POSITIONS
 from explorer.charts.common import display_token, position_label
+from explorer.charts.cost import SEGMENT_LABELS, time_split_chart
 from explorer.charts.latency import itl_chart, itl_frame
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import PassRecord, Trace
@@ -20,6 +23,12 @@ DISTURBED_MARK = "⚠"  # beside a pass timed while other work ran (`PassRecord.
 # Fit the width only: the height given is the plot's, and axes and legends add to it. Streamlit's default ("fit")
 # squeezes the whole chart into that height, so large type leaves the plot itself a few pixels tall.
 FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")
+# A legend entry's longest line, in characters. The narrowest column the page has is a phone's: 390 px less the page's
+# padding, 358 px. Two columns of entries this long (about 6 px a character at the normal theme's 11 px) take about
+# 2 x (21 x 6 + 25) = 302 px with their symbols; the time split's four entries at two lines each ("compute not hidden
+# behind memory" over "(modelled)") overran 358 px and were cut at the column's edge ("KV cache read + w").
+LEGEND_LINE_CHARS = 21
+LEGEND_COLUMNS = 2
 
 
 def running_figures(trace: Trace, done: bool) -> list[tuple[str, str, str]]:
@@ -137,14 +146,56 @@ def step_itl_frame(trace: Trace, itl_slo_s: float) -> pd.DataFrame:
 def step_itl_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
     """The ITL bars against the SLO (`latency.itl_chart`), a ⚠ over each disturbed pass's bar. Its plot keeps its
     height whatever its legends and axes take (`FIT_WIDTH`): fitted into 280 px, the presenter theme's larger type
-    left the bars a sliver and cut the axis title."""
+    left the bars a sliver and cut the axis title. The SLO line's legend goes under the plot: beside the bars' legend
+    above it, the two ran past a phone's column ("ITL SLO 50 m")."""
     marks = (
         alt.Chart(frame)
         .transform_filter("datum.timing != 'clean'")
         .mark_text(text=DISTURBED_MARK, baseline="bottom", dy=-4)
         .encode(x="token_index:O", y="itl_ms:Q", tooltip=["token_index:O", "timing:N"])
     )
-    return (itl_chart(frame, itl_slo_s) + marks).properties(autosize=FIT_WIDTH)
+    drawn = itl_chart(frame, itl_slo_s)
+    for legend in _legends(drawn, "stroke"):  # the SLO rule's
+        legend.orient = "bottom"
+    return (drawn + marks).properties(autosize=FIT_WIDTH)
+
+
+def wrapped_label(label: str, width: int = LEGEND_LINE_CHARS) -> list[str]:
+    """A legend entry "what (source)" as lines of at most `width` characters (a longer word stays whole), the source
+    on lines of its own: "compute not hidden behind memory (modelled)" → ["compute not hidden", "behind memory",
+    "(modelled)"]."""
+    what, sep, source = label.partition(" (")
+    return textwrap.wrap(what, width) + (textwrap.wrap(f"({source}", width) if sep else [])
+
+
+def wrapped_labels_expr(labels: Sequence[str], width: int = LEGEND_LINE_CHARS) -> str:
+    """A Vega `labelExpr` that draws each of `labels` on its wrapped lines (`wrapped_label`), any other as it is."""
+    expr = "datum.label"
+    for label in reversed(labels):
+        lines = json.dumps(wrapped_label(label, width), ensure_ascii=False)
+        expr = f"datum.label === {json.dumps(label, ensure_ascii=False)} ? {lines} : {expr}"
+    return expr
+
+
+def step_times_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Each pass's time split, as on the Cost page (`cost.time_split_chart`), with legends that fit a phone's column:
+    the segments' names wrapped to short lines (`wrapped_label`) in two columns above the plot, never cut
+    (`labelLimit` 0), and the passes' outline legend under it rather than beside it, where it took a third of the
+    width the segments' legend above needed. Its plot keeps its height (`FIT_WIDTH`): squeezed into the chart's 320
+    px with the legends' rows, it was left a third of that on a phone."""
+    drawn = time_split_chart(frame)
+    for legend in _legends(drawn, "color"):  # the segments'
+        legend.columns, legend.labelLimit, legend.labelExpr = LEGEND_COLUMNS, 0, wrapped_labels_expr(SEGMENT_LABELS)
+    for legend in _legends(drawn, "stroke"):  # the passes' outline
+        legend.orient, legend.direction = "bottom", "horizontal"
+    return drawn.properties(autosize=FIT_WIDTH)  # the legends' rows add to the plot's height, not take from it
+
+
+def _legends(chart: alt.LayerChart, channel: str) -> list[alt.Legend]:
+    """The legends that `chart`'s layers give `channel` ("color", "stroke"), to be set in place: the chart is the
+    caller's own, just built."""
+    channels = [layer.encoding[channel] for layer in chart.layer if layer.encoding is not alt.Undefined]
+    return [c["legend"] for c in channels if c is not alt.Undefined and isinstance(c["legend"], alt.Legend)]
 
 
 MARKED_IN_TRACE = "the trace (JSON) keeps each pass's figure (`beside_cpu_s`)"

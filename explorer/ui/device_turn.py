@@ -16,7 +16,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from explorer.core.errors import BadInput
 from explorer.core.trace import PassRecord
 from explorer.hosting.passes_first import PASSES_FIRST
-from explorer.hosting.queue import DeviceQueue, Ticket, wait_sentence, work_ahead
+from explorer.hosting.queue import DeviceQueue, QueueStatus, Ticket, wait_sentence, work_ahead
 from explorer.hosting.settings import HostedPolicy
 from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import LEFT_QUEUE, RUN_STARTS
@@ -52,15 +52,43 @@ def _left_queue() -> None:
     LEFT_QUEUE.set(True)
 
 
+QUEUED_KEY = "device-queued"  # a one-pass turn's queued line and its button: container key QUEUED_KEY-<ticket>
+QUEUED_ICON = "⏳"  # never the ⚠ that marks a disturbed pass: waiting in line disturbs no pass's timing
+
+
+def queued_line(status: QueueStatus) -> str:
+    """A one-pass turn's place in line (a Next token, a step-mode Prefill), short enough for a phone: the work ahead
+    and the time it should take, from the queue's estimate (`DeviceQueue.status`). "Number n in line" counts the turn
+    on the device, as in `wait_sentence`."""
+    if status.expected_wait_s is None:
+        expected = "how long is not known until a first turn has finished"
+    elif status.expected_wait_s < 0.1:
+        expected = "any moment now"
+    else:
+        expected = f"about {status.expected_wait_s:.1f} s"
+    place = "You are next in line" if status.ahead <= 1 else f"You are number {status.ahead} in line"
+    return f"Queued: {work_ahead(status.passes_ahead, status.other_work_ahead)} ahead, {expected}. {place}."
+
+
 def _wait_for_turn(queue: DeviceQueue, ticket: Ticket, max_wait_s: float | None) -> None:
     """Until `ticket` holds the device: its place, the expected wait and a "Leave the queue" button, redrawn every
     POLL_S. A click anywhere (that button too) reruns the script, which stops this loop at its next redraw and gives
-    the place up; past `max_wait_s` the wait is refused with one line."""
+    the place up; past `max_wait_s` the wait is refused with one line.
+
+    The place is drawn as soon as the ticket is in line, before the first wait: in a fresh element, where the caller
+    is (Step by step: right under its buttons), so it is not greyed with the rest of the page while the click's script
+    runs. A one-pass turn says it in one short line beside its button (`queued_line`): its wait is a few passes, and a
+    longer sentence pushed everything on a phone's screen down for a moment."""
     if queue.wait(ticket, 0):
         return
     first = queue.status(ticket)
     box = st.empty()
-    with box.container():
+    short = ticket.one_pass
+    with (
+        box.container(horizontal=True, vertical_alignment="center", key=f"{QUEUED_KEY}-{ticket.number}")
+        if short
+        else box.container()
+    ):
         line = st.empty()
         st.button("Leave the queue", key=f"leave-queue-{ticket.number}", on_click=_left_queue)
     while True:
@@ -74,7 +102,10 @@ def _wait_for_turn(queue: DeviceQueue, ticket: Ticket, max_wait_s: float | None)
                 f"Waited {max_wait_s:.0f} s for the device and {status.ahead} turn(s) are still ahead: nothing ran. "
                 "Try again in a minute."
             )
-        line.info(wait_sentence(status, max_wait_s))
+        if short:
+            line.info(queued_line(status), icon=QUEUED_ICON)
+        else:
+            line.info(wait_sentence(status, max_wait_s))
         if queue.wait(ticket, POLL_S):
             break
     box.empty()

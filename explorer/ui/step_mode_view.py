@@ -17,10 +17,12 @@ from explorer.ui.presenter import presenting
 from explorer.ui.slo_state import current_slos_s
 from explorer.ui.widgets import chart, escape_markdown, metrics, table
 
+BUTTONS_KEY = "step-buttons"  # the row of Next token, Run to end, Autoplay and Reset
 FIRST_SCREEN_KEY = "step-first-screen"  # presenting: the newest pass, its attention row and the KV growth
 NEWEST_ROWS_KEY = "step-newest-rows"  # the strip of the map's newest rows
 KV_GROWTH_KEY = "step-kv-growth"
 ITL_KEY = "step-itl-chart"
+TIMES_KEY = "step-times-chart"
 # Their plots' height when presenting (axes and legends add to it): under the title, caption, folded prompt, buttons and
 # the newest pass's line (about 320 px at 1280 x 720), each chart with its axes and legends ends above 720 px
 # (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
@@ -160,11 +162,13 @@ def step_times(trace: Trace) -> None:
     """Each pass's time against the roofline, as on the Cost page."""
     timing = charts.time_split_frame(trace)
     disturbed = len(trace.disturbed_passes)
-    chart(
-        charts.time_split_chart(timing),
-        timing,
-        "step-times",
-        "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on the "
-        "Cost page" + (f" ({disturbed} of these passes were disturbed: see the warning above)." if disturbed else "."),
-        "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
-    )
+    with st.container(key=TIMES_KEY):
+        chart(
+            step_charts.step_times_chart(timing),
+            timing,
+            "step-times",
+            "Each pass's measured time (black tick) against the roofline model's weight, KV and compute times, as on "
+            "the Cost page"
+            + (f" ({disturbed} of these passes were disturbed: see the warning above)." if disturbed else "."),
+            "wall measured · weight, KV and compute modelled · overhead = measured − modelled",
+        )

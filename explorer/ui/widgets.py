@@ -53,6 +53,30 @@ def failure_line(what: str, exc: BaseException) -> str:
     return f"{what} failed: {one_line(exc)}"
 
 
+# Key hints ("→ = next token") mean nothing on a touch screen: the browser itself hides them there, through a media
+# query for a device whose main pointer is coarse and cannot hover (a phone, a tablet), so no script decides it and a
+# laptop with a touch screen keeps them. Hidden too: the key badge Streamlit draws inside a button with a `shortcut`.
+KEY_HINT_PREFIX = "key-hint"  # a hint's container key: Streamlit gives it the CSS class st-key-key-hint-NAME
+TOUCH_HIDES_KEY_HINTS_CSS = """<style>
+@media (hover: none) and (pointer: coarse) {
+  [class*="st-key-key-hint-"], [data-testid="stMain"] [data-testid="stButton"] kbd { display: none; }
+}
+</style>"""
+
+
+def hide_key_hints_on_touch() -> None:
+    """On a touch screen, no key hint and no key badge in a button (`TOUCH_HIDES_KEY_HINTS_CSS`: style only, so it
+    takes no room on the page)."""
+    st.html(TOUCH_HIDES_KEY_HINTS_CSS)
+
+
+def key_hint(text: str, name: str) -> None:
+    """A caption naming keyboard shortcuts, drawn where the caller is (a row of buttons, say); not on a touch screen."""
+    hide_key_hints_on_touch()
+    with st.container(key=f"{KEY_HINT_PREFIX}-{name}", width="content"):
+        st.caption(text)
+
+
 def short_rate(per_s: float | None) -> str:
     return "n/a" if per_s is None else f"{per_s:.1f}"
 

@@ -1,5 +1,5 @@
-"""The Attention page's sections: the layer and head picker, the prefill map under its mask, the decode rows, and
-every head of a layer (a secondary section: collapsed in presenter mode)."""
+"""The Attention page's sections: a capture that was cut short, run again; the layer and head picker, the prefill map
+under its mask, the decode rows, and every head of a layer (a secondary section: collapsed in presenter mode)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,27 @@ from explorer.charts import attention as charts
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import ModelInfo, Trace
 from explorer.ui.chart_first import ChartFirst
+from explorer.ui.runner import capture_again
+from explorer.ui.state import RunResult, current_run
 from explorer.ui.widgets import chart, secondary, window_slider
+
+CUT_SHORT_LINE = "The attention capture was cut short by a click: replaying the run's tokens again now (untimed)."
+CAPTURE_NOW = "Capture now"
+
+
+def captured(result: RunResult) -> RunResult:
+    """`result`, or where its capture was cut short (a click during its replay), the same run with its maps: said in one
+    line and replayed as the page opens. Where that replay is refused (one line says why) or cut short again, a
+    "Capture now" button, whose click opens the page again and so replays it; the page stops there, waiting for
+    nothing that runs."""
+    if not result.capture_cut_short:
+        return result
+    st.caption(CUT_SHORT_LINE)
+    again = capture_again(result) or current_run() or result
+    if again.capture_cut_short:
+        st.button(CAPTURE_NOW, key="attention-capture-now", help="Replays the run's tokens, untimed")
+        st.stop()
+    return again
 
 
 def layer_and_head(maps: AttentionMaps, model: ModelInfo, layout: ChartFirst) -> tuple[int, int]:

@@ -51,6 +51,7 @@ from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import failure_line
 
 ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
+REPLAYING = "Replaying the same tokens with eager attention"
 
 
 # --- the run -------------------------------------------------------------------------------------------------------
@@ -148,17 +149,34 @@ def attach_attention(
 ) -> RunResult:
     """The untimed eager replay, after the run's turn (on the model's eager twin; with a server's `gate`, each replay
     pass kept apart from other sessions' timed passes); a failure or the memory cap leaves the timed run intact, with
-    a note why."""
+    a note why.
+
+    A click during the replay raises Streamlit's rerun exception at the spinner's end, after the maps are made: they
+    are kept in `finally`. A click that stops it sooner leaves `result` as it came, cut short (`CAPTURE_CUT_SHORT`), and
+    the Attention page replays it (`capture_again`)."""
     section = gate.drawing if gate is not None else nullcontext
+    kept = result  # what a later script run reads if this one is stopped before the replay ends
     try:
-        with st.spinner("Replaying the same tokens with eager attention to capture the maps (untimed)…"):
+        with st.spinner(f"{REPLAYING} to capture the maps (untimed)…"):
             maps = capture_attention(lm, result.trace, cap_bytes=cap_bytes, section=section)
-            result = replace(result, attention=maps, attention_note="")
+            kept = replace(result, attention=maps, attention_note="", capture_owed=None)
     except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
         note = str(exc) if isinstance(exc, ExplorerError) else failure_line("Attention capture", exc)
-        result = replace(result, attention_note=note)
-    RUN.set(result)
-    return result
+        kept = replace(result, attention_note=note, capture_owed=None)  # a failure is said, not replayed again
+    finally:
+        RUN.set(kept)  # a rerun request is taken once: this write runs after the click's exception was raised
+    return kept
+
+
+def capture_again(result: RunResult) -> RunResult | None:
+    """A capture that was cut short, replayed now on the run's own model (the trace holds every token, so the replay
+    is the same untimed one): the model is fetched in a turn like any work on it (loaded already, this is at once),
+    and the replay runs after the turn; None when it was refused or failed (one line on screen says why)."""
+    inputs = result.capture_owed
+    if inputs is None:
+        return result
+    ask = DeviceAsk("attention", "The attention capture", inputs, counts=False)
+    return on_device(ask, lambda _: result, _attention_after_the_turn)
 
 
 def execute_run(inputs: RunInputs) -> RunResult | None:
@@ -189,13 +207,13 @@ def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
     assert admitted.checked is not None
     session = admitted.session
     trace = run_streaming(admitted.model, admitted.checked, session.figures, session.gate, admitted.turn)
-    result = replace(remember(trace, inputs.prompt), contention_note=disturbed_sentence(trace.passes))
+    owed = inputs if inputs.capture_attention else None  # its replay comes after the turn (`attach_attention`)
+    result = replace(remember(trace, inputs.prompt, owed), contention_note=disturbed_sentence(trace.passes))
+    if owed is None:
+        result = replace(result, attention_note=ATTENTION_OFF)
     RUN.set(result)
     if result.contention_note:
         st.warning(result.contention_note)
-    if not inputs.capture_attention:  # else its replay comes after the turn
-        result = replace(result, attention_note=ATTENTION_OFF)
-        RUN.set(result)
     return result
 
 

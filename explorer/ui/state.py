@@ -67,6 +67,13 @@ QUIZ_VERSION: Slot[int] = Slot("quiz_version")  # bumped by Start over: new radi
 ROOM_MEMBER: Slot[str] = Slot("explorer_room_member")  # this session's opaque token in the Room store, never shown
 ROOM_CODE: Slot[str] = Slot("explorer_room_code")  # the room this session opened or joined (kept across pages)
 HISTORY_LENGTH = 5
+# What a run's attention note says from the moment its timed passes end until its replay ends: read by any later script
+# run only if the replay never ended in its own (a click or a closed tab stops a script at its next draw), so it says
+# what happened and how to get the maps, never "capturing" (a page that read that would wait for nothing).
+CAPTURE_CUT_SHORT = (
+    "The attention capture was cut short: a click left the page while it replayed the run's tokens. "
+    "Open the Attention page to capture the maps again (an untimed replay of the same tokens)."
+)
 
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
 DEFAULT_MAX_NEW_TOKENS = 32
@@ -99,6 +106,12 @@ class RunResult:
     label: str  # "run 3: 'Explain in one…'" for overlays
     contention_note: str = ""  # the line naming passes timed while other work ran beside them (none: "")
     recorded: RecordingMeta | None = None  # a recording opened in the app (explorer.ui.recordings); None when live
+    capture_owed: RunInputs | None = None  # a capture not finished (cut short): the run's inputs, to replay it on
+
+    @property
+    def capture_cut_short(self) -> bool:
+        """Its attention capture was asked for and never finished: the Attention page replays it again."""
+        return self.attention is None and self.capture_owed is not None
 
 
 def current_run() -> RunResult | None:
@@ -114,14 +127,15 @@ def last_inputs() -> RunInputs:
     return LAST_INPUTS.get() or RunInputs()
 
 
-def remember(trace: Trace, prompt: str) -> RunResult:
-    """Keep a finished run at once, before anything else can interrupt the script (a click reruns it)."""
+def remember(trace: Trace, prompt: str, capture: RunInputs | None = None) -> RunResult:
+    """Keep a finished run at once, before anything else can interrupt the script (a click reruns it). With `capture`
+    (the run's inputs, attention capture on) the run owes its maps: cut short until its replay ends and says
+    otherwise (`CAPTURE_CUT_SHORT`)."""
     count = (RUN_COUNT.get() or 0) + 1
     RUN_COUNT.set(count)
     preview = prompt.strip().replace("\n", " ")
-    result = RunResult(
-        trace, None, "Capturing attention…", f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
-    )
+    label = f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
+    result = RunResult(trace, None, CAPTURE_CUT_SHORT if capture is not None else "", label, capture_owed=capture)
     return make_current(result)
 
 
@@ -129,7 +143,12 @@ def make_current(result: RunResult) -> RunResult:
     """`result` becomes the run every page shows; the previous one moves to the history (Compare, Latency)."""
     previous = current_run()
     if previous is not None:  # earlier runs keep their trace; their attention maps (up to the cap each) are dropped
-        kept = replace(previous, attention=None, attention_note="Attention maps are kept for the current run only.")
+        kept = replace(
+            previous,
+            attention=None,
+            attention_note="Attention maps are kept for the current run only.",
+            capture_owed=None,  # only the current run's capture is replayed
+        )
         HISTORY.set((history() + [kept])[-HISTORY_LENGTH:])
     RUN.set(result)
     return result

@@ -105,6 +105,7 @@ def show_slide(index: int, result: RunResult) -> None:
         height_px=PRESENTER_HEIGHT_PX if on_stage else NORMAL_HEIGHT_PX,
         measured="recorded" if result.recorded is not None else "measured",
         narrow=on_stage,
+        capture_cut_short=result.capture_cut_short,  # capture on, its replay cut short by a click: slide 2 says so
     )
     slide = tour.slide(index, run)
     if on_stage:  # the chart first, its sentences beside it: both inside the first screen

@@ -14,18 +14,30 @@ from explorer.ui.state import RunResult, current_run
 from explorer.ui.widgets import chart, secondary, window_slider
 
 CUT_SHORT_LINE = "The attention capture was cut short by a click: replaying the run's tokens again now (untimed)."
+STILL_REPLAYING_LINE = (
+    "The attention capture is still replaying (a click left the page while it ran): its maps follow when it ends."
+)
 CAPTURE_NOW = "Capture now"
+REPLAY_WAIT_S = 120.0  # at most, for a replay a click left running (48 tokens took ~30 s on a busy 2-core machine)
 
 
 def captured(result: RunResult) -> RunResult:
-    """`result`, or where its capture was cut short (a click during its replay), the same run with its maps: said in one
-    line and replayed as the page opens. Where that replay is refused (one line says why) or cut short again, a
-    "Capture now" button, whose click opens the page again and so replays it; the page stops there, waiting for
-    nothing that runs."""
-    if not result.capture_cut_short:
+    """`result`, or where its capture was cut short (a click during its replay), the same run with its maps. A replay
+    the click left running (its script stopped, its thread not yet) is waited for, at most `REPLAY_WAIT_S`; one that
+    ended without maps is replayed now. Each is said in one line. Where the replay is refused (one line says why), cut
+    short again, or still running after the wait, a "Capture now" button, whose click opens the page again; the page
+    stops there, waiting for nothing."""
+    if not result.capture_cut_short or result.capture_owed is None:
         return result
-    st.caption(CUT_SHORT_LINE)
-    again = capture_again(result) or current_run() or result
+    owed = result.capture_owed
+    if owed.replaying:
+        st.caption(STILL_REPLAYING_LINE)
+        with st.spinner("Waiting for the replay to end…"):
+            owed.wait(REPLAY_WAIT_S)
+        again = current_run() or result  # its maps taken in
+    else:
+        st.caption(CUT_SHORT_LINE)
+        again = capture_again(result) or current_run() or result
     if again.capture_cut_short:
         st.button(CAPTURE_NOW, key="attention-capture-now", help="Replays the run's tokens, untimed")
         st.stop()

@@ -151,31 +151,37 @@ def attach_attention(
     pass kept apart from other sessions' timed passes); a failure or the memory cap leaves the timed run intact, with
     a note why.
 
-    A click during the replay raises Streamlit's rerun exception at the spinner's end, after the maps are made: they
-    are kept in `finally`. A click that stops it sooner leaves `result` as it came, cut short (`CAPTURE_CUT_SHORT`), and
-    the Attention page replays it (`capture_again`)."""
+    A click on a page link during the replay stops the script at the spinner's end, after the maps are made: they are
+    kept in the run's `OwedCapture` (no Streamlit call there), which the next page waits for and takes them from. A
+    replay stopped sooner leaves the run cut short (`CAPTURE_CUT_SHORT`): the Attention page replays it
+    (`capture_again`)."""
     section = gate.drawing if gate is not None else nullcontext
-    kept = result  # what a later script run reads if this one is stopped before the replay ends
+    owed = result.capture_owed
+    maps = None
+    if owed is not None:
+        owed.start()
     try:
         with st.spinner(f"{REPLAYING} to capture the maps (untimed)…"):
             maps = capture_attention(lm, result.trace, cap_bytes=cap_bytes, section=section)
-            kept = replace(result, attention=maps, attention_note="", capture_owed=None)
     except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
         note = str(exc) if isinstance(exc, ExplorerError) else failure_line("Attention capture", exc)
-        kept = replace(result, attention_note=note, capture_owed=None)  # a failure is said, not replayed again
+        result = replace(result, attention_note=note, capture_owed=None)  # a failure is said, not replayed again
     finally:
-        RUN.set(kept)  # a rerun request is taken once: this write runs after the click's exception was raised
-    return kept
+        if owed is not None:
+            owed.end(maps)  # also when a click stopped the script: its maps kept, the page waiting for them woken
+    if maps is not None:
+        result = replace(result, attention=maps, attention_note="", capture_owed=None)
+    RUN.set(result)
+    return result
 
 
 def capture_again(result: RunResult) -> RunResult | None:
     """A capture that was cut short, replayed now on the run's own model (the trace holds every token, so the replay
     is the same untimed one): the model is fetched in a turn like any work on it (loaded already, this is at once),
     and the replay runs after the turn; None when it was refused or failed (one line on screen says why)."""
-    inputs = result.capture_owed
-    if inputs is None:
+    if result.capture_owed is None:
         return result
-    ask = DeviceAsk("attention", "The attention capture", inputs, counts=False)
+    ask = DeviceAsk("attention", "The attention capture", result.capture_owed.inputs, counts=False)
     return on_device(ask, lambda _: result, _attention_after_the_turn)
 
 

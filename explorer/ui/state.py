@@ -3,6 +3,7 @@ the current run and history."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -106,16 +107,54 @@ class RunResult:
     label: str  # "run 3: 'Explain in one…'" for overlays
     contention_note: str = ""  # the line naming passes timed while other work ran beside them (none: "")
     recorded: RecordingMeta | None = None  # a recording opened in the app (explorer.ui.recordings); None when live
-    capture_owed: RunInputs | None = None  # a capture not finished (cut short): the run's inputs, to replay it on
+    capture_owed: OwedCapture | None = None  # capture on and its replay not yet taken in; None: nothing owed
 
     @property
     def capture_cut_short(self) -> bool:
         """Its attention capture was asked for and never finished: the Attention page replays it again."""
-        return self.attention is None and self.capture_owed is not None
+        return self.attention is None and self.capture_owed is not None and self.capture_owed.maps is None
+
+
+@dataclass(eq=False)
+class OwedCapture:
+    """A run's attention capture until a script run takes its maps in: the inputs whose model replays it, the maps
+    once a replay has made them, and whether a replay is running now.
+
+    Mutable, and written with no Streamlit call, on purpose. A page link's click stops the script (Streamlit's stop
+    exception) at its next draw, the replay spinner's end, and again at every session-state access after it, so the
+    replay cannot store its maps in the session; and Streamlit starts the next page's script run in a new thread while
+    the stopped one still replays. The replay ends here (`end`), the next page waits for it (`wait`) and
+    takes its maps in (`current_run`)."""
+
+    inputs: RunInputs
+    maps: AttentionMaps | None = None
+    replaying: bool = False  # a thread replays it now (also one whose script a click stopped: it runs to its end)
+    changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    def start(self) -> None:
+        with self.changed:
+            self.replaying = True
+
+    def end(self, maps: AttentionMaps | None) -> None:
+        """A replay ended: with its maps, or with none (failed, or stopped before it made them)."""
+        with self.changed:
+            self.maps = maps if maps is not None else self.maps
+            self.replaying = False
+            self.changed.notify_all()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Until no replay runs (True), or `timeout_s` has passed (False)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: not self.replaying, timeout_s)
 
 
 def current_run() -> RunResult | None:
-    return RUN.get()
+    """The run every page shows, with the maps of a replay that ended while a click stopped its script."""
+    run = RUN.get()
+    if run is not None and run.capture_owed is not None and run.capture_owed.maps is not None:
+        run = replace(run, attention=run.capture_owed.maps, attention_note="", capture_owed=None)
+        RUN.set(run)
+    return run
 
 
 def history() -> list[RunResult]:
@@ -135,7 +174,8 @@ def remember(trace: Trace, prompt: str, capture: RunInputs | None = None) -> Run
     RUN_COUNT.set(count)
     preview = prompt.strip().replace("\n", " ")
     label = f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
-    result = RunResult(trace, None, CAPTURE_CUT_SHORT if capture is not None else "", label, capture_owed=capture)
+    owed = OwedCapture(capture) if capture is not None else None
+    result = RunResult(trace, None, CAPTURE_CUT_SHORT if capture is not None else "", label, capture_owed=owed)
     return make_current(result)
 
 

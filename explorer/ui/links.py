@@ -21,8 +21,10 @@ from streamlit.web.server.starlette.starlette_routes import (
 from explorer.ui.room_view import ROOM_PARAM
 
 ROOM_PAGE = "room"  # the Room page's address: `st.Page("pages/room.py")` in app.py takes its file's name
-# Where Streamlit's own many-segment routes start (its static assets, the websocket and health under _stcore, media,
-# components, the app's static files, login): never redirected.
+# Streamlit's own many-segment routes (its static assets, the websocket and health under _stcore, media, components,
+# the app's static files, login): a path holding one is never redirected, wherever it starts. At a page's path the
+# front end looks for the server's base path (`/room/_stcore/health`, then `/_stcore/health`): a redirect to a page
+# would answer 200 there, and it would open its websocket under the page, refused (403).
 STREAMLIT_ROUTES = frozenset(
     (BASE_ROUTE_CORE, BASE_ROUTE_MEDIA, BASE_ROUTE_COMPONENT, BASE_ROUTE_STATIC, BASE_ROUTE_APP_STATIC, "auth")
 )
@@ -54,9 +56,9 @@ def landing(path: str, query: str = "", base: str = "") -> str | None:
     if within.startswith("//"):  # Streamlit refuses a protocol-relative path itself (400)
         return None
     segments = [s for s in within.split("/") if s]
-    joined = "/".join(segments)
-    if len(segments) < 2 or any(joined.startswith(f"{route}/") for route in STREAMLIT_ROUTES):
-        return None
+    joined = f"/{'/'.join(segments)}/"
+    if len(segments) < 2 or any(f"/{route}/" in joined for route in STREAMLIT_ROUTES):
+        return None  # also under a page's path: the front end probes `/room/_stcore/health` for its base path
     kept = parse_qsl(query, keep_blank_values=True)
     if segments[0] == ROOM_PAGE and len(segments) == 2:
         kept = [(k, v) for k, v in kept if k != ROOM_PARAM] + [(ROOM_PARAM, segments[1])]

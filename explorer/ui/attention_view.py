@@ -18,7 +18,7 @@ STILL_REPLAYING_LINE = (
     "The attention capture is still replaying (a click left the page while it ran): its maps follow when it ends."
 )
 CAPTURE_NOW = "Capture now"
-REPLAY_WAIT_S = 120.0  # at most, for a replay a click left running (48 tokens took ~30 s on a busy 2-core machine)
+REPLAY_WAIT_S = 120.0  # at most, for a replay a click left running (48 tokens: over 30 s on 2 busy cores)
 
 
 def captured(result: RunResult) -> RunResult:

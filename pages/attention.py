@@ -10,6 +10,7 @@ result, layout = ui.chart_first_page(
     "Prefill scores a T × T matrix and must mask the future; decode scores one row against the cache.",
     "In decode the future does not exist yet.",
 )
+result = view.captured(result)  # a capture a click cut short runs again here
 maps = result.attention
 if maps is None:
     st.info(ui.escape_markdown(result.attention_note))  # a recording file's own words: never markdown

@@ -65,6 +65,7 @@ class Run:
     height_px: int
     measured: str = "measured"  # "recorded" when the run comes from a recording
     narrow: bool = False  # the chart shares the width with its sentences (presenter mode): fewer, wider marks
+    capture_cut_short: bool = False  # capture was on but a click cut its replay short: the Attention page redoes it
 
 
 @dataclass(frozen=True)
@@ -166,9 +167,13 @@ def prefill_slide(run: Run) -> Slide:
     else:
         frame = charts.mask_frame(T, MAP_SIDE)
         chart = charts.mask_chart(frame, run.height_px)
+        why = (
+            "The attention capture was cut short by a click: open the Attention page to capture the maps; until then"
+            if run.capture_cut_short
+            else "No attention maps were captured:"
+        )
         second = (
-            f"{masked:,} of its {T * T:,} cells lie in the future, masked to 0. No attention maps were captured: "
-            "the chart shows the mask's shape."
+            f"{masked:,} of its {T * T:,} cells lie in the future, masked to 0. {why} the chart shows the mask's shape."
         )
         caption = "The shape of the prefill's score map: orange is computed, grey is masked (the future)."
         source = "the run's prompt length (no attention maps)"

@@ -1,5 +1,5 @@
-"""The Attention page's sections: the layer and head picker, the prefill map under its mask, the decode rows, and
-every head of a layer (a secondary section: collapsed in presenter mode)."""
+"""The Attention page's sections: a capture that was cut short, run again; the layer and head picker, the prefill map
+under its mask, the decode rows, and every head of a layer (a secondary section: collapsed in presenter mode)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,39 @@ from explorer.charts import attention as charts
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import ModelInfo, Trace
 from explorer.ui.chart_first import ChartFirst
+from explorer.ui.runner import capture_again
+from explorer.ui.state import RunResult, current_run
 from explorer.ui.widgets import chart, secondary, window_slider
+
+CUT_SHORT_LINE = "The attention capture was cut short by a click: replaying the run's tokens again now (untimed)."
+STILL_REPLAYING_LINE = (
+    "The attention capture is still replaying (a click left the page while it ran): its maps follow when it ends."
+)
+CAPTURE_NOW = "Capture now"
+REPLAY_WAIT_S = 120.0  # at most, for a replay a click left running (48 tokens: over 30 s on 2 busy cores)
+
+
+def captured(result: RunResult) -> RunResult:
+    """`result`, or where its capture was cut short (a click during its replay), the same run with its maps. A replay
+    the click left running (its script stopped, its thread not yet) is waited for, at most `REPLAY_WAIT_S`; one that
+    ended without maps is replayed now. Each is said in one line. Where the replay is refused (one line says why), cut
+    short again, or still running after the wait, a "Capture now" button, whose click opens the page again; the page
+    stops there, waiting for nothing."""
+    if not result.capture_cut_short or result.capture_owed is None:
+        return result
+    owed = result.capture_owed
+    if owed.replaying:
+        st.caption(STILL_REPLAYING_LINE)
+        with st.spinner("Waiting for the replay to end…"):
+            owed.wait(REPLAY_WAIT_S)
+        again = current_run() or result  # its maps taken in
+    else:
+        st.caption(CUT_SHORT_LINE)
+        again = capture_again(result) or current_run() or result
+    if again.capture_cut_short:
+        st.button(CAPTURE_NOW, key="attention-capture-now", help="Replays the run's tokens, untimed")
+        st.stop()
+    return again
 
 
 def layer_and_head(maps: AttentionMaps, model: ModelInfo, layout: ChartFirst) -> tuple[int, int]:

@@ -51,6 +51,7 @@ from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import failure_line
 
 ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
+REPLAYING = "Replaying the same tokens with eager attention"
 
 
 # --- the run -------------------------------------------------------------------------------------------------------
@@ -148,17 +149,40 @@ def attach_attention(
 ) -> RunResult:
     """The untimed eager replay, after the run's turn (on the model's eager twin; with a server's `gate`, each replay
     pass kept apart from other sessions' timed passes); a failure or the memory cap leaves the timed run intact, with
-    a note why."""
+    a note why.
+
+    A click on a page link during the replay stops the script at the spinner's end, after the maps are made: they are
+    kept in the run's `OwedCapture` (no Streamlit call there), which the next page waits for and takes them from. A
+    replay stopped sooner leaves the run cut short (`CAPTURE_CUT_SHORT`): the Attention page replays it
+    (`capture_again`)."""
     section = gate.drawing if gate is not None else nullcontext
+    owed = result.capture_owed
+    maps = None
+    if owed is not None:
+        owed.start()
     try:
-        with st.spinner("Replaying the same tokens with eager attention to capture the maps (untimed)…"):
+        with st.spinner(f"{REPLAYING} to capture the maps (untimed)…"):
             maps = capture_attention(lm, result.trace, cap_bytes=cap_bytes, section=section)
-            result = replace(result, attention=maps, attention_note="")
     except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
         note = str(exc) if isinstance(exc, ExplorerError) else failure_line("Attention capture", exc)
-        result = replace(result, attention_note=note)
+        result = replace(result, attention_note=note, capture_owed=None)  # a failure is said, not replayed again
+    finally:
+        if owed is not None:
+            owed.end(maps)  # also when a click stopped the script: its maps kept, the page waiting for them woken
+    if maps is not None:
+        result = replace(result, attention=maps, attention_note="", capture_owed=None)
     RUN.set(result)
     return result
+
+
+def capture_again(result: RunResult) -> RunResult | None:
+    """A capture that was cut short, replayed now on the run's own model (the trace holds every token, so the replay
+    is the same untimed one): the model is fetched in a turn like any work on it (loaded already, this is at once),
+    and the replay runs after the turn; None when it was refused or failed (one line on screen says why)."""
+    if result.capture_owed is None:
+        return result
+    ask = DeviceAsk("attention", "The attention capture", result.capture_owed.inputs, counts=False)
+    return on_device(ask, lambda _: result, _attention_after_the_turn)
 
 
 def execute_run(inputs: RunInputs) -> RunResult | None:
@@ -189,13 +213,13 @@ def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
     assert admitted.checked is not None
     session = admitted.session
     trace = run_streaming(admitted.model, admitted.checked, session.figures, session.gate, admitted.turn)
-    result = replace(remember(trace, inputs.prompt), contention_note=disturbed_sentence(trace.passes))
+    owed = inputs if inputs.capture_attention else None  # its replay comes after the turn (`attach_attention`)
+    result = replace(remember(trace, inputs.prompt, owed), contention_note=disturbed_sentence(trace.passes))
+    if owed is None:
+        result = replace(result, attention_note=ATTENTION_OFF)
     RUN.set(result)
     if result.contention_note:
         st.warning(result.contention_note)
-    if not inputs.capture_attention:  # else its replay comes after the turn
-        result = replace(result, attention_note=ATTENTION_OFF)
-        RUN.set(result)
     return result
 
 

@@ -3,6 +3,7 @@ the current run and history."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -67,6 +68,13 @@ QUIZ_VERSION: Slot[int] = Slot("quiz_version")  # bumped by Start over: new radi
 ROOM_MEMBER: Slot[str] = Slot("explorer_room_member")  # this session's opaque token in the Room store, never shown
 ROOM_CODE: Slot[str] = Slot("explorer_room_code")  # the room this session opened or joined (kept across pages)
 HISTORY_LENGTH = 5
+# What a run's attention note says from the moment its timed passes end until its replay ends: read by any later script
+# run only if the replay never ended in its own (a click or a closed tab stops a script at its next draw), so it says
+# what happened and how to get the maps, never "capturing" (a page that read that would wait for nothing).
+CAPTURE_CUT_SHORT = (
+    "The attention capture was cut short: a click left the page while it replayed the run's tokens. "
+    "Open the Attention page to capture the maps again (an untimed replay of the same tokens)."
+)
 
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
 DEFAULT_MAX_NEW_TOKENS = 32
@@ -99,10 +107,54 @@ class RunResult:
     label: str  # "run 3: 'Explain in one…'" for overlays
     contention_note: str = ""  # the line naming passes timed while other work ran beside them (none: "")
     recorded: RecordingMeta | None = None  # a recording opened in the app (explorer.ui.recordings); None when live
+    capture_owed: OwedCapture | None = None  # capture on and its replay not yet taken in; None: nothing owed
+
+    @property
+    def capture_cut_short(self) -> bool:
+        """Its attention capture was asked for and never finished: the Attention page replays it again."""
+        return self.attention is None and self.capture_owed is not None and self.capture_owed.maps is None
+
+
+@dataclass(eq=False)
+class OwedCapture:
+    """A run's attention capture until a script run takes its maps in: the inputs whose model replays it, the maps
+    once a replay has made them, and whether a replay is running now.
+
+    Mutable, and written with no Streamlit call, on purpose. A page link's click stops the script (Streamlit's stop
+    exception) at its next draw, the replay spinner's end, and again at every session-state access after it, so the
+    replay cannot store its maps in the session; and Streamlit starts the next page's script run in a new thread while
+    the stopped one still replays. The replay ends here (`end`), the next page waits for it (`wait`) and
+    takes its maps in (`current_run`)."""
+
+    inputs: RunInputs
+    maps: AttentionMaps | None = None
+    replaying: bool = False  # a thread replays it now (also one whose script a click stopped: it runs to its end)
+    changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    def start(self) -> None:
+        with self.changed:
+            self.replaying = True
+
+    def end(self, maps: AttentionMaps | None) -> None:
+        """A replay ended: with its maps, or with none (failed, or stopped before it made them)."""
+        with self.changed:
+            self.maps = maps if maps is not None else self.maps
+            self.replaying = False
+            self.changed.notify_all()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Until no replay runs (True), or `timeout_s` has passed (False)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: not self.replaying, timeout_s)
 
 
 def current_run() -> RunResult | None:
-    return RUN.get()
+    """The run every page shows, with the maps of a replay that ended while a click stopped its script."""
+    run = RUN.get()
+    if run is not None and run.capture_owed is not None and run.capture_owed.maps is not None:
+        run = replace(run, attention=run.capture_owed.maps, attention_note="", capture_owed=None)
+        RUN.set(run)
+    return run
 
 
 def history() -> list[RunResult]:
@@ -114,14 +166,16 @@ def last_inputs() -> RunInputs:
     return LAST_INPUTS.get() or RunInputs()
 
 
-def remember(trace: Trace, prompt: str) -> RunResult:
-    """Keep a finished run at once, before anything else can interrupt the script (a click reruns it)."""
+def remember(trace: Trace, prompt: str, capture: RunInputs | None = None) -> RunResult:
+    """Keep a finished run at once, before anything else can interrupt the script (a click reruns it). With `capture`
+    (the run's inputs, attention capture on) the run owes its maps: cut short until its replay ends and says
+    otherwise (`CAPTURE_CUT_SHORT`)."""
     count = (RUN_COUNT.get() or 0) + 1
     RUN_COUNT.set(count)
     preview = prompt.strip().replace("\n", " ")
-    result = RunResult(
-        trace, None, "Capturing attention…", f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
-    )
+    label = f"run {count}: {preview[:24]}{'…' if len(preview) > 24 else ''}"
+    owed = OwedCapture(capture) if capture is not None else None
+    result = RunResult(trace, None, CAPTURE_CUT_SHORT if capture is not None else "", label, capture_owed=owed)
     return make_current(result)
 
 
@@ -129,7 +183,12 @@ def make_current(result: RunResult) -> RunResult:
     """`result` becomes the run every page shows; the previous one moves to the history (Compare, Latency)."""
     previous = current_run()
     if previous is not None:  # earlier runs keep their trace; their attention maps (up to the cap each) are dropped
-        kept = replace(previous, attention=None, attention_note="Attention maps are kept for the current run only.")
+        kept = replace(
+            previous,
+            attention=None,
+            attention_note="Attention maps are kept for the current run only.",
+            capture_owed=None,  # only the current run's capture is replayed
+        )
         HISTORY.set((history() + [kept])[-HISTORY_LENGTH:])
     RUN.set(result)
     return result

@@ -19,17 +19,33 @@ PRESENTER_HEIGHT_PX = 400
 NORMAL_HEIGHT_PX = 380
 
 
+def nearest_slide(raw: str) -> tuple[int, str]:
+    """The 0-based slide `?slide=raw` opens, and what to say when it is not one of the tour's: the nearest slide (the
+    first for a value that is not a whole number) and which slides exist."""
+    try:
+        number: int | None = int(raw.strip())
+    except ValueError:
+        number = None
+    if number is not None and 1 <= number <= tour.SLIDE_COUNT:
+        return number - 1, ""
+    index = tour.SLIDE_COUNT - 1 if number is not None and number > tour.SLIDE_COUNT else 0
+    asked = f"slide {number}" if number is not None else f"“{raw[:24]}”, not a slide number"
+    return index, f"The tour has slides 1–{tour.SLIDE_COUNT}: opened slide {index + 1} (the link asked for {asked})."
+
+
 def slide_from_query() -> int | None:
-    """The 0-based slide a ?slide=N link asks for, once per new value; None when absent, unchanged or not a slide."""
+    """The 0-based slide a ?slide=N link asks for, once per new value; None when absent or unchanged. A value outside
+    the tour opens the nearest slide, says so and which slides exist, and the link then names the slide it shows."""
     raw = st.query_params.get(SLIDE_PARAM)
     if raw is None or raw == TOUR_PARAM_SEEN.get():
         return None
+    wanted, said = nearest_slide(raw)
+    if said:
+        st.toast(escape_markdown(said), icon=":material/info:", duration="long")  # the link's own text: escaped
+        raw = str(wanted + 1)
+        st.query_params[SLIDE_PARAM] = raw
     TOUR_PARAM_SEEN.set(raw)
-    try:
-        wanted = int(raw) - 1
-    except ValueError:
-        return None
-    return wanted if 0 <= wanted < tour.SLIDE_COUNT else None
+    return wanted
 
 
 def current_slide() -> int:
@@ -105,6 +121,7 @@ def show_slide(index: int, result: RunResult) -> None:
         height_px=PRESENTER_HEIGHT_PX if on_stage else NORMAL_HEIGHT_PX,
         measured="recorded" if result.recorded is not None else "measured",
         narrow=on_stage,
+        capture_cut_short=result.capture_cut_short,  # capture on, its replay cut short by a click: slide 2 says so
     )
     slide = tour.slide(index, run)
     if on_stage:  # the chart first, its sentences beside it: both inside the first screen

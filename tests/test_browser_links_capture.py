@@ -110,7 +110,7 @@ def test_browser_a_room_link_with_a_slash_and_any_deep_path_land_with_a_line(
     full_screenshot(page, shots / "room-link-with-a-slash.png", **VIEWPORT)
 
     lines = {}
-    for path in ("/nosuchpage", "/a/b/c", "/a/b/c/"):
+    for path in ("/nosuchpage", "/a/b/c", "/a/b/c/", "/attention/extra"):
         open_link(tab, path, "Page not found")
         page.wait_for_function(BODY_HAS_JS, arg=MAIN_TITLE, timeout=PAGE_TIMEOUT_S * 1000)  # type: ignore[attr-defined]
         full_screenshot(page, shots / f"{path.strip('/').replace('/', '-')}.png", **VIEWPORT)

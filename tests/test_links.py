@@ -1,5 +1,6 @@
 """Every link lands (issue 42 §4): `/room/CODE` goes to the Room page with its code, any other path Streamlit has no
-page for, at any depth, to its first segment (Streamlit then shows that page or its own "Page not found" line), and a
+page for, at any depth, to one segment that names no page (Streamlit then shows the main page under its own "Page not
+found" line, as for `/nosuchpage`), and a
 `?slide=` outside the tour opens the nearest slide and says which slides exist. Streamlit's own routes pass untouched.
 """
 
@@ -28,9 +29,10 @@ from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F
         ("/room/Y5PMA/", "", f"../../room?{ROOM_PARAM}=Y5PMA"),  # from the directory `/room/Y5PMA/`, two up
         ("/room/Y5PMA", "presenter=1&room=OLD", f"../room?presenter=1&{ROOM_PARAM}=Y5PMA"),  # the path's code wins
         ("/room/a b&x=y", "", f"../room?{ROOM_PARAM}=a+b%26x%3Dy"),  # a code is a value, never more parameters
-        ("/a/b/c", "", "../../a"),
-        ("/a/b/c/", "x=1", "../../../a?x=1"),
-        ("/attention/extra", "", "../attention"),
+        ("/a/b/c", "", "../../a-b-c"),
+        ("/a/b/c/", "x=1", "../../../a-b-c?x=1"),
+        ("/attention/extra", "", "../attention-extra"),  # a page's name with more after it is no page
+        ("/room/A/B", "", "../../room-A-B"),
     ],
 )
 def test_a_path_of_several_segments_goes_where_it_lands(path: str, query: str, expected: str) -> None:
@@ -63,7 +65,7 @@ def test_streamlits_own_routes_and_one_segment_paths_pass_untouched(path: str) -
 
 def test_under_a_base_url_path_the_segments_count_from_it() -> None:
     assert landing("/explorer/room/AB", "", "/explorer/") == f"../room?{ROOM_PARAM}=AB"
-    assert landing("/explorer/a/b", "", "explorer") == "../a"
+    assert landing("/explorer/a/b", "", "explorer") == "../a-b"
     assert landing("/explorer/_stcore/health", "", "explorer") is None
     assert landing("/explorer/attention", "", "explorer") is None
     assert landing("/elsewhere/a/b", "", "explorer") is None  # not this app's

@@ -46,9 +46,10 @@ def landing(path: str, query: str = "", base: str = "") -> str | None:
     Streamlit answers a path it has no file for with its index.html, whose scripts are named relative to the path:
     under `/a/b/c` they were asked for as `/a/b/static/...` and came back as HTML, a white page. A one-segment path
     loads and Streamlit says "Page not found" itself; so `/room/CODE` (the room link typed with a slash) goes to
-    `/room?room=CODE`, and any other path of two or more segments to its first one, where Streamlit shows that page or
-    its "Page not found" line over the main page. The answer climbs one `..` per directory of the path, so it holds
-    behind a proxy that strips a prefix, as Streamlit's own redirects do."""
+    `/room?room=CODE`, and any other path of two or more segments to one segment that names no page (its segments
+    joined by "-", which no page's name holds), where Streamlit shows the main page under its "Page not found" line,
+    as for `/nosuchpage`: `/attention/extra` is as unknown as `/a/b/c`. The answer climbs one `..` per directory of the
+    path, so it holds behind a proxy that strips a prefix, as Streamlit's own redirects do."""
     prefix = "/" + base.strip("/") if base.strip("/") else ""
     if prefix and not (path == prefix or path.startswith(prefix + "/")):
         return None
@@ -63,7 +64,8 @@ def landing(path: str, query: str = "", base: str = "") -> str | None:
     if segments[0] == ROOM_PAGE and len(segments) == 2:
         kept = [(k, v) for k, v in kept if k != ROOM_PARAM] + [(ROOM_PARAM, segments[1])]
     up = "../" * (within.count("/") - 1)  # from the path's directory back to the app's root
-    return f"{up}{quote(segments[0])}" + (f"?{urlencode(kept)}" if kept else "")
+    target = ROOM_PAGE if segments[0] == ROOM_PAGE and len(segments) == 2 else "-".join(segments)
+    return f"{up}{quote(target)}" + (f"?{urlencode(kept)}" if kept else "")
 
 
 class EveryLinkLands:

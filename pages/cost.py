@@ -6,7 +6,6 @@ from explorer import ui
 from explorer.charts import cost as charts
 from explorer.charts import experts
 from explorer.charts import roofline as roofline_charts
-from explorer.core.figure_trust import figures_line
 from explorer.ui import cost_view, decode_paths_view, operators_view
 
 result, layout = ui.chart_first_page(
@@ -46,8 +45,6 @@ layout.chart(
 )
 if device.busy_note:
     st.info(ui.escape_markdown(device.busy_note))  # built from numbers, but a recording's is anyone's text
-if device.figures_taken_under_load:
-    st.warning(ui.escape_markdown(figures_line(device)))  # a recording's figures note is anyone's text too
 faster = int(split["faster_than_model"].sum())
 if faster:
     st.warning(

@@ -29,8 +29,8 @@ else:
         charts.itl_chart(itl, itl_slo_s),
         itl,
         "itl-per-token",
-        f"{over} of {len(itl)} gaps at or over the ITL SLO (red): each is one decode pass, which re-reads every "
-        f"weight and the KV cache. {charts.decode_bytes_sentence(trace)}",
+        f"{over} of {len(itl)} gaps at or over the ITL SLO (red). {charts.decode_gap_sentence(trace)}: a pass "
+        f"re-reads every weight and the KV cache. {charts.decode_bytes_sentence(trace)}",
         "measured: the time between consecutive sampled tokens",
         "Inter-token latency, token by token",
     )

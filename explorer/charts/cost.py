@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR, TWO_LINE_LABEL
-from explorer.core.figure_trust import marked_bound
+from explorer.charts.kv import kv_traffic_text
 from explorer.core.roofline import LAYOUT_WORDS
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, short_time, to_ms
@@ -167,15 +167,26 @@ def brief_time(seconds: float) -> str:
     return short_time(seconds) if seconds >= 1 else f"{to_ms(seconds):,.3g} ms"
 
 
+def decode_median_text(trace: Trace) -> str | None:
+    """The decode median as every page writes it: '86.4 ms, the median of 14 decode passes' (`Trace.decode_median_s`,
+    three significant figures); None without a decode pass. One wording and one rounding, so Cost, Latency and At
+    scale show the same string for one run."""
+    median_s, count = trace.decode_median_s, len(trace.all_decodes)
+    if median_s is None:
+        return None
+    return f"{brief_time(median_s)}, the median of {count:,} decode pass{'es' if count != 1 else ''}"
+
+
 def per_token_sentence(trace: Trace, measured: str = "measured") -> str:
-    """Each phase's measured time per token it processed, at the page's decode pass: the lesson that holds whatever
-    the overhead, short enough to be the page's first line. `measured` names the times ("recorded": a recording)."""
+    """Each phase's measured time per token it processed, the decode's as the decode median: the lesson that holds
+    whatever the overhead, short enough to be the page's first line. `measured` names the times ("recorded": a
+    recording)."""
     prompt, prefill_s = trace.prompt_len, trace.pass_wall_spread(0).median
     sentence = f"A prefill: {prompt} tokens in {brief_time(prefill_s)}, {brief_time(prefill_s / prompt)} a token"
-    index = median_decode_index(trace)
-    if index is None:
+    decode = decode_median_text(trace)
+    if decode is None:
         return sentence + f" ({measured}); this run made one token: no decode pass to set beside it."
-    return sentence + f"; a decode pass: {brief_time(trace.pass_wall_spread(index).median)} for one ({measured})."
+    return sentence + f"; a decode pass: {decode} ({measured})."
 
 
 def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfile | None) -> str:
@@ -184,9 +195,12 @@ def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfi
     for index in (0, decode_index):
         if index is None:
             continue
-        p, wall_s = trace.passes[index], trace.pass_wall_spread(index).median
+        # The decode's time is the decode median, as the first line says it (its pass's floor: every decode's is
+        # near the same); the prefill's its median over repeats.
+        p = trace.passes[index]
+        wall_s = trace.pass_wall_spread(0).median if p.is_prefill else trace.decode_median_s
         overhead_s = max(0.0, wall_s - p.cost.roofline_time_s)
-        shares.append(f"{overhead_s / wall_s:.0%} of the {p.phase} ({ms(overhead_s)} of {ms(wall_s)})")
+        shares.append(f"{overhead_s / wall_s:.0%} of the {p.phase} ({brief_time(overhead_s)} of {brief_time(wall_s)})")
     sentence = "Overhead, the measured time the roofline does not explain, is " + " and ".join(shares) + "."
     if profile is None:
         return sentence + " The profiler below replays a pass and says where that time goes."
@@ -201,14 +215,16 @@ def floor_sentence(trace: Trace, decode_index: int | None) -> str:
     c, device = p.cost, trace.device
     if c.bound == "memory":
         made_of = (
-            f"reading {human_bytes(c.weight_bytes_read)} of weights and {human_bytes(c.kv_bytes_moved)} of KV cache "
-            f"at {human_bandwidth(device.effective_read_bandwidth_bytes_per_s)}"
+            f"reading {human_bytes(c.weight_bytes_read)} of weights and moving "
+            f"{kv_traffic_text(c.kv_bytes_moved, p.kv_cache_bytes)} at "
+            f"{human_bandwidth(device.effective_read_bandwidth_bytes_per_s)}"
         )
     else:
         made_of = f"its {human_flops(c.flops)} at {human_flops(device.peak_flops)}/s"
-    ratio = trace.pass_wall_spread(p.index).median / c.roofline_time_s
+    wall_s = trace.pass_wall_spread(0).median if p.is_prefill else trace.decode_median_s  # the decode median
+    ratio = wall_s / c.roofline_time_s
     return (
-        f"By the roofline model the {p.phase} (pass {p.index}) is {marked_bound(c.bound, device)}: its floor, "
+        f"By the roofline model the {p.phase} (pass {p.index}) is {c.bound}-bound: its floor, "
         f"{ms(c.roofline_time_s)}, is {made_of} (modelled). That is the model's floor, the least the pass could "
         f"take; measured, it took {ratio:,.1f}× that."
     )
@@ -222,8 +238,8 @@ def takeaway(trace: Trace, profile: PassProfile | None = None) -> list[str]:
     shared = f"Both read every weight once; the prefill shares that read among its {trace.prompt_len} tokens."
     if index is not None:
         per_prefill_token_s = trace.pass_wall_spread(0).median / trace.prompt_len
-        ratio = trace.pass_wall_spread(index).median / per_prefill_token_s
-        shared = f"Per token, the decode pass (pass {index}, the median one) took {ratio:,.0f}× a prefill's. " + shared
+        ratio = trace.decode_median_s / per_prefill_token_s
+        shared = f"Per token, a decode pass (the decode median) took {ratio:,.0f}× a prefill's. " + shared
     return [shared, overhead_sentence(trace, index, profile), floor_sentence(trace, index)]
 
 

@@ -10,7 +10,6 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_DOMAIN, phase_color, phase_points
-from explorer.core.figure_trust import caveat, marked_bound
 from explorer.core.roofline import attainable_flops, prefill_ridge_tokens, utilisation
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.core.units import to_ms
@@ -154,7 +153,7 @@ def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
     side = "right" if intensity >= ridge else "left"
     return (
         f"The {p.phase} (pass {p.index}) does {intensity:,.2f} FLOP per byte moved; this device's ridge is "
-        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {marked_bound(p.cost.bound, device)} by the model."
+        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {p.cost.bound}-bound by the model."
     )
 
 
@@ -162,10 +161,7 @@ def prefill_ridge_sentence(trace: Trace) -> str:
     """The prompt length from which a prefill is compute-bound: from the same cost model as each pass's bound, so
     this sentence and the prefill's bound sentence never disagree."""
     tokens = prefill_ridge_tokens(trace.model, trace.device, **trace.cache_options)
-    device = (
-        f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
-        + caveat(trace.device)
-    )
+    device = f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
     why = (
         f"A prefill does about 2 FLOPs per weight per prompt token but reads each weight "
         f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once per pass, so its intensity grows with the "

@@ -9,6 +9,7 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.rendered_text import walk
 
 
 def test_the_cost_page_leads_with_time_per_token_and_keeps_one_default_decode_pass(
@@ -29,5 +30,13 @@ def test_the_cost_page_leads_with_time_per_token_and_keeps_one_default_decode_pa
     assert index is not None
     for key in ("utilisation-pass", "profile-pass", "operators-pass"):
         assert at.selectbox(key=key).value == index, key
-    assert any(t.startswith(f"The decode (pass {index}) does ") for t in text)  # its bound, by its intensity
+    # Issue 42: its bound by its intensity, the page's clinching line, beside the time split with the roofline (the
+    # second chart, in the main chart's slot), not below the fold
+    intensity = trace.passes[index].cost.arithmetic_intensity
+    line = f"**Decode (pass {index}): {intensity:,.2f} FLOP per byte against a ridge"
+    assert any(t.startswith(line) for t in text)
+    main = at.main.children[next(k for k, b in at.main.children.items() if getattr(b, "key", None) == "main-chart")]
+    drawn = [e for e in walk(main) if getattr(e, "type", None) in ("vega_lite_chart", "markdown")]
+    assert [e.type for e in drawn][-3:] == ["vega_lite_chart", "markdown", "vega_lite_chart"]
+    assert drawn[-2].value.startswith(line) and "FLOP/byte (modelled)" in drawn[-1].proto.spec
     assert any(f"Pass {index}:" in c.value for c in at.caption)  # its KV term written out

@@ -209,6 +209,19 @@ def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfi
     return sentence + f" Profiled, pass {profile.pass_index}'s time went to " + ", ".join(top) + " (measured)."
 
 
+def ridge_line(trace: Trace) -> str:
+    """The page's clinching line, beside its time split: the decode's modelled FLOP per byte against this device's
+    ridge, and so its bound ("Decode (pass 25): 0.50 FLOP per byte against a ridge of 10.8: memory-bound
+    (modelled)."), short enough for one line when presenting; the prefill's in a one-token run."""
+    index = median_decode_index(trace)
+    p = trace.passes[0 if index is None else index]
+    ridge = trace.device.ridge_point_flops_per_byte
+    return (
+        f"{p.phase.capitalize()} (pass {p.index}): {p.cost.arithmetic_intensity:,.2f} FLOP per byte against a ridge "
+        f"of {ridge:,.1f}: {p.cost.bound}-bound (modelled)."
+    )
+
+
 def floor_sentence(trace: Trace, decode_index: int | None) -> str:
     """ "Memory-bound" said as what it is: the model's floor, not what this device's measured time is made of."""
     p = trace.passes[0 if decode_index is None else decode_index]

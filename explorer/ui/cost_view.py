@@ -45,6 +45,36 @@ def takeaway_section(result: RunResult, layout: ChartFirst) -> None:
         aside.markdown(sentence)  # numbers and fixed words only (profiler group names are ours)
 
 
+RIDGE_LINE_PX = 110  # the clinching line over the roofline when presenting: three lines in a third of the page
+
+
+def ridge_beside(
+    column: st.delta_generator.DeltaGenerator, trace: Trace, presenting: bool, height_px: int | None
+) -> None:
+    """The page's clinching line (`charts.cost.ridge_line`) and the roofline, beside the time split in the first
+    screen: the decode's FLOP per byte against the ridge, then every pass at its intensity. When presenting, the
+    heading leads the caption below the chart, as the split's does, and the chart is shortened by the line, so both
+    columns end together."""
+    frame = roofline_charts.roofline_frame(trace)
+    built = roofline_charts.roofline_chart(frame, narrow=True)
+    title = "Against the ridge"
+    caption = (
+        "Each pass sits at its modelled intensity: left of the dashed ridge a pass can only be memory-bound, right of "
+        "it compute-bound. More prompt tokens per read of the weights move a prefill right."
+    )
+    source = (
+        f"x modelled (FLOPs / bytes moved) · y = modelled FLOPs / measured time · roof from peak compute "
+        f"[{trace.device.peak_flops_source}] and bandwidth [{trace.device.bandwidth_source}]"
+    )
+    with column:
+        if not presenting:
+            st.subheader(title)
+        st.markdown(f"**{charts.ridge_line(trace)}**")  # numbers and fixed words only
+        if height_px is not None:
+            built = built.properties(height=max(160, height_px - RIDGE_LINE_PX))
+        chart(built, frame, "roofline", f"**{title}.** {caption}" if presenting else caption, source)
+
+
 def utilisation_section(trace: Trace) -> None:
     """The prefill against one decode: compute and bandwidth each as a share of the device's."""
     device = trace.device

@@ -31,7 +31,7 @@ if trace.new_tokens > 1:
 beside = layout.beside()  # the split; beside it, the clinching line and the roofline
 split = charts.time_split_frame(trace, first_pass, last_pass)
 layout.chart(
-    charts.time_split_chart(split),
+    charts.time_split_chart(split, narrow=True),  # beside the roofline
     split,
     "time-split",
     charts.MAIN_CHART_NOTICE

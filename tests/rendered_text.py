@@ -286,7 +286,7 @@ CACHE_FIGURES = (
 # What a clause says the cache is sized at: "at 8,192 tokens", "of 8,192 tokens", "after 40 positions", "× batch 32".
 CONTEXT = re.compile(r"\b(?:[Aa]t|of|after)\s(?:the\smodel's\smaximum\sof\s)?([\d,]+)\s(?:tokens|positions)\b")
 BATCH = re.compile(r"\bbatch\s([\d,]+)\b")
-DECODE_MEDIAN = re.compile(r"(\d[\d,]*(?:\.\d+)?\s(?:ms|s)),\sthe\smedian\sof\s([\d,]+)\sdecode\spass(?:es)?\b")
+DECODE_MEDIAN = re.compile(r"(\d[\d,]*(?:\.\d+)?\s(?:ms|s))\s\((?:measured|recorded),\smedian\sof\s([\d,]+)\)")
 UNDER_LOAD_WORDS = re.compile(r"\bunder\sload\b")
 
 
@@ -330,8 +330,9 @@ def cache_figures(pieces: list[Piece]) -> list[CacheFigure]:
 
 
 def decode_medians(pieces: list[Piece]) -> set[str]:
-    """Every decode median a page states ("86.1 ms, the median of 14 decode passes"), as written."""
-    return {match.group(0) for piece in pieces for match in DECODE_MEDIAN.finditer(piece.text)}
+    """Every decode median a page states ("86.1 ms (measured, median of 14)"), as its figure and count: "86.1 ms,
+    median of 14"."""
+    return {f"{m.group(1)}, median of {m.group(2)}" for piece in pieces for m in DECODE_MEDIAN.finditer(piece.text)}
 
 
 def under_load_mentions(pieces: list[Piece]) -> list[Piece]:

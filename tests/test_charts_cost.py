@@ -105,6 +105,18 @@ def test_the_time_split_chart_serialises(trace: Trace) -> None:
     assert isinstance(chart, alt.TopLevelMixin) and json.dumps(chart.to_dict())  # what Streamlit ships to the browser
 
 
+def test_beside_the_roofline_the_split_names_its_segments_in_short_lines(trace: Trace) -> None:
+    """Cost's split shares the first screen with the roofline (issue 42): its legend's names lose "(modelled)", which
+    its source line says, and wrap to short lines, so two columns fit two thirds of the page."""
+    spec = cost.time_split_chart(cost.time_split_frame(trace), narrow=True).to_dict()
+    expr = spec["layer"][0]["encoding"]["color"]["legend"]["labelExpr"]
+    lines = json.loads(expr.removesuffix("[datum.label]"))
+    assert list(lines) == cost.SEGMENT_LABELS
+    shown = [line for wrapped in lines.values() for line in wrapped]
+    assert all(0 < len(line) <= cost.NARROW_LABEL_CHARS and "modelled" not in line for line in shown), shown
+    assert lines[cost.SEGMENT_LABELS[2]] == ["compute not hidden", "behind memory"]
+
+
 def test_prefill_ridge_sentence_and_kv_formula(trace: Trace) -> None:
     text = prefill_ridge_sentence(trace)
     tokens = prefill_ridge_tokens(trace.model, trace.device)
@@ -125,8 +137,8 @@ def test_the_takeaway_is_time_per_token_of_each_phase_then_overhead_then_the_flo
     assert index == 4  # decodes sorted by time, then index: 88 (3) 89 (6) 90 (1) 90 (4) 91 (7) 92 (2) 95 (5) ms
     per_token = f"{0.171 / run.prompt_len * 1e3:,.3g} ms"
     assert cost.per_token_sentence(run) == (
-        f"A prefill: {run.prompt_len} tokens in 171 ms, {per_token} a token; a decode pass: 90 ms, the median of 7 "
-        "decode passes (measured)."
+        f"A prefill: {run.prompt_len} tokens in 171 ms, {per_token} a token; a decode pass: 90 ms (measured, median "
+        "of 7)."
     )
     why, overhead, floor = cost.takeaway(run)
     ratio = 0.090 / (0.171 / run.prompt_len)  # the decode median of the 7 decodes: 90 ms
@@ -153,13 +165,13 @@ def test_the_decode_median_is_every_repeats_decode_passes_and_one_string(trace: 
     assert run.decode_median_s == pytest.approx((0.086 + 0.0862) / 2)
     assert cost.median_decode_index(run) == 4  # the shown repeat's middle pass: 83 ms there, 88 ms over its repeats
     said = cost.decode_median_text(run)
-    assert said == "86.1 ms, the median of 14 decode passes"
+    assert said == "86.1 ms (measured, median of 14)"
     assert said in cost.per_token_sentence(run) and said in decode_gap_sentence(run)
     gap = local_gap(run)
     assert gap is not None and gap.median_wall_s == run.decode_median_s
     one = with_passes(trace, trace.passes[:1])
     assert one.decode_median_s is None and cost.decode_median_text(one) is None
-    assert cost.decode_median_text(with_passes(trace, trace.passes[:2])).endswith("the median of 1 decode pass")
+    assert cost.decode_median_text(with_passes(trace, trace.passes[:2]), "recorded").endswith("(recorded, median of 1)")
 
 
 def test_the_takeaway_names_where_a_profile_put_the_time(trace: Trace) -> None:

@@ -76,7 +76,7 @@ def test_this_machines_run_adds_its_factor_and_the_assumption_lines(
     assert_drawn(at)
     text = page_text(at)
     assert "Decode ran at " in text and "x its memory floor here" in text and "assumption" in text
-    assert f"a decode pass took {decode_median_text(trace)};" in text  # the decode median every page shows
+    assert f"A decode pass took {decode_median_text(trace)};" in text  # the decode median every page shows
     specs = [chart.proto.spec for chart in at.get("vega_lite_chart")]
     assert sum("this machine's gap (assumption)" in spec for spec in specs) == 2  # decode and batch charts
 

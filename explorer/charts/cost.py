@@ -6,7 +6,9 @@ The roofline chart and utilisation are in `explorer.charts.roofline`, the device
 
 from __future__ import annotations
 
+import json
 import math
+import textwrap
 from typing import TYPE_CHECKING
 
 import altair as alt
@@ -56,6 +58,23 @@ def segment_color() -> alt.Color:
     )
 
 
+NARROW_LABEL_CHARS = 20  # a segment's name per legend line beside another chart: two columns in 430 px at 18 px type
+
+
+def narrow_segment_color() -> alt.Color:
+    """The segments' colours for a time split beside another chart (Cost's, next to the roofline): each name without
+    its "(modelled)", which the chart's source line says, wrapped to lines of NARROW_LABEL_CHARS, so the legend's two
+    columns fit two thirds of the page with the sidebar open (the full names, two lines each, need about 560 px)."""
+    names = [label.rsplit(" (", 1)[0] for label in SEGMENT_LABELS]
+    wrapped = {label: textwrap.wrap(name, NARROW_LABEL_CHARS) for label, name in zip(SEGMENT_LABELS, names)}
+    return alt.Color(
+        "part:N",
+        scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
+        title=None,
+        legend=alt.Legend(orient="top", columns=2, labelLimit=0, labelExpr=f"{json.dumps(wrapped)}[datum.label]"),
+    )
+
+
 def median_decode_index(trace: Trace) -> int | None:
     """The page's one default decode pass, for every section that shows one: the decode with the median wall time (the
     lower middle for an even count), None if none."""
@@ -95,15 +114,16 @@ def time_split_frame(trace: Trace, first_pass: int = 0, last_pass: int | None = 
     return pd.DataFrame(rows)
 
 
-def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Stacked modelled segments plus overhead per pass, outlined in the phase colour, with a tick at the wall time."""
+def time_split_chart(frame: pd.DataFrame, narrow: bool = False) -> alt.LayerChart:
+    """Stacked modelled segments plus overhead per pass, outlined in the phase colour, with a tick at the wall time.
+    `narrow`: beside another chart, with the shorter legend of `narrow_segment_color`."""
     base = alt.Chart(frame).encode(x=alt.X("pass:O", title="pass (0 = prefill)", axis=alt.Axis(labelAngle=0)))
     bars = (
         segments_folded(base)
         .mark_bar(strokeWidth=1.5)
         .encode(
             y=alt.Y("segment_ms:Q", stack="zero", title="time (ms)"),
-            color=segment_color(),
+            color=narrow_segment_color() if narrow else segment_color(),
             stroke=alt.Stroke(
                 "phase:N",
                 scale=PHASE_COLOR,
@@ -167,14 +187,15 @@ def brief_time(seconds: float) -> str:
     return short_time(seconds) if seconds >= 1 else f"{to_ms(seconds):,.3g} ms"
 
 
-def decode_median_text(trace: Trace) -> str | None:
-    """The decode median as every page writes it: '86.4 ms, the median of 14 decode passes' (`Trace.decode_median_s`,
-    three significant figures); None without a decode pass. One wording and one rounding, so Cost, Latency and At
-    scale show the same string for one run."""
-    median_s, count = trace.decode_median_s, len(trace.all_decodes)
+def decode_median_text(trace: Trace, measured: str = "measured") -> str | None:
+    """The decode median as every page writes it: '86.4 ms (measured, median of 14)' (`Trace.decode_median_s` over
+    every repeat's decode passes, three significant figures; `measured`: "recorded" for a recording); None without a
+    decode pass. One wording and one rounding, so Cost, Latency and At scale show the same figure for one run; short,
+    so Cost's first line stays one line when presenting."""
+    median_s = trace.decode_median_s
     if median_s is None:
         return None
-    return f"{brief_time(median_s)}, the median of {count:,} decode pass{'es' if count != 1 else ''}"
+    return f"{brief_time(median_s)} ({measured}, median of {len(trace.all_decodes):,})"
 
 
 def per_token_sentence(trace: Trace, measured: str = "measured") -> str:
@@ -183,10 +204,10 @@ def per_token_sentence(trace: Trace, measured: str = "measured") -> str:
     recording)."""
     prompt, prefill_s = trace.prompt_len, trace.pass_wall_spread(0).median
     sentence = f"A prefill: {prompt} tokens in {brief_time(prefill_s)}, {brief_time(prefill_s / prompt)} a token"
-    decode = decode_median_text(trace)
+    decode = decode_median_text(trace, measured)
     if decode is None:
         return sentence + f" ({measured}); this run made one token: no decode pass to set beside it."
-    return sentence + f"; a decode pass: {decode} ({measured})."
+    return sentence + f"; a decode pass: {decode}."
 
 
 def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfile | None) -> str:

@@ -64,10 +64,11 @@ def decode_bytes_sentence(trace: Trace) -> str:
     )
 
 
-def decode_gap_sentence(trace: Trace) -> str:
-    """What each gap is: one decode pass, at the decode median every page shows (`Trace.decode_median_s`)."""
-    median = decode_median_text(trace)
-    return "Each gap is one decode pass" + (f" ({median}, measured)" if median else "") + " and its sampling"
+def decode_gap_sentence(trace: Trace, measured: str = "measured") -> str:
+    """What each gap is: one decode pass, at the decode median every page shows (`Trace.decode_median_s`), and the
+    sampling after it."""
+    median = decode_median_text(trace, measured)
+    return "Each gap is one decode pass" + (f", {median}," if median else "") + " and its sampling"
 
 
 # --- one run ---------------------------------------------------------------------------------------------------------

@@ -244,9 +244,10 @@ def this_machine(run: RunResult | None) -> LocalGap | None:
         st.info("The current run has no decode pass (it made one token): run with more new tokens to compare.")
         return None
     under_load_warning(run.trace.device)  # this section's figures are this machine's: said once, here
+    measured = "recorded" if run.recorded is not None else "measured"
     st.markdown(f"**{gap.sentence.capitalize()}.**")
     st.caption(
-        f"Measured: a decode pass took {decode_median_text(run.trace)}; modelled: their "
+        f"A decode pass took {decode_median_text(run.trace, measured)}; modelled: its "
         f"memory floor (weights and KV traffic over this device's bandwidth) is {ms(gap.median_memory_floor_s)} — "
         f"{escape_markdown(gap.model)}, {gap.dtype}, on {escape_markdown(gap.device)}. The dashed lines below apply "
         "the same factor to the GPU: an **assumption**, not a measurement (a GPU's kernels and overheads differ)."

@@ -4,7 +4,6 @@ import streamlit as st
 
 from explorer import ui
 from explorer.charts import serving as charts
-from explorer.core.figure_trust import caveat
 from explorer.core.roofline import RIDGE_BATCH_LIMIT
 from explorer.ui import labs
 
@@ -63,7 +62,7 @@ ui.chart(
     "batch-roofline",
     f"Decode steps move right as B grows; the dashed ridge is where they would turn compute-bound (batch "
     f"{result.ridge_batch or f'none up to {RIDGE_BATCH_LIMIT:,}'} here, {result.device.dtype}, at the ridge of the "
-    f"figures named above){caveat(result.device)}.",
+    f"figures named above).",
     "x modelled intensity · y modelled FLOPs / measured step time",
 )
 ui.chart(

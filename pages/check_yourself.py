@@ -4,6 +4,7 @@ import streamlit as st
 
 from explorer import ui
 from explorer.teach import quiz
+from explorer.ui.page_start import under_load_warning
 from explorer.ui.state import QUIZ_VERSION
 
 
@@ -21,6 +22,8 @@ trace = result.trace if result is not None else None
 maps = result.attention if result is not None else None
 if result is None:
     ui.run_here("quiz", "No run yet: the questions work without one; run a prompt to see each answer in your own run.")
+else:
+    under_load_warning(result.trace.device)  # the page's one under-load line: the answers state bounds plainly
 
 summary = st.empty()  # filled once every answer below is known
 version = QUIZ_VERSION.get() or 0

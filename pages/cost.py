@@ -6,7 +6,6 @@ from explorer import ui
 from explorer.charts import cost as charts
 from explorer.charts import experts
 from explorer.charts import roofline as roofline_charts
-from explorer.core.figure_trust import figures_line
 from explorer.ui import cost_view, decode_paths_view, operators_view
 
 result, layout = ui.chart_first_page(
@@ -29,9 +28,10 @@ if trace.new_tokens > 1:
         (0, trace.new_tokens - 1),
         help="0 is the prefill; narrow the range to look at a few decode passes closely.",
     )
+beside = layout.beside()  # the split; beside it, the clinching line and the roofline
 split = charts.time_split_frame(trace, first_pass, last_pass)
 layout.chart(
-    charts.time_split_chart(split),
+    charts.time_split_chart(split, narrow=True),  # beside the roofline
     split,
     "time-split",
     charts.MAIN_CHART_NOTICE
@@ -44,10 +44,9 @@ layout.chart(
     "shows) · wall measured · overhead = measured − modelled",
     "Predicted against measured, pass by pass",
 )
+cost_view.ridge_beside(beside, trace, layout.presenting, layout.main_chart_px)
 if device.busy_note:
     st.info(ui.escape_markdown(device.busy_note))  # built from numbers, but a recording's is anyone's text
-if device.figures_taken_under_load:
-    st.warning(ui.escape_markdown(figures_line(device)))  # a recording's figures note is anyone's text too
 faster = int(split["faster_than_model"].sum())
 if faster:
     st.warning(
@@ -57,8 +56,7 @@ if faster:
 decode_index = charts.median_decode_index(trace)
 for sentence in [roofline_charts.bound_sentence(trace.prefill, device), roofline_charts.prefill_ridge_sentence(trace)]:
     st.markdown(sentence)  # numbers and fixed words only
-if decode_index is not None:
-    st.markdown(roofline_charts.bound_sentence(trace.passes[decode_index], device))
+if decode_index is not None:  # its bound: the clinching line beside the split
     st.caption(
         "Each decode pass reads the whole KV cache, and transformers' cache copies itself as it grows, so its traffic "
         "grows with every token — *modelled*"
@@ -88,18 +86,6 @@ operators_view.operators_section(trace)
 cost_view.profile_section(result)
 operators_view.beside_the_profile(result)
 decode_paths_view.decode_paths_section(result)
-
-st.subheader("The roofline")
-roofline = roofline_charts.roofline_frame(trace)
-ui.chart(
-    roofline_charts.roofline_chart(roofline),
-    roofline,
-    "roofline",
-    "Each pass sits at its modelled intensity: left of the dashed ridge a pass can only be memory-bound, right of "
-    "it compute-bound. More prompt tokens per read of the weights move a prefill right.",
-    f"x modelled (FLOPs / bytes moved) · y = modelled FLOPs / measured time · roof from peak compute "
-    f"[{device.peak_flops_source}] and bandwidth [{device.bandwidth_source}]",
-)
 
 cost_view.utilisation_section(trace)
 cost_view.device_section(trace)

@@ -13,6 +13,7 @@ result, layout = ui.chart_first_page(
     "as SLOs, e.g. p99 ITL < 50 ms.",
 )
 trace = result.trace
+measured = "recorded" if result.recorded is not None else "measured"  # a recording's times were measured then
 layout.run_metrics(trace)
 
 with layout.explanation("Against your SLOs"):
@@ -29,8 +30,8 @@ else:
         charts.itl_chart(itl, itl_slo_s),
         itl,
         "itl-per-token",
-        f"{over} of {len(itl)} gaps at or over the ITL SLO (red): each is one decode pass, which re-reads every "
-        f"weight and the KV cache. {charts.decode_bytes_sentence(trace)}",
+        f"{over} of {len(itl)} gaps at or over the ITL SLO (red). {charts.decode_gap_sentence(trace, measured)}: a "
+        f"pass re-reads every weight and the KV cache. {charts.decode_bytes_sentence(trace)}",
         "measured: the time between consecutive sampled tokens",
         "Inter-token latency, token by token",
     )

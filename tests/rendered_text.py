@@ -270,3 +270,71 @@ def findings(page: str, pieces: list[Piece], allowed: dict[str, str] | None = No
         ):
             found.extend(Finding(page, piece.where, rule, hit, piece.text) for hit in hits)
     return found
+
+
+# --- one name, one figure (issue 42) -----------------------------------------------------------------------------
+BYTES = r"(\d[\d,]*(?:\.\d+)?)\s(B|kB|MB|GB)\b"
+BYTE_UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}  # as `explorer.core.units.human_bytes` writes them (SI)
+# A byte figure said to be the cache itself: "2.30 MB of KV cache", "KV cache now 2.30 MB", "the 2.30 MB cache", or a
+# bare "2.30 MB of KV" (the issue's Latency wording, which reads as the cache); "of KV traffic" is not the cache.
+CACHE_FIGURES = (
+    re.compile(BYTES + r"\sof\sKV\scache\b"),
+    re.compile(BYTES + r"\sof\sKV(?!\s(?:traffic|cache|heads?|blocks?))\b"),
+    re.compile(r"\bKV\scache(?:\snow|\sheld)?:?\s\(?" + BYTES),
+    re.compile(r"\bthe\s" + BYTES + r"\s(?:KV\s)?cache\b"),
+)
+# What a clause says the cache is sized at: "at 8,192 tokens", "of 8,192 tokens", "after 40 positions", "× batch 32".
+CONTEXT = re.compile(r"\b(?:[Aa]t|of|after)\s(?:the\smodel's\smaximum\sof\s)?([\d,]+)\s(?:tokens|positions)\b")
+BATCH = re.compile(r"\bbatch\s([\d,]+)\b")
+DECODE_MEDIAN = re.compile(r"(\d[\d,]*(?:\.\d+)?\s(?:ms|s))\s\((?:measured|recorded),\smedian\sof\s([\d,]+)\)")
+UNDER_LOAD_WORDS = re.compile(r"\bunder\sload\b")
+
+
+@dataclass(frozen=True)
+class CacheFigure:
+    """A byte figure a page calls the KV cache, with the context and batch its clause sizes it at (None: the run's)."""
+
+    bytes: float
+    text: str  # the clause it was read from
+    context: int | None
+    batch: int | None
+
+
+def _clauses(pieces: list[Piece]) -> Iterator[str]:
+    """Each piece's clauses (split at ';' and sentence ends), a metric's label and value read as one clause."""
+    for piece, following in zip(pieces, [*pieces[1:], None]):
+        if piece.where == "metric value":
+            continue
+        text = piece.text
+        if piece.where == "metric label" and following is not None and following.where == "metric value":
+            text = f"{text} {following.text}"
+        yield from (c for c in re.split(r";\s|\.\s", text) if c.strip())
+
+
+def cache_figures(pieces: list[Piece]) -> list[CacheFigure]:
+    """Every byte figure the pieces call the KV cache itself, with the context and batch their clause names."""
+    found = []
+    for clause in _clauses(pieces):
+        context, batch = CONTEXT.search(clause), BATCH.search(clause)
+        for pattern in CACHE_FIGURES:
+            for match in pattern.finditer(clause):
+                found.append(
+                    CacheFigure(
+                        float(match.group(1).replace(",", "")) * BYTE_UNITS[match.group(2)],
+                        clause,
+                        int(context.group(1).replace(",", "")) if context else None,
+                        int(batch.group(1).replace(",", "")) if batch else None,
+                    )
+                )
+    return found
+
+
+def decode_medians(pieces: list[Piece]) -> set[str]:
+    """Every decode median a page states ("86.1 ms (measured, median of 14)"), as its figure and count: "86.1 ms,
+    median of 14"."""
+    return {f"{m.group(1)}, median of {m.group(2)}" for piece in pieces for m in DECODE_MEDIAN.finditer(piece.text)}
+
+
+def under_load_mentions(pieces: list[Piece]) -> list[Piece]:
+    """Every piece that says the device figures were taken under load."""
+    return [piece for piece in pieces if UNDER_LOAD_WORDS.search(piece.text)]

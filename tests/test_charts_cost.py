@@ -105,6 +105,18 @@ def test_the_time_split_chart_serialises(trace: Trace) -> None:
     assert isinstance(chart, alt.TopLevelMixin) and json.dumps(chart.to_dict())  # what Streamlit ships to the browser
 
 
+def test_beside_the_roofline_the_split_names_its_segments_in_short_lines(trace: Trace) -> None:
+    """Cost's split shares the first screen with the roofline (issue 42): its legend's names lose "(modelled)", which
+    its source line says, and wrap to short lines, so two columns fit two thirds of the page."""
+    spec = cost.time_split_chart(cost.time_split_frame(trace), narrow=True).to_dict()
+    expr = spec["layer"][0]["encoding"]["color"]["legend"]["labelExpr"]
+    lines = json.loads(expr.removesuffix("[datum.label]"))
+    assert list(lines) == cost.SEGMENT_LABELS
+    shown = [line for wrapped in lines.values() for line in wrapped]
+    assert all(0 < len(line) <= cost.NARROW_LABEL_CHARS and "modelled" not in line for line in shown), shown
+    assert lines[cost.SEGMENT_LABELS[2]] == ["compute not hidden", "behind memory"]
+
+
 def test_prefill_ridge_sentence_and_kv_formula(trace: Trace) -> None:
     text = prefill_ridge_sentence(trace)
     tokens = prefill_ridge_tokens(trace.model, trace.device)
@@ -125,17 +137,41 @@ def test_the_takeaway_is_time_per_token_of_each_phase_then_overhead_then_the_flo
     assert index == 4  # decodes sorted by time, then index: 88 (3) 89 (6) 90 (1) 90 (4) 91 (7) 92 (2) 95 (5) ms
     per_token = f"{0.171 / run.prompt_len * 1e3:,.3g} ms"
     assert cost.per_token_sentence(run) == (
-        f"A prefill: {run.prompt_len} tokens in 171 ms, {per_token} a token; a decode pass: 90 ms for one (measured)."
+        f"A prefill: {run.prompt_len} tokens in 171 ms, {per_token} a token; a decode pass: 90 ms (measured, median "
+        "of 7)."
     )
     why, overhead, floor = cost.takeaway(run)
-    ratio = walls[index] / (0.171 / run.prompt_len)
-    assert why.startswith(f"Per token, the decode pass (pass {index}, the median one) took {ratio:,.0f}× a prefill's.")
+    ratio = 0.090 / (0.171 / run.prompt_len)  # the decode median of the 7 decodes: 90 ms
+    assert why.startswith(f"Per token, a decode pass (the decode median) took {ratio:,.0f}× a prefill's.")
     assert f"among its {run.prompt_len} tokens" in why
     prefill_share = (0.171 - run.prefill.cost.roofline_time_s) / 0.171
     assert f"{prefill_share:.0%} of the prefill" in overhead and "The profiler below" in overhead
+    assert "of 90 ms)" in overhead  # the decode's time is the decode median, in its rounding
     decode = run.passes[index]
     assert f"the decode (pass {index}) is {decode.cost.bound}-bound" in floor and "the model's floor" in floor
-    assert f"{walls[index] / decode.cost.roofline_time_s:,.1f}× that" in floor
+    assert f"{0.090 / decode.cost.roofline_time_s:,.1f}× that" in floor
+
+
+def test_the_decode_median_is_every_repeats_decode_passes_and_one_string(trace: Trace) -> None:
+    """Issue 42: Cost said 86.1 ms and At scale 86.40 ms for one run: Cost took the shown repeat's middle pass's median
+    over repeats, At scale the median of every decode pass. One definition (`Trace.decode_median_s`), one string."""
+    from explorer.charts.latency import decode_gap_sentence
+    from explorer.scale.local import local_gap
+
+    first = with_walls(trace, [0.2, 0.080, 0.081, 0.082, 0.083, 0.084, 0.085, 0.086]).passes
+    second = with_walls(trace, [0.2, 0.090, 0.091, 0.092, 0.093, 0.094, 0.095, 0.0862]).passes
+    run = replace(trace, repeats=(first, second), shown_repeat=0)
+    # 14 decodes: the two middle ones are 0.086 and 0.0862; their mean is the median
+    assert run.decode_median_s == pytest.approx((0.086 + 0.0862) / 2)
+    assert cost.median_decode_index(run) == 4  # the shown repeat's middle pass: 83 ms there, 88 ms over its repeats
+    said = cost.decode_median_text(run)
+    assert said == "86.1 ms (measured, median of 14)"
+    assert said in cost.per_token_sentence(run) and said in decode_gap_sentence(run)
+    gap = local_gap(run)
+    assert gap is not None and gap.median_wall_s == run.decode_median_s
+    one = with_passes(trace, trace.passes[:1])
+    assert one.decode_median_s is None and cost.decode_median_text(one) is None
+    assert cost.decode_median_text(with_passes(trace, trace.passes[:2]), "recorded").endswith("(recorded, median of 1)")
 
 
 def test_the_takeaway_names_where_a_profile_put_the_time(trace: Trace) -> None:

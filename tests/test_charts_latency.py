@@ -171,8 +171,10 @@ def test_charts_serialise_with_the_slo_rules(trace: Trace) -> None:
 
 
 def test_what_a_decode_gap_waits_on_is_computed_at_this_context_and_the_maximum() -> None:
-    """SmolLM2 by hand: at 100 tokens DynamicCache moves 3 x 100 x 46,080 B = 13.82 MB of KV against 538.06 MB of
-    weights (2.5 %); at 8,192 tokens 3 x 8,192 x 46,080 B = 1.13 GB (68 %). Not 'roughly flat': it depends."""
+    """SmolLM2 by hand: at 100 tokens DynamicCache moves 3 x 100 x 46,080 B = 13.82 MB of KV traffic against 538.06 MB
+    of weights (2.5 %); at 8,192 tokens 3 x 8,192 x 46,080 B = 1.13 GB (68 %). Not 'roughly flat': it depends. Issue
+    42: that figure is traffic, said beside the cache it moves through (100 x 46,080 B = 4.61 MB; 8,192 x 46,080 B =
+    377.5 MB, the KV cache page's figure), never as the cache itself."""
     from types import SimpleNamespace
 
     from explorer.core.roofline import pass_cost
@@ -180,15 +182,31 @@ def test_what_a_decode_gap_waits_on_is_computed_at_this_context_and_the_maximum(
     from tests.test_roofline import smollm2_by_hand
 
     model, device = smollm2_by_hand(), DeviceProfile("hand", "cpu", "float32", 1e12, "measured", 1e11, "measured")
-    last = SimpleNamespace(cache_len_after=100, cost=pass_cost(model, device, 1, cache_len_before=99))
+    last = SimpleNamespace(
+        cache_len_after=100, kv_cache_bytes=100 * 46_080, cost=pass_cost(model, device, 1, cache_len_before=99)
+    )
     run = SimpleNamespace(model=model, device=device, decodes=[last])
     assert latency.decode_bytes_sentence(run) == (  # type: ignore[arg-type]
-        "Modelled, this run's last decode pass (at 100 tokens) moved 13.82 MB of KV against 538.1 MB of weights "
-        "(2.5% KV); at the model's maximum of 8,192 tokens, 1.13 GB of KV against 538.1 MB of weights (68% KV)."
+        "Modelled, this run's last decode pass (at 100 tokens) moved 13.82 MB of KV traffic (= 3.0x the 4.61 MB "
+        "cache) against 538.1 MB of weights (2.5% KV); at the model's maximum of 8,192 tokens, 1.13 GB of KV traffic "
+        "(= 3.0x the 377.5 MB cache) against 538.1 MB of weights (68% KV)."
     )
     assert latency.decode_bytes_sentence(SimpleNamespace(model=model, device=device, decodes=[])).startswith(  # type: ignore[arg-type]
-        "Modelled, a decode pass of this model at the model's maximum of 8,192 tokens would move 1.13 GB of KV"
+        "Modelled, a decode pass of this model at the model's maximum of 8,192 tokens would move 1.13 GB of KV traffic"
     )
+    assert "of KV cache" not in latency.decode_bytes_sentence(run)  # type: ignore[arg-type]
+
+
+def test_kv_traffic_is_named_as_traffic_with_its_multiple_of_the_cache() -> None:
+    """Issue 42: Cost's decode read "6.91 MB of KV cache" when the cache held 2.30 MB. A concatenating cache's decode
+    reads (old T - 1 + new 1) + T positions and writes T: 3T, so 3.0x; the figure names itself traffic."""
+    from explorer.charts.kv import kv_traffic_multiple, kv_traffic_text
+
+    per_position, held = 46_080, 50  # SmolLM2: 2 x 30 layers x 3 KV heads x 64 x 4 B; 50 positions
+    moved = (49 + 1 + 50) * per_position + 50 * per_position
+    assert kv_traffic_multiple(moved, held * per_position) == 3.0
+    assert kv_traffic_text(moved, held * per_position) == "6.91 MB of KV traffic (= 3.0x the 2.30 MB cache)"
+    assert kv_traffic_multiple(10, 0) is None and kv_traffic_text(10, 0) == "10 B of KV traffic"
 
 
 def test_the_histogram_has_a_title_and_names_its_lines_in_a_legend_not_over_the_bars(trace: Trace) -> None:

@@ -1,5 +1,5 @@
 """Device figures taken under load are judged so from their own samples, their core share and this machine's earlier
-figures; the CLI report, the JSON, a recording and every bound sentence then say so."""
+figures; the CLI report, the JSON and a recording then say so, and a page says it once, near its top."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import json
 from dataclasses import replace
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
+from explorer.charts import cost as cost_charts
 from explorer.charts import device as device_charts
 from explorer.charts import roofline as roofline_charts
 from explorer.core.engine import Request
@@ -21,6 +23,7 @@ from explorer.recording.checks import read_recording
 from explorer.recording.pdx import RecordingMeta, recording_bytes
 from explorer.scale.local import local_gap
 from explorer.teach.quiz import evidence_bound
+from explorer.teach.tour import Run, batching_slide, time_slide
 from explorer.ui import state as ui_state
 from tests.apptest_support import open_page
 
@@ -116,20 +119,49 @@ def test_the_json_and_a_recording_keep_the_flag_and_older_files_open_unflagged(f
     assert older.device.figures_taken_under_load is False and older.device.figures_note == ""
 
 
-def test_every_sentence_on_screen_that_states_a_bound_marks_it(flagged_trace: Trace) -> None:
+def test_every_sentence_on_screen_states_its_bound_plainly(flagged_trace: Trace) -> None:
+    """Issue 42: "(figures taken under load: unreliable)" was repeated in the middle of sentences; a page now says it
+    once, near its top, and each sentence states its bound or ridge plainly."""
     device = flagged_trace.device
-    assert UNDER_LOAD in roofline_charts.bound_sentence(flagged_trace.prefill, device)
-    assert UNDER_LOAD in roofline_charts.prefill_ridge_sentence(flagged_trace)
+    plain = [
+        roofline_charts.bound_sentence(flagged_trace.prefill, device),
+        roofline_charts.prefill_ridge_sentence(flagged_trace),
+        evidence_bound(flagged_trace, None).text,
+        *cost_charts.takeaway(flagged_trace),
+        *[s for slide in (time_slide, batching_slide) for s in slide(Run(flagged_trace, None, "", 400)).sentences],
+    ]
+    assert all(UNDER_LOAD not in sentence and "under load" not in sentence for sentence in plain), plain
+    assert "-bound by the model" in plain[0]
     rows = device_charts.device_frame(device).set_index("figure")
-    assert rows.loc["ridge point", "value"].endswith(f"({UNDER_LOAD})")
-    assert rows.loc["reliability", "value"] == UNDER_LOAD
-    assert UNDER_LOAD in evidence_bound(flagged_trace, None).text
+    assert rows.loc["ridge point", "value"].endswith("FLOP/byte")
+    assert rows.loc["reliability", "value"] == "unreliable"  # why: its source column, and the page's warning
+    assert UNDER_LOAD not in device_charts.figures_text(device)
     gap = local_gap(flagged_trace)
-    assert gap is not None and UNDER_LOAD in gap.sentence
+    assert gap is not None and UNDER_LOAD not in gap.sentence and gap.figures_taken_under_load
 
 
-def test_the_cost_page_warns_that_the_figures_were_taken_under_load(flagged_trace: Trace) -> None:
-    at = open_page("pages/cost.py", ui_state.RunResult(flagged_trace, None, "", "run 1: busy"))
-    warnings = [w.value for w in at.warning]
+def under_load_lines(at: AppTest) -> list[str]:
+    """Every piece of text on the page that says the figures were taken under load."""
+    texts = [e.value for e in [*at.warning, *at.markdown, *at.caption, *at.info, *at.text]]
+    return [text for text in texts if "under load" in text]
+
+
+@pytest.mark.parametrize("page", ["pages/cost.py", "pages/check_yourself.py", "pages/at_scale.py", "pages/tour.py"])
+def test_a_page_warns_once_near_its_top_that_the_figures_were_taken_under_load(flagged_trace: Trace, page: str) -> None:
+    at = open_page(page, ui_state.RunResult(flagged_trace, None, "", "run 1: busy"))
+    warnings = [w.value for w in at.main.warning]
+    said = under_load_lines(at)
+    assert len(said) == 1, said
     assert any(w.startswith("The device figures were taken under load, so they are unreliable") for w in warnings)
-    assert any(f"-bound ({UNDER_LOAD}) by the model" in m.value for m in at.markdown)
+    if page == "pages/cost.py":  # near the top: before the page's first chart and its bound sentences
+        order = [e.type for e in at.main]
+        first_chart = next(i for i, e in enumerate(at.main) if e.type in ("vega_lite_chart", "arrow_vega_lite_chart"))
+        warning_at = next(i for i, e in enumerate(at.main) if e.type == "warning" and "under load" in e.value)
+        assert warning_at < first_chart, order
+        assert any("-bound by the model" in m.value for m in at.markdown)
+
+
+def test_a_page_with_sound_figures_says_nothing_about_load(flagged_trace: Trace) -> None:
+    sound = recost(flagged_trace, replace(flagged_trace.device, figures_taken_under_load=False, figures_note=""))
+    at = open_page("pages/cost.py", ui_state.RunResult(sound, None, "", "run 1: quiet"))
+    assert under_load_lines(at) == []

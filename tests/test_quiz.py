@@ -120,7 +120,8 @@ def test_cost_evidence_uses_the_modelled_cost(run: tuple[Trace, AttentionMaps]) 
     p5 = trace.passes[5]
     slow = quiz.evidence("decode-slow", trace).text
     assert f"read {human_bytes(p5.cost.weight_bytes_read)} of weights" in slow
-    assert f"moved {human_bytes(p5.cost.kv_bytes_moved)} of KV cache" in slow and f"took {ms(p5.wall_s)}" in slow
+    moved = f"moved {human_bytes(p5.cost.kv_bytes_moved)} of KV traffic (= "  # traffic, beside the cache (issue 42)
+    assert moved in slow and f"the {human_bytes(p5.kv_cache_bytes)} cache)" in slow and f"took {ms(p5.wall_s)}" in slow
     bound = quiz.evidence("bound", trace).text
     assert f"ridge point is {trace.device.ridge_point_flops_per_byte:.1f} FLOP/byte" in bound
     assert f"Your prefill: {trace.prefill.cost.arithmetic_intensity:.1f} FLOP/byte, {trace.prefill.cost.bound}" in bound

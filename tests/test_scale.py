@@ -19,7 +19,7 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.roofline import ridge_batch
 from explorer.core.units import GIB
 from explorer.scale.config import CONFIG_DIR, load_architecture, parse_config, shipped
-from explorer.scale.explain import formula_lines, knee_text
+from explorer.scale.explain import ceiling_if_read_whole_text, formula_lines, knee_text
 from explorer.scale.interconnect import INTERCONNECTS
 from explorer.scale.params import count_params, kv_bytes_per_token, weight_bytes
 from explorer.scale.whatif import Scenario, decode_step, find_gpu, max_batch, what_if
@@ -51,6 +51,52 @@ def test_llama_31_8b_on_an_h100_gives_seed_4s_figure_and_says_which_convention()
     assert any(f"{seed_4:,.1f} tokens/s" in line and "reads it whole" in line for line in formula_lines(result))
     assert result.decode_tokens_per_s_ceiling_per_stream == result.decode_tokens_per_s_ceiling  # batch 1
     assert result.decode.bound == "memory" and result.decode.cost.cache_layout == "read_once"
+
+
+def llama_8b_by_hand_from_its_config_json() -> tuple[int, int]:
+    """(every weight's bytes, the input table's bytes) of Llama-3.1-8B in bfloat16, counted here from the shipped
+    config.json's own fields, not by the what-if's counter."""
+    c = json.loads((CONFIG_DIR / shipped()["llama-3.1-8b"].file).read_text(encoding="utf-8"))
+    hidden, layers, ffn, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+    kv_width = c["num_key_value_heads"] * (hidden // c["num_attention_heads"])
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv_width + 3 * hidden * ffn + 2 * hidden  # q o, k v, mlp, 2 norms
+    assert not c["tie_word_embeddings"]
+    params = 2 * vocab * hidden + layers * per_layer + hidden  # input table, LM head, layers, final norm
+    assert params == LLAMA_8B_PARAMS
+    return 2 * params, 2 * vocab * hidden
+
+
+@pytest.mark.parametrize("context", [1, 1024])
+def test_the_ceiling_if_the_input_table_were_read_whole_is_recomputed_by_hand(context: int) -> None:
+    """Issue 42: At scale's 223 tokens/s sits beside the familiar 209 "if the 1.05 GB input table were read whole".
+    By hand, at context 1 and the page's default 1024: the same step, the table read whole instead of one row."""
+    weights, table = llama_8b_by_hand_from_its_config_json()
+    assert table == TABLE_BYTES == 1_050_673_152
+    result = what_if(scenario("llama-3.1-8b", dtype="bfloat16", batch=1, context=context))
+    kv = (context + 1) * 131_072 + 131_072  # a read-once cache: the held positions and the new one read, one written
+    gathered = weights - table + 4096 * 2  # of the input table, the token's one row
+    assert result.decode_tokens_per_s_ceiling == pytest.approx(3.35e12 / (gathered + kv), rel=1e-12)
+    whole = result.decode_tokens_per_s_ceiling_table_whole
+    assert whole == pytest.approx(3.35e12 / (weights + kv), rel=1e-12)
+    assert result.input_table_bytes == table
+    said = ceiling_if_read_whole_text(result)
+    if context == 1:  # the issue's figures
+        assert f"{result.decode_tokens_per_s_ceiling:,.0f}" == "223"
+        assert said == "209 if the 1.05 GB input table were read whole"
+    else:  # the KV read lowers both: computed for the scenario, not the rule of thumb's 209 pasted in
+        assert said == "207 if the 1.05 GB input table were read whole"
+
+
+def test_a_tied_table_has_no_read_whole_figure_and_a_group_says_one_gpus_share() -> None:
+    tied = what_if(scenario("qwen2.5-0.5b", dtype="bfloat16", batch=1, context=1))
+    assert tied.scenario.arch.tied_embeddings  # the LM head reads the table whole anyway: both conventions agree
+    assert tied.decode_tokens_per_s_ceiling_table_whole is None and ceiling_if_read_whole_text(tied) is None
+    group = what_if(scenario("llama-3.1-8b", dtype="bfloat16", batch=8, context=1, gpus=2))
+    said = ceiling_if_read_whole_text(group)
+    assert said is not None and said.endswith("input table (one GPU's share) were read whole")
+    assert "525.3 MB" in said  # 1.05 GB / 2
+    whole = group.decode_tokens_per_s_ceiling_table_whole
+    assert whole is not None and whole < group.decode_tokens_per_s_ceiling  # B = 8 tokens a step, the table whole
 
 
 # --- parameter counts -----------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from explorer.charts.cost import decode_median_text
 from explorer.core.engine import Request, check_request, generate
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
@@ -55,6 +56,8 @@ def test_the_must_show_scenario_reads_seed_4s_figure(page: AppTest) -> None:
     values = {m.label: m.value for m in at.metric}
     # 223, not the back-of-envelope 209: a step gathers one row of the untied input table (the live run's convention)
     assert values["Parameters"] == "8.03 B" and values["Tokens/s ceiling"] == "223"
+    # Issue 42: the familiar 209 beside it, in the first screen, not only in a grey caption and the last formula line
+    assert "(209 if the 1.05 GB input table were read whole)" in [c.value for c in at.caption]
     assert "the input embedding table is gathered row by row" in page_text(at)
     assert "KV per token" in values and values["KV per token"] == "131,072 B"
 
@@ -73,6 +76,7 @@ def test_this_machines_run_adds_its_factor_and_the_assumption_lines(
     assert_drawn(at)
     text = page_text(at)
     assert "Decode ran at " in text and "x its memory floor here" in text and "assumption" in text
+    assert f"A decode pass took {decode_median_text(trace)};" in text  # the decode median every page shows
     specs = [chart.proto.spec for chart in at.get("vega_lite_chart")]
     assert sum("this machine's gap (assumption)" in spec for spec in specs) == 2  # decode and batch charts
 

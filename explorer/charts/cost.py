@@ -6,14 +6,16 @@ The roofline chart and utilisation are in `explorer.charts.roofline`, the device
 
 from __future__ import annotations
 
+import json
 import math
+import textwrap
 from typing import TYPE_CHECKING
 
 import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR, TWO_LINE_LABEL
-from explorer.core.figure_trust import marked_bound
+from explorer.charts.kv import kv_traffic_text
 from explorer.core.roofline import LAYOUT_WORDS
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, short_time, to_ms
@@ -56,6 +58,23 @@ def segment_color() -> alt.Color:
     )
 
 
+NARROW_LABEL_CHARS = 20  # a segment's name per legend line beside another chart: two columns in 430 px at 18 px type
+
+
+def narrow_segment_color() -> alt.Color:
+    """The segments' colours for a time split beside another chart (Cost's, next to the roofline): each name without
+    its "(modelled)", which the chart's source line says, wrapped to lines of NARROW_LABEL_CHARS, so the legend's two
+    columns fit two thirds of the page with the sidebar open (the full names, two lines each, need about 560 px)."""
+    names = [label.rsplit(" (", 1)[0] for label in SEGMENT_LABELS]
+    wrapped = {label: textwrap.wrap(name, NARROW_LABEL_CHARS) for label, name in zip(SEGMENT_LABELS, names)}
+    return alt.Color(
+        "part:N",
+        scale=alt.Scale(domain=SEGMENT_LABELS, range=SEGMENT_RANGE),
+        title=None,
+        legend=alt.Legend(orient="top", columns=2, labelLimit=0, labelExpr=f"{json.dumps(wrapped)}[datum.label]"),
+    )
+
+
 def median_decode_index(trace: Trace) -> int | None:
     """The page's one default decode pass, for every section that shows one: the decode with the median wall time (the
     lower middle for an even count), None if none."""
@@ -95,15 +114,16 @@ def time_split_frame(trace: Trace, first_pass: int = 0, last_pass: int | None = 
     return pd.DataFrame(rows)
 
 
-def time_split_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Stacked modelled segments plus overhead per pass, outlined in the phase colour, with a tick at the wall time."""
+def time_split_chart(frame: pd.DataFrame, narrow: bool = False) -> alt.LayerChart:
+    """Stacked modelled segments plus overhead per pass, outlined in the phase colour, with a tick at the wall time.
+    `narrow`: beside another chart, with the shorter legend of `narrow_segment_color`."""
     base = alt.Chart(frame).encode(x=alt.X("pass:O", title="pass (0 = prefill)", axis=alt.Axis(labelAngle=0)))
     bars = (
         segments_folded(base)
         .mark_bar(strokeWidth=1.5)
         .encode(
             y=alt.Y("segment_ms:Q", stack="zero", title="time (ms)"),
-            color=segment_color(),
+            color=narrow_segment_color() if narrow else segment_color(),
             stroke=alt.Stroke(
                 "phase:N",
                 scale=PHASE_COLOR,
@@ -167,15 +187,27 @@ def brief_time(seconds: float) -> str:
     return short_time(seconds) if seconds >= 1 else f"{to_ms(seconds):,.3g} ms"
 
 
+def decode_median_text(trace: Trace, measured: str = "measured") -> str | None:
+    """The decode median as every page writes it: '86.4 ms (measured, median of 14)' (`Trace.decode_median_s` over
+    every repeat's decode passes, three significant figures; `measured`: "recorded" for a recording); None without a
+    decode pass. One wording and one rounding, so Cost, Latency and At scale show the same figure for one run; short,
+    so Cost's first line stays one line when presenting."""
+    median_s = trace.decode_median_s
+    if median_s is None:
+        return None
+    return f"{brief_time(median_s)} ({measured}, median of {len(trace.all_decodes):,})"
+
+
 def per_token_sentence(trace: Trace, measured: str = "measured") -> str:
-    """Each phase's measured time per token it processed, at the page's decode pass: the lesson that holds whatever
-    the overhead, short enough to be the page's first line. `measured` names the times ("recorded": a recording)."""
+    """Each phase's measured time per token it processed, the decode's as the decode median: the lesson that holds
+    whatever the overhead, short enough to be the page's first line. `measured` names the times ("recorded": a
+    recording)."""
     prompt, prefill_s = trace.prompt_len, trace.pass_wall_spread(0).median
     sentence = f"A prefill: {prompt} tokens in {brief_time(prefill_s)}, {brief_time(prefill_s / prompt)} a token"
-    index = median_decode_index(trace)
-    if index is None:
+    decode = decode_median_text(trace, measured)
+    if decode is None:
         return sentence + f" ({measured}); this run made one token: no decode pass to set beside it."
-    return sentence + f"; a decode pass: {brief_time(trace.pass_wall_spread(index).median)} for one ({measured})."
+    return sentence + f"; a decode pass: {decode}."
 
 
 def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfile | None) -> str:
@@ -184,9 +216,12 @@ def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfi
     for index in (0, decode_index):
         if index is None:
             continue
-        p, wall_s = trace.passes[index], trace.pass_wall_spread(index).median
+        # The decode's time is the decode median, as the first line says it (its pass's floor: every decode's is
+        # near the same); the prefill's its median over repeats.
+        p = trace.passes[index]
+        wall_s = trace.pass_wall_spread(0).median if p.is_prefill else trace.decode_median_s
         overhead_s = max(0.0, wall_s - p.cost.roofline_time_s)
-        shares.append(f"{overhead_s / wall_s:.0%} of the {p.phase} ({ms(overhead_s)} of {ms(wall_s)})")
+        shares.append(f"{overhead_s / wall_s:.0%} of the {p.phase} ({brief_time(overhead_s)} of {brief_time(wall_s)})")
     sentence = "Overhead, the measured time the roofline does not explain, is " + " and ".join(shares) + "."
     if profile is None:
         return sentence + " The profiler below replays a pass and says where that time goes."
@@ -195,20 +230,35 @@ def overhead_sentence(trace: Trace, decode_index: int | None, profile: PassProfi
     return sentence + f" Profiled, pass {profile.pass_index}'s time went to " + ", ".join(top) + " (measured)."
 
 
+def ridge_line(trace: Trace) -> str:
+    """The page's clinching line, beside its time split: the decode's modelled FLOP per byte against this device's
+    ridge, and so its bound ("Decode (pass 25): 0.50 FLOP per byte against a ridge of 10.8: memory-bound
+    (modelled)."), short enough for one line when presenting; the prefill's in a one-token run."""
+    index = median_decode_index(trace)
+    p = trace.passes[0 if index is None else index]
+    ridge = trace.device.ridge_point_flops_per_byte
+    return (
+        f"{p.phase.capitalize()} (pass {p.index}): {p.cost.arithmetic_intensity:,.2f} FLOP per byte against a ridge "
+        f"of {ridge:,.1f}: {p.cost.bound}-bound (modelled)."
+    )
+
+
 def floor_sentence(trace: Trace, decode_index: int | None) -> str:
     """ "Memory-bound" said as what it is: the model's floor, not what this device's measured time is made of."""
     p = trace.passes[0 if decode_index is None else decode_index]
     c, device = p.cost, trace.device
     if c.bound == "memory":
         made_of = (
-            f"reading {human_bytes(c.weight_bytes_read)} of weights and {human_bytes(c.kv_bytes_moved)} of KV cache "
-            f"at {human_bandwidth(device.effective_read_bandwidth_bytes_per_s)}"
+            f"reading {human_bytes(c.weight_bytes_read)} of weights and moving "
+            f"{kv_traffic_text(c.kv_bytes_moved, p.kv_cache_bytes)} at "
+            f"{human_bandwidth(device.effective_read_bandwidth_bytes_per_s)}"
         )
     else:
         made_of = f"its {human_flops(c.flops)} at {human_flops(device.peak_flops)}/s"
-    ratio = trace.pass_wall_spread(p.index).median / c.roofline_time_s
+    wall_s = trace.pass_wall_spread(0).median if p.is_prefill else trace.decode_median_s  # the decode median
+    ratio = wall_s / c.roofline_time_s
     return (
-        f"By the roofline model the {p.phase} (pass {p.index}) is {marked_bound(c.bound, device)}: its floor, "
+        f"By the roofline model the {p.phase} (pass {p.index}) is {c.bound}-bound: its floor, "
         f"{ms(c.roofline_time_s)}, is {made_of} (modelled). That is the model's floor, the least the pass could "
         f"take; measured, it took {ratio:,.1f}× that."
     )
@@ -222,8 +272,8 @@ def takeaway(trace: Trace, profile: PassProfile | None = None) -> list[str]:
     shared = f"Both read every weight once; the prefill shares that read among its {trace.prompt_len} tokens."
     if index is not None:
         per_prefill_token_s = trace.pass_wall_spread(0).median / trace.prompt_len
-        ratio = trace.pass_wall_spread(index).median / per_prefill_token_s
-        shared = f"Per token, the decode pass (pass {index}, the median one) took {ratio:,.0f}× a prefill's. " + shared
+        ratio = trace.decode_median_s / per_prefill_token_s
+        shared = f"Per token, a decode pass (the decode median) took {ratio:,.0f}× a prefill's. " + shared
     return [shared, overhead_sentence(trace, index, profile), floor_sentence(trace, index)]
 
 

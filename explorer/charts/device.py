@@ -9,7 +9,6 @@ import pandas as pd
 
 from explorer.charts.common import MEASURED, MODELLED
 from explorer.core.device_profile import READ_BANDWIDTH_COUNTS
-from explorer.core.figure_trust import UNDER_LOAD, caveat
 from explorer.core.trace import DeviceProfile
 from explorer.core.units import human_bandwidth, human_bytes, human_flops
 
@@ -43,7 +42,7 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
         ),
         (
             "ridge point",
-            f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte{caveat(device)}",
+            f"{device.ridge_point_flops_per_byte:.1f} FLOP/byte",
             f"{MODELLED}: peak compute / read bandwidth (a pass's bytes are mostly reads)",
         ),
         (
@@ -79,7 +78,7 @@ def trust_rows(device: DeviceProfile) -> list[tuple[str, str, str]]:
         share = f"{device.benchmark_core_share:.0%} of their cores"
         rows.append(("cores the benchmarks had", share, f"{MEASURED}: process CPU time / (wall × threads)"))
     if device.figures_taken_under_load:
-        rows.append(("reliability", UNDER_LOAD, device.figures_note))
+        rows.append(("reliability", "unreliable", device.figures_note))  # the page's warning says why
     elif device.figures_note:
         rows.append(("reliability", "sound", device.figures_note))
     return rows
@@ -118,7 +117,6 @@ def figures_text(device: DeviceProfile) -> str:
     return (
         f"ridge {device.ridge_point_flops_per_byte:,.1f} FLOP/B (peak {human_flops(device.peak_flops)}/s, read "
         f"{human_bandwidth(device.effective_read_bandwidth_bytes_per_s)}, {device.dtype} on {device.kind})"
-        + caveat(device)
     )
 
 

@@ -10,7 +10,9 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import display_token
-from explorer.core.roofline import Cost, pass_cost
+from explorer.charts.cost import decode_median_text
+from explorer.charts.kv import kv_traffic_text
+from explorer.core.roofline import Cost, kv_cache_bytes, pass_cost
 from explorer.core.slo import REFERENCE_ITL_SLO_S, REFERENCE_TTFT_SLO_S, figure_ms
 from explorer.core.trace import Trace, percentile
 from explorer.core.units import human_bytes, to_ms
@@ -37,28 +39,36 @@ class LabelledTrace:
 
 # --- what a decode gap waits on --------------------------------------------------------------------------------------
 def kv_share(cost: Cost) -> float:
-    """The KV cache's part of a pass's modelled bytes (the rest is the weights)."""
+    """The KV traffic's part of a pass's modelled bytes (the rest is the weights)."""
     return cost.kv_bytes_moved / cost.bytes_moved
 
 
 def decode_bytes_sentence(trace: Trace) -> str:
     """What a decode pass moves at this run's context and at the model's maximum, by the app's own KV model: how much
-    a gap can grow with the context is a number here, not a trend asserted for every model and length."""
+    a gap can grow with the context is a number here, not a trend asserted for every model and length. The KV figure
+    is traffic (read + written), said beside the cache it moves through (the KV cache page shows the cache's size)."""
     model = trace.model
     longest = pass_cost(model, trace.device, 1, cache_len_before=model.max_context - 1)
     at_max = f"at the model's maximum of {model.max_context:,} tokens"
     moved = (
-        f"{human_bytes(longest.kv_bytes_moved)} of KV against {human_bytes(longest.weight_bytes_read)} of weights "
-        f"({kv_share(longest):.0%} KV)"
+        f"{kv_traffic_text(longest.kv_bytes_moved, kv_cache_bytes(model, model.max_context))} against "
+        f"{human_bytes(longest.weight_bytes_read)} of weights ({kv_share(longest):.0%} KV)"
     )
     if not trace.decodes:
         return f"Modelled, a decode pass of this model {at_max} would move {moved}."
     last = trace.decodes[-1]
     return (
         f"Modelled, this run's last decode pass (at {last.cache_len_after:,} tokens) moved "
-        f"{human_bytes(last.cost.kv_bytes_moved)} of KV against {human_bytes(last.cost.weight_bytes_read)} of weights "
-        f"({kv_share(last.cost):.1%} KV); {at_max}, {moved}."
+        f"{kv_traffic_text(last.cost.kv_bytes_moved, last.kv_cache_bytes)} against "
+        f"{human_bytes(last.cost.weight_bytes_read)} of weights ({kv_share(last.cost):.1%} KV); {at_max}, {moved}."
     )
+
+
+def decode_gap_sentence(trace: Trace, measured: str = "measured") -> str:
+    """What each gap is: one decode pass, at the decode median every page shows (`Trace.decode_median_s`), and the
+    sampling after it."""
+    median = decode_median_text(trace, measured)
+    return "Each gap is one decode pass" + (f", {median}," if median else "") + " and its sampling"
 
 
 # --- one run ---------------------------------------------------------------------------------------------------------

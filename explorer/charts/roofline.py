@@ -9,8 +9,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import PHASE_DOMAIN, phase_color, phase_points
-from explorer.core.figure_trust import caveat, marked_bound
+from explorer.charts.common import PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
 from explorer.core.roofline import attainable_flops, prefill_ridge_tokens, utilisation
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.core.units import to_ms
@@ -55,18 +54,24 @@ def roofline_frame(trace: Trace) -> pd.DataFrame:
     return frame.astype({"pass": "Int64"})
 
 
-def roofline_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Log-log: the roof min(peak, intensity x bandwidth), its ridge, and each pass coloured by phase."""
+INTENSITY_TITLE = "arithmetic intensity (FLOP/byte, modelled)"
+ACHIEVED_TITLE = "FLOP/s (modelled FLOPs / measured time)"
+
+
+def roofline_chart(frame: pd.DataFrame, narrow: bool = False) -> alt.LayerChart:
+    """Log-log: the roof min(peak, intensity x bandwidth), its ridge, and each pass coloured by phase. `narrow`: beside
+    another chart whose legend already names the phase colours (Cost's time split), so without a legend of its own,
+    and with short axis titles (its source line says how each is taken)."""
     x = alt.X(
         "intensity_flops_per_byte:Q",
         scale=alt.Scale(type="log", nice=False),  # the roof spans the whole axis: it was drawn a decade past the data
-        title="arithmetic intensity (FLOP/byte, modelled)",
+        title="FLOP/byte (modelled)" if narrow else INTENSITY_TITLE,
     )
     y = alt.Y(
         "flops_per_s:Q",
         scale=alt.Scale(type="log"),
         axis=alt.Axis(format="~s"),
-        title="FLOP/s (modelled FLOPs / measured time)",
+        title="FLOP/s" if narrow else ACHIEVED_TITLE,  # narrow: its source line says how it is taken
     )
     base = alt.Chart(frame).encode(x=x, y=y)
     roof = base.transform_filter("datum.kind == 'roof'").mark_line(color="#444444", strokeWidth=2)
@@ -94,6 +99,8 @@ def roofline_chart(frame: pd.DataFrame) -> alt.LayerChart:
     ]
     shape = alt.Shape("phase:N", scale=alt.Scale(domain=PHASE_DOMAIN, range=["square", "circle"]), legend=None)
     points = phase_points(base.transform_filter("datum.kind == 'pass'"), 70, shape=shape, tooltip=tooltip)
+    if narrow:
+        points = points.encode(color=alt.Color("phase:N", scale=PHASE_COLOR, legend=None))
     return (roof + ridge_rule + ridge_dot + ridge_label + points).properties(height=360)
 
 
@@ -154,7 +161,7 @@ def bound_sentence(p: PassRecord, device: DeviceProfile) -> str:
     side = "right" if intensity >= ridge else "left"
     return (
         f"The {p.phase} (pass {p.index}) does {intensity:,.2f} FLOP per byte moved; this device's ridge is "
-        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {marked_bound(p.cost.bound, device)} by the model."
+        f"{ridge:,.1f} FLOP/B, so it sits {side} of the ridge: {p.cost.bound}-bound by the model."
     )
 
 
@@ -162,10 +169,7 @@ def prefill_ridge_sentence(trace: Trace) -> str:
     """The prompt length from which a prefill is compute-bound: from the same cost model as each pass's bound, so
     this sentence and the prefill's bound sentence never disagree."""
     tokens = prefill_ridge_tokens(trace.model, trace.device, **trace.cache_options)
-    device = (
-        f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
-        + caveat(trace.device)
-    )
+    device = f"on this device in {trace.device.dtype} (ridge {trace.device.ridge_point_flops_per_byte:,.1f} FLOP/B)"
     why = (
         f"A prefill does about 2 FLOPs per weight per prompt token but reads each weight "
         f"({trace.model.bytes_per_element} B in {trace.model.dtype}) once per pass, so its intensity grows with the "

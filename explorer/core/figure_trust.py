@@ -7,6 +7,10 @@ Measured figures are unreliable (taken under load) when any of these holds, each
 - a figure is under 1 / `BELOW_EARLIER_FACTOR` of the same figure this machine measured earlier (where the caller
   knows an earlier one): hardware does not slow down, a busy moment does.
 A figure from a datasheet or the driver (a GPU's spec peak) is not judged: load cannot lower it. Pure: no torch.
+
+Where it is said: a page says it once, near its top (`figures_line`, as `explorer.ui.page_start.under_load_warning`
+draws it), and its sentences state bounds and ridges plainly; text with no such banner (the CLI's report and sweeps)
+marks each bound it states (`caveat`, `marked_bound`).
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ def unreliable_reason(new: DeviceProfile, earlier: DeviceProfile | None = None) 
 
 
 def caveat(d: DeviceProfile) -> str:
-    """' (figures taken under load: unreliable)' after any bound or ridge stated from unreliable figures, else ''."""
+    """' (figures taken under load: unreliable)' after any bound or ridge stated from unreliable figures, else '': for
+    text with no warning at its top (the CLI); a page says `figures_line` once instead."""
     return f" ({UNDER_LOAD})" if d.figures_taken_under_load else ""
 
 
@@ -85,7 +90,8 @@ def marked_bound(bound: str, d: DeviceProfile) -> str:
 
 
 def figures_line(d: DeviceProfile) -> str:
-    """The one plain line a screen or report shows about unreliable figures ('' when they look sound)."""
+    """The one plain line a screen or report shows about unreliable figures ('' when they look sound): a page's one
+    under-load warning."""
     if not d.figures_taken_under_load:
         return ""
     return (

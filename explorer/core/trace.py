@@ -289,6 +289,18 @@ class Trace(ItlPercentiles, JsonRecord):
         """Every repeat's gaps together: the ITL distribution over all repeats."""
         return tuple(gap for passes in self.repeats for gap in itl_of(passes))
 
+    @property
+    def all_decodes(self) -> tuple[PassRecord, ...]:
+        """Every repeat's decode passes together."""
+        return tuple(p for passes in self.repeats for p in passes[1:])
+
+    @property
+    def decode_median_s(self) -> float | None:
+        """The decode median: the median measured time of every decode pass of every repeat (the mean of the two
+        middle ones for an even count), None without a decode pass. The one definition every page that says "a
+        decode pass took" reads (Cost, Latency, At scale, the Tour), so two pages never show two medians of one run."""
+        return percentile([p.wall_s for p in self.all_decodes], 50)
+
     def pass_wall_spread(self, index: int) -> Spread:
         """Pass `index`'s measured time over the repeats that reached it."""
         spread = Spread.of([passes[index].wall_s for passes in self.repeats if index < len(passes)])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from explorer.core.roofline import layer_pairs
+from explorer.core.units import human_bytes
 from explorer.scale.params import attention_biases_per_layer, expert_weight_params, storage_bits
 from explorer.scale.whatif import ALL_REDUCES_PER_LAYER, WhatIf, decode_step
 
@@ -206,6 +207,17 @@ def knee_text(result: WhatIf) -> str:
             f"B = {ridge:,}, beyond the memory's {result.max_batch:,}"
         )
     return f"{said}; {shape}" if shape else said
+
+
+def ceiling_if_read_whole_text(result: WhatIf) -> str | None:
+    """What the tokens/s ceiling would be if the untied input table were read whole each step, as the rule of thumb
+    'weights / bandwidth' reads it: '209 if the 1.05 GB input table were read whole'; None when the table is tied (the
+    LM head reads it whole anyway, so both conventions agree)."""
+    whole = result.decode_tokens_per_s_ceiling_table_whole
+    if whole is None:
+        return None
+    share = " (one GPU's share)" if result.scenario.gpus > 1 else ""
+    return f"{whole:,.0f} if the {human_bytes(result.input_table_bytes)} input table{share} were read whole"
 
 
 def caveat_lines(result: WhatIf) -> list[str]:

@@ -142,14 +142,17 @@ class Shard:
     expert_bytes: int = 0  # this GPU's share of one expert of one layer (0: dense)
     table_bytes: int = 0  # this GPU's share of an untied input embedding table (0: tied, read whole as the LM head)
 
-    def weights_read_bytes(self, s: Scenario, counts: ParamCounts, tokens: int, every_expert: bool = False) -> int:
+    def weights_read_bytes(
+        self, s: Scenario, counts: ParamCounts, tokens: int, every_expert: bool = False, table_whole: bool = False
+    ) -> int:
         """What a pass over `tokens` tokens reads of this GPU's weights: every weight but an untied input table,
-        of which it gathers the tokens' rows; of a mixture of experts, the dense part and the experts its tokens are
-        expected to pick (uniform routing, an assumption), or `every_expert`."""
+        of which it gathers the tokens' rows (`table_whole`: all of it, as the rule of thumb 'weights / bandwidth'
+        counts it); of a mixture of experts, the dense part and the experts its tokens are expected to pick (uniform
+        routing, an assumption), or `every_expert`."""
         read = float(self.weight_bytes)
         if counts.experts and not every_expert:
             read -= counts.moe_layers * (s.arch.n_experts - expected_experts_read(s.arch, tokens)) * self.expert_bytes
-        if self.table_bytes:
+        if self.table_bytes and not table_whole:
             rows = min(tokens, s.arch.vocab_size)
             read -= self.table_bytes - stored_bytes(rows * s.arch.hidden_size / s.gpus, s.weights_storage)
         return round(read)
@@ -231,12 +234,17 @@ def kv_traffic(s: Scenario, part: Shard, tokens_in: int, context: int) -> tuple[
 
 
 def decode_step(
-    s: Scenario, batch: int | None = None, context: int | None = None, every_expert: bool = False
+    s: Scenario,
+    batch: int | None = None,
+    context: int | None = None,
+    every_expert: bool = False,
+    table_whole: bool = False,
 ) -> PassFloor:
     """One decode step of `batch` requests, each holding `context` positions: weights once (of a mixture of experts,
     those its B tokens' routers are expected to pick), each request's cache read once (a sliding layer's window - 1 of
     it) and its new position written and read, 2 FLOPs per weight a token multiplies by plus attention over its
-    useful pairs. `every_expert`: as if every expert were read whatever the batch (a dense model of that size)."""
+    useful pairs. `every_expert`: as if every expert were read whatever the batch (a dense model of that size).
+    `table_whole`: as if an untied input table were read whole, not gathered row by row (the rule of thumb's step)."""
     batch = s.batch if batch is None else batch
     context = s.context if context is None else context
     counts = count_params(s.arch)
@@ -246,7 +254,7 @@ def decode_step(
     cost = Cost.priced(
         s.device,
         round(batch * (2 * counts.linear + attention) / s.gpus),
-        part.weights_read_bytes(s, counts, batch, every_expert),
+        part.weights_read_bytes(s, counts, batch, every_expert, table_whole),
         (batch * read, batch * written),
         attention_flops=round(batch * attention / s.gpus),
         cache_layout=CACHE_LAYOUT,

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
-from explorer.core.figure_trust import UNDER_LOAD
 from explorer.core.trace import Trace
 
 
@@ -18,7 +17,7 @@ class LocalGap:
     model: str  # the run's model, as displayed
     device: str  # the run's device, as displayed
     dtype: str
-    figures_taken_under_load: bool  # the bandwidth figure the floor divides by looked unreliable
+    figures_taken_under_load: bool  # the bandwidth figure the floor divides by looked unreliable (the page warns)
     decode_passes: int  # over every repeat
     median_wall_s: float  # measured
     median_memory_floor_s: float  # modelled: weights + KV traffic over the device's bandwidth figure
@@ -30,13 +29,12 @@ class LocalGap:
 
     @property
     def sentence(self) -> str:
-        mark = f" ({UNDER_LOAD})" if self.figures_taken_under_load else ""
-        return f"decode ran at {self.factor:.1f}x its memory floor here{mark}"
+        return f"decode ran at {self.factor:.1f}x its memory floor here"
 
 
 def local_gap(trace: Trace) -> LocalGap | None:
     """None when the run has no decode pass (one new token) or no floor to divide by."""
-    decodes = [p for passes in trace.repeats for p in passes if not p.is_prefill]
+    decodes = trace.all_decodes
     floors = [p.cost.t_memory_s for p in decodes]
     if not decodes or median(floors) <= 0:
         return None
@@ -46,6 +44,6 @@ def local_gap(trace: Trace) -> LocalGap | None:
         dtype=trace.model.dtype,
         figures_taken_under_load=trace.device.figures_taken_under_load,
         decode_passes=len(decodes),
-        median_wall_s=median(p.wall_s for p in decodes),
+        median_wall_s=trace.decode_median_s,  # the decode median every page shows
         median_memory_floor_s=median(floors),
     )

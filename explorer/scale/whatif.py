@@ -106,6 +106,19 @@ class WhatIf:
         return 1 / self.decode.floor_s
 
     @property
+    def input_table_bytes(self) -> int:
+        """One GPU's share of an untied input embedding table (0 when tied: the LM head reads it whole anyway)."""
+        return self.shard.table_bytes
+
+    @property
+    def decode_tokens_per_s_ceiling_table_whole(self) -> float | None:
+        """The same ceiling if the untied input table were read whole each step, as the rule of thumb 'weights /
+        bandwidth' reads it (a lookup reads only the tokens' rows); None when the table is tied."""
+        if not self.input_table_bytes:
+            return None
+        return self.scenario.batch / decode_step(self.scenario, table_whole=True).floor_s
+
+    @property
     def fits(self) -> bool:
         """The weights and the asked batch's KV at the asked context fit one GPU's memory."""
         return self.max_batch >= self.scenario.batch

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from explorer.charts.kv import kv_traffic_text
 from explorer.core.attention_maps import AttentionMaps
-from explorer.core.figure_trust import caveat, marked_bound
 from explorer.core.report import cache_holds_text
 from explorer.core.trace import ModelInfo, PassRecord, Trace
 from explorer.core.units import human_bytes, human_flops, ms
@@ -126,12 +126,12 @@ def evidence_bound(trace: Trace, maps: AttentionMaps | None) -> Evidence:
     ridge = trace.device.ridge_point_flops_per_byte
     prefill = trace.prefill.cost
     text = (
-        f"On this run's device figures the ridge point is {ridge:.1f} FLOP/byte{caveat(trace.device)}. Your prefill: "
-        f"{prefill.arithmetic_intensity:.1f} FLOP/byte, {marked_bound(prefill.bound, trace.device)}."
+        f"On this run's device figures the ridge point is {ridge:.1f} FLOP/byte. Your prefill: "
+        f"{prefill.arithmetic_intensity:.1f} FLOP/byte, {prefill.bound}-bound."
     )
     p = example_decode(trace)
     if p is not None:
-        bound = marked_bound(p.cost.bound, trace.device)
+        bound = f"{p.cost.bound}-bound"
         text += f" Your decode pass {p.index}: {p.cost.arithmetic_intensity:.2f} FLOP/byte, {bound}."
     if prefill.bound == "memory":
         text += (
@@ -164,9 +164,9 @@ def evidence_decode_slow(trace: Trace, maps: AttentionMaps | None) -> Evidence:
     c = p.cost
     text = (
         f"Your decode pass {p.index} computed {p.tokens_in} token, yet read {human_bytes(c.weight_bytes_read)} of "
-        f"weights and moved {human_bytes(c.kv_bytes_moved)} of KV cache for {human_flops(c.flops)}. The roofline "
-        f"model gives {ms(c.t_memory_s)} for the memory traffic and {ms(c.t_compute_s)} for the maths; the pass "
-        f"took {ms(p.wall_s)}, {over_memory_floor(p):.1f}× its memory floor."
+        f"weights and moved {kv_traffic_text(c.kv_bytes_moved, p.kv_cache_bytes)} for {human_flops(c.flops)}. The "
+        f"roofline model gives {ms(c.t_memory_s)} for the memory traffic and {ms(c.t_compute_s)} for the maths; the "
+        f"pass took {ms(p.wall_s)}, {over_memory_floor(p):.1f}× its memory floor."
     )
     factors = [over_memory_floor(d) for d in trace.decodes]
     if len(factors) > 1:

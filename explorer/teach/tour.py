@@ -21,7 +21,6 @@ from explorer.charts.cost import median_decode_index
 from explorer.charts.latency import decode_bytes_sentence
 from explorer.charts.roofline import prefill_ridge_sentence
 from explorer.core.attention_maps import AttentionMaps
-from explorer.core.figure_trust import caveat, marked_bound
 from explorer.core.roofline import (
     LAYOUT_NAMES,
     LAYOUT_WORDS,
@@ -271,7 +270,7 @@ def time_slide(run: Run) -> Slide:
     p0, wall0 = trace.prefill, trace.pass_wall_spread(0).median
     sentences = [
         f"Prefill ({trace.prompt_len} tokens): {ms(wall0)} {run.measured}, roofline bound "
-        f"{ms(p0.cost.roofline_time_s)} (modelled, {marked_bound(p0.cost.bound, device)})."
+        f"{ms(p0.cost.roofline_time_s)} (modelled, {p0.cost.bound}-bound)."
     ]
     more = prefill_ridge_sentence(trace)
     index = median_decode_index(trace)
@@ -280,7 +279,7 @@ def time_slide(run: Run) -> Slide:
         d = trace.passes[index]  # the pass nearest the median: its modelled bound (every decode's is near the same)
         sentences.append(
             f"A decode pass: {ms(median_s)} {run.measured} (median), bound {ms(d.cost.roofline_time_s)} (modelled, "
-            f"{marked_bound(d.cost.bound, device)}): it reads all {human_bytes(d.cost.weight_bytes_read)} of weights "
+            f"{d.cost.bound}-bound): it reads all {human_bytes(d.cost.weight_bytes_read)} of weights "
             "for one token."
         )
         more += (
@@ -349,7 +348,6 @@ def batching_slide(run: Run) -> Slide:
         f"{big.batch}: {big.batch} take {ms(big.step_ms / 1e3)}, not {big.batch} × {ms(one.step_ms / 1e3)}, "
         f"{big.tokens_per_s / one.tokens_per_s:,.1f}× the tokens/s.",
         modelled_for
-        + caveat(trace.device)
         + f". This {_origin(run)}'s one sequence: {ms(charts.median_decode_s(trace))} per step ({run.measured}, "
         "black tick).",
     ]

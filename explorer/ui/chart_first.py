@@ -70,6 +70,13 @@ class ChartFirst:
         """Pickers the main chart reads (a range, a layer): above it on a laptop, right below it when presenting."""
         return self._aside.container()
 
+    def beside(self, widths: tuple[float, float] = (2, 1)) -> st.delta_generator.DeltaGenerator:
+        """Splits the main chart's slot in two, in the same first screen: the main chart goes left, and the column
+        returned, on its right, holds what the chart is read against (Cost: the roofline beside the time split)."""
+        left, right = self.main.columns(list(widths), gap="medium")
+        self.main = left
+        return right
+
     def chart(
         self, chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str, title: str
     ) -> None:

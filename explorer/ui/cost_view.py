@@ -3,6 +3,9 @@ figures; every section that shows a decode pass defaults to the page's one (`cha
 
 from __future__ import annotations
 
+import textwrap
+
+import altair as alt
 import streamlit as st
 
 from explorer.charts import cost as charts
@@ -43,6 +46,38 @@ def takeaway_section(result: RunResult, layout: ChartFirst) -> None:
     aside = layout.controls()
     for sentence in charts.takeaway(result.trace, kept_profile(result)):
         aside.markdown(sentence)  # numbers and fixed words only (profiler group names are ours)
+
+
+RIDGE_LINE_CHARS = 24  # the clinching line's title lines: a third of a 1280 px page at presenter sizes
+
+
+def ridge_beside(
+    column: st.delta_generator.DeltaGenerator, trace: Trace, presenting: bool, height_px: int | None
+) -> None:
+    """The page's clinching line (`charts.cost.ridge_line`) as the title of the roofline beside the time split, in the
+    first screen: the decode's FLOP per byte against the ridge, then every pass at its intensity. A title inside the
+    chart rather than a line above it: the chart then takes the split's height and both end together, however many
+    lines the narrow column wraps it to. When presenting, the heading leads the caption below, as the split's does."""
+    frame = roofline_charts.roofline_frame(trace)
+    lines = textwrap.wrap(charts.ridge_line(trace), RIDGE_LINE_CHARS, break_on_hyphens=False)  # numbers, fixed words
+    built = roofline_charts.roofline_chart(frame, narrow=True).properties(
+        title=alt.TitleParams(lines, anchor="start", fontWeight="bold", limit=0)  # 0: never cut
+    )
+    if height_px is not None:
+        built = built.properties(height=height_px)
+    title = "Against the ridge"
+    caption = (
+        "Each pass sits at its modelled intensity: left of the dashed ridge a pass can only be memory-bound, right of "
+        "it compute-bound. More prompt tokens per read of the weights move a prefill right."
+    )
+    source = (
+        f"x modelled (FLOPs / bytes moved) · y = modelled FLOPs / measured time · roof from peak compute "
+        f"[{trace.device.peak_flops_source}] and bandwidth [{trace.device.bandwidth_source}]"
+    )
+    with column:
+        if not presenting:
+            st.subheader(title)
+        chart(built, frame, "roofline", f"**{title}.** {caption}" if presenting else caption, source)
 
 
 def utilisation_section(trace: Trace) -> None:

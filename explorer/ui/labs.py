@@ -19,6 +19,7 @@ from explorer.labs import batch, nocache
 from explorer.labs.batch import BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
 from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
 from explorer.labs.nocache_result import NoCacheResult
+from explorer.ui.page_start import under_load_warning
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
 from explorer.ui.slo_state import current_slos_s, slo_source
@@ -192,4 +193,5 @@ def figures_used(result_device: DeviceProfile, key: Slot[object], result: object
     beside this session's live run's."""
     live = current_run()
     recorded = key.get() is not result
+    under_load_warning(result_device)  # the page's one under-load line: its sentences state bounds plainly
     st.caption(figures_used_sentence(result_device, recorded, live.trace.device if live else None))

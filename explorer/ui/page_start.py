@@ -9,7 +9,9 @@ from typing import Any
 import streamlit as st
 
 from explorer.charts.step_mode import disturbed_sentence
+from explorer.core.device_profile import DeviceProfile
 from explorer.core.errors import BadInput
+from explorer.core.figure_trust import figures_line
 from explorer.core.trace import Trace
 from explorer.recording.pdx import RecordingMeta
 from explorer.ui.chart_first import ChartFirst
@@ -84,10 +86,19 @@ def require_run(key: str = "page") -> RunResult:
         recorded_banner(run.recorded)
     if run.trace.model.random_weights:
         shape_banner(run.trace)
+    under_load_warning(run.trace.device)
     disturbed = disturbed_sentence(run.trace.passes)
     if disturbed:  # never a disturbed timing shown as a clean one, on any page that draws this run
         st.caption(f"⚠ {disturbed}")
     return run
+
+
+def under_load_warning(device: DeviceProfile) -> None:
+    """The page's one line that its device figures were taken under load, near its top; nothing when they look sound.
+    Said once here, so every bound and ridge below is stated plainly rather than marked inside each sentence."""
+    line = figures_line(device)
+    if line:
+        st.warning(escape_markdown(line), icon=":material/speed:")  # a recording's figures note is anyone's text
 
 
 def shape_banner(trace: Trace) -> None:

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from explorer.charts import scale as charts
+from explorer.charts.cost import decode_median_text
 from explorer.core.engine import Request
 from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS
@@ -18,13 +19,13 @@ from explorer.core.trace import Trace
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
 from explorer.scale.config import DEFAULT_MODEL, Architecture, load_architecture, shipped, shipped_key
-from explorer.scale.explain import formula_lines, knee_text
+from explorer.scale.explain import ceiling_if_read_whole_text, formula_lines, knee_text
 from explorer.scale.local import LocalGap, local_gap
 from explorer.scale.measured_here import HERE_NEW_TOKENS, HERE_PROMPT, compare_here, shape_name
 from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
 from explorer.scale.whatif import Scenario, WhatIf, find_gpu, what_if
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.page_start import run_here
+from explorer.ui.page_start import run_here, under_load_warning
 from explorer.ui.state import SCALE_HERE, RunResult, last_inputs
 from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import chart, escape_markdown, metrics, secondary, show_error, table
@@ -187,14 +188,15 @@ def headline(result: WhatIf) -> None:
     if s.arch.is_moe:
         figures.insert(2, ("Active per token", f"{result.active_params / 1e9:.3g} B", active_help(result)))
     metrics(figures)
-    metrics(
-        [
-            ("Decode step floor", ms(d.floor_s), f"modelled: {d.bound}-bound at batch {s.batch}"),
-            ("Tokens/s ceiling", f"{result.decode_tokens_per_s_ceiling:,.0f}", "modelled: all streams, B / floor"),
-            ("Per stream", f"{result.decode_tokens_per_s_ceiling_per_stream:,.0f}", "modelled: 1 / floor"),
-            ("Ridge batch", ridge, "modelled: the smallest B whose decode step is compute-bound"),
-            ("Prefill floor", short_time(result.prefill.floor_s), f"modelled: {s.prompt_tokens:,} tokens, TTFT floor"),
-        ]
+    floors = st.columns([1, 1.4, 1, 1, 1])  # the ceiling's column holds its read-whole line too
+    floors[0].metric("Decode step floor", ms(d.floor_s), help=f"modelled: {d.bound}-bound at batch {s.batch}")
+    ceiling_metric(floors[1], result)
+    floors[2].metric("Per stream", f"{result.decode_tokens_per_s_ceiling_per_stream:,.0f}", help="modelled: 1 / floor")
+    floors[3].metric("Ridge batch", ridge, help="modelled: the smallest B whose decode step is compute-bound")
+    floors[4].metric(
+        "Prefill floor",
+        short_time(result.prefill.floor_s),
+        help=f"modelled: {s.prompt_tokens:,} tokens, TTFT floor",
     )
     link = f"; {s.link.name} {s.link.bytes_per_s / GB:,.1f} GB/s both ways between them" if s.link else ""
     st.caption(
@@ -211,6 +213,22 @@ def headline(result: WhatIf) -> None:
         )
 
 
+def ceiling_metric(column: st.delta_generator.DeltaGenerator, result: WhatIf) -> None:
+    """The tokens/s ceiling, with under it what it would be if the untied input table were read whole (the familiar
+    'weights / bandwidth' figure): a lookup reads one row per token, so the ceiling here is higher, and saying both in
+    the first screen answers "why not 209?" where the question arises. A caption, not the metric's delta: a delta is
+    cut to one line ("207 if the 1.05 GB in…") in a fifth of the page."""
+    whole = ceiling_if_read_whole_text(result)
+    column.metric(
+        "Tokens/s ceiling",
+        f"{result.decode_tokens_per_s_ceiling:,.0f}",
+        help="modelled: all streams, B / floor"
+        + ("; the input table gathered one row per token, as a lookup reads it" if whole else ""),
+    )
+    if whole:
+        column.caption(f"({whole})")
+
+
 def this_machine(run: RunResult | None) -> LocalGap | None:
     """This machine's last run as a measured factor over its own memory floor, or why there is none."""
     st.subheader("Beside it: this machine's last run")
@@ -225,9 +243,11 @@ def this_machine(run: RunResult | None) -> LocalGap | None:
     if gap is None:
         st.info("The current run has no decode pass (it made one token): run with more new tokens to compare.")
         return None
+    under_load_warning(run.trace.device)  # this section's figures are this machine's: said once, here
+    measured = "recorded" if run.recorded is not None else "measured"
     st.markdown(f"**{gap.sentence.capitalize()}.**")
     st.caption(
-        f"Measured: the median of {gap.decode_passes} decode passes took {ms(gap.median_wall_s)}; modelled: their "
+        f"A decode pass took {decode_median_text(run.trace, measured)}; modelled: its "
         f"memory floor (weights and KV traffic over this device's bandwidth) is {ms(gap.median_memory_floor_s)} — "
         f"{escape_markdown(gap.model)}, {gap.dtype}, on {escape_markdown(gap.device)}. The dashed lines below apply "
         "the same factor to the GPU: an **assumption**, not a measurement (a GPU's kernels and overheads differ)."

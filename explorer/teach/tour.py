@@ -7,6 +7,8 @@ the run's own model shapes and device figures (modelled), and says which. Nothin
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -48,6 +50,13 @@ NARROW_PANEL_WIDTH_PX, PANEL_WIDTH_PX = 190, 560  # each phase's panel on the ti
 MAP_SIDE = 48  # the prefill map: at most 48 x 48 blocks (max-pooled beyond 48 prompt tokens)
 ROW_PX = 36  # one row of token boxes
 NARROW_TOKENS_PER_ROW = 6  # a slide's chart is narrower than a page's: fewer, wider boxes for 18 px labels
+# Characters of a token a cell holds whole: 18 px type in a sixth of a slide's chart (~80 px with the sidebar open),
+# 11 px type in a twelfth of a laptop's page (~80 px). A longer token takes more cells, never cut ("<|im_st…").
+NARROW_CELL_CHARS, CELL_CHARS = 7, 10
+READABLE_DIGITS = 3  # presenter mode: figures in a slide's text to what a room can read ("209.63 ms" -> "210 ms")
+# A decimal figure in running text ("209.63", "1,234.5"), not part of a word, a link ("2403.02310" in an arXiv
+# address) or a version ("3.12.1").
+DECIMAL_FIGURE = re.compile(r"(?<![\w.,/:])(\d{1,3}(?:,\d{3})+|\d+)\.(\d+)(?!\.?\d|\w)")
 SOURCES = (
     "Sarathi-Serve (chunked prefills): https://arxiv.org/abs/2403.02310 · vLLM's chunked prefill: "
     "https://docs.vllm.ai/en/latest/configuration/optimization.html · DistServe (prefill/decode disaggregation): "
@@ -65,6 +74,7 @@ class Run:
     height_px: int
     measured: str = "measured"  # "recorded" when the run comes from a recording
     narrow: bool = False  # the chart shares the width with its sentences (presenter mode): fewer, wider marks
+    readable: bool = False  # presenter mode: every figure in the slide's text to `READABLE_DIGITS` significant digits
 
 
 @dataclass(frozen=True)
@@ -81,10 +91,36 @@ class Slide:
 
 
 def slide(index: int, run: Run) -> Slide:
-    """Slide `index` (0-based) of the tour, built from `run`."""
+    """Slide `index` (0-based) of the tour, built from `run`; its text's figures rounded for a room when `readable`."""
     if not 0 <= index < SLIDE_COUNT:
         raise ValueError(f"slide {index} is not one of the {SLIDE_COUNT}")
-    return BUILDERS[index](run)
+    built = BUILDERS[index](run)
+    if not run.readable:
+        return built
+    return replace(
+        built,
+        sentences=tuple(readable_figures(s) for s in built.sentences),
+        caption=readable_figures(built.caption),
+        more=readable_figures(built.more),
+    )  # not the note: a recording file's own words
+
+
+def readable_number(value: float, digits: int = READABLE_DIGITS) -> str:
+    """`value` to `digits` significant digits, never dropping a digit left of the point, without trailing zeros:
+    209.63 -> '210', 86.40 -> '86.4', 0.5012 -> '0.501', 12345.6 -> '12,346'."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - (math.floor(math.log10(abs(value))) + 1))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def readable_figures(text: str, digits: int = READABLE_DIGITS) -> str:
+    """Every decimal figure in `text` to `digits` significant digits (`readable_number`); whole numbers, words, links
+    and versions unchanged. One helper for every sentence of a slide, so no figure is left at two decimals."""
+    return DECIMAL_FIGURE.sub(
+        lambda m: readable_number(float(f"{m.group(1).replace(',', '')}.{m.group(2)}"), digits), text
+    )
 
 
 def _slide(index: int, sentences: list[str], chart: alt.TopLevelMixin, frame: pd.DataFrame, *texts: str) -> Slide:
@@ -104,7 +140,8 @@ def _template(trace: Trace) -> str:
 def tokens_slide(run: Run) -> Slide:
     trace = run.trace
     rows = max(2, (run.height_px - 40) // ROW_PX)
-    frame = charts.tokens_frame(trace, rows, NARROW_TOKENS_PER_ROW if run.narrow else charts.TOKENS_PER_ROW)
+    per_row = NARROW_TOKENS_PER_ROW if run.narrow else charts.TOKENS_PER_ROW
+    frame = charts.tokens_frame(trace, rows, per_row, NARROW_CELL_CHARS if run.narrow else CELL_CHARS)
     T, N = trace.prompt_len, trace.new_tokens
     origin = _origin(run)
     sentences = [
@@ -116,7 +153,7 @@ def tokens_slide(run: Run) -> Slide:
     return _slide(
         0,
         sentences,
-        charts.sized(run_charts.step_tokens_chart(frame), run.height_px),
+        charts.sized(charts.token_grid_chart(frame, per_row), run.height_px),
         frame,
         f"Orange: the {T} prompt tokens{shown}, all computed by the prefill; green: the token it samples.",
         f"{run.measured}: the run's tokens",

@@ -38,16 +38,25 @@ PRESENTER = Theme(
 
 LEGEND_CHANNELS = ("color", "fill", "stroke", "shape", "size", "opacity", "strokeDash", "strokeWidth")
 COMPOSITE = ("hconcat", "vconcat", "concat", "facet", "spec", "repeat")  # views Vega cannot stretch to a column
-GLYPH_EM = 0.6  # a label's width per character, in font sizes (Vega's own estimate for sans-serif is near it)
+GLYPH_EM = 0.5  # a label's width per character, in font sizes (lower-case sans-serif text averages about this)
+AXIS_ROOM_PX = 60  # a row legend may reach over the vertical axis's labels: this much past the plot's width
 ENTRY_EXTRA_PX = 30  # an entry's symbol, its gap and the space before the next entry
-UNKNOWN_LEGEND_PX = 600  # a legend whose labels the chart does not list: laid out in one column below this width
+UNKNOWN_LEGEND_PX = 0  # a legend whose labels the chart does not list (a fold, a calculation): left to the others
 WRAP_CHARS = 28  # a legend label longer than this is split at a space when the chart is narrower than its legend
 WRAP_LINES = 3  # into at most this many lines
 
 
-def legend_px(labels: list[str], label_px: int) -> int:
-    """About how wide a legend's entries are laid out in one row, at `label_px` type."""
-    return sum(round(len(label) * label_px * GLYPH_EM) + ENTRY_EXTRA_PX for label in labels)
+def legend_px(labels: list[str], label_px: int, columns: int | None = None, two_line: bool = False) -> int:
+    """About how wide a legend's widest row of entries is, at `label_px` type: all of them in one row, or `columns`
+    of the widest; a `two_line` label ("what (source)" over two lines, `common.TWO_LINE_LABEL`) by its longer line."""
+    widths = [
+        round(max(len(line) for line in (label.split(" (") if two_line else [label])) * label_px * GLYPH_EM)
+        + ENTRY_EXTRA_PX
+        for label in labels
+    ]
+    if not widths:
+        return 0
+    return sum(widths) if not columns else min(columns, len(widths)) * max(widths)
 
 
 def _legend_labels(channel: object, data: object) -> list[str] | None:
@@ -70,10 +79,11 @@ def _wrapping(legend: alt.Legend, wide_px: int) -> None:
     decided in the browser from the chart's own width (the `width` signal), so a phone and a projector each get
     theirs. A legend's own columns stay where the chart is wide enough; its own label expression always stays."""
     columns = legend._get("columns")
+    narrow = f"width + {AXIS_ROOM_PX} < {wide_px}"
     if columns is alt.Undefined or (isinstance(columns, int) and columns > 1):
-        legend["columns"] = {"expr": f"width < {wide_px} ? 1 : {0 if columns is alt.Undefined else columns}"}
+        legend["columns"] = {"expr": f"{narrow} ? 1 : {0 if columns is alt.Undefined else columns}"}
     if legend._get("labelExpr") is alt.Undefined:
-        legend["labelExpr"] = f"width < {wide_px} ? split({wrapped_expr('datum.label')}, '\\n') : datum.label"
+        legend["labelExpr"] = f"{narrow} ? split({wrapped_expr('datum.label')}, '\\n') : datum.label"
 
 
 def wrapped_expr(text: str, width_chars: int = WRAP_CHARS, lines: int = WRAP_LINES) -> str:
@@ -113,18 +123,18 @@ def fit_legends(chart: alt.TopLevelMixin, theme: Theme) -> alt.TopLevelMixin:
     scroll inside their box instead (`explorer.ui.presenter.CHART_FIT_CSS`)."""
     if any(chart._get(key) is not alt.Undefined for key in COMPOSITE):  # `chart.facet` is a method: `_get`
         return chart
-    for unit, _ in units(chart):  # a horizontal axis's title never runs past the plot's width (cut there, on a phone)
-        encoding = getattr(unit, "encoding", alt.Undefined)
-        x = alt.Undefined if encoding is alt.Undefined else getattr(encoding, "x", alt.Undefined)
-        axis = x._get("axis") if isinstance(x, alt.X) else None  # not a constant position (`alt.value`)
-        if isinstance(axis, dict):
-            axis = x["axis"] = alt.Axis(**axis)
-        if axis is alt.Undefined:
-            axis = x["axis"] = alt.Axis()
-        if isinstance(axis, alt.Axis) and axis._get("titleLimit") is alt.Undefined:
-            axis["titleLimit"] = {"expr": "width"}
     legends = list(_row_legends(chart))
-    wide_px = sum(UNKNOWN_LEGEND_PX if labels is None else legend_px(labels, theme.label_px) for _, labels in legends)
+    wide_px = sum(
+        UNKNOWN_LEGEND_PX
+        if labels is None
+        else legend_px(
+            labels,
+            theme.label_px,
+            legend._get("columns") if isinstance(legend._get("columns"), int) else None,
+            legend._get("labelExpr") is not alt.Undefined,
+        )
+        for legend, labels in legends
+    )
     for legend, _ in legends:
         _wrapping(legend, wide_px)
     return chart

@@ -74,15 +74,16 @@ def _legend_labels(channel: object, data: object) -> list[str] | None:
     return None
 
 
-def _wrapping(legend: alt.Legend, wide_px: int) -> None:
+def _wrapping(legend: alt.Legend, wide_px: int, long_labels: bool) -> None:
     """A row legend (top or bottom) that its chart's width cannot hold: one entry a row, long labels on two lines,
     decided in the browser from the chart's own width (the `width` signal), so a phone and a projector each get
-    theirs. A legend's own columns stay where the chart is wide enough; its own label expression always stays."""
+    theirs. A legend's own columns stay where the chart is wide enough; its own label expression always stays, and
+    one is added only where a label is long (a label expression hides a legend's values from tests/rendered_text.py)."""
     columns = legend._get("columns")
     narrow = f"width + {AXIS_ROOM_PX} < {wide_px}"
     if columns is alt.Undefined or (isinstance(columns, int) and columns > 1):
         legend["columns"] = {"expr": f"{narrow} ? 1 : {0 if columns is alt.Undefined else columns}"}
-    if legend._get("labelExpr") is alt.Undefined:
+    if long_labels and legend._get("labelExpr") is alt.Undefined:
         legend["labelExpr"] = f"{narrow} ? split({wrapped_expr('datum.label')}, '\\n') : datum.label"
 
 
@@ -135,8 +136,8 @@ def fit_legends(chart: alt.TopLevelMixin, theme: Theme) -> alt.TopLevelMixin:
         )
         for legend, labels in legends
     )
-    for legend, _ in legends:
-        _wrapping(legend, wide_px)
+    for legend, labels in legends:
+        _wrapping(legend, wide_px, labels is not None and any(len(label) > WRAP_CHARS for label in labels))
     return chart
 
 

@@ -12,6 +12,7 @@ import pytest
 import transformers
 from streamlit.testing.v1 import AppTest
 
+from explorer.charts import tables
 from explorer.charts import tour as charts
 from explorer.core.attention import capture_attention
 from explorer.core.attention_maps import AttentionMaps
@@ -402,7 +403,7 @@ def test_the_attention_slide_explains_the_first_token_column(run: tuple[Trace, A
      (12345.6, "12,346"), (0.0, "0"), (-3.14159, "-3.14")],
 )  # fmt: skip
 def test_a_readable_number_has_three_significant_digits(value: float, shown: str) -> None:
-    assert tour.readable_number(value) == shown
+    assert tables.readable_number(value) == shown
 
 
 def test_readable_figures_rounds_decimals_in_text_and_leaves_the_rest() -> None:
@@ -410,7 +411,7 @@ def test_readable_figures_rounds_decimals_in_text_and_leaves_the_rest() -> None:
         "A decode pass: 209.63 ms (measured); 1,234.56 tokens/s, 0.50 FLOP per byte against a ridge of 10.8. "
         "Layer 15, B = 1,024, https://arxiv.org/abs/2403.02310, version 3.12.1, 2.00×."
     )
-    assert tour.readable_figures(text) == (
+    assert tables.readable_figures(text) == (
         "A decode pass: 210 ms (measured); 1,235 tokens/s, 0.5 FLOP per byte against a ridge of 10.8. "
         "Layer 15, B = 1,024, https://arxiv.org/abs/2403.02310, version 3.12.1, 2×."
     )
@@ -418,7 +419,8 @@ def test_readable_figures_rounds_decimals_in_text_and_leaves_the_rest() -> None:
 
 def too_precise(text: str) -> list[str]:
     """Decimal figures in `text` with more than three significant digits (or a trailing zero)."""
-    return [m.group(0) for m in tour.DECIMAL_FIGURE.finditer(text) if tour.readable_figures(m.group(0)) != m.group(0)]
+    figures = [m.group(0) for m in tables.DECIMAL_FIGURE.finditer(text)]
+    return [f for f in figures if tables.readable_figures(f) != f]
 
 
 def test_a_readable_slide_rounds_every_figure_in_its_text(run: tuple[Trace, AttentionMaps]) -> None:
@@ -429,7 +431,7 @@ def test_a_readable_slide_rounds_every_figure_in_its_text(run: tuple[Trace, Atte
     for before, after in zip(plain, readable):
         for text in (*after.sentences, after.caption, after.more):
             assert not too_precise(text), text
-        assert after.sentences == tuple(tour.readable_figures(s) for s in before.sentences)
+        assert after.sentences == tuple(tables.readable_figures(s) for s in before.sentences)
         assert after.source == before.source and after.note == before.note  # where figures come from: as written
 
 
@@ -450,7 +452,7 @@ def test_in_presenter_mode_the_tour_shows_figures_to_three_significant_digits(
             at.button(key="tour-next").click().run()
     assert shown and not [f for text in shown for f in too_precise(text)], shown
     laptop = ms(trace.prefill.wall_s)  # the prefill's time, in the first slide's sentence on a laptop: unrounded
-    assert laptop in normal and (tour.readable_figures(laptop) in " ".join(shown))
+    assert laptop in normal and (tables.readable_figures(laptop) in " ".join(shown))
 
 
 def test_next_and_previous_carry_no_tooltip_and_show_no_key_on_a_touch_screen(

@@ -7,8 +7,6 @@ the run's own model shapes and device figures (modelled), and says which. Nothin
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -22,6 +20,7 @@ from explorer.charts import tour as charts
 from explorer.charts.cost import median_decode_index
 from explorer.charts.latency import decode_bytes_sentence
 from explorer.charts.roofline import prefill_ridge_sentence
+from explorer.charts.tables import readable_figures
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.figure_trust import caveat, marked_bound
 from explorer.core.roofline import (
@@ -53,10 +52,6 @@ NARROW_TOKENS_PER_ROW = 6  # a slide's chart is narrower than a page's: fewer, w
 # Characters of a token a cell holds whole: 18 px type in a sixth of a slide's chart (~80 px with the sidebar open),
 # 11 px type in a twelfth of a laptop's page (~80 px). A longer token takes more cells, never cut ("<|im_st…").
 NARROW_CELL_CHARS, CELL_CHARS = 7, 10
-READABLE_DIGITS = 3  # presenter mode: figures in a slide's text to what a room can read ("209.63 ms" -> "210 ms")
-# A decimal figure in running text ("209.63", "1,234.5"), not part of a word, a link ("2403.02310" in an arXiv
-# address) or a version ("3.12.1").
-DECIMAL_FIGURE = re.compile(r"(?<![\w.,/:])(\d{1,3}(?:,\d{3})+|\d+)\.(\d+)(?!\.?\d|\w)")
 SOURCES = (
     "Sarathi-Serve (chunked prefills): https://arxiv.org/abs/2403.02310 · vLLM's chunked prefill: "
     "https://docs.vllm.ai/en/latest/configuration/optimization.html · DistServe (prefill/decode disaggregation): "
@@ -74,7 +69,7 @@ class Run:
     height_px: int
     measured: str = "measured"  # "recorded" when the run comes from a recording
     narrow: bool = False  # the chart shares the width with its sentences (presenter mode): fewer, wider marks
-    readable: bool = False  # presenter mode: every figure in the slide's text to `READABLE_DIGITS` significant digits
+    readable: bool = False  # presenter mode: the text's figures to 3 significant digits (`tables.readable_figures`)
 
 
 @dataclass(frozen=True)
@@ -103,24 +98,6 @@ def slide(index: int, run: Run) -> Slide:
         caption=readable_figures(built.caption),
         more=readable_figures(built.more),
     )  # not the note: a recording file's own words
-
-
-def readable_number(value: float, digits: int = READABLE_DIGITS) -> str:
-    """`value` to `digits` significant digits, never dropping a digit left of the point, without trailing zeros:
-    209.63 -> '210', 86.40 -> '86.4', 0.5012 -> '0.501', 12345.6 -> '12,346'."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    decimals = max(0, digits - (math.floor(math.log10(abs(value))) + 1))
-    text = f"{value:,.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def readable_figures(text: str, digits: int = READABLE_DIGITS) -> str:
-    """Every decimal figure in `text` to `digits` significant digits (`readable_number`); whole numbers, words, links
-    and versions unchanged. One helper for every sentence of a slide, so no figure is left at two decimals."""
-    return DECIMAL_FIGURE.sub(
-        lambda m: readable_number(float(f"{m.group(1).replace(',', '')}.{m.group(2)}"), digits), text
-    )
 
 
 def _slide(index: int, sentences: list[str], chart: alt.TopLevelMixin, frame: pd.DataFrame, *texts: str) -> Slide:

@@ -74,7 +74,8 @@ def test_many_shorthand_channels_share_one_table() -> None:
 
 
 def configured_as_altair_chains_it(chart: alt.TopLevelMixin, chosen: theme.Theme) -> alt.TopLevelMixin:
-    """The theme as Altair's own configure_* chain lays it over a chart (what `theme.apply` did before)."""
+    """The theme as Altair's own configure_* chain lays it over a chart (what `theme.apply` did before), with the
+    legends fitted to the chart's width as `theme.apply` fits them."""
     themed = (
         chart.configure_axis(labelFontSize=chosen.label_px, titleFontSize=chosen.title_px)
         .configure_legend(labelFontSize=chosen.label_px, titleFontSize=chosen.title_px, labelLimit=0, titleLimit=0)
@@ -82,6 +83,7 @@ def configured_as_altair_chains_it(chart: alt.TopLevelMixin, chosen: theme.Theme
         .configure_text(fontSize=chosen.mark_text_px)
         .configure_header(labelFontSize=chosen.label_px, titleFontSize=chosen.title_px, labelLimit=0)
     )
+    theme.fit_legends(themed, chosen)  # and its row legends laid out by the chart's width (issue 42)
     if chosen.renderer is None:
         return themed
     sides = dict.fromkeys(("left", "top", "right", "bottom"), theme.PRESENTER_PADDING_PX)

@@ -6,8 +6,9 @@ the titles clear of Streamlit's header with the sidebar collapsed; then the Tour
 presenter switch.
 
 How it measures: the tab opens `/?recording=short-chat&compare=bfloat16&presenter=1` (presenter mode and two
-recordings from one link, so Compare has a pair), then every page of the sidebar, every Tour slide (→ through them,
-then ← back to the first), and the Step page again after pressing Prefill (a live pass of the real model). On each:
+recordings from one link, so Compare has a pair; the sidebar opens folded, and the walk opens it), then every page of
+the sidebar, every Tour slide (→ through them, then ← back to the first), and the Step page again after pressing
+Prefill (a live pass of the real model). On each:
   - Legibility. Presenter mode draws charts as SVG (`explorer.charts.theme`), so every piece of text Vega drew is a
     `<text>` element in the chart's `svg.marks`, inside a group whose class names its role (`role-axis-title`,
     `role-axis-label`, `role-legend-label`, `role-legend-title`, `role-title-text`, `role-mark` for value labels,
@@ -334,6 +335,11 @@ def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
     boxes: list[dict] = []
     slides: list[dict] = []  # the Tour's main chart and sentences per slide (tests/tour_support.py), → then ←
     _open_link(page, f"{hosted_app.url}/?recording={RECORDING}&compare={COMPARED}&presenter=1")
+    # Issue 42: presenter mode folds the sidebar. The speaker opens it to walk the pages (the browser then keeps it
+    # open), so every first screen below is measured with the sidebar open: the narrower case.
+    page.wait_for_function(f"() => {SIDEBAR_RIGHT_JS} < 50", timeout=PAGE_TIMEOUT_S * 1000)
+    assert page.evaluate(SIDEBAR_BUTTON_JS, "Expand sidebar")
+    page.wait_for_function(f"() => {SIDEBAR_RIGHT_JS} > 200")
     for label in PAGES:
         _goto(page, label)
         _measure(page, label, rows, sizes, small)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from explorer.recording.pdx import bundled
@@ -108,3 +110,24 @@ def test_the_tour_opens_a_recording_in_presenter_mode_from_one_link() -> None:
     assert result.recorded is not None and result.recorded.name == RECORDING
     assert len(at.main.columns) == 2 and at.main.columns[0].get("vega_lite_chart")  # the slide's presenter layout
     assert at.title[0].value == TITLES[2] and at.query_params["slide"] == "3"
+
+
+def test_presenter_mode_folds_the_sidebar_and_unfolds_it_when_off() -> None:
+    """Issue 42: the Tour in presenter mode kept the 300 px sidebar. Each run asks for the sidebar's state from the
+    mode (Streamlit applies a new one as it arrives; the browser walk of tests/test_browser_legibility.py sees it
+    fold)."""
+    asked: list[object] = []
+    real = st.set_page_config
+
+    def record(*args: object, **kwargs: object) -> None:
+        asked.append(kwargs.get("initial_sidebar_state"))
+        real(*args, **kwargs)
+
+    with mock.patch.object(st, "set_page_config", side_effect=record):
+        at = fresh_app()
+        assert asked[-1] == "auto"
+        at.query_params[PRESENTER_PARAM] = "1"
+        at.switch_page("pages/tour.py").run()
+        assert presenter_on(at) and asked[-1] == "collapsed"
+        at.sidebar.toggle(key=PRESENTER_KEY).set_value(False).run()
+        assert asked[-1] == "auto"

@@ -29,7 +29,6 @@ COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.scale.figure_sources": "tests/test_scale.py (the what-if JSON says each figure's unit and source)",
     "explorer.teach.questions": "tests/test_quiz.py (every question of `quiz.QUESTIONS`, graded and explained)",
     "explorer.ui.chart_first": "tests/test_app.py (test_presenter_mode_sizes_every_chart_from_one_theme)",
-    "explorer.ui.links": "tests/test_browser_room.py (a link straight to /room on a freshly served app)",
     "explorer.ui.slo_state": "tests/test_app.py (test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them)",
     "explorer.ui.waiting": "tests/test_step_mode.py (test_a_prefill_while_the_server_warms_up_waits_then_runs)",
 }

@@ -12,6 +12,7 @@ import pytest
 import transformers
 from streamlit.testing.v1 import AppTest
 
+from explorer.charts import tables
 from explorer.charts import tour as charts
 from explorer.core.attention import capture_attention
 from explorer.core.attention_maps import AttentionMaps
@@ -393,3 +394,95 @@ def test_the_attention_slide_explains_the_first_token_column(run: tuple[Trace, A
     assert "attention sink" in prefill.more and "recorded)" in prefill.more
     assert "attention sink" not in tour.slide(1, tour.Run(trace, None, "no maps", HEIGHT_PX)).more
     assert "is_causal=True" in prefill.more and "eager" in prefill.more  # which pass computes all T × T: the replay
+
+
+# --- presenter mode: figures a room can read, no tooltip over the title, whole tokens (issue 42) --------------------
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(209.63, "210"), (86.40, "86.4"), (1.13, "1.13"), (0.5012, "0.501"), (0.000123456, "0.000123"), (99.96, "100"),
+     (12345.6, "12,346"), (0.0, "0"), (-3.14159, "-3.14")],
+)  # fmt: skip
+def test_a_readable_number_has_three_significant_digits(value: float, shown: str) -> None:
+    assert tables.readable_number(value) == shown
+
+
+def test_readable_figures_rounds_decimals_in_text_and_leaves_the_rest() -> None:
+    text = (
+        "A decode pass: 209.63 ms (measured); 1,234.56 tokens/s, 0.50 FLOP per byte against a ridge of 10.8. "
+        "Layer 15, B = 1,024, https://arxiv.org/abs/2403.02310, version 3.12.1, 2.00×."
+    )
+    assert tables.readable_figures(text) == (
+        "A decode pass: 210 ms (measured); 1,235 tokens/s, 0.5 FLOP per byte against a ridge of 10.8. "
+        "Layer 15, B = 1,024, https://arxiv.org/abs/2403.02310, version 3.12.1, 2×."
+    )
+
+
+def too_precise(text: str) -> list[str]:
+    """Decimal figures in `text` with more than three significant digits (or a trailing zero)."""
+    figures = [m.group(0) for m in tables.DECIMAL_FIGURE.finditer(text)]
+    return [f for f in figures if tables.readable_figures(f) != f]
+
+
+def test_a_readable_slide_rounds_every_figure_in_its_text(run: tuple[Trace, AttentionMaps]) -> None:
+    trace, maps = run
+    plain = all_slides(trace, maps, narrow=True)
+    readable = all_slides(trace, maps, narrow=True, readable=True)
+    assert any(too_precise(" ".join(s.sentences)) for s in plain)  # "12.34 ms": the test can fail
+    for before, after in zip(plain, readable):
+        for text in (*after.sentences, after.caption, after.more):
+            assert not too_precise(text), text
+        assert after.sentences == tuple(tables.readable_figures(s) for s in before.sentences)
+        assert after.source == before.source and after.note == before.note  # where figures come from: as written
+
+
+def test_in_presenter_mode_the_tour_shows_figures_to_three_significant_digits(
+    run: tuple[Trace, AttentionMaps], no_model: None
+) -> None:
+    trace, maps = run
+    at = open_page(PAGE, result_of(trace, maps))
+    at.button(key="tour-next").click().run()  # slide 2 names the prefill's time
+    normal = " ".join(m.value for m in at.markdown)
+    at.button(key="tour-previous").click().run()
+    at.sidebar.toggle(key=PRESENTER_KEY).set_value(True).run()
+    shown: list[str] = []
+    for index in range(tour.SLIDE_COUNT):
+        assert_slide(at, index)
+        shown += [m.value for m in at.main.columns[1].markdown]
+        if index < tour.SLIDE_COUNT - 1:
+            at.button(key="tour-next").click().run()
+    assert shown and not [f for text in shown for f in too_precise(text)], shown
+    laptop = ms(trace.prefill.wall_s)  # the prefill's time, in the first slide's sentence on a laptop: unrounded
+    assert laptop in normal and (tables.readable_figures(laptop) in " ".join(shown))
+
+
+def test_next_and_previous_carry_no_tooltip_and_show_no_key_on_a_touch_screen(
+    run: tuple[Trace, AttentionMaps], no_model: None
+) -> None:
+    """A tooltip on Next covered the slide's title while the pointer rested on it: the buttons have none (each shows
+    its key in it, Streamlit's shortcut badge), and a touch screen, which has no arrow keys, is not shown the keys."""
+    trace, maps = run
+    at = open_page(PAGE, result_of(trace, maps))
+    for key in ("tour-previous", "tour-next"):
+        assert at.button(key=key).help in ("", None)
+        assert at.button(key=key).proto.shortcut  # the key is still bound
+    styles = " ".join(getattr(h.proto, "body", "") for h in at.get("html"))
+    assert tour_view.KEYS_ON_TOUCH_CSS in styles and "(pointer: coarse)" in tour_view.KEYS_ON_TOUCH_CSS
+
+
+def test_token_cells_hold_whole_tokens(run: tuple[Trace, AttentionMaps]) -> None:
+    """Issue 42: "‹|im_st…" was cut to a fixed 80 px. A token longer than a cell holds takes as many cells as its
+    text needs, no box runs past its row or into the next box, and no label has a length limit of its own."""
+    trace, _ = run
+    chat = replace(trace, prompt_tokens_text=("<|im_start|>", "user", "\n", "Why", " is", "<|im_end|>"))
+    per_row, cell_chars = tour.NARROW_TOKENS_PER_ROW, tour.NARROW_CELL_CHARS
+    frame = charts.tokens_frame(chat, max_rows=10, per_row=per_row, cell_chars=cell_chars)
+    assert frame["token"].iloc[0] == "<|im_start|>" and frame["span"].iloc[0] == 2
+    assert (frame["span"] * cell_chars >= frame["token"].str.len() + 1).all()
+    assert (frame["column_end"] <= per_row).all()
+    for _, row in frame.groupby("row"):
+        assert (row["column"].iloc[1:].to_numpy() >= row["column_end"].iloc[:-1].to_numpy()).all()
+    slide = tour.slide(0, tour.Run(chat, None, "", HEIGHT_PX, narrow=True))
+    layers = slide.chart.to_dict()["layer"]
+    text = next(layer for layer in layers if layer["mark"]["type"] == "text")
+    assert "limit" not in text["mark"] and {"position", "token"} <= {t["field"] for t in text["encoding"]["tooltip"]}
+    assert next(layer for layer in layers if layer["mark"]["type"] == "rect")["encoding"]["x2"]["field"] == "column_end"

@@ -75,6 +75,11 @@ def _units(chart: object, data: object = None) -> Iterator[tuple[object, object]
         yield from _units(inner, data)
 
 
+def units(chart: object) -> Iterator[tuple[object, object]]:
+    """A chart and every chart inside it, each with the data it draws (`_units`)."""
+    return _units(chart)
+
+
 def _tip_field(tip: object) -> str | None:
     """The field a tooltip entry shows, or None (a constant, or not a field at all)."""
     # A channel's properties are read with `_get`: an attribute of the same name is Altair's chained setter.

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points
+from explorer.charts.common import PHASE_COLOR, PHASE_DOMAIN, phase_color, phase_points, two_lines
 from explorer.core.roofline import attainable_flops, prefill_ridge_tokens, utilisation
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.core.units import to_ms
@@ -142,7 +142,11 @@ def utilisation_chart(frame: pd.DataFrame) -> alt.LayerChart:
             row="(datum.figure == 'compute_utilisation' ? 'compute' : 'bandwidth') + ' · ' + datum.label"
         )
         .encode(
-            x=alt.X("fraction:Q", axis=alt.Axis(format="%"), title="achieved / device figure (peak FLOP/s, bandwidth)"),
+            x=alt.X(
+                "fraction:Q",
+                axis=alt.Axis(format="%"),
+                title=two_lines("achieved / device figure (peak FLOP/s, bandwidth)"),  # fits a phone's plot
+            ),
             y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
         )
     )

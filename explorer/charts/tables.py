@@ -2,7 +2,8 @@
 "TTFT (ms)" in milliseconds, or stays in seconds where its values run past 10 s), floats are rounded to four
 significant digits, yes/no stand for booleans and a dash for an empty cell. The frames themselves (and their CSV
 downloads) keep the raw names and full values; only what a page shows is relabelled. A chart's tooltip names its raw
-fields the same way (`human_name`)."""
+fields the same way (`human_name`). A talk's text has every figure rounded to 3 significant digits
+(`readable_figures`: "209.63 ms" reads "210 ms" from the back of a room)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ import re
 import pandas as pd
 
 SIGNIFICANT = 4
+READABLE_DIGITS = 3  # presenter mode: figures in a slide's text to what a room can read ("209.63 ms" -> "210 ms")
+# A decimal figure in running text ("209.63", "1,234.5"), not part of a word, a link ("2403.02310" in an arXiv
+# address) or a version ("3.12.1").
+DECIMAL_FIGURE = re.compile(r"(?<![\w.,/:])(\d{1,3}(?:,\d{3})+|\d+)\.(\d+)(?!\.?\d|\w)")
 WORDS = {  # abbreviations a reader knows in capitals, and the words a name spells in short
     "ttft": "TTFT",
     "itl": "ITL",
@@ -107,3 +112,21 @@ def human_table(frame: pd.DataFrame) -> pd.DataFrame:
             label, values = str(column), frame[column]
         shown[label] = values
     return shown
+
+
+def readable_number(value: float, digits: int = READABLE_DIGITS) -> str:
+    """`value` to `digits` significant digits, never dropping a digit left of the point, without trailing zeros:
+    209.63 -> '210', 86.40 -> '86.4', 0.5012 -> '0.501', 12345.6 -> '12,346'."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - (math.floor(math.log10(abs(value))) + 1))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def readable_figures(text: str, digits: int = READABLE_DIGITS) -> str:
+    """Every decimal figure in `text` to `digits` significant digits (`readable_number`); whole numbers, words, links
+    and versions unchanged. One helper for every sentence of a slide, so no figure is left at two decimals."""
+    return DECIMAL_FIGURE.sub(
+        lambda m: readable_number(float(f"{m.group(1).replace(',', '')}.{m.group(2)}"), digits), text
+    )

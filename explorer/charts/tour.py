@@ -14,7 +14,7 @@ import pandas as pd
 from explorer.charts.attention import MASKED, MASKED_COLOR, block_size
 from explorer.charts.common import MEASURED, MODELLED, PHASE_RANGE, TWO_LINE_LABEL, display_token
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
-from explorer.charts.run import ROLE_DOMAIN, TOKENS_PER_ROW
+from explorer.charts.run import ROLE_DOMAIN, ROLE_RANGE, TOKENS_PER_ROW
 from explorer.core.roofline import pass_cost, pass_flops
 from explorer.core.stats import percentile
 from explorer.core.trace import Trace
@@ -40,27 +40,69 @@ def median_decode_s(trace: Trace) -> float | None:
 
 
 # --- slide 1: the prompt as tokens ---------------------------------------------------------------------------------
-def tokens_frame(trace: Trace, max_rows: int, per_row: int = TOKENS_PER_ROW) -> pd.DataFrame:
-    """The prompt's tokens (all computed by the prefill) and the first token it samples, `per_row` to a row, in the
-    Run page's roles and layout (`charts.run.step_tokens_chart` draws it). A prompt longer than `max_rows` rows keeps
-    its start, one cell that counts the rest, and the sampled token."""
+def token_span(token: str, cell_chars: int | None) -> int:
+    """How many cells a token's box takes: one, or as many as its whole text needs at `cell_chars` characters a cell
+    (None: always one, each label cut to its cell)."""
+    return 1 if cell_chars is None else max(1, math.ceil((len(token) + 1) / cell_chars))
+
+
+def _place(cells: list[tuple[str, str, str]], per_row: int, cell_chars: int | None) -> list[dict[str, object]]:
+    """Cells left to right, `per_row` to a row; a token that would run past the row's end starts the next."""
+    placed, row, column = [], 0, 0
+    for position, token, role in cells:
+        span = min(per_row, token_span(token, cell_chars))
+        if column + span > per_row:
+            row, column = row + 1, 0
+        placed.append({"position": position, "token": token, "role": role, "row": row, "column": column, "span": span})
+        column += span
+    return placed
+
+
+def tokens_frame(
+    trace: Trace, max_rows: int, per_row: int = TOKENS_PER_ROW, cell_chars: int | None = None
+) -> pd.DataFrame:
+    """The prompt's tokens (all computed by the prefill) and the first token it samples, `per_row` cells to a row, in
+    the Run page's roles. With `cell_chars` a token longer than a cell holds takes as many cells as its whole text
+    needs ("<|im_start|>" whole, not "<|im_st…"). A prompt longer than `max_rows` rows keeps its start, one cell that
+    counts the rest, and the sampled token. `column` is where a box starts, `span` how many cells it takes."""
     cells = [(str(i), display_token(text), ROLE_DOMAIN[1]) for i, text in enumerate(trace.prompt_tokens_text)]
     sampled = (str(trace.prompt_len), display_token(trace.passes[0].token_text), ROLE_DOMAIN[2])
-    room = max(3, max_rows * per_row)
-    if len(cells) + 1 > room:
-        kept = room - 2
-        cells = [*cells[:kept], (f"{kept}–{trace.prompt_len - 1}", f"… +{trace.prompt_len - kept}", ROLE_DOMAIN[1])]
-    cells.append(sampled)
-    return pd.DataFrame(
-        {
-            "position": position,
-            "token": token,
-            "role": role,
-            "row": i // per_row,
-            "column": i % per_row,
-        }
-        for i, (position, token, role) in enumerate(cells)
+    placed = _place([*cells, sampled], per_row, cell_chars)
+    kept = len(cells)
+    while placed[-1]["row"] >= max(1, max_rows) and kept > 1:  # drop the prompt's end until the rest fits
+        kept -= 1
+        rest = (f"{kept}–{trace.prompt_len - 1}", f"… +{trace.prompt_len - kept}", ROLE_DOMAIN[1])
+        placed = _place([*cells[:kept], rest, sampled], per_row, cell_chars)
+    frame = pd.DataFrame(placed, columns=["position", "token", "role", "row", "column", "span"])
+    frame["column_end"] = frame["column"] + frame["span"]
+    return frame
+
+
+def token_grid_chart(frame: pd.DataFrame, per_row: int) -> alt.LayerChart:
+    """The prompt's tokens as boxes in rows, coloured by role (as the Run page's strip), each box as wide as its
+    token's whole text (`tokens_frame` with `cell_chars`); the tooltip names every token in full."""
+    rows = int(frame["row"].max()) + 1
+    base = alt.Chart(frame).encode(
+        y=alt.Y("row:O", axis=None),
+        tooltip=["position", "token", "role"],
     )
+    x = alt.Scale(domain=[0, per_row], nice=False, zero=True)
+    boxes = base.mark_rect(stroke="white", strokeWidth=2, cornerRadius=3).encode(
+        x=alt.X("column:Q", axis=None, scale=x),
+        x2="column_end:Q",
+        color=alt.Color(
+            "role:N",
+            scale=alt.Scale(domain=ROLE_DOMAIN, range=ROLE_RANGE),
+            title=None,
+            legend=alt.Legend(orient="top", columns=1),  # one row overflowed a slide
+        ),
+    )
+    labels = (
+        base.transform_calculate(middle="(datum.column + datum.column_end) / 2")
+        .mark_text()
+        .encode(x=alt.X("middle:Q", axis=None, scale=x), text="token:N")
+    )
+    return (boxes + labels).properties(height=max(120, 36 * rows) + 40)  # + the legend above
 
 
 # --- slide 2 without maps: the mask's shape --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from explorer.charts import tour as charts
 from explorer.charts.cost import median_decode_index
 from explorer.charts.latency import decode_bytes_sentence
 from explorer.charts.roofline import prefill_ridge_sentence
+from explorer.charts.tables import readable_figures
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.roofline import (
     LAYOUT_NAMES,
@@ -47,6 +48,9 @@ NARROW_PANEL_WIDTH_PX, PANEL_WIDTH_PX = 190, 560  # each phase's panel on the ti
 MAP_SIDE = 48  # the prefill map: at most 48 x 48 blocks (max-pooled beyond 48 prompt tokens)
 ROW_PX = 36  # one row of token boxes
 NARROW_TOKENS_PER_ROW = 6  # a slide's chart is narrower than a page's: fewer, wider boxes for 18 px labels
+# Characters of a token a cell holds whole: 18 px type in a sixth of a slide's chart (~80 px with the sidebar open),
+# 11 px type in a twelfth of a laptop's page (~80 px). A longer token takes more cells, never cut ("<|im_st…").
+NARROW_CELL_CHARS, CELL_CHARS = 7, 10
 SOURCES = (
     "Sarathi-Serve (chunked prefills): https://arxiv.org/abs/2403.02310 · vLLM's chunked prefill: "
     "https://docs.vllm.ai/en/latest/configuration/optimization.html · DistServe (prefill/decode disaggregation): "
@@ -65,6 +69,7 @@ class Run:
     measured: str = "measured"  # "recorded" when the run comes from a recording
     narrow: bool = False  # the chart shares the width with its sentences (presenter mode): fewer, wider marks
     capture_cut_short: bool = False  # capture was on but a click cut its replay short: the Attention page redoes it
+    readable: bool = False  # presenter mode: the text's figures to 3 significant digits (`tables.readable_figures`)
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,18 @@ class Slide:
 
 
 def slide(index: int, run: Run) -> Slide:
-    """Slide `index` (0-based) of the tour, built from `run`."""
+    """Slide `index` (0-based) of the tour, built from `run`; its text's figures rounded for a room when `readable`."""
     if not 0 <= index < SLIDE_COUNT:
         raise ValueError(f"slide {index} is not one of the {SLIDE_COUNT}")
-    return BUILDERS[index](run)
+    built = BUILDERS[index](run)
+    if not run.readable:
+        return built
+    return replace(
+        built,
+        sentences=tuple(readable_figures(s) for s in built.sentences),
+        caption=readable_figures(built.caption),
+        more=readable_figures(built.more),
+    )  # not the note: a recording file's own words
 
 
 def _slide(index: int, sentences: list[str], chart: alt.TopLevelMixin, frame: pd.DataFrame, *texts: str) -> Slide:
@@ -104,7 +117,8 @@ def _template(trace: Trace) -> str:
 def tokens_slide(run: Run) -> Slide:
     trace = run.trace
     rows = max(2, (run.height_px - 40) // ROW_PX)
-    frame = charts.tokens_frame(trace, rows, NARROW_TOKENS_PER_ROW if run.narrow else charts.TOKENS_PER_ROW)
+    per_row = NARROW_TOKENS_PER_ROW if run.narrow else charts.TOKENS_PER_ROW
+    frame = charts.tokens_frame(trace, rows, per_row, NARROW_CELL_CHARS if run.narrow else CELL_CHARS)
     T, N = trace.prompt_len, trace.new_tokens
     origin = _origin(run)
     sentences = [
@@ -116,7 +130,7 @@ def tokens_slide(run: Run) -> Slide:
     return _slide(
         0,
         sentences,
-        charts.sized(run_charts.step_tokens_chart(frame), run.height_px),
+        charts.sized(charts.token_grid_chart(frame, per_row), run.height_px),
         frame,
         f"Orange: the {T} prompt tokens{shown}, all computed by the prefill; green: the token it samples.",
         f"{run.measured}: the run's tokens",

@@ -1,5 +1,5 @@
-"""Presenter mode: the sidebar switch, its link (`?presenter=1` on any page), the stylesheet for large type, and the
-chart theme it picks."""
+"""Presenter mode: the sidebar switch, its link (`?presenter=1` on any page), the folded sidebar and the stylesheet
+for large type it brings, the chart theme it picks, and the stylesheet that keeps every chart inside its column."""
 
 from __future__ import annotations
 
@@ -43,6 +43,13 @@ PRESENTER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stText"],
 [data-testid="stMain"] [data-testid="stTable"] th,
 [data-testid="stMain"] [data-testid="stTable"] td { font-size: 1.3rem; }
+</style>"""
+# Every page, in any mode: a chart Vega cannot fit to its column (a facet or a concatenation of fixed-width panels, as
+# the Attention page's heads) scrolls inside its own box instead of running past the column's edge (issue 42: "wide
+# charts fit their column, or scroll inside it"); the charts that can stretch do (`st.altair_chart(width="stretch")`,
+# legends laid out by the width, `charts.theme.apply`). A fixed stylesheet: no user text.
+CHART_FIT_CSS = """<style>
+[data-testid="stVegaLiteChart"] { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
 </style>"""
 # Streamlit's key shortcuts (the Tour's ← and →) ignore keys while focus is in an <input>, and the switch is one: after
 # a click on it the arrows did nothing until the page was clicked. A fixed script (no user text) hands focus back.
@@ -95,6 +102,11 @@ def presenter_toggle() -> None:
         "A link with ?presenter=1 opens any page in presenter mode.",
     )
     keep_in_link()
+    # The slides get the whole width: the sidebar folds away when presenting (and opens again when not). Streamlit
+    # applies a new initial state as it arrives; once a person opens or closes the sidebar by hand, the browser keeps
+    # their choice (its local storage) over this one.
+    st.set_page_config(initial_sidebar_state="collapsed" if on else "auto")
+    st.html(CHART_FIT_CSS)
     if on:
         st.html(PRESENTER_CSS)
     if st.session_state.pop(JUST_SWITCHED, False):

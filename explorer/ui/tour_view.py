@@ -1,5 +1,6 @@
-"""The Tour page: eight slides through the two phases, ← and → through native shortcut buttons, each slide's chart first
-(in presenter mode sized to lie inside a 1280 × 720 window with its sentences beside it), the longer text below."""
+"""The Tour page: eight slides through the two phases, ← and → through native shortcut buttons (each shows its key,
+except on a touch screen), each slide's chart first (in presenter mode sized to lie inside a 1280 × 720 window
+with its sentences beside it, its figures rounded for a room), the longer text below."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ PARAM_SEEN = "explorer_tour_param_seen"  # the ?slide value last applied, so a s
 # buttons above it and the sidebar open; on a laptop the page scrolls, so the chart can be taller.
 PRESENTER_HEIGHT_PX = 400
 NORMAL_HEIGHT_PX = 380
+# The arrow keys are said on the buttons themselves (Streamlit draws a button's shortcut in it), not in a tooltip: one
+# on Next covered the slide's title while the pointer rested on it. A touch screen has no arrow keys: there the
+# buttons show none. A fixed stylesheet: no user text.
+KEYS_ON_TOUCH_CSS = """<style>
+@media (hover: none), (pointer: coarse) { .st-key-tour-previous kbd, .st-key-tour-next kbd { display: none; } }
+</style>"""
 
 
 def nearest_slide(raw: str) -> tuple[int, str]:
@@ -74,7 +81,6 @@ def navigation(index: int, recorded: RecordingMeta | None) -> None:
             disabled=index == 0,
             on_click=move,
             args=(-1,),
-            help="Key: ← (left arrow)",
         )
         st.button(
             "Next →",
@@ -83,7 +89,6 @@ def navigation(index: int, recorded: RecordingMeta | None) -> None:
             disabled=index == tour.SLIDE_COUNT - 1,
             on_click=move,
             args=(1,),
-            help="Key: → (right arrow)",
         )
         where = f"Tour: slide {index + 1} of {tour.SLIDE_COUNT}"
         if recorded is not None:  # the file's own words: escaped
@@ -91,6 +96,7 @@ def navigation(index: int, recorded: RecordingMeta | None) -> None:
                 f" · recorded run “{recorded.name}” on {recorded.device}, {recorded.recorded_at[:10]}"
             )
         st.caption(where)
+    st.html(KEYS_ON_TOUCH_CSS)
 
 
 def show_tour() -> None:
@@ -122,6 +128,7 @@ def show_slide(index: int, result: RunResult) -> None:
         measured="recorded" if result.recorded is not None else "measured",
         narrow=on_stage,
         capture_cut_short=result.capture_cut_short,  # capture on, its replay cut short by a click: slide 2 says so
+        readable=on_stage,  # figures a room can read: 3 significant digits
     )
     slide = tour.slide(index, run)
     if on_stage:  # the chart first, its sentences beside it: both inside the first screen

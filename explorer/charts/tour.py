@@ -16,7 +16,6 @@ from explorer.charts.common import MEASURED, MODELLED, PHASE_RANGE, TWO_LINE_LAB
 from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE, median_decode_index
 from explorer.charts.run import ROLE_DOMAIN, ROLE_RANGE, TOKENS_PER_ROW
 from explorer.core.roofline import pass_cost, pass_flops
-from explorer.core.stats import percentile
 from explorer.core.trace import Trace
 from explorer.core.units import short_time, to_ms
 
@@ -34,9 +33,9 @@ def sized(chart: alt.TopLevelMixin, height_px: int) -> alt.TopLevelMixin:
 
 
 def median_decode_s(trace: Trace) -> float | None:
-    """The median of the decode passes' measured times (the shown repeat; the mean of the two middle passes for an
-    even count), None without a decode pass."""
-    return percentile([p.wall_s for p in trace.decodes], 50)
+    """The decode median every other page shows (`Trace.decode_median_s`: every repeat's decode passes), so the Tour
+    never says another figure for the same run; None without a decode pass."""
+    return trace.decode_median_s
 
 
 # --- slide 1: the prompt as tokens ---------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def decode_slide(run: Run) -> Slide:
     sentences = [
         f"Each decode pass computes ONE query row over the cache: {first} keys at the first, {last} at the last "
         f"({run.measured}); nothing is in the future, nothing to mask.",
-        f"A decode pass: {ms(median_s)} ({run.measured}, median of {len(trace.decodes)}); the whole prefill: "
+        f"A decode pass: {ms(median_s)} ({run.measured}, median of {len(trace.all_decodes)}); the whole prefill: "
         f"{ms(trace.prefill.wall_s)}.",
     ]
     if full_maps(run):

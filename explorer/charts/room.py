@@ -17,7 +17,7 @@ import altair as alt
 import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR
-from explorer.charts.schedule import step_entries_frame
+from explorer.charts.schedule import step_entries_frame, tokens_per_step
 from explorer.core.units import to_ms
 from explorer.labs.room_records import RoomRound, participant_of
 
@@ -115,21 +115,9 @@ def tokens_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
 def tokens_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Tokens per step stacked by person (prefill orange, decode green, white seams between people), each step named
     when it mixes the phases or carries a chunk of a split prompt."""
-    base = alt.Chart(frame)
     x = alt.X("step:O", title=STEP_TITLE, axis=step_axis())
-    bars = base.mark_bar(stroke="white", strokeWidth=1).encode(
-        x=x,
-        y=alt.Y("sum(tokens):Q", title="tokens in the step", axis=alt.Axis(tickMinStep=1, format="d")),
-        color=alt.Color("phase:N", scale=PHASE_COLOR, title="tokens", legend=bottom_legend()),
-        order=alt.Order("request_order:Q"),
-        tooltip=["step:O", "request:N", "phase:N", "tokens:Q", "chunk:Q", "label:N"],
-    )
-    labels = (
-        base.transform_aggregate(total="sum(tokens)", groupby=["step", "label"])
-        .mark_text(angle=270, align="left", dx=4, color="#333333")
-        .encode(x=x, y="total:Q", text="label:N")
-    )
-    return (bars + labels).properties(height=TOKENS_PX, autosize=FIT_WIDTH)
+    tokens = tokens_per_step(frame, x, "tokens in the step", bottom_legend())
+    return tokens.properties(height=TOKENS_PX, autosize=FIT_WIDTH)
 
 
 def step_times_chart(frame: pd.DataFrame) -> alt.Chart:

@@ -107,15 +107,14 @@ def step_table_frame(run: ScheduleRun) -> pd.DataFrame:
     )
 
 
-def steps_chart(frame: pd.DataFrame) -> alt.VConcatChart:
+def tokens_per_step(frame: pd.DataFrame, x: alt.X, y_title: str, legend: alt.Legend) -> alt.LayerChart:
     """Tokens per step stacked by request (prefill orange, decode green, white seams between requests), each step
-    named when it mixes the phases or carries a chunk of a split prompt; below, each step's measured time."""
+    named when it mixes the phases or carries a chunk of a split prompt: the Scheduling lab's and the Room's."""
     base = alt.Chart(frame)
-    x = alt.X("step:O", title="engine step (one forward pass each)", axis=alt.Axis(labelAngle=0))
     bars = base.mark_bar(stroke="white", strokeWidth=1).encode(
         x=x,
-        y=alt.Y("sum(tokens):Q", title="tokens computed in the step", axis=alt.Axis(tickMinStep=1, format="d")),
-        color=alt.Color("phase:N", scale=PHASE_COLOR, title="tokens", legend=alt.Legend(orient="top")),
+        y=alt.Y("sum(tokens):Q", title=y_title, axis=alt.Axis(tickMinStep=1, format="d")),
+        color=alt.Color("phase:N", scale=PHASE_COLOR, title="tokens", legend=legend),
         order=alt.Order("request_order:Q"),
         tooltip=["step:O", "request:N", "phase:N", "tokens:Q", "chunk:Q", "label:N"],
     )
@@ -124,6 +123,14 @@ def steps_chart(frame: pd.DataFrame) -> alt.VConcatChart:
         .mark_text(angle=270, align="left", dx=4, color="#333333")
         .encode(x=x, y="total:Q", text="label:N")
     )
+    return bars + labels
+
+
+def steps_chart(frame: pd.DataFrame) -> alt.VConcatChart:
+    """Tokens per step stacked by request (`tokens_per_step`); below, each step's measured time."""
+    base = alt.Chart(frame)
+    x = alt.X("step:O", title="engine step (one forward pass each)", axis=alt.Axis(labelAngle=0))
+    tokens = tokens_per_step(frame, x, "tokens computed in the step", alt.Legend(orient="top"))
     times = (
         base.transform_aggregate(wall_ms="max(wall_ms)", groupby=["step", "kind"])
         .mark_bar(color="#636363")
@@ -134,7 +141,7 @@ def steps_chart(frame: pd.DataFrame) -> alt.VConcatChart:
         )
         .properties(height=120)
     )
-    return alt.vconcat((bars + labels).properties(height=260), times)
+    return alt.vconcat(tokens.properties(height=260), times)
 
 
 # --- request timelines -----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -48,6 +49,17 @@ def browser_missing() -> str:
     if not CHROMIUM.exists():
         return f"{CHROMIUM} is missing; install Debian's `chromium` (see the README)"
     return ""
+
+
+def keep_to_this_machine(context: object) -> None:
+    """A browser context's pages reach this machine's server (and data: or blob: URLs) only: anything else is aborted,
+    so no test page fetches past the machine (Streamlit's front end asks the internet for a metrics config)."""
+
+    def only_local(route) -> None:  # noqa: ANN001 - playwright's Route
+        local = urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:"))
+        route.continue_() if local else route.abort()
+
+    context.route("**/*", only_local)  # type: ignore[attr-defined]
 
 
 def skip_module_without_browser(what: str = "the app") -> None:

@@ -26,13 +26,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from explorer.core.device_profile import FIGURES_FILE_ENV
 from explorer.hosting.queue import read_turn_log
-from tests.browser_support import HOST, IDLE_JS, HostedApp, log_tail, skip_module_without_browser, streamlit_server
+from tests.browser_support import (
+    IDLE_JS,
+    HostedApp,
+    keep_to_this_machine,
+    log_tail,
+    skip_module_without_browser,
+    streamlit_server,
+)
 from tests.workshop_support import (
     DONE_OR_ERROR_JS,
     MAIN_HAS_JS,
@@ -143,11 +149,7 @@ def open_tab(chromium: object) -> Iterator[Callable[[str], Tab]]:
         context = chromium.new_context(viewport=VIEWPORT)  # type: ignore[attr-defined]
         contexts.append(context)
 
-        def only_local(route) -> None:  # noqa: ANN001 - never let a page reach past this machine
-            local = urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:"))
-            route.continue_() if local else route.abort()
-
-        context.route("**/*", only_local)
+        keep_to_this_machine(context)
         context.add_init_script(WATCH_JS)
         page = context.new_page()
         page.set_default_timeout(PAGE_TIMEOUT_S * 1000)

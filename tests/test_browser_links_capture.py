@@ -22,9 +22,9 @@ import pytest
 from explorer.ui.attention_view import CAPTURE_NOW, CUT_SHORT_LINE, STILL_REPLAYING_LINE
 from explorer.ui.runner import REPLAYING
 from tests.browser_support import (
-    HOST,
     HostedApp,
     full_screenshot,
+    keep_to_this_machine,
     log_tail,
     screenshot_folder,
     skip_module_without_browser,
@@ -74,14 +74,7 @@ class Tab:
 def tab(hosted_app: HostedApp, chromium: object) -> Iterator[Tab]:
     context = chromium.new_context(viewport=VIEWPORT)  # type: ignore[attr-defined]
     try:
-        context.route(  # never let a page reach past this machine
-            "**/*",
-            lambda route: (
-                route.continue_()
-                if urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:"))
-                else route.abort()
-            ),
-        )
+        keep_to_this_machine(context)
         page = context.new_page()
         page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
         t = Tab(page, hosted_app.url)

@@ -16,7 +16,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.browser_support import HOST, HostedApp, full_screenshot, screenshot_folder, skip_module_without_browser
+from tests.browser_support import (
+    HostedApp,
+    full_screenshot,
+    keep_to_this_machine,
+    screenshot_folder,
+    skip_module_without_browser,
+)
 from tests.test_browser_room import PAGE_TIMEOUT_S, ROUND_TIMEOUT_S, Tab
 from tests.workshop_support import WATCH_JS
 
@@ -59,14 +65,7 @@ def phone_and_laptop(chromium: object) -> Iterator[tuple[Tab, Tab]]:
     def tab(**options: object) -> Tab:
         context = chromium.new_context(**options)  # type: ignore[attr-defined]
         contexts.append(context)
-        context.route(  # never let a page reach past this machine
-            "**/*",
-            lambda route: (
-                route.continue_()
-                if urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:"))
-                else route.abort()
-            ),
-        )
+        keep_to_this_machine(context)
         context.add_init_script(WATCH_JS)
         page = context.new_page()
         page.set_default_timeout(PAGE_TIMEOUT_S * 1000)

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.browser_support import HOST, HostedApp, skip_module_without_browser, wait_for_charts
+from tests.browser_support import HostedApp, keep_to_this_machine, skip_module_without_browser, wait_for_charts
 from tests.workshop_support import DONE_OR_ERROR_JS, MAIN_HAS_JS, SEEN_JS, VIEWPORT, WATCH_JS
 
 skip_module_without_browser("the Room")
@@ -56,14 +56,7 @@ def two_tabs(chromium: object) -> Iterator[tuple[Tab, Tab]]:
     def tab() -> Tab:
         context = chromium.new_context(viewport=VIEWPORT)  # type: ignore[attr-defined]
         contexts.append(context)
-        context.route(  # never let a page reach past this machine
-            "**/*",
-            lambda route: (
-                route.continue_()
-                if urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:"))
-                else route.abort()
-            ),
-        )
+        keep_to_this_machine(context)
         context.add_init_script(WATCH_JS)
         page = context.new_page()
         page.set_default_timeout(PAGE_TIMEOUT_S * 1000)

@@ -18,19 +18,18 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from explorer.core.trace import Trace
 from explorer.hosting.queue import read_turn_log
 from tests.browser_support import (
-    HOST,
     IDLE_JS,
     STARTED_SINCE_JS,
     HostedApp,
     browser_missing,
     full_screenshot,
+    keep_to_this_machine,
     log_tail,
     mark_run_state,
     wait_until_rerun_done,
@@ -166,11 +165,7 @@ def _visitors(browser: object, url: str, count: int) -> list[Visitor]:
     for i in range(count):
         context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
 
-        def only_local(route) -> None:  # noqa: ANN001 - never let a page reach past this machine
-            local = urlsplit(route.request.url).hostname == HOST or route.request.url.startswith(("data:", "blob:"))
-            route.continue_() if local else route.abort()
-
-        context.route("**/*", only_local)
+        keep_to_this_machine(context)
         page = context.new_page()
         page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
         v = Visitor(i, page, PROMPTS[i % len(PROMPTS)])

@@ -108,3 +108,10 @@ def test_no_placeholder_was_left_where_a_section_belongs() -> None:
         if (found := re.findall(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_PLACEHOLDER\b|\bTODO\b|\bTBD\b", text))
     }
     assert left == {}, f"the docs still have {left}"
+
+
+def test_every_measurement_in_the_history_says_when_it_was_taken() -> None:
+    """docs/measurements.md keeps the figures the README no longer carries, each section with its date."""
+    headings = re.findall(r"^## (.+)$", DOCS["docs/measurements.md"], flags=re.M)
+    dated = re.compile(r"\(\d{4}-\d{2}-\d{2}(?: to \d{4}-\d{2}-\d{2})?\)$")
+    assert headings and [h for h in headings if not dated.search(h)] == []

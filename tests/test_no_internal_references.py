@@ -13,7 +13,12 @@ SEED = re.compile(r"\bseeds?\b", re.IGNORECASE)
 INTERNAL = re.compile(r"\bseeds?\b|\bthe essay\b", re.IGNORECASE)
 # A string about the sampler's random seed: that seed is a user-facing sampling setting, not an internal source.
 RNG = re.compile(r"random|sampl|replay|rng|manual_seed|--seed|\bseeded\b", re.IGNORECASE)
-TEXTS = ("README.md", "recordings/README.md", "recordings/labs/README.md")
+TEXTS = (
+    "README.md",
+    *sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").glob("*.md")),
+    "recordings/README.md",
+    "recordings/labs/README.md",
+)
 
 
 def python_files() -> list[Path]:

@@ -1,4 +1,5 @@
-"""What a newcomer meets first: the README's commands, its first example's answer, and what git keeps out."""
+"""What a newcomer meets first: the README's commands, its first example's answer, its length, and what git keeps
+out; and what docs/ holds in its place (the full command line's files, the layout)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,18 @@ from explorer.core.measure import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-EXAMPLES = [shlex.split(line.strip()) for line in README.splitlines() if line.strip().startswith("python -m explorer")]
+# The README is the five-minute page; docs/ holds the rest (the full command line, hosting, layout, measurements).
+DOCS = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in sorted(ROOT.glob("docs/*.md"))}
+EVERY_DOC = {"README.md": README, **DOCS}
+LAYOUT = DOCS["docs/layout.md"]
+
+
+def examples(text: str) -> list[list[str]]:
+    return [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("python -m explorer")]
+
+
+EXAMPLES = examples(README)  # the first is the README's own first example
+ALL_EXAMPLES = [args for text in EVERY_DOC.values() for args in examples(text)]
 
 
 def test_two_setup_commands_one_for_the_app_one_for_the_tests() -> None:
@@ -29,13 +41,21 @@ def test_two_setup_commands_one_for_the_app_one_for_the_tests() -> None:
 
 
 def test_the_hub_login_command_is_the_current_one() -> None:
-    assert "huggingface-cli" not in README and "hf auth login" in README
+    assert "hf auth login" in README
+    assert [name for name, text in EVERY_DOC.items() if "huggingface-cli" in text] == []
+
+
+def test_the_readme_is_a_page_read_in_five_minutes() -> None:
+    """At most 250 lines: what it is, the two commands, the pages, the command line, a GPU box, hosting, the layout;
+    the rest is in docs/, and every docs file is linked from the README."""
+    assert len(README.splitlines()) <= 250
+    assert DOCS and [name for name in DOCS if f"]({name})" not in README] == []
 
 
 def test_every_file_the_examples_write_is_ignored_by_git() -> None:
     written = [
         args[i + 1]
-        for args in EXAMPLES
+        for args in ALL_EXAMPLES
         for i, a in enumerate(args)
         if a in ("--json", "--csv", "--attention-npz", "--perfetto")
     ]
@@ -70,7 +90,7 @@ def test_the_readme_says_what_set_up_costs() -> None:
 
 
 def test_the_layout_table_names_every_module_and_the_newcomers_route() -> None:
-    layout = README[README.index("## Layout") :]
+    layout = LAYOUT[LAYOUT.index("# Layout") :]
     modules = sorted(
         p.relative_to(ROOT).as_posix() for p in (ROOT / "explorer").rglob("*.py") if p.name != "__init__.py"
     )
@@ -82,5 +102,16 @@ def test_the_layout_table_names_every_module_and_the_newcomers_route() -> None:
 
 def test_no_placeholder_was_left_where_a_section_belongs() -> None:
     """A helper's branch once merged `ROOM_TABLE_PLACEHOLDER` where the hosting section's measured table belonged."""
-    left = re.findall(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_PLACEHOLDER\b|\bTODO\b|\bTBD\b", README)
-    assert left == [], f"the README still has {left}"
+    left = {
+        name: found
+        for name, text in EVERY_DOC.items()
+        if (found := re.findall(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_PLACEHOLDER\b|\bTODO\b|\bTBD\b", text))
+    }
+    assert left == {}, f"the docs still have {left}"
+
+
+def test_every_measurement_in_the_history_says_when_it_was_taken() -> None:
+    """docs/measurements.md keeps the figures the README no longer carries, each section with its date."""
+    headings = re.findall(r"^## (.+)$", DOCS["docs/measurements.md"], flags=re.M)
+    dated = re.compile(r"\(\d{4}-\d{2}-\d{2}(?: to \d{4}-\d{2}-\d{2})?\)$")
+    assert headings and [h for h in headings if not dated.search(h)] == []

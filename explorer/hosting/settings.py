@@ -5,7 +5,7 @@ rate limit) and the endpoint allow-list of `EndpointPolicy`; outside hosted mode
 (only the app's own text-box bound and an operator's `EXPLORER_ALLOWED_MODELS` apply). Pure Python, no Streamlit and
 no torch: `explorer.ui` draws what this module decides, and tests use it directly.
 
-Every environment variable of the project and where it is read (README.md, "Hosting a shared demo", documents them):
+Every environment variable of the project and where it is read (docs/hosting.md documents them):
 
 - here: EXPLORER_HOSTED, EXPLORER_ALLOWED_MODELS, EXPLORER_MAX_PROMPT_TOKENS, EXPLORER_MAX_PROMPT_CHARS,
   EXPLORER_MAX_NEW_TOKENS, EXPLORER_MAX_REPEATS, EXPLORER_MAX_BATCH, EXPLORER_MAX_LAB_S, EXPLORER_ATTENTION_CAP_MIB
@@ -32,7 +32,7 @@ from explorer.core.paths import EMBEDDED
 from explorer.core.units import MIB
 from explorer.remote.endpoint import parse_base_url  # the allow-list compares normalized URLs
 
-# --- the environment an operator sets (README.md, "Hosting a shared demo", lists them) -----------------------------
+# --- the environment an operator sets (docs/hosting.md, "Settings", lists them) -------------------------------------
 HOSTED_ENV = "EXPLORER_HOSTED"
 ALLOWED_MODELS_ENV = "EXPLORER_ALLOWED_MODELS"  # comma-separated names a visitor may type in the Model box
 MAX_PROMPT_TOKENS_ENV = "EXPLORER_MAX_PROMPT_TOKENS"

@@ -36,6 +36,8 @@ def test_the_cost_page_leads_with_time_per_token_and_keeps_one_default_decode_pa
     # second chart, in the main chart's slot), not below the fold
     intensity = trace.passes[index].cost.arithmetic_intensity
     line = f"Decode (pass {index}): {intensity:,.2f} FLOP per byte against a ridge of "
+    # on a laptop, where the explanations and the slider come before the charts, the first line says it too
+    assert line in at.caption[0].value and f"{trace.passes[index].cost.bound}-bound (modelled)." in at.caption[0].value
     main = at.main.children[next(k for k, b in at.main.children.items() if getattr(b, "key", None) == "main-chart")]
     charts = [json.loads(e.proto.spec) for e in walk(main) if getattr(e, "type", None) == "vega_lite_chart"]
     assert len(charts) == 2 and "time (ms)" in json.dumps(charts[0])

@@ -17,6 +17,7 @@ from explorer.core.trace import Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
 from explorer.hosting.settings import LabSize
 from explorer.ui.chart_first import ChartFirst
+from explorer.ui.presenter import presenting
 from explorer.ui.recordings import needs_live_run
 from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
@@ -33,11 +34,15 @@ def kept_profile(result: RunResult) -> PassProfile | None:
 
 
 def lead_line() -> str:
-    """The page's first line: each phase's time per token, from the session's run (before the page asks for it)."""
+    """The page's first line: each phase's time per token, from the session's run (before the page asks for it). On a
+    laptop, where what explains and picks comes before the charts, it also says the clinching line (`ridge_line`), so
+    the decode's FLOP per byte against the ridge is in the first screen there too; when presenting, the line is the
+    title of the roofline beside the split, which is in the first screen."""
     run = current_run()
     if run is None:
         return "Time per token of each phase, then where a pass's time goes: by the roofline model, and measured."
-    return charts.per_token_sentence(run.trace, "recorded" if run.recorded is not None else "measured")
+    per_token = charts.per_token_sentence(run.trace, "recorded" if run.recorded is not None else "measured")
+    return per_token if presenting() else f"{per_token} {charts.ridge_line(run.trace)}"
 
 
 def takeaway_section(result: RunResult, layout: ChartFirst) -> None:

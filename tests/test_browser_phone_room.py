@@ -23,7 +23,7 @@ from tests.browser_support import (
     screenshot_folder,
     skip_module_without_browser,
 )
-from tests.test_browser_room import PAGE_TIMEOUT_S, ROUND_TIMEOUT_S, Tab
+from tests.test_browser_room import PAGE_TIMEOUT_S, ROUND_TIMEOUT_S, Tab, start_round_1
 from tests.workshop_support import WATCH_JS
 
 skip_module_without_browser("the Room on a phone")
@@ -126,11 +126,7 @@ def test_browser_a_phone_keeps_its_place_in_the_room_across_a_reload_and_its_cha
     phone.submit(PROMPTS["phone"])
     presenter.submit(PROMPTS["presenter"])
 
-    tokens = presenter.main().get_by_label("New tokens per answer", exact=True)
-    tokens.fill("4")
-    tokens.press("Enter")
-    presenter.until_main_has("Start round 1")
-    presenter.main().get_by_role("button", name="Start round 1").click()
+    start_round_1(presenter, new_tokens=4)
     presenter.until_main_has("Your TTFT", ROUND_TIMEOUT_S)
     phone.until_main_has("Your TTFT", 60.0)  # its live line redraws the page within a poll or two
     answer = answer_line(phone)

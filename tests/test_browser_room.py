@@ -49,6 +49,17 @@ class Tab:
         self.until_main_has("Your prompt is in round 1")
 
 
+def start_round_1(presenter: Tab, new_tokens: int) -> float:
+    """The presenter sets each answer's new tokens and starts round 1; returns when it clicked (time.monotonic)."""
+    tokens = presenter.main().get_by_label("New tokens per answer", exact=True)
+    tokens.fill(str(new_tokens))
+    tokens.press("Enter")
+    presenter.until_main_has("Start round 1")
+    started_s = time.monotonic()
+    presenter.main().get_by_role("button", name="Start round 1").click()
+    return started_s
+
+
 @pytest.fixture
 def two_tabs(chromium: object) -> Iterator[tuple[Tab, Tab]]:
     contexts = []
@@ -81,12 +92,7 @@ def test_browser_two_sessions_in_one_room_each_see_their_own_request(
     guest.submit(PROMPTS["guest"])
     presenter.submit(PROMPTS["presenter"])
 
-    tokens = presenter.main().get_by_label("New tokens per answer", exact=True)
-    tokens.fill("4")
-    tokens.press("Enter")
-    presenter.until_main_has("Start round 1")
-    started_s = time.monotonic()
-    presenter.main().get_by_role("button", name="Start round 1").click()
+    started_s = start_round_1(presenter, new_tokens=4)
     presenter.until_main_has("Your TTFT", ROUND_TIMEOUT_S)
     round_s = time.monotonic() - started_s
     guest.until_main_has("Your TTFT", 30.0)  # its live line redraws the page within a poll or two

@@ -46,6 +46,19 @@ def inside(box: dict | None) -> bool:
     return box is not None and box["top"] >= 0 and box["left"] >= 0 and box["bottom"] <= VIEWPORT["height"]
 
 
+def prefill_on_the_step_page(page, url: str, prompt: str, press: str = "click"):  # noqa: ANN001, ANN201 - playwright
+    """Open Step by step at `url`, once it is idle type `prompt` and press Prefill (`press`: "click", or "tap" on a
+    touch screen), until pass 0's line is drawn; returns the page's main area."""
+    page.goto(url)
+    main = page.locator("[data-testid='stMain']")
+    main.get_by_role("button", name="Prefill").wait_for()
+    page.wait_for_function(IDLE_JS)
+    main.get_by_label("Prompt", exact=True).fill(prompt)
+    getattr(main.get_by_role("button", name="Prefill"), press)()
+    page.wait_for_function(PASS_DRAWN_JS, arg=0, timeout=PREFILL_TIMEOUT_S * 1000)
+    return main
+
+
 def test_browser_presenting_step_by_step_draws_the_new_token_row_and_itl_bars_in_the_first_screen(
     hosted_app: HostedApp, chromium, tmp_path_factory: pytest.TempPathFactory
 ) -> None:  # noqa: ANN001 - playwright's Browser
@@ -53,13 +66,7 @@ def test_browser_presenting_step_by_step_draws_the_new_token_row_and_itl_bars_in
     try:
         page = context.new_page()
         page.set_default_timeout(PRESS_TIMEOUT_S * 1000)
-        page.goto(f"{hosted_app.url}/step?presenter=1")
-        main = page.locator("[data-testid='stMain']")
-        main.get_by_role("button", name="Prefill").wait_for()
-        page.wait_for_function(IDLE_JS)
-        main.get_by_label("Prompt", exact=True).fill("Why is the sky blue?")
-        main.get_by_role("button", name="Prefill").click()
-        page.wait_for_function(PASS_DRAWN_JS, arg=0, timeout=PREFILL_TIMEOUT_S * 1000)
+        prefill_on_the_step_page(page, f"{hosted_app.url}/step?presenter=1", "Why is the sky blue?")
         presses = [press_right_and_time(page, k, PRESS_TIMEOUT_S) for k in (1, 2)]
         drawn = page.evaluate(FIRST_SCREEN_JS)
         boxes = page.evaluate(FIRST_SCREEN_BOXES_JS)
@@ -115,13 +122,7 @@ def test_browser_step_by_step_on_a_phone_keeps_its_buttons_on_one_row_without_ke
     try:
         page = context.new_page()
         page.set_default_timeout(PRESS_TIMEOUT_S * 1000)
-        page.goto(f"{hosted_app.url}/step")
-        main = page.locator("[data-testid='stMain']")
-        main.get_by_role("button", name="Prefill").wait_for()
-        page.wait_for_function(IDLE_JS)
-        main.get_by_label("Prompt", exact=True).fill("Why is the sky blue?")
-        main.get_by_role("button", name="Prefill").tap()
-        page.wait_for_function(PASS_DRAWN_JS, arg=0, timeout=PREFILL_TIMEOUT_S * 1000)
+        main = prefill_on_the_step_page(page, f"{hosted_app.url}/step", "Why is the sky blue?", press="tap")
         page.wait_for_function(IDLE_JS)
         buttons = page.evaluate(BUTTON_BOXES_JS, list(STEP_BUTTONS))
         hints = page.evaluate(VISIBLE_KEY_HINTS_JS)
@@ -194,13 +195,7 @@ def test_browser_a_phones_next_token_behind_another_sessions_run_shows_its_place
         phone_context.add_init_script(QUEUED_WATCH_JS)
         phone = phone_context.new_page()
         phone.set_default_timeout(PRESS_TIMEOUT_S * 1000)
-        phone.goto(f"{hosted_app.url}/step")
-        main = phone.locator("[data-testid='stMain']")
-        main.get_by_role("button", name="Prefill").wait_for()
-        phone.wait_for_function(IDLE_JS)
-        main.get_by_label("Prompt", exact=True).fill("Wait in line: name one tree.")
-        main.get_by_role("button", name="Prefill").tap()
-        phone.wait_for_function(PASS_DRAWN_JS, arg=0, timeout=PREFILL_TIMEOUT_S * 1000)
+        main = prefill_on_the_step_page(phone, f"{hosted_app.url}/step", "Wait in line: name one tree.", press="tap")
         phone.wait_for_function(IDLE_JS)
 
         holder = holder_context.new_page()

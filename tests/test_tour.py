@@ -27,7 +27,7 @@ from explorer.teach import tour
 from explorer.ui import recordings as ui_recordings
 from explorer.ui import state as ui_state
 from explorer.ui import tour_view
-from explorer.ui.widgets import PRESENTER_KEY
+from explorer.ui.widgets import PRESENTER_KEY, TOUCH_HIDES_KEY_HINTS_CSS
 from tests.apptest_support import ROOT, navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 
 PAGE = "pages/tour.py"
@@ -466,7 +466,8 @@ def test_next_and_previous_carry_no_tooltip_and_show_no_key_on_a_touch_screen(
         assert at.button(key=key).help in ("", None)
         assert at.button(key=key).proto.shortcut  # the key is still bound
     styles = " ".join(getattr(h.proto, "body", "") for h in at.get("html"))
-    assert tour_view.KEYS_ON_TOUCH_CSS in styles and "(pointer: coarse)" in tour_view.KEYS_ON_TOUCH_CSS
+    assert TOUCH_HIDES_KEY_HINTS_CSS in styles and "(pointer: coarse)" in TOUCH_HIDES_KEY_HINTS_CSS
+    assert '[data-testid="stButton"] kbd' in TOUCH_HIDES_KEY_HINTS_CSS  # the badge inside Previous and Next
 
 
 def test_token_cells_hold_whole_tokens(run: tuple[Trace, AttentionMaps]) -> None:

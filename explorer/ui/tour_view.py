@@ -10,7 +10,7 @@ from explorer.recording.pdx import RecordingMeta
 from explorer.teach import tour
 from explorer.ui.page_start import page_title, require_run
 from explorer.ui.state import TOUR_PARAM_SEEN, TOUR_SLIDE, RunResult, current_run
-from explorer.ui.widgets import chart, escape_markdown, presenting, secondary
+from explorer.ui.widgets import chart, escape_markdown, hide_key_hints_on_touch, presenting, secondary
 
 SLIDE_PARAM = "slide"  # ?slide=N (1-based) opens slide N; other query parameters are left as they are
 PARAM_SEEN = "explorer_tour_param_seen"  # the ?slide value last applied, so a stale one does not undo a key press
@@ -18,12 +18,6 @@ PARAM_SEEN = "explorer_tour_param_seen"  # the ?slide value last applied, so a s
 # buttons above it and the sidebar open; on a laptop the page scrolls, so the chart can be taller.
 PRESENTER_HEIGHT_PX = 400
 NORMAL_HEIGHT_PX = 380
-# The arrow keys are said on the buttons themselves (Streamlit draws a button's shortcut in it), not in a tooltip: one
-# on Next covered the slide's title while the pointer rested on it. A touch screen has no arrow keys: there the
-# buttons show none. A fixed stylesheet: no user text.
-KEYS_ON_TOUCH_CSS = """<style>
-@media (hover: none), (pointer: coarse) { .st-key-tour-previous kbd, .st-key-tour-next kbd { display: none; } }
-</style>"""
 
 
 def nearest_slide(raw: str) -> tuple[int, str]:
@@ -96,7 +90,9 @@ def navigation(index: int, recorded: RecordingMeta | None) -> None:
                 f" · recorded run “{recorded.name}” on {recorded.device}, {recorded.recorded_at[:10]}"
             )
         st.caption(where)
-    st.html(KEYS_ON_TOUCH_CSS)
+    # The arrow keys are said on the buttons themselves (Streamlit draws a button's shortcut in it), not in a tooltip:
+    # one on Next covered the slide's title while the pointer rested on it. A touch screen has no arrow keys.
+    hide_key_hints_on_touch()
 
 
 def show_tour() -> None:

@@ -563,7 +563,7 @@ def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -
     assert queue.turns[-1].ended == "released" and queue.turns[-2].ended == "cancelled"
 
 
-def test_a_lab_passes_the_device_to_a_waiting_session_between_units() -> None:
+def test_a_lab_passes_the_device_to_a_waiting_session_make_way() -> None:
     queue = DeviceQueue()
     turn = ui_queue.DeviceTurn(queue, queue.enter("lab"))
     order: list[str] = []

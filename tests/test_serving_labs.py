@@ -293,7 +293,7 @@ def test_a_batched_token_that_differs_is_named_with_the_reason(tiny_lm: LoadedMo
     assert note.startswith("batch 4, request 2: token 2 is 7 ") and "9 " in note and "round differently" in note
 
 
-class BetweenUnitsSpy:
+class MakeWaySpy:
     """Counts the hand-overs and makes each one slow, as if another session ran meanwhile."""
 
     def __init__(self, wait_s: float) -> None:
@@ -307,7 +307,7 @@ class BetweenUnitsSpy:
 def test_the_labs_pass_the_device_on_between_passes_only_with_the_clock_paused(
     tiny_lm: LoadedModel, cpu_figures: DeviceProfile
 ) -> None:
-    spy = BetweenUnitsSpy(wait_s=0.2)
+    spy = MakeWaySpy(wait_s=0.2)
     result = run_nocache(
         tiny_lm,
         cpu_figures,
@@ -318,7 +318,7 @@ def test_the_labs_pass_the_device_on_between_passes_only_with_the_clock_paused(
     assert max(result.cached_trace.itl_s) < spy.wait_s  # the waits are not in the cached loop's latencies
     assert max(s.wall_s for s in (*result.cached, *result.uncached)) < spy.wait_s
 
-    spy = BetweenUnitsSpy(wait_s=0.2)
+    spy = MakeWaySpy(wait_s=0.2)
     reports: list[float] = []
     progress = LabProgress(lambda fraction, _text: reports.append(fraction), spy)
     sweep = run_batch_sweep(

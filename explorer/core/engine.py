@@ -32,7 +32,7 @@ from explorer.core.graph_decode import (
     replay_decode,
     static_capacity,
 )
-from explorer.core.lab_progress import BetweenUnits, PausableClock, Report, between_passes, keep_device
+from explorer.core.lab_progress import MakeWay, PausableClock, Report, between_passes, nobody_waits
 from explorer.core.loaded_model import LoadedModel
 
 # The request and its model-free checks live in the torch-free core.request (the CLI checks it before importing
@@ -75,11 +75,11 @@ class CheckedRequest:
 @dataclass(frozen=True)
 class OnPass:
     """The one hook that follows every pass: the caller sees the pass (`see`: the app streams its token), then, on a
-    shared server, anyone waiting may use the device (`hand_over`, a lab's `between_units`) with the request's clock
+    shared server, anyone waiting may use the device (`make_way`) with the request's clock
     paused, so the wait shows in none of its times (`explorer.core.lab_progress`)."""
 
     see: Callable[[PassRecord], None] | None = None
-    hand_over: BetweenUnits | None = None
+    make_way: MakeWay | None = None
     tally: Callable[[PassRecord], None] | None = None  # every pass of every repeat, watched or not (a turn's log)
 
     def __call__(self, record: PassRecord, clock: PausableClock) -> None:
@@ -87,8 +87,8 @@ class OnPass:
             self.tally(record)
         if self.see is not None:
             self.see(record)
-        if self.hand_over is not None:
-            between_passes(clock, self.hand_over)
+        if self.make_way is not None:
+            between_passes(clock, self.make_way)
 
     def unseen(self) -> OnPass:
         """The same hand-over, nobody watching: a page streams the first repeat only."""
@@ -205,7 +205,7 @@ def warm_up(
     lm: LoadedModel,
     checked: CheckedRequest | None = None,
     progress: Report | None = None,
-    between: BetweenUnits = keep_device,
+    between: MakeWay = nobody_waits,
 ) -> None:
     """Once per entry point, as the last passes before the timed ones: a short prefill and a few decodes (the first
     forwards of a process pay for lazy kernel set-up, and the device microbenchmarks leave the caches full of their

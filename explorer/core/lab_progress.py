@@ -2,7 +2,7 @@
 shared device to another session.
 
 Reporting progress and giving the device away are separate on purpose: a lab reports whenever it likes (the
-scheduling lab every 0.1 s while transformers' engine thread computes), but it calls `between_units()` only where no
+scheduling lab every 0.1 s while transformers' engine thread computes), but it calls `make_way()` only where no
 measured figure spans the call:
 - figures that are sums of individually timed passes (the no-cache lab's steps, the batching lab's steps) allow it
   between any two passes, with the request's clock paused so the wait never shows as latency;
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 Report = Callable[[float, str], None]  # (fraction done 0..1, what is happening)
-BetweenUnits = Callable[[], None]
+MakeWay = Callable[[], None]
 
 
 def part_of(report: Report, start: float, end: float) -> Report:
@@ -26,7 +26,7 @@ def part_of(report: Report, start: float, end: float) -> Report:
     return lambda fraction, text: report(start + (end - start) * fraction, text)
 
 
-def keep_device() -> None:
+def nobody_waits() -> None:
     """Outside a shared server (the CLI, tests) nobody waits: the work keeps the device."""
 
 
@@ -36,21 +36,21 @@ class PausableClock(Protocol):
     def resume(self) -> None: ...
 
 
-def between_passes(clock: PausableClock, between_units: BetweenUnits) -> None:
+def between_passes(clock: PausableClock, make_way: MakeWay) -> None:
     """Let anyone waiting go first with this request's clock stopped, so its token times exclude the wait."""
     clock.pause()
     try:
-        between_units()
+        make_way()
     finally:
         clock.resume()
 
 
 @dataclass(frozen=True)
 class LabProgress:
-    """Callable like any progress report (it only moves the bar); `between_units()` passes the device on."""
+    """Callable like any progress report (it only moves the bar); `make_way()` passes the device on."""
 
     report: Report
-    between_units: BetweenUnits = keep_device
+    make_way: MakeWay = nobody_waits
 
     def __call__(self, fraction: float, text: str) -> None:
         self.report(fraction, text)

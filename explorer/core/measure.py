@@ -10,7 +10,7 @@ from __future__ import annotations
 from explorer.core.device import FiguresStore
 from explorer.core.engine import UNWATCHED, CheckedRequest, OnPass, Request, check_request, generate, warm_up
 from explorer.core.figure_correction import keep_figures_honest
-from explorer.core.lab_progress import BetweenUnits, Report, keep_device, part_of, silent
+from explorer.core.lab_progress import MakeWay, Report, nobody_waits, part_of, silent
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 
@@ -22,7 +22,7 @@ def prepare_device(
     *,
     remeasure: bool = False,
     progress: Report | None = None,
-    between: BetweenUnits = keep_device,
+    between: MakeWay = nobody_waits,
 ) -> DeviceProfile:
     """What every entry point does once before its timed passes: take the device figures from `figures` (fresh ones
     if `remeasure`; None: a store of this call's own, which measures), then warm up, at `checked`'s own shapes where

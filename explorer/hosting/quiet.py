@@ -183,7 +183,7 @@ class PassGate:
 
 class TimedRun:
     """Many timed passes in a row, each apart from drawing: the gate is held around them, and between any two (where
-    a run's request clock is paused: `explorer.core.engine.OnPass.hand_over`) the charts held back are let in and
+    a run's request clock is paused: `explorer.core.engine.OnPass.make_way`) the charts held back are let in and
     waited for. `between()` closes one pass's interval; `passes_beside` is each interval's other work, in order."""
 
     def __init__(self, gate: PassGate) -> None:

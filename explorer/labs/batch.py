@@ -4,7 +4,7 @@ against the same prompts run alone, up to float rounding of the batched matmuls 
 differs is named with the reason).
 
 What holds the device: one pass at a time. The sweep's figures are sums and gaps of individually timed passes, so
-between any two passes it lets anyone waiting go first (`between_units`), the batch's clock paused meanwhile.
+between any two passes it lets anyone waiting go first (`make_way`), the batch's clock paused meanwhile.
 """
 
 from __future__ import annotations
@@ -149,17 +149,17 @@ def run_batch_sweep(
     largest = max(config.batch_sizes)
     count = largest if config.distinct_prompts else 1
     prompts = prompt_set(lm, config.prompt_tokens, count, config.distinct_prompts)
-    hand_over = OnPass(hand_over=progress.between_units)
+    make_way = OnPass(make_way=progress.make_way)
     solo = []
     for i, prompt in enumerate(prompts):
         progress(0.3 * i / len(prompts), f"solo reference {i + 1}/{len(prompts)}; {about}")
-        live = run_batched(lm, device, [prompt], config.new_tokens, hand_over)
+        live = run_batched(lm, device, [prompt], config.new_tokens, make_way)
         solo.append(tuple(p.token_id for p in live.passes))
     runs = []
     for n, batch in enumerate(config.batch_sizes):
         progress(0.3 + 0.7 * n / len(config.batch_sizes), f"batch {batch}; {about}")
         rows = [prompts[i % count] for i in range(batch)]
-        live = run_batched(lm, device, rows, config.new_tokens, hand_over)
+        live = run_batched(lm, device, rows, config.new_tokens, make_way)
         runs.append(batch_run(lm, live, [solo[r % count] for r in range(batch)], batch))
     progress(1.0, "Done.")
     decode_context = config.prompt_tokens + config.new_tokens // 2  # the middle decode step's cache

@@ -42,5 +42,5 @@ def compare_decode_paths(
         part(0.0, f"the {path} decode path: warming up at this request's shapes…")
         warm_up_shapes(lm, checked, progress=part)
         part(0.5, f"the {path} decode path: {trace.new_tokens} timed passes…")
-        traces.append(generate(lm, checked, device, OnPass(hand_over=progress.between_units), warmed_up=True))
+        traces.append(generate(lm, checked, device, OnPass(make_way=progress.make_way), warmed_up=True))
     return tuple(traces)

@@ -3,7 +3,7 @@ the whole sequence so far at every step with no cache, so the cost of recomputin
 measured beside the memory the cache spends to avoid it.
 
 What holds the device: one pass at a time. Both loops' figures are sums of individually timed passes, so between any
-two passes the lab lets anyone waiting go first (`between_units`), the cached loop's request clock paused meanwhile.
+two passes the lab lets anyone waiting go first (`make_way`), the cached loop's request clock paused meanwhile.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from explorer.core.engine import (
     generate,
 )
 from explorer.core.errors import out_of_memory_as_run_failed
-from explorer.core.lab_progress import QUIET, BetweenUnits, LabProgress, Report, keep_device
+from explorer.core.lab_progress import QUIET, LabProgress, MakeWay, Report, nobody_waits
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.timing import timed
 from explorer.core.trace import DeviceProfile
@@ -49,7 +49,7 @@ def uncached_loop(
     lm: LoadedModel,
     prompt_ids: list[int],
     new_tokens: int,
-    between_units: BetweenUnits = keep_device,
+    make_way: MakeWay = nobody_waits,
     on_step: Report | None = None,
 ) -> tuple[Step, ...]:
     """Greedy, no cache: every step runs the model over the whole sequence so far and keeps nothing. Each step is
@@ -67,7 +67,7 @@ def uncached_loop(
         sequence.append(token_id)
         if on_step and (k + 1) % max(1, new_tokens // PROGRESS_REPORTS) == 0:
             on_step((k + 1) / new_tokens, f"naive loop: step {k + 1} of {new_tokens}")
-        between_units()
+        make_way()
     return tuple(steps)
 
 
@@ -88,7 +88,7 @@ def run_nocache(
     about = f"the naive loop is modelled at ~{estimate:.1f} s at this device's figures, of the {budget_s:.0f} s budget"
     progress(0.05, f"cached loop: one prefill, then one-token decodes; {about}")
     # The engine's own loop; the device passes on between passes, the request's clock paused.
-    trace = generate(lm, checked, device, OnPass(hand_over=progress.between_units), warmed_up=True)
+    trace = generate(lm, checked, device, OnPass(make_way=progress.make_way), warmed_up=True)
     cached = tuple(
         Step(
             position=p.cache_len_after,
@@ -106,7 +106,7 @@ def run_nocache(
         lm,
         list(checked.prompt_ids),
         request.max_new_tokens,
-        progress.between_units,
+        progress.make_way,
         lambda f, text: naive_part(f, f"{text}; {about}"),
     )
     return NoCacheResult(trace.prompt_len, cached, uncached, trace, estimate)

@@ -36,7 +36,7 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import CheckedRequest, OnPass, Request, generate, warm_up_shapes
 from explorer.core.errors import ExplorerError
 from explorer.core.figure_correction import keep_figures_honest, recost
-from explorer.core.lab_progress import BetweenUnits, LabProgress, Report, keep_device
+from explorer.core.lab_progress import LabProgress, MakeWay, Report, nobody_waits
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import prepare_device
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
@@ -96,7 +96,7 @@ def run_streaming(
             paused.empty()
 
     on_turn = RunOnTurn(turn, say) if turn is not None else None
-    let_through = on_turn.let_through if on_turn is not None else keep_device
+    let_through = on_turn.let_through if on_turn is not None else nobody_waits
     with progress_bar("Preparing the device…") as report:
         # The warm-up's forwards apart from drawing, as the passes are: beside three sessions drawing charts, the
         # generic warm-up took 2.1-2.2 s outside the gate and 0.46-0.47 s inside it.
@@ -107,9 +107,9 @@ def run_streaming(
         report(1.0, "Running the request: the timed passes…")
         timed = TimedRun(gate) if gate is not None else None
         with timed if timed is not None else nullcontext():
-            hand_over = (lambda: timed.between(let_through)) if timed is not None else None
+            make_way = (lambda: timed.between(let_through)) if timed is not None else None
             tally = on_turn.tally if on_turn is not None else None
-            on = OnPass(on_pass, hand_over, tally)
+            on = OnPass(on_pass, make_way, tally)
             trace = generate(lm, checked, profile, on, warmed_up=True, shapes_warmed=True)  # prepare_for_run did
     if on_turn is not None:
         on_turn.done()
@@ -126,7 +126,7 @@ def prepare_for_run(
     gate: PassGate | None,
     report: Report,
     checked: CheckedRequest | None = None,
-    between: BetweenUnits = keep_device,
+    between: MakeWay = nobody_waits,
 ) -> DeviceProfile:
     """A Run's figures, and its warm-up unless another session's passes left the device warm (`PassGate.warm`) or it
     is crowded (`PassGate.crowded`: turns in line, or a room sharing the device, would wait for the warm-up): in a
@@ -254,7 +254,7 @@ def run_lab(
     """A lab's run: on the device in turn, on the sidebar's model, with progress; kept in the session under `key` so
     changing a view never runs it again. `size` is what the lab is about to run, checked against a hosted server's
     caps before it waits for the device (a hosted server refuses a lab without one). `work` gets a `LabProgress`:
-    calling it only moves the bar; its `between_units()` lets anyone waiting go first, and the lab calls it only
+    calling it only moves the bar; its `make_way()` lets anyone waiting go first, and the lab calls it only
     where no measured span crosses it (`core.lab_progress`). Errors are one line and keep the previous result."""
     inputs = last_inputs()
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from explorer.core.batched import PaddedBatch
 from explorer.core.engine import Request, check_request, generate
-from explorer.core.lab_progress import BetweenUnits, keep_device
+from explorer.core.lab_progress import MakeWay, nobody_waits
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.labs.schedule.records import SEQUENTIAL, STATIC, RequestRecord, ServedMode, TokenCheck
@@ -41,7 +41,7 @@ def solo_traces(
     device: DeviceProfile,
     stop_at_eos: bool,
     on_progress: Progress | None = None,
-    between_units: BetweenUnits = keep_device,
+    make_way: MakeWay = nobody_waits,
 ) -> dict[str, Trace]:
     """Each request alone through the explorer's engine, for its reference tokens (timings unused, so the device may
     pass to another session between them)."""
@@ -50,7 +50,7 @@ def solo_traces(
         if on_progress:
             on_progress(k / len(planned), f"Solo greedy reference for {r.id}…")
         traces[r.id] = solo_trace(lm, r, device, stop_at_eos)
-        between_units()
+        make_way()
     return traces
 
 

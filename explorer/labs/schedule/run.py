@@ -4,7 +4,7 @@ serves it with the instrumented engine (`explorer.labs.schedule.engine`) and, on
 
 What holds the device: one unit at a time, each unit whole: the engine's run of the workload, the prefix-off run,
 static batching and one-at-a-time serving are each one wall-clock span (arrival times, a background engine thread),
-so nothing passes the device on inside them; `run_schedule` calls `between_units` only between them and between the
+so nothing passes the device on inside them; `run_schedule` calls `make_way` only between them and between the
 solo reference runs (whose timings are unused). Progress reports during a unit only move the bar.
 """
 
@@ -69,7 +69,7 @@ def serve_baselines(
     the device passed on only between them."""
     static = baselines.serve_static_batch(lm, planned, stop_at_eos, progress.span(0.55, 0.7))
     static = replace(static, load_avg_1m=load_average())
-    progress.between_units()
+    progress.make_way()
     sequential, solo = baselines.serve_one_at_a_time(lm, planned, device, stop_at_eos, progress.span(0.7, 1))
     return [static, replace(sequential, load_avg_1m=load_average())], solo
 
@@ -124,7 +124,7 @@ def run_schedule(
 
     With a prefix and prefix sharing on, the engine serves the workload again with sharing off. With `compare`, the
     solo runs are timed as a one-at-a-time server (arrival times kept) and static batching serves it too. The device
-    passes to anyone waiting only between those runs (`between_units`), never inside one: each is one measured span.
+    passes to anyone waiting only between those runs (`make_way`), never inside one: each is one measured span.
     """
     validate(workload, settings)
     planned = plan_requests(lm, workload)
@@ -132,17 +132,17 @@ def run_schedule(
     stop_at_eos = workload.stop_at_eos
     engine.warm_up(lm, settings)
     served = serve_engine(lm, planned, settings, stop_at_eos, progress.span(0.0, 0.4))
-    progress.between_units()
+    progress.make_way()
     prefix_off = None
     if workload.prefix and settings.prefix_sharing:
         off = replace(settings, prefix_sharing=False)
         prefix_off = serve_engine(lm, planned, off, stop_at_eos, progress.span(0.4, 0.55))
-        progress.between_units()
+        progress.make_way()
     if compare:
         modes, solo = serve_baselines(lm, planned, device, stop_at_eos, progress)
     else:
         solo_progress = progress.span(0.55, 1.0)
-        modes, solo = [], baselines.solo_traces(lm, planned, device, stop_at_eos, solo_progress, progress.between_units)
+        modes, solo = [], baselines.solo_traces(lm, planned, device, stop_at_eos, solo_progress, progress.make_way)
     check = baselines.check_against_solo
     run = replace(
         schedule_run(lm, device, workload, served, solo),

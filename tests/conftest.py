@@ -22,7 +22,9 @@ from explorer.core.device_profile import FIGURES_FILE_ENV  # noqa: E402
 from explorer.core.lab_progress import Report, silent  # noqa: E402
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile  # noqa: E402
+from explorer.hosting.client import DeviceLink  # noqa: E402
 from explorer.models.loading import load_model  # noqa: E402
+from explorer.ui.device_link import device_link  # noqa: E402
 from explorer.ui.shared import server_session  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
@@ -31,6 +33,7 @@ from tests.browser_support import (  # noqa: E402
     browser_missing,
     streamlit_server,
 )
+from tests.owner_support import LazyOwners  # noqa: E402
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
 
 # No figures file from the shell (explorer.core.device_profile): a test's stores measure, or are seeded below.
@@ -110,6 +113,19 @@ def fresh_server_session() -> Iterator[None]:
     server_session.clear()
     yield
     server_session.clear()
+
+
+@pytest.fixture(autouse=True)
+def fresh_device_owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[LazyOwners]:
+    """Every test that sends a job to the device gets a device owner of its own, in a thread of this process (started
+    on the first job): no model, turn or stepped request another test left behind."""
+    owners = LazyOwners()
+    monkeypatch.delenv("EXPLORER_DEVICE_URL", raising=False)
+    monkeypatch.setattr(DeviceLink, "from_env", owners.link)
+    device_link.clear()
+    yield owners
+    device_link.clear()
+    owners.stop()
 
 
 @pytest.fixture(scope="session")

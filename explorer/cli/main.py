@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("explorer.cli.doctor", "check this machine end to end: versions, devices, figures, a 16-token run"),
     "whatif": ("explorer.cli.whatif", "what-if roofline of a model on a GPU: floors, ceilings, batch and memory"),
     "gpucheck": ("explorer.cli.gpucheck", "the GPU suite, doctor and bench on CUDA, into one markdown report"),
+    "owner": ("explorer.cli.owner", "the device owner: runs the model for the app's web tier, over HTTP"),
 }
 
 DESCRIPTION = f"""Measure the prefill and decode passes of a real LLM, from the command line.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import io
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,3 +43,41 @@ class AttentionMaps:
 def attention_bytes(layers: int, heads: int, prompt_len: int, decode_cache_lens: list[int]) -> int:
     """float16 bytes the capture will hold: T x T per head for prefill, one row per decode pass."""
     return 2 * layers * heads * (prompt_len * prompt_len + sum(decode_cache_lens))
+
+
+def maps_to_wire(maps: AttentionMaps) -> str:
+    """The maps as base64 text of one .npz (float16, as captured), for the device owner's JSON events."""
+    arrays: dict[str, np.ndarray] = {
+        "tokens_text": np.array(maps.tokens_text, dtype=str),
+        "replay_token_ids": np.array(maps.replay_token_ids, dtype=np.int64),
+        "prompt_len": np.array(maps.prompt_len),
+    }
+    for layer in maps.layers:
+        arrays[f"prefill_L{layer}"] = maps.prefill[layer]
+        for k, row in enumerate(maps.decode[layer]):
+            arrays[f"decode_L{layer}_{k}"] = row
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def maps_from_wire(text: str) -> AttentionMaps:
+    """`maps_to_wire`'s maps back (from the owner this server talks to: no pickles are read)."""
+    with np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    layers = tuple(sorted(int(name[len("prefill_L") :]) for name in arrays if name.startswith("prefill_L")))
+    decode = {
+        layer: tuple(
+            arrays[f"decode_L{layer}_{k}"]
+            for k in range(sum(1 for name in arrays if name.startswith(f"decode_L{layer}_")))
+        )
+        for layer in layers
+    }
+    return AttentionMaps(
+        layers=layers,
+        tokens_text=tuple(str(t) for t in arrays["tokens_text"]),
+        prompt_len=int(arrays["prompt_len"]),
+        prefill={layer: arrays[f"prefill_L{layer}"] for layer in layers},
+        decode=decode,
+        replay_token_ids=tuple(int(t) for t in arrays["replay_token_ids"]),
+    )

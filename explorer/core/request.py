@@ -69,3 +69,16 @@ def seeded(sampling: Sampling) -> Sampling:
     if sampling.is_greedy or sampling.seed is not None:
         return sampling
     return Sampling(sampling.temperature, sampling.top_k, int.from_bytes(os.urandom(4), "little"))
+
+
+def request_from_dict(data: object) -> Request:
+    """A request as a job's JSON carries it (`dataclasses.asdict`), checked field by field (pydantic) and then as any
+    request is (`validate`): what a web tier sends the device owner is checked as a visitor's typing is."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        request = TypeAdapter(Request).validate_python(data)
+    except ValidationError as exc:
+        raise BadInput(f"A job's request is malformed: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}.") from None
+    validate(request)
+    return request

@@ -26,8 +26,8 @@ class Ticket:
     thread_id: int = 0  # the script thread that waits with it
     passes: int | None = None  # the passes its work will run, at most (a step 1, a run new tokens x repeats); None:
     # work not counted in passes (a lab, the device figures, the warm-up)
-    resumed: bool = False  # a turn taken back after it stepped aside (`DeviceQueue.step_aside`), not a new click
-    steps_aside: bool = False  # its work lets one-pass turns through between its passes (a sidebar run)
+    resumed: bool = False  # a turn taken back after it made way (`DeviceQueue.make_way`), not a new click
+    makes_way: bool = False  # its work lets one-pass turns through between its passes (a sidebar run)
 
     @property
     def one_pass(self) -> bool:
@@ -60,14 +60,12 @@ class TurnRecord:
     held_s: float
     granted_unix_s: float
     released_unix_s: float
-    ended: str  # "released", "passed on" (a lab let others go first), "stepped aside" (a run let one-pass turns
+    ended: str  # "released", "passed on" (a lab let others go first), "made way" (a run let one-pass turns
     # through between its passes), "cancelled" (never held), "owner gone" (its thread ended without giving it back)
     passes: int = 0  # the timed passes its work ran
     pass_s: float = 0.0  # their measured seconds
     forward_s: float = 0.0  # every forward it ran, timed or not (a step's warm twin and attention row too), seconds
-    resumed: bool = False  # the rest of a turn that stepped aside: its wait was for the turns it let through
-    threads: int | None = None  # the intra-op threads its passes ran on (`explorer.hosting.pass_threads`)
-    nice: int | None = None  # the scheduling priority its thread ran at (`explorer.hosting.pass_priority`)
+    resumed: bool = False  # the rest of a turn that made way: its wait was for the turns it let through
 
     @property
     def entered_unix_s(self) -> float:
@@ -84,16 +82,14 @@ class _Entry:
     passes: int = 0  # what its work reported running (`record_work`)
     pass_s: float = 0.0
     forward_s: float = 0.0
-    threads: int | None = None
-    nice: int | None = None
-    held_before_s: float = 0.0  # a resumed turn: what it held, and ran, before it stepped aside (for the estimates)
+    held_before_s: float = 0.0  # a resumed turn: what it held, and ran, before it made way (for the estimates)
     passes_before: int = 0
 
 
 @dataclass
 class DeviceQueue:
     """First come, first served turns on one device, thread-safe (save that long work may let the one-pass turns
-    waiting go first between its passes, `step_aside`).
+    waiting go first between its passes, `make_way`).
 
     `enter()` takes a ticket at the back of the line; the head of the line gets the device as soon as it is free.
     `wait()` blocks up to a timeout (callers poll, so a waiting page can redraw its place and be cancelled);
@@ -116,12 +112,12 @@ class DeviceQueue:
     turns: deque[TurnRecord] = field(default_factory=lambda: deque(maxlen=64), init=False)  # the latest turns
 
     # --- taking and giving back turns ----------------------------------------------------------------------------
-    def enter(self, what: str, owner: str = "", passes: int | None = None, steps_aside: bool = False) -> Ticket:
+    def enter(self, what: str, owner: str = "", passes: int | None = None, makes_way: bool = False) -> Ticket:
         """A ticket at the back of the line, owned by the calling thread; `passes`: what its work will run, at most;
-        `steps_aside`: its work calls `step_aside` between its passes (the waiting line counts on it)."""
+        `makes_way`: its work calls `make_way` between its passes (the waiting line counts on it)."""
         with self._cond:
             now, me = self.clock(), threading.get_ident()
-            ticket = Ticket(self._next_number, what, owner, now, me, passes, steps_aside=steps_aside)
+            ticket = Ticket(self._next_number, what, owner, now, me, passes, makes_way=makes_way)
             self._next_number += 1
             ahead = len(self._line) + (self._holder is not None)
             self._line.append(_Entry(ticket, ahead, threading.current_thread()))
@@ -158,7 +154,7 @@ class DeviceQueue:
                         self._promote()  # the ones behind move up
             self._cond.notify_all()
 
-    def step_aside(self, ticket: Ticket) -> Ticket | None:
+    def make_way(self, ticket: Ticket) -> Ticket | None:
         """Between two passes of the holder's work: the one-pass turns waiting (other sessions' Next tokens and
         Prefills) go first, and the holder's work resumes right after them, ahead of everyone else in line. Returns
         the ticket to wait with (`wait`; it says the passes the work has left, from what it recorded, `record_work`),
@@ -174,7 +170,7 @@ class DeviceQueue:
                 return None
             now = self.clock()
             held_s = now - (holder.granted_s if holder.granted_s is not None else now)
-            self._record(holder, "stepped aside")
+            self._record(holder, "made way")
             me = threading.get_ident()
             left = self._passes_left(holder)
             resumed = replace(ticket, number=self._next_number, entered_s=now, thread_id=me, passes=left, resumed=True)
@@ -194,19 +190,15 @@ class DeviceQueue:
         passes: int,
         pass_s: float,
         forward_s: float,
-        threads: int | None = None,
-        nice: int | None = None,
     ) -> None:
         """What the holder's work ran: `passes` timed passes of `pass_s` seconds, and `forward_s` seconds of forwards
-        in all (its untimed ones too), on `threads` intra-op threads at `nice`. Kept in its turn's record; ignored once
+        in all (its untimed ones too). Kept in its turn's record; ignored once
         the turn is over."""
         with self._cond:
             if self._holder is not None and self._holder.ticket.number == ticket.number:
                 self._holder.passes += passes
                 self._holder.pass_s += pass_s
                 self._holder.forward_s += forward_s
-                self._holder.threads = threads if threads is not None else self._holder.threads
-                self._holder.nice = nice if nice is not None else self._holder.nice
 
     # --- what a waiting page shows ---------------------------------------------------------------------------------
     def holds(self, ticket: Ticket) -> bool:
@@ -238,8 +230,8 @@ class DeviceQueue:
             in_front = list(self._line)[: len(self._line) if place is None else place]
             holder = self._holder
             # A one-pass turn behind work that steps aside goes at that work's next pass boundary, after the one-pass
-            # turns in front of it and before the rest (`step_aside`): what is ahead of it is one pass and those.
-            cuts_in = ticket.one_pass and holder is not None and holder.ticket.steps_aside
+            # turns in front of it and before the rest (`make_way`): what is ahead of it is one pass and those.
+            cuts_in = ticket.one_pass and holder is not None and holder.ticket.makes_way
             if cuts_in:
                 in_front = [e for e in in_front if e.ticket.one_pass]
             ahead = in_front if holder is None else [holder, *in_front]
@@ -296,7 +288,7 @@ class DeviceQueue:
         self._promote()
 
     def _finish(self, entry: _Entry, ended: str) -> None:
-        """Keep the whole turn's time for the estimates (a resumed one with what it held before it stepped aside)."""
+        """Keep the whole turn's time for the estimates (a resumed one with what it held before it made way)."""
         now = self.clock()
         held_s = now - (entry.granted_s if entry.granted_s is not None else now) + entry.held_before_s
         what = entry.ticket.what
@@ -326,8 +318,6 @@ class DeviceQueue:
             pass_s=entry.pass_s,
             forward_s=entry.forward_s,
             resumed=entry.ticket.resumed,
-            threads=entry.threads,
-            nice=entry.nice,
         )
         self.turns.append(record)
         if self.log_path is not None:

@@ -14,15 +14,17 @@ returns None; Streamlit's rerun and stop pass through (the turn is given back, s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TypeVar
+from dataclasses import asdict, dataclass, replace
+from typing import Any, TypeVar
 
 from explorer.core.engine import CheckedRequest, Request, check_request, validate
 from explorer.core.errors import ExplorerError
 from explorer.core.loaded_model import LoadedModel
+from explorer.hosting.client import Event
 from explorer.hosting.server_session import ServerSession
 from explorer.hosting.settings import HostedPolicy, LabSize
 from explorer.models.loading import EMBEDDED
+from explorer.ui.device_link import OnEvent, on_owner
 from explorer.ui.device_turn import DeviceTurn, count_run, device_turn
 from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.state import RunInputs
@@ -110,3 +112,40 @@ def on_device(
     except Exception as exc:  # noqa: BLE001 - the app must keep running; the message says what failed
         show_error(failure_line(ask.failure, exc))
     return None
+
+
+def ask_owner(
+    ask: DeviceAsk,
+    kind: str,
+    body: dict[str, Any],
+    on: dict[str, OnEvent] | None = None,
+    *,
+    keep_after: str | None = None,
+    on_kept: Callable[[Event], None] | None = None,
+) -> dict[str, Any] | None:
+    """The same checks as `on_device`, in the same order, then job `kind` on the device owner (`device_link.on_owner`):
+    its "done" data, or None when it was refused or failed (one line on screen). The body carries the ask's model and
+    request, as the owner checks them again: it may serve other web tiers."""
+    try:
+        policy = hosting_policy()
+        inputs = check_ask(ask, policy)
+        if ask.counts:
+            count_run(policy)
+    except ExplorerError as exc:
+        show_error(str(exc))
+        return None
+    if inputs is not None:
+        body = {"model": inputs.model, "device": inputs.device, "dtype": inputs.dtype, **body}
+    if ask.request is not None:
+        body = {"request": asdict(ask.request), **body}
+    one_pass = ask.passes == 1
+    return on_owner(
+        kind,
+        body,
+        ask.failure,
+        on,
+        one_pass=one_pass,
+        max_wait_s=policy.max_wait_s,
+        keep_after=keep_after,
+        on_kept=on_kept,
+    )

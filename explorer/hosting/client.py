@@ -1,0 +1,178 @@
+"""The web tier's side of the device owner (`explorer.hosting.owner`): a client that sends a job and reads its events
+as they stream (httpx + httpx-sse), and the owner the app starts for itself, watched and restarted when it dies.
+Torch-free: the web tier never imports torch.
+
+Which owner: `EXPLORER_DEVICE_URL` (and `EXPLORER_DEVICE_TOKEN`) names one on another host, or one that several web
+processes share; unset, the app starts its own on a free loopback port with a fresh token, as a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from httpx_sse import connect_sse
+
+from explorer.core.errors import ExplorerError
+
+URL_ENV = "EXPLORER_DEVICE_URL"
+TOKEN_ENV = "EXPLORER_DEVICE_TOKEN"
+WATCH_S = 0.5  # how often the app's own owner is checked: a dead one is restarted within a second
+START_TIMEOUT_S = 120.0  # importing torch and binding the port; the model loads after, in the background
+RESTARTED = "The device restarted: run again."
+READ_TIMEOUT_S = 60.0  # a stream sends a keep-alive every 2 s; a minute of silence is a lost owner
+
+
+class OwnerGone(ExplorerError):
+    """The owner could not be reached, or its stream broke off: a restart (or a network) lost the job."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a job's stream: "line" (its place in line), "progress", "note", "pass", its job's own records,
+    and a last "done" (the result) or "error" (one line)."""
+
+    name: str
+    data: Any
+
+
+class OwnerClient:
+    """Jobs sent to one owner over HTTP. Thread-safe: each call opens its own connection."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        return self._get("/health", timeout_s)
+
+    def turns(self, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+        return self._get("/turns", timeout_s)
+
+    def _get(self, path: str, timeout_s: float) -> Any:
+        try:
+            response = httpx.get(self.url + path, headers=self.headers, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise OwnerGone(f"The device owner at {self.url} did not answer ({type(exc).__name__}).") from exc
+        refuse_status(response)
+        return response.json()
+
+    def job(self, kind: str, body: dict[str, Any]) -> Iterator[Event]:
+        """The job's events as they arrive. Closing the iterator (a page that stops) closes the stream, and the owner
+        drops the job at its next place in line or pass boundary."""
+        timeout = httpx.Timeout(10.0, read=READ_TIMEOUT_S)
+        try:
+            with httpx.Client(timeout=timeout, headers=self.headers) as http:
+                with connect_sse(http, "POST", f"{self.url}/jobs/{kind}", json=body) as source:
+                    refuse_status(source.response)
+                    for sse in source.iter_sse():
+                        event = Event(sse.event, sse.json())
+                        yield event
+                        if event.name in ("done", "error"):
+                            return
+        except httpx.HTTPError as exc:
+            raise OwnerGone(RESTARTED) from exc
+        raise OwnerGone(RESTARTED)  # the stream ended without its last event: the owner died mid-job
+
+
+def refuse_status(response: httpx.Response) -> None:
+    if response.status_code == 401:
+        raise ExplorerError("The device owner refused this server's token (401): check EXPLORER_DEVICE_TOKEN.")
+    if response.status_code >= 400:
+        response.read()
+        raise ExplorerError(f"The device owner refused the job ({response.status_code}): {response.text[:200]}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalOwner:
+    """The owner the app starts for itself: a child process on a free loopback port, with a token of its own, checked
+    every WATCH_S and started again when it has died. `restarts` counts those, so a page can say so."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.token = secrets.token_urlsafe(24)
+        self.port = free_port()
+        self.client = OwnerClient(f"http://127.0.0.1:{self.port}", self.token)
+        self.restarts = 0
+        self.restarted_unix_s: float | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._start()
+        threading.Thread(target=self._watch, name="owner-watch", daemon=True).start()
+
+    def _start(self) -> None:
+        env = {**self.env, TOKEN_ENV: self.token}
+        env.pop(URL_ENV, None)
+        command = [
+            sys.executable,
+            "-m",
+            "explorer",
+            "owner",
+            "--port",
+            str(self.port),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(WATCH_S)
+            with self._lock:
+                if self.process is not None and self.process.poll() is not None:
+                    self.restarts += 1
+                    self.restarted_unix_s = time.time()
+                    self._start()
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.client.health(timeout_s=1.0)
+                return
+            except OwnerGone:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self.process is not None:
+                self.process.kill()
+                self.process.wait()
+                self.process = None
+
+
+@dataclass
+class DeviceLink:
+    """How this web process reaches its device: the client, and the owner it started (None: one named by URL)."""
+
+    client: OwnerClient
+    local: LocalOwner | None = None
+
+    @property
+    def restarts(self) -> int:
+        return self.local.restarts if self.local is not None else 0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> DeviceLink:
+        env = dict(os.environ if env is None else env)
+        url = env.get(URL_ENV, "").strip()
+        if url:
+            return cls(OwnerClient(url, env.get(TOKEN_ENV) or None))
+        local = LocalOwner(env)
+        return cls(local.client, local)

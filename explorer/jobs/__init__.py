@@ -1,0 +1,19 @@
+"""What the device owner does for each job (`explorer.hosting.owner`): each job is one function of the `Job`, which
+holds its body, its turn on the device and the events it sends back. The engine and the labs stay plain libraries;
+these functions are where the owner calls them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from explorer.jobs import run
+
+if TYPE_CHECKING:
+    from explorer.hosting.owner import Job
+
+JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
+    "run": run.run_job,
+    "capture": run.capture_job,
+    "figures": run.figures_job,
+}

@@ -1,0 +1,58 @@
+"""A device owner in a thread of the test's own process, on a free loopback port: the same HTTP and events as the
+owner the app starts as a child process, without the seconds a fresh process spends importing torch, and with the
+test's patches (the device figures measured once) in force. Fresh for every test that asks for the device."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import uvicorn
+
+from explorer.hosting.client import DeviceLink, OwnerClient, free_port
+from explorer.hosting.owner import Owner, create_app
+from explorer.hosting.settings import HostedPolicy
+
+
+class OwnerInThread:
+    def __init__(self, policy: HostedPolicy | None = None, token: str | None = None) -> None:
+        self.owner = Owner(policy)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = token
+        config = uvicorn.Config(create_app(self.owner, token), host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="test-owner", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test's device owner did not start")
+            time.sleep(0.01)
+
+    def client(self) -> OwnerClient:
+        return OwnerClient(self.url, self.token)
+
+    def link(self) -> DeviceLink:
+        return DeviceLink(self.client())
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
+class LazyOwners:
+    """What the autouse fixture patches in for `DeviceLink.from_env`: an owner started on the first ask, each test its
+    own (stopped at the test's end)."""
+
+    def __init__(self) -> None:
+        self.started: list[OwnerInThread] = []
+
+    def link(self, env: object = None) -> DeviceLink:
+        owner = OwnerInThread()
+        self.started.append(owner)
+        return owner.link()
+
+    def stop(self) -> None:
+        for owner in self.started:
+            owner.stop()

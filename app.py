@@ -34,7 +34,6 @@ pages = {
 }
 if __name__ != "__main__":  # `streamlit run app.py` imports this file once, as the server (st.App): it warms up
     ui.route_every_link_through_the_app()  # a deep link on a fresh server runs this router, not the page file alone
-    ui.prime_profiler()  # in the thread that imported torch: a Profile in a script thread then logs no Kineto error
     # It warms up at start (explorer/ui/warm_start.py) and sends a path of several segments where it lands
     # (explorer/ui/links.py); sessions run this file as __main__.
     app = st.App(__file__, lifespan=warm_lifespan, middleware=every_link_lands())
@@ -43,9 +42,10 @@ else:
     with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log
         ui.presenter_toggle()
         ui.open_from_link()  # /?recording=NAME on any page: a talk's slide links straight to a view
-        ui.ask_for_run(ui.sidebar())  # run under the page's title (`ui.page_title`), so it streams below it
+        asked = ui.sidebar()
         ui.recordings_sidebar()
-        ui.remeasure_button()  # the downloads come after the page's title: after the run it may have made
+        ui.remeasure_button()
+    with ui.one_line_errors("run"):
+        ui.run_if_asked(asked)  # in the click's own script run, at the page's top; then the sidebar's downloads
     with ui.one_line_errors("page"):
         navigation.run()
-        ui.run_left_over()  # a page that drew no `ui.page_title`: the sidebar's Run runs here, then the page again

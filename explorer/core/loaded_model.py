@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from explorer.core.graph_decode import GraphPool
-from explorer.core.model_info import ExpertsInfo, ModelInfo
+from explorer.core.model_info import DTYPE_NAMES, ExpertsInfo, ModelInfo
 from explorer.core.warm_shapes import WarmShapes
 
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 @dataclass

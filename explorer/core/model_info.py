@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # what a run may ask for, torch-free (the sidebar lists them)
+
 
 @dataclass(frozen=True)
 class ExpertsInfo:

@@ -10,6 +10,8 @@ from explorer.core.errors import BadInput
 from explorer.core.limits import MAX_SEED, check_range
 from explorer.core.trace import DECODE_PATHS, DecodePath, Sampling
 
+DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."  # the sidebar's, and what the owner warms up with
+DEFAULT_MAX_NEW_TOKENS = 32
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_REPEATS = 20
 MAX_TEMPERATURE = 5.0  # the sidebar's bound: past a few, sampling is close to a uniform draw over the vocabulary

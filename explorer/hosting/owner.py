@@ -195,20 +195,31 @@ class Owner:
         except Exception as exc:  # noqa: BLE001 - one line to the page; the owner keeps serving
             job.send("error", {"message": failure_sentence(exc), "failed": type(exc).__name__})
 
-    def warm_up(self, model: str = EMBEDDED) -> None:
-        """Load the default model, take the device figures and warm up, once, in the background, in a turn of its
-        own (a job that arrives meanwhile waits for it, as it would for any turn)."""
+    def warm_target(self) -> str:
+        """The model a first Run with the sidebar's defaults loads: the default, or the first the server allows."""
+        try:
+            return self.policy.check_model(EMBEDDED)
+        except BadInput:
+            return self.policy.allowed_models[0]
+
+    def warm_up(self) -> None:
+        """Load the default model, take the device figures and warm up at the default request's shapes, once, in the
+        background, in a turn of its own: a first Run with the sidebar's defaults pays for none of it."""
 
         def work(say: Callable[[str], None]) -> None:
+            from explorer.core.engine import check_request
             from explorer.core.measure import prepare_device
+            from explorer.core.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, Request
 
             ticket = self.queue.enter("warm-up", SERVER_OWNER)
             try:
                 self.queue.wait(ticket, None)
-                say(f"loading {model}")
+                model = self.warm_target()
+                say(f"loading the model ({model})")
                 lm = self.load(model, "auto", "float32")
-                say("taking the device figures and warming up")
-                prepare_device(lm, self.figures)
+                checked = check_request(lm, Request(DEFAULT_PROMPT, DEFAULT_MAX_NEW_TOKENS))
+                say("taking the device figures and running warm-up passes")
+                prepare_device(lm, self.figures, checked)
             finally:
                 self.queue.release(ticket)
 
@@ -327,6 +338,9 @@ def serve(host: str, port: int, token: str | None, *, warm: bool = True, parent_
 
     check_bind(host, token)
     torch_threads_once()
+    from explorer.core.profiler import prime_profiler
+
+    prime_profiler()  # in the thread that imported torch: a Profile in a job's thread then logs no Kineto error
     owner = Owner()
     if warm:
         owner.warm_up()

@@ -17,7 +17,7 @@ from explorer.labs import bundled
 from explorer.remote import sweep, tokens, upload
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
-from explorer.ui.device_turn import count_run
+from explorer.ui.admission import count_run
 from explorer.ui.runner import execute_run
 from explorer.ui.shared import hosting_policy, server_session
 from explorer.ui.slo_state import slo_inputs

@@ -1,5 +1,5 @@
-"""How a page starts: its title, then a Run pressed in the sidebar drawn under it, then the run it shows; without a run,
-the prompt and Run where the visitor is looking, and with a recording, the banner that says so."""
+"""How a page starts: a Run pressed in the sidebar, executed at its top, then its title and the run it shows;
+without a run, the prompt and Run where the visitor is looking, and with a recording, the banner that says so."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from explorer.recording.pdx import RecordingMeta
 from explorer.ui.chart_first import ChartFirst
 from explorer.ui.runner import execute_run
 from explorer.ui.sidebar import sidebar_downloads, sidebar_inputs, sidebar_prompt
-from explorer.ui.state import DOWNLOADS_DRAWN, PROMPT_TYPED, RUN_ASKED, RunInputs, RunResult, Slot, current_run
+from explorer.ui.state import PROMPT_TYPED, RunInputs, RunResult, Slot, current_run
 from explorer.ui.widgets import escape_markdown, presenting
 
 NO_RUN_YET = (
@@ -25,40 +25,19 @@ NO_RUN_YET = (
 )
 
 
-# --- a Run pressed in the sidebar, drawn under the page's title ------------------------------------------------------
-def ask_for_run(inputs: RunInputs | None) -> None:
-    """The sidebar's Run (its inputs, or None when it was not pressed): kept until the page has drawn its title, so the
-    tokens stream in under the title rather than above it. Called once at the start of every script run."""
-    DOWNLOADS_DRAWN.set(False)
-    if inputs is None:
-        RUN_ASKED.pop()  # one script run only: a page that stopped before its title never runs it later
-    else:
-        RUN_ASKED.set(inputs)
-
-
-def run_asked() -> RunResult | None:
-    """Run what the sidebar asked for in this script run, if anything, here; then the sidebar's downloads of the
-    current run, so they are never one run behind."""
-    inputs = RUN_ASKED.pop()
+# --- a Run pressed in the sidebar ----------------------------------------------------------------------------------
+def run_if_asked(inputs: RunInputs | None) -> RunResult | None:
+    """The sidebar's Run, executed in the script run its click started, at the top of the page (its tokens stream
+    there), then the sidebar's downloads of the current run, so they are never one run behind. The page below is drawn
+    with the new run."""
     result = None if inputs is None else execute_run(inputs)
-    if not DOWNLOADS_DRAWN.get():
-        DOWNLOADS_DRAWN.set(True)
-        sidebar_downloads()
+    sidebar_downloads()
     return result
 
 
-def run_left_over() -> None:
-    """After the page: a run the sidebar asked for that the page never reached (a page that draws no `page_title`) runs
-    now, and the page is drawn again with it; the downloads the page did not draw are drawn."""
-    if run_asked() is not None:
-        st.rerun()
-
-
 def page_title(title: str) -> None:
-    """The page's title, then the run the sidebar's Run asked for, streaming right under it (and the sidebar's
-    downloads of the current run)."""
+    """The page's title: nothing else (no page title ever runs the model)."""
     st.title(title)
-    run_asked()
 
 
 # --- without a run: the prompt and Run where the visitor is looking --------------------------------------------------

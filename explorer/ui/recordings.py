@@ -12,7 +12,7 @@ import streamlit as st
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.recording.checks import read_recording
 from explorer.recording.pdx import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
-from explorer.ui.device_turn import count_run
+from explorer.ui.admission import count_run
 from explorer.ui.shared import server_session
 from explorer.ui.state import (
     RECORDING_LINKED,

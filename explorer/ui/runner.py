@@ -1,54 +1,24 @@
-"""Work on the shared device, each through the one way onto it (`explorer.ui.admission.on_device`): a run from the
-sidebar's inputs (run with live streaming, capture attention), a lab's run, and re-measuring the device figures.
-
-What holds the device and for how long (one turn each, first come first served, see
-`explorer.hosting.queue.DeviceQueue`):
-- the server's warm-up at start (`explorer.ui.warm_start`): loading the default model, the device figures and the
-  warm-up, once per process; a run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
-  then starts warm;
-- a sidebar run: loading (once per model), the device figures (measured once per server, kept in its
-  `ServerSession`) and the warm-up, the timed passes of every repeat, stepping aside between any two of its passes
-  or warm-up forwards for the one-pass turns waiting (other sessions' Next tokens and Prefills: `RunOnTurn`); the
-  untimed attention replay comes after the turn (on the model's eager twin), and the page is drawn after it; the next
-  session's passes are kept apart from both, pass by pass, by the server's gate (`explorer.hosting.quiet`: between
-  this run's own passes, with its clock paused, other sessions' charts go first), each pass's record saying what
-  still ran beside it;
-- a lab: the no-cache and batching labs hand the device to anyone waiting between any two timed passes (their
-  figures are sums of individually timed passes); the scheduling lab only between its measured spans (the engine's
-  run, static batching, one-at-a-time serving), which are wall-clock spans and never cut (`core.lab_progress`);
-- a stepped request (`explorer.ui.step_mode`): one pass per click, so other sessions run between clicks; the click
-  that finishes it also runs `keep_figures_honest`, which may re-run the microbenchmarks (seconds);
-- "Re-measure device figures": the microbenchmarks (a few seconds).
-Changing a view takes no turn: it only reads the session's stored run.
+"""A Run from the sidebar's inputs, sent to the device owner (`explorer.hosting.owner`, the "run" job): each token
+drawn with its gap as its pass ends, the run kept as soon as its trace arrives, then its attention maps from the owner's
+untimed replay; a capture again for a run whose capture a click cut short; re-measuring the device figures. Nothing
+here runs the model: the owner does, in its own process, and takes turns there (`explorer.ui.device_link`). Changing a
+view sends no job: it only reads the session's stored run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import replace
+from typing import Any
 
 import streamlit as st
 
 from explorer.charts.step_mode import disturbed_sentence
-from explorer.core.attention import capture_attention
-from explorer.core.device import FiguresStore
-from explorer.core.engine import CheckedRequest, OnPass, Request, generate, warm_up_shapes
-from explorer.core.errors import ExplorerError
-from explorer.core.figure_correction import keep_figures_honest, recost
-from explorer.core.lab_progress import LabProgress, MakeWay, Report, nobody_waits
-from explorer.core.loaded_model import LoadedModel
-from explorer.core.measure import prepare_device
-from explorer.core.trace import DeviceProfile, PassRecord, Trace
-from explorer.hosting.quiet import PassGate, TimedRun
-from explorer.hosting.settings import LabSize
-from explorer.models.loading import resolve_device
-from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.device_turn import DeviceTurn, RunOnTurn
-from explorer.ui.shared import server_session
-from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
-from explorer.ui.waiting import progress_bar
-from explorer.ui.widgets import failure_line
+from explorer.core.attention_maps import maps_from_wire
+from explorer.core.request import Request
+from explorer.core.trace import PassRecord, Trace, pass_from_dict
+from explorer.hosting.client import Event
+from explorer.ui.admission import DeviceAsk, ask_owner
+from explorer.ui.state import LAST_INPUTS, RUN, OwedCapture, RunInputs, RunResult, current_run, remember
 
 ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
 REPLAYING = "Replaying the same tokens with eager attention"
@@ -63,131 +33,50 @@ def _stream_text(passes: list[PassRecord], itl_s: list[float]) -> str:
     return "  ".join(parts)
 
 
-def run_streaming(
-    lm: LoadedModel,
-    checked: CheckedRequest,
-    figures: FiguresStore,
-    gate: PassGate | None = None,
-    turn: DeviceTurn | None = None,
-) -> Trace:
-    """The device figures and the warm-up (`prepare_for_run`) on a progress bar, then the timed run, drawing each token
-    with its gap as its pass finishes (the drawing falls inside the ITL); with a server's `gate`, the warm-up's
-    forwards run apart from other sessions' drawing and every pass is timed apart from it, its record saying what
-    still ran beside it (as `measure` runs it otherwise);
-    with the session's `turn`, other sessions' waiting one-pass turns go between its passes and warm-up forwards,
-    its clock paused (`RunOnTurn`), and each pass is counted on the turn as it ends."""
-    live = st.container(border=True)
-    live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
-    stream = live.empty()
-    paused = live.empty()
-    streamed: list[PassRecord] = []
-    token_times: list[float] = []
+class LiveTokens:
+    """The run's tokens as their passes end, each with its gap (measured by the owner: the stream's own delay is in
+    none of them)."""
 
-    def on_pass(p: PassRecord) -> None:
-        streamed.append(p)
-        token_times.append(p.token_s)  # the trace's own definition of when a token arrived
-        gaps = [b - a for a, b in zip(token_times, token_times[1:])]
-        stream.text(_stream_text(streamed, gaps))  # text, never markdown or HTML: tokens come from the user
+    def __init__(self) -> None:
+        live = st.container(border=True)
+        live.caption("Live: each token appears as its pass finishes, with its inter-token latency (measured).")
+        self.stream = live.empty()
+        self.passes: list[PassRecord] = []
 
-    def say(text: str) -> None:  # a pause for other sessions' one-pass turns, while it lasts
-        if text:
-            paused.caption(text)
-        else:
-            paused.empty()
+    def on_pass(self, data: dict[str, Any]) -> None:
+        self.passes.append(pass_from_dict(data))
+        times = [p.token_s for p in self.passes]  # the trace's own definition of when a token arrived
+        self.stream.text(_stream_text(self.passes, [b - a for a, b in zip(times, times[1:])]))  # text: user's tokens
 
-    on_turn = RunOnTurn(turn, say) if turn is not None else None
-    let_through = on_turn.let_through if on_turn is not None else nobody_waits
-    with progress_bar("Preparing the device…") as report:
-        # The warm-up's forwards apart from drawing, as the passes are: beside three sessions drawing charts, the
-        # generic warm-up took 2.1-2.2 s outside the gate and 0.46-0.47 s inside it.
-        warming = TimedRun(gate) if gate is not None else None
-        with warming if warming is not None else nullcontext():
-            between = (lambda: warming.between(let_through)) if warming is not None else let_through
-            profile = prepare_for_run(lm, figures, gate, report, checked, between)
-        report(1.0, "Running the request: the timed passes…")
-        timed = TimedRun(gate) if gate is not None else None
-        with timed if timed is not None else nullcontext():
-            make_way = (lambda: timed.between(let_through)) if timed is not None else None
-            tally = on_turn.tally if on_turn is not None else None
-            on = OnPass(on_pass, make_way, tally)
-            trace = generate(lm, checked, profile, on, warmed_up=True, shapes_warmed=True)  # prepare_for_run did
-    if on_turn is not None:
-        on_turn.done()
-    trace = keep_figures_honest(trace, figures)
-    if timed is not None:
-        trace = trace.with_beside_cpu([b.cpu_s for b in timed.passes_beside])
-    stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
-    return trace
+    def final(self, trace: Trace) -> None:
+        self.stream.text(_stream_text(list(trace.passes), list(trace.itl_s)))
 
 
-def prepare_for_run(
-    lm: LoadedModel,
-    figures: FiguresStore,
-    gate: PassGate | None,
-    report: Report,
-    checked: CheckedRequest | None = None,
-    between: MakeWay = nobody_waits,
-) -> DeviceProfile:
-    """A Run's figures, and its warm-up unless another session's passes left the device warm (`PassGate.warm`) or it
-    is crowded (`PassGate.crowded`: turns in line, or a room sharing the device, would wait for the warm-up): in a
-    busy room a Run's turn was its warm-up and its passes, about half of it the warm-up (its 8-token prefill warms no
-    shape of the Run's own), and everyone behind it waited for both. The trace says warmed up either way: this
-    process's one-off start-up costs were paid by the server's warm-up, and in a room the passes before its first
-    were other sessions'. `checked`'s own shapes are warmed here, where this process has not run them,
-    before the timed run holds the pass gate (none on a CPU left warm: `warm_up_shapes`); `between` follows each generic
-    warm-up forward."""
-    if gate is not None and (gate.warm() or gate.crowded()):
-        profile = figures.get(lm.torch_device.type, lm.info.dtype, progress=report)
-        if checked is not None:
-            warm_up_shapes(lm, checked, progress=report, device_warm=True)
-        return profile
-    return prepare_device(lm, figures, checked, progress=report, between=between)
-
-
-def attach_attention(
-    lm: LoadedModel, result: RunResult, cap_bytes: int | None = None, gate: PassGate | None = None
-) -> RunResult:
-    """The untimed eager replay, after the run's turn (on the model's eager twin; with a server's `gate`, each replay
-    pass kept apart from other sessions' timed passes); a failure or the memory cap leaves the timed run intact, with
-    a note why.
-
-    A click on a page link during the replay stops the script at the spinner's end, after the maps are made: they are
-    kept in the run's `OwedCapture` (no Streamlit call there), which the next page waits for and takes them from. A
-    replay stopped sooner leaves the run cut short (`CAPTURE_CUT_SHORT`): the Attention page replays it
-    (`capture_again`)."""
-    section = gate.drawing if gate is not None else nullcontext
-    owed = result.capture_owed
-    maps = None
-    if owed is not None:
-        owed.start()
-    try:
-        with st.spinner(f"{REPLAYING} to capture the maps (untimed)…"):
-            maps = capture_attention(lm, result.trace, cap_bytes=cap_bytes, section=section)
-    except Exception as exc:  # noqa: BLE001 - keep the timed run even when the replay fails
-        note = str(exc) if isinstance(exc, ExplorerError) else failure_line("Attention capture", exc)
-        result = replace(result, attention_note=note, capture_owed=None)  # a failure is said, not replayed again
-    finally:
-        if owed is not None:
-            owed.end(maps)  # also when a click stopped the script: its maps kept, the page waiting for them woken
-    if maps is not None:
-        result = replace(result, attention=maps, attention_note="", capture_owed=None)
-    RUN.set(result)
+def with_attention(result: RunResult, done: dict[str, Any] | None) -> RunResult:
+    """The run with the maps the owner's replay made, or the line saying why there are none."""
+    if done is None:
+        return result
+    if done.get("maps"):
+        return replace(result, attention=maps_from_wire(done["maps"]), attention_note="", capture_owed=None)
+    if done.get("attention_note"):
+        return replace(result, attention_note=done["attention_note"], capture_owed=None)  # said, not replayed again
     return result
 
 
-def capture_again(result: RunResult) -> RunResult | None:
-    """A capture that was cut short, replayed now on the run's own model (the trace holds every token, so the replay
-    is the same untimed one): the model is fetched in a turn like any work on it (loaded already, this is at once),
-    and the replay runs after the turn; None when it was refused or failed (one line on screen says why)."""
-    if result.capture_owed is None:
-        return result
-    ask = DeviceAsk("attention", "The attention capture", result.capture_owed.inputs, counts=False)
-    return on_device(ask, lambda _: result, _attention_after_the_turn)
+def owed_end(owed: OwedCapture) -> Any:
+    """What the job's reader does with its last event when a click stopped the script after the trace arrived (no
+    Streamlit call: `OwedCapture`): the maps kept for the next page, or none."""
+
+    def end(event: Event) -> None:
+        maps = event.data.get("maps") if event.name == "done" and isinstance(event.data, dict) else None
+        owed.end(maps_from_wire(maps) if maps else None)
+
+    return end
 
 
 def execute_run(inputs: RunInputs) -> RunResult | None:
-    """Check the server's limits, wait in line for the device, load, run with live streaming, capture attention;
-    keep the result in state. Everything a visitor typed is checked before anything is loaded or tokenized."""
+    """Check the server's limits, send the run to the device owner, draw its tokens as they come, keep the run the
+    moment its trace arrives (a click after that loses nothing), then take its attention maps in."""
     request = Request(
         prompt=inputs.prompt,
         max_new_tokens=inputs.max_new_tokens,
@@ -197,72 +86,68 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         decode_path=inputs.decode_path,
     )
     passes = request.max_new_tokens * request.repeats
-    ask = DeviceAsk("run", "The run", inputs, request, passes=passes, steps_aside=True)
-    return on_device(
-        ask, lambda admitted: _run(admitted, inputs), _attention_after_the_turn if inputs.capture_attention else None
-    )
+    ask = DeviceAsk("run", "The run", inputs, request, passes=passes)
+    live: list[LiveTokens] = []
+    kept: list[RunResult] = []
+    owed = OwedCapture(inputs) if inputs.capture_attention else None
 
+    def on_pass(data: dict[str, Any]) -> None:
+        if not live:
+            live.append(LiveTokens())
+        live[0].on_pass(data)
 
-def _attention_after_the_turn(admitted: Admitted, result: RunResult) -> RunResult:
-    """The replay holds no turn: the next session's passes start while it runs (`on_device`'s `after_turn`)."""
-    return attach_attention(admitted.model, result, admitted.policy.attention_cap_bytes, admitted.session.gate)
+    def on_trace(data: dict[str, Any]) -> None:
+        trace = Trace.from_dict(data)
+        LAST_INPUTS.set(inputs)  # a model that loaded: the labs run on the sidebar's last one
+        result = replace(remember(trace, inputs.prompt, owed), contention_note=disturbed_sentence(trace.passes))
+        if owed is None:
+            result = replace(result, attention_note=ATTENTION_OFF)
+        else:
+            owed.start()  # the owner replays it now: a page a click opens waits for its maps
+        RUN.set(result)
+        kept.append(result)
+        if live:
+            live[0].final(trace)
+        if result.contention_note:
+            st.warning(result.contention_note)
 
-
-def _run(admitted: Admitted, inputs: RunInputs) -> RunResult:
-    LAST_INPUTS.set(inputs)  # a model that loaded: the labs run on the sidebar's last one
-    assert admitted.checked is not None
-    session = admitted.session
-    trace = run_streaming(admitted.model, admitted.checked, session.figures, session.gate, admitted.turn)
-    owed = inputs if inputs.capture_attention else None  # its replay comes after the turn (`attach_attention`)
-    result = replace(remember(trace, inputs.prompt, owed), contention_note=disturbed_sentence(trace.passes))
-    if owed is None:
-        result = replace(result, attention_note=ATTENTION_OFF)
+    body = {"capture": inputs.capture_attention}
+    on = {"pass": on_pass, "trace": on_trace}
+    end = owed_end(owed) if owed is not None else None
+    done = ask_owner(ask, "run", body, on, keep_after="trace", on_kept=end)
+    if not kept:
+        return None
+    if owed is not None:
+        owed.end(None)  # the script saw the job end: the maps, if any, are taken in here
+    result = with_attention(kept[0], done)
     RUN.set(result)
-    if result.contention_note:
-        st.warning(result.contention_note)
     return result
+
+
+def capture_again(result: RunResult) -> RunResult | None:
+    """A capture that was cut short, replayed now by the owner on the run's own tokens (the trace holds every one, so
+    the replay is the same untimed one); None when it was refused or failed (one line on screen says why)."""
+    if result.capture_owed is None:
+        return result
+    ask = DeviceAsk("attention", "The attention capture", result.capture_owed.inputs, counts=False)
+    done = ask_owner(ask, "capture", {"trace": result.trace.to_dict()})
+    if done is None:
+        return None
+    again = with_attention(result, done)
+    RUN.set(again)
+    return again
 
 
 def remeasure_device(device_choice: str, dtype: str) -> None:
     """Take the device figures again now and re-cost the current run with them: no model call. Without a run, the
     figures are those of the device and dtype the sidebar would run on (`device_choice` may be "auto")."""
     run = current_run()
-
-    def remeasure(admitted: Admitted) -> DeviceProfile:
-        if run is not None:  # the figures the current run was costed with
-            kind, of_dtype = run.trace.device.kind, run.trace.device.dtype
-        else:
-            kind, of_dtype = resolve_device(device_choice).type, dtype
-        with progress_bar("Measuring the device (best of 5 matmuls, copies and reads)…") as bar:
-            return admitted.session.figures.get(kind, of_dtype, fresh=True, progress=bar)
-
-    fresh = on_device(DeviceAsk("device figures", "Re-measuring the device"), remeasure)
-    if fresh is None:  # the rate limit, a refusal in line, or a device this server does not have: said on screen
+    body: dict[str, Any] = {"device": device_choice, "dtype": dtype}
+    if run is not None:  # the figures the current run was costed with
+        body["trace"] = run.trace.to_dict()
+    done = ask_owner(DeviceAsk("device figures", "Re-measuring the device"), "figures", body)
+    if done is None:  # the rate limit, a refusal in line, or a device the owner does not have: said on screen
         return
-    if run is not None:
-        figures = server_session().figures
-        RUN.set(replace(run, trace=keep_figures_honest(recost(run.trace, fresh), figures)))
-    st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
-
-
-def run_lab(
-    key: Slot[object],
-    what: str,
-    work: Callable[[LoadedModel, DeviceProfile, LabProgress], object],
-    size: LabSize | None = None,
-) -> object | None:
-    """A lab's run: on the device in turn, on the sidebar's model, with progress; kept in the session under `key` so
-    changing a view never runs it again. `size` is what the lab is about to run, checked against a hosted server's
-    caps before it waits for the device (a hosted server refuses a lab without one). `work` gets a `LabProgress`:
-    calling it only moves the bar; its `make_way()` lets anyone waiting go first, and the lab calls it only
-    where no measured span crosses it (`core.lab_progress`). Errors are one line and keep the previous result."""
-    inputs = last_inputs()
-
-    def lab(admitted: Admitted) -> object:
-        with progress_bar(what) as report:  # the figures, then the warm-up: once, before the lab
-            profile = prepare_device(admitted.model, admitted.session.figures, progress=report)
-            result = work(admitted.model, profile, LabProgress(report, admitted.turn.pass_on))
-        key.set(result)
-        return result
-
-    return on_device(DeviceAsk("lab", what, inputs, lab=size), lab)
+    if run is not None and done.get("trace"):
+        RUN.set(replace(run, trace=Trace.from_dict(done["trace"])))
+    st.sidebar.caption(f"Device figures taken at {done['measured_at']}.")

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.core.errors import BadInput
-from explorer.core.loaded_model import DTYPES
+from explorer.core.model_info import DTYPE_NAMES
+from explorer.core.request import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.core.trace import DecodePath, Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
 from explorer.models.loading import DEVICES, EMBEDDED
 from explorer.recording.perfetto import perfetto_json
 from explorer.ui.recordings import as_recording_bytes
 from explorer.ui.runner import remeasure_device
-from explorer.ui.shared import hosting_policy, server_session
+from explorer.ui.shared import hosting_policy
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
     DEFAULT_MAX_NEW_TOKENS,
@@ -74,7 +74,6 @@ def sidebar_policy() -> HostedPolicy:
 
 def sidebar() -> RunInputs | None:
     """The run's inputs, in a form so that typing never reruns anything; returns them when Run is pressed."""
-    server_session().steps.sweep()  # a session that walked away from a stepped request never comes back to free it
     if LEFT_QUEUE.pop():
         st.sidebar.info("You left the queue: nothing ran.")
     policy = sidebar_policy()
@@ -173,7 +172,7 @@ def device_inputs(policy: HostedPolicy) -> None:
         st.selectbox("Dtype", [SERVER_DEFAULTS.dtype], disabled=True, help=fixed, key=DTYPE_KEY)
         return
     st.selectbox("Device", DEVICES, index=0, key=DEVICE_KEY)
-    st.selectbox("Dtype", list(DTYPES), index=0, help="float16 runs on CUDA only", key=DTYPE_KEY)
+    st.selectbox("Dtype", list(DTYPE_NAMES), index=0, help="float16 runs on CUDA only", key=DTYPE_KEY)
 
 
 def decode_path_chosen() -> DecodePath | None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import streamlit as st
 
 from explorer.core.attention_maps import AttentionMaps
+from explorer.core.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT
 from explorer.core.trace import DecodePath, Sampling, Trace
 from explorer.models.loading import EMBEDDED
 from explorer.recording.pdx import RecordingMeta
@@ -42,9 +43,7 @@ RUN_COUNT: Slot[int] = Slot("explorer_run_count")  # how many runs this session 
 LAST_INPUTS: Slot[RunInputs] = Slot("explorer_last_inputs")  # the sidebar's last Run: the labs use its model and dtype
 RUN_STARTS: Slot[tuple[float, ...]] = Slot("explorer_run_starts")  # monotonic times of its turns (rate limit)
 LEFT_QUEUE: Slot[bool] = Slot("explorer_left_queue")  # set by "Leave the queue", read once by the next script run
-RUN_ASKED: Slot[RunInputs] = Slot("explorer_run_asked")  # the sidebar's Run: run under the page's title, this run
 PROMPT_TYPED: Slot[str] = Slot("explorer_prompt_typed")  # a page's own Run ran this prompt: the sidebar shows it next
-DOWNLOADS_DRAWN: Slot[bool] = Slot("explorer_downloads_drawn")  # the sidebar's downloads, drawn in this script run
 STEPPED: Slot[SteppedRequest] = Slot("explorer_stepped")  # the session's stepped request (explorer.ui.step_mode)
 PROFILE: Slot[tuple[str, PassProfile]] = Slot("explorer_profile")  # the last "Profile this pass" (cost_view)
 DECODE_PATHS: Slot[tuple[str, tuple[Trace, ...]]] = Slot("explorer_decode_paths")  # (run label, one trace per path)
@@ -76,8 +75,6 @@ CAPTURE_CUT_SHORT = (
     "Open the Attention page to capture the maps again (an untimed replay of the same tokens)."
 )
 
-DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
-DEFAULT_MAX_NEW_TOKENS = 32
 APP_MAX_NEW_TOKENS = 512  # the sidebar's bound; the engine accepts up to MAX_NEW_TOKENS_LIMIT
 
 

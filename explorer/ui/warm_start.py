@@ -1,131 +1,59 @@
-"""A warm server: when it starts, the server loads the default model (the sidebar's defaults), takes the device
-figures and runs the warm-up passes in a background thread, so a first visitor's Run pays for none of it; the
-sidebar says what it is doing meanwhile.
+"""A warm server: the device owner loads the default model, takes the device figures and runs the warm-up passes as it
+starts (`Owner.warm_up`), so a first visitor's Run pays for none of it; the sidebar says what it is doing meanwhile,
+from the owner's `/health`.
 
-How it starts: `streamlit run app.py` finds the `st.App` that app.py defines when it is imported (Streamlit's ASGI
-mode, which serves the same routes as its plain mode) and enters its lifespan, `warm_lifespan`, as the server starts,
-before any browser connects. A process that never enters it (an AppTest, an older way of serving) starts warming in
-its first script run instead (`warming_line`). `EXPLORER_WARM=0` switches it off.
-
-The warm-up takes a turn on the device like a run (`explorer.hosting.queue.DeviceQueue`), so it never shares the
-cores with a visitor's timed passes; a Run pressed meanwhile waits for it (`explorer.ui.waiting.wait_for_warming`) and
-finds the model in the session's store: it is loaded once.
+How it starts: `streamlit run app.py` finds the `st.App` that app.py defines when it is imported and enters its
+lifespan, `warm_lifespan`, as the server starts, before any browser connects: that reaches the device link, which
+starts this server's own owner (unless `EXPLORER_DEVICE_URL` names one). `EXPLORER_WARM=0` switches the warm-up off.
+A job sent meanwhile waits in the owner for the warm-up, and its page says so.
 """
 
 from __future__ import annotations
 
-import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 
 import streamlit as st
 
-from explorer.core.engine import Request, check_request
-from explorer.core.errors import BadInput
-from explorer.core.measure import prepare_device
-from explorer.hosting.queue import SERVER_OWNER
-from explorer.hosting.server_session import ServerSession
+from explorer.hosting.client import OwnerGone
 from explorer.hosting.settings import warming_on
-from explorer.hosting.warm import LOG, Say, WarmStatus, Work
-from explorer.ui.shared import hosting_policy, server_session
-from explorer.ui.state import RunInputs
+from explorer.hosting.warm import LOG, WarmStatus
+from explorer.ui.device_link import device_link
 
-POLL_S = 1.0  # how often a sidebar that saw the server warming redraws its line (that fragment only)
-THREAD_NAME = "explorer-warm"
-CONTEXT_LOGGER = "streamlit.runtime.scriptrunner_utils.script_run_context"  # where that warning is logged
-
-
-def warm_target() -> RunInputs:
-    """What a first Run with the sidebar's defaults loads: the default model, device and dtype (the first allowed
-    model where the server's allow-list leaves the default out)."""
-    target = RunInputs()
-    try:
-        policy = hosting_policy()
-    except BadInput:  # a malformed setting: the sidebar says so and runs are refused until it is fixed
-        return target
-    try:
-        return replace(target, model=policy.check_model(target.model))
-    except BadInput:
-        return replace(target, model=policy.allowed_models[0])
-
-
-def warm_work(target: RunInputs, session: ServerSession) -> Work:
-    """The warm-up: in a turn on the device, load `target`'s model into the session's store, tokenize the default
-    prompt, take the device figures (into the session's) and run the warm-up passes that every run's `prepare_device`
-    runs."""
-    queue = session.queue
-
-    def work(say: Say) -> None:
-        ticket = queue.enter("warm-up", SERVER_OWNER)
-        try:
-            say("waiting for the device")
-            queue.wait(ticket, None)
-            say(f"loading the model ({target.model}, device {target.device}, {target.dtype})")
-            lm = session.models.get(target.model, target.device, target.dtype)
-            request = Request(target.prompt, target.max_new_tokens, decode_path=target.decode_path)
-            checked = check_request(lm, request)  # the chat template compiled once here, not in the first run
-
-            def report(fraction: float, what: str) -> None:
-                capturing = "CUDA graph" in what  # the first capture of a shape takes seconds: say so
-                say(
-                    "taking the device figures (microbenchmarks)"
-                    if fraction < 0.8
-                    else "capturing the decode step as a CUDA graph"
-                    if capturing
-                    else "running warm-up passes"
-                )
-
-            # The default request's own shapes: a first Run with the sidebar's defaults finds them warm (and on a
-            # GPU its decode graph captured).
-            prepare_device(lm, session.figures, checked, progress=report)
-        finally:
-            queue.release(ticket)
-
-    return work
-
-
-class _NoContextWarning(logging.Filter):
-    """Outside any script run by design: the server importing app.py (its `st.Page`s, in the main thread) and the
-    warm-up thread reaching the shared `ServerSession` (`explorer.ui.shared`). Streamlit's "missing
-    ScriptRunContext" warning for those two threads says nothing an operator needs; script threads keep it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        quiet = record.threadName in (THREAD_NAME, "MainThread")
-        return not (quiet and "missing ScriptRunContext" in record.getMessage())
-
-
-logging.getLogger(CONTEXT_LOGGER).addFilter(_NoContextWarning())  # once, when app.py imports this module
-
-
-def start_warming(target: RunInputs | None = None) -> bool:
-    """Start the warm-up once per process (unless `EXPLORER_WARM=0`); True if this call started it."""
-    session = server_session()
-    if not warming_on() or session.warmer.status().state != "not started":
-        return False
-    if not LOG.handlers:  # the server log says when warming starts and ends, as Streamlit's own lines do
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
-        LOG.addHandler(handler)
-        LOG.setLevel(logging.INFO)
-        LOG.propagate = False
-    started = session.warmer.start(warm_work(target or warm_target(), session), THREAD_NAME)
-    if started:
-        LOG.info("Warming up: loading the default model and taking the device figures in the background.")
-    return started
+POLL_S = 1.0  # how often a sidebar that saw the device warming redraws its line (that fragment only)
 
 
 @asynccontextmanager
 async def warm_lifespan(_app: object) -> AsyncIterator[None]:
-    """The server's lifespan (`st.App(..., lifespan=warm_lifespan)` in app.py): warming starts as the server does."""
+    """The server's lifespan (`st.App(..., lifespan=warm_lifespan)` in app.py): the device owner starts, and warms
+    up, as the server does."""
     try:
-        start_warming()
-    except Exception as exc:  # noqa: BLE001 - a server that cannot warm up still serves; the first run loads
-        LOG.warning("Warming up at server start could not begin: %s", exc, exc_info=True)
+        device_link()
+    except Exception as exc:  # noqa: BLE001 - a server whose owner cannot start still serves; jobs say why
+        LOG.warning("The device owner could not start with the server: %s", exc, exc_info=True)
     yield
 
 
-def _draw(status: WarmStatus) -> None:
+def owner_status() -> tuple[WarmStatus | None, str]:
+    """The owner's warm state (None when it does not answer), and a line on its restarts ("" if none)."""
+    link = device_link()
+    restarted = ""
+    if link.restarts and link.local is not None and link.local.restarted_unix_s is not None:
+        at = time.strftime("%H:%M:%S", time.localtime(link.local.restarted_unix_s))
+        restarted = f"The device restarted at {at}: a job that was running then must be run again."
+    try:
+        warm = link.client.health(timeout_s=1.0)["warm"]
+    except OwnerGone:
+        return None, restarted or "The device is starting (or restarting): a job sent now waits for it."
+    return WarmStatus(**warm), restarted
+
+
+def _draw(status: WarmStatus | None, restarted: str) -> None:
+    if restarted:
+        st.caption(restarted)
+    if status is None:
+        return
     if status.state == "failed":
         st.warning(status.line())
     elif status.line():
@@ -150,22 +78,21 @@ def _stop_polling() -> None:
 
 
 def _warming_fragment() -> None:
-    status = server_session().warmer.status()
-    _draw(status)
-    if status.ended:
+    status, restarted = owner_status()
+    _draw(status, restarted)
+    if status is not None and status.ended:
         _stop_polling()
 
 
 def warming_line() -> None:
-    """The sidebar's line on the warm-up: while it runs, redrawn every POLL_S by a fragment of its own (nothing else
-    on the page reruns), which stops once warming has ended; then what was done and when. Starts the warm-up if the
-    server's start did not."""
+    """The sidebar's line on the device's warm-up: while it runs (or the owner starts), redrawn every POLL_S by a
+    fragment of its own (nothing else on the page reruns), which stops once warming has ended; then what was done and
+    when. A restart of the owner is said here too."""
     if not warming_on():
         return
-    start_warming()
-    status = server_session().warmer.status()
+    status, restarted = owner_status()
     with st.sidebar:
-        if status.state == "warming":
+        if status is None or status.state in ("warming", "not started"):
             st.fragment(_warming_fragment, run_every=POLL_S)()
         else:
-            _draw(status)
+            _draw(status, restarted)

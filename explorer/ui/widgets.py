@@ -19,7 +19,6 @@ from explorer.core.errors import BadInput, one_line
 from explorer.core.trace import Spread, Trace
 from explorer.core.units import short_time
 from explorer.hosting.settings import HostedPolicy
-from explorer.ui.device_turn import drawing
 from explorer.ui.presenter import PRESENTER_KEY, current_theme, presenter_toggle, presenting  # noqa: F401 - re-exported
 
 LOG = logging.getLogger(__name__)
@@ -155,13 +154,7 @@ def spread_metric(
 
 def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
     """A chart in the session's theme, its one-line caption with where its numbers come from, and downloads of the
-    data behind it (CSV) and of the chart itself (PNG, SVG: the same theme). Built and sent apart from other
-    sessions' timed passes (`drawing`)."""
-    with drawing():
-        _chart(chart_obj, data, name, caption, source)
-
-
-def _chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: str, source: str) -> None:
+    data behind it (CSV) and of the chart itself (PNG, SVG: the same theme)."""
     chart_obj = theme.apply(name_tooltips(chart_obj), current_theme())
     st.altair_chart(chart_obj, width="stretch")
     st.caption(f"{caption} — *{source}*")
@@ -195,13 +188,7 @@ def table(data: pd.DataFrame, caption: str, source: str) -> None:
     first rows, in the large type. Why not the grid for both: it draws its cells on a canvas that no stylesheet
     reaches, so its type stays small on a projector; a static table is HTML, which `PRESENTER_CSS` enlarges. Either
     way its columns get human labels with units and its floats are rounded (`charts.tables.human_table`), and its
-    numbers are grouped in thousands (the grid's own format prints 6696000). Built and sent apart from other
-    sessions' timed passes (`drawing`)."""
-    with drawing():
-        _table(data, caption, source)
-
-
-def _table(data: pd.DataFrame, caption: str, source: str) -> None:
+    numbers are grouped in thousands (the grid's own format prints 6696000)."""
     data = human_table(data)
     if not presenting():
         grouped = {

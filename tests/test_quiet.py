@@ -1,4 +1,4 @@
-"""Timed passes kept apart from drawing (`explorer.hosting.quiet`), what ran beside them (`explorer.hosting.beside`),
+"""Timed passes kept apart from drawing (`explorer.hosting.quiet`), what ran beside them (`explorer.core.beside`),
 and how a disturbed pass is marked: threads and events for the gate, hand-made counters for the arithmetic."""
 
 from __future__ import annotations

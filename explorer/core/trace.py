@@ -63,7 +63,7 @@ class PassRecord:
     experts_touched: tuple[int, ...] = ()
     experts_chosen: tuple[tuple[int, ...], ...] = ()
     # measured on a shared server: the CPU seconds other work used while this pass was timed (the server's other
-    # threads, other processes: explorer.hosting.beside); None where nobody measured it (the CLI, older traces)
+    # threads, other processes: explorer.core.beside); None where nobody measured it (the CLI, older traces)
     beside_cpu_s: float | None = None
 
     @property

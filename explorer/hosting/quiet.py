@@ -3,7 +3,7 @@ a chart that starts meanwhile waits for the pass; each timed pass comes back wit
 
 Why: a session's turn on the device ends with its passes (`explorer.hosting.queue`), so the next session's passes
 run while the last one's page is drawn, and every session is a thread of one Python process. The gate narrows that
-overlap to what it cannot reach (a page's other work, a browser on the same machine), and `explorer.hosting.beside`
+overlap to what it cannot reach (a page's other work, a browser on the same machine), and `explorer.core.beside`
 measures what is left, so that a page can mark a pass that was disturbed instead of showing its time as clean.
 Both waits are bounded: a pass never waits more than `wait_for_drawing_s` for charts, nor more than DRAWING_WAIT_SHARE
 of the last timed section's length, and not at all on a crowded device (`crowded`: turns in line, or a room sharing
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from explorer.hosting.beside import Beside, CpuSnapshot, beside, snapshot
+from explorer.core.beside import Beside, CpuSnapshot, beside, snapshot
 
 WAIT_FOR_DRAWING_S = 0.25  # a chart is built and sent in 10-200 ms here: a pass waits for those in flight, no longer
 DRAWING_WAITS_AT_MOST_S = 2.0  # a pass takes 0.05-1 s here, a run lets charts in between its passes

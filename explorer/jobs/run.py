@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from explorer.core.attention import capture_attention
+from explorer.core.beside import BesideWatch
 from explorer.core.attention_maps import maps_to_wire
 from explorer.core.engine import OnPass, check_request, generate
 from explorer.core.errors import ExplorerError
@@ -44,10 +45,20 @@ def run_job(job: Job) -> dict[str, Any]:
         def see(record: PassRecord) -> None:
             job.send("pass", asdict(record))
 
-        on_pass = OnPass(see=see, make_way=turn.make_way, tally=lambda r: turn.ran(1, r.wall_s))
+        watch = BesideWatch()
+
+        def tally(record: PassRecord) -> None:
+            watch.lap()
+            turn.ran(1, record.wall_s)
+
+        def make_way() -> None:
+            turn.make_way()
+            watch.restart()  # the passes let through ran in their own turn, not beside this run's
+
+        on_pass = OnPass(see=see, make_way=make_way, tally=tally)
         trace = generate(lm, checked, profile, on_pass, warmed_up=True, shapes_warmed=True)
         turn.ran(0, 0.0)
-    trace = keep_figures_honest(trace, job.owner.figures)
+    trace = keep_figures_honest(trace, job.owner.figures).with_beside_cpu(watch.laps)
     job.send("trace", trace.to_dict())
     if not job.body.get("capture"):
         return {}

@@ -1,10 +1,10 @@
 """What other work ran beside a timed pass: the CPU seconds this process's other threads and other processes used
 meanwhile, read from Linux's /proc (nothing is claimed where it cannot be read).
 
-Why both: every browser session of a server is a thread of one Python process, so another session drawing its page
-competes with a pass for the cores and for the interpreter's lock (a pass's Python dispatch needs it between kernels);
-a browser or another program on the same machine competes for the cores. The pass's own threads (the one that runs
-it and torch's worker threads, which are not Python threads) are not counted.
+Why both: the device owner's other threads (its HTTP loop, the jobs waiting in line) compete with a pass for the
+cores and for the interpreter's lock (a pass's Python dispatch needs it between kernels); the web tier, a browser or
+another program on the same machine competes for the cores. The pass's own threads (the one that runs it and torch's
+worker threads, which are not Python threads) are not counted.
 
 Precision: a thread's CPU time comes from `/proc/self/task/TID/schedstat` in nanoseconds; the machine's busy time
 from `/proc/stat` in clock ticks (10 ms), so other processes are counted only beyond `TICK_ALLOWANCE_S`.
@@ -79,3 +79,22 @@ def beside(before: CpuSnapshot, after: CpuSnapshot) -> Beside:
         machine = after.machine_busy_s - before.machine_busy_s
         processes = max(0.0, machine - (after.process_s - before.process_s) - TICK_ALLOWANCE_S)
     return Beside(threads, processes)
+
+
+class BesideWatch:
+    """Other work's CPU during each pass of one job, measured from the job's own thread: `lap()` after each pass gives
+    what ran beside it since the last lap (or `restart()`: after the job made way for others, whose passes are not
+    "beside" this one's)."""
+
+    def __init__(self) -> None:
+        self.laps: list[float] = []
+        self._started = snapshot()
+
+    def restart(self) -> None:
+        self._started = snapshot()
+
+    def lap(self) -> float:
+        now = snapshot()
+        self.laps.append(beside(self._started, now).cpu_s)
+        self._started = now
+        return self.laps[-1]

@@ -8,8 +8,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from explorer.core.attention import capture_attention
-from explorer.core.beside import BesideWatch
 from explorer.core.attention_maps import maps_to_wire
+from explorer.core.beside import BesideWatch
 from explorer.core.engine import OnPass, check_request, generate
 from explorer.core.errors import ExplorerError
 from explorer.core.figure_correction import keep_figures_honest, recost

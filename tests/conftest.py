@@ -25,7 +25,7 @@ from explorer.core.trace import DeviceProfile  # noqa: E402
 from explorer.hosting.client import DeviceLink  # noqa: E402
 from explorer.models.loading import load_model  # noqa: E402
 from explorer.ui.device_link import device_link  # noqa: E402
-from explorer.ui.shared import server_session  # noqa: E402
+from explorer.ui.shared import read_once  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -107,15 +107,6 @@ def figures() -> FiguresStore:
 
 
 @pytest.fixture(autouse=True)
-def fresh_server_session() -> Iterator[None]:
-    """Every test starts the app (AppTest) on a new ServerSession: no model, turn, warm-up or figures that another
-    test left behind, whatever the order or the worker."""
-    server_session.clear()
-    yield
-    server_session.clear()
-
-
-@pytest.fixture(autouse=True)
 def fresh_device_owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[LazyOwners]:
     """Every test that sends a job to the device gets a device owner of its own, in a thread of this process (started
     on the first job): no model, turn or stepped request another test left behind."""
@@ -123,8 +114,10 @@ def fresh_device_owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[LazyOwners]:
     monkeypatch.delenv("EXPLORER_DEVICE_URL", raising=False)
     monkeypatch.setattr(DeviceLink, "from_env", owners.link)
     device_link.clear()
+    read_once.clear()
     yield owners
     device_link.clear()
+    read_once.clear()
     owners.stop()
 
 

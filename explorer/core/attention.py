@@ -23,7 +23,7 @@ from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import MIB, mebibytes
 
 CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # a hosted demo can lower the per-run cap
-Section = Callable[[], AbstractContextManager[object]]  # what wraps each replay pass (a server's `PassGate.drawing`)
+Section = Callable[[], AbstractContextManager[object]]  # what wraps each replay pass (nothing, unless a caller needs it)
 
 
 def default_cap_bytes() -> int:
@@ -96,8 +96,7 @@ class AttentionReplay:
 
     It has its own cache, and runs on the model's eager twin (`EagerTwin`), so neither the timed request's cache nor
     the shared model is ever touched: it needs no turn on the device. The capture of a finished run and the step mode
-    (one pass per click) both feed it, each of its passes inside a `section` (a server's `PassGate.drawing`: another
-    session's timed pass waits for the one replay pass in flight, never for the whole replay).
+    (one pass per click) both feed it, each of its passes inside a `section` (none by default).
     """
 
     def __init__(self, lm: LoadedModel, layers: list[int]) -> None:

@@ -19,7 +19,7 @@ from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
 from explorer.ui.admission import count_run
 from explorer.ui.runner import execute_run
-from explorer.ui.shared import hosting_policy, server_session
+from explorer.ui.shared import hosting_policy, read_once
 from explorer.ui.slo_state import slo_inputs
 from explorer.ui.state import (
     APP_MAX_NEW_TOKENS,
@@ -128,7 +128,7 @@ def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
 def embedded_chunk_counter() -> tokens.ChunkCounter:
     """One per server (the `ServerSession`'s): read-only, and the counter serializes its own calls."""
     with st.spinner("Loading the embedded tokenizer…"):
-        counter = server_session().read_once.get(
+        counter = read_once().get(
             "embedded chunk counter", lambda: tokens.load_chunk_counter("embedded")
         )
     return counter  # type: ignore[return-value]

@@ -13,7 +13,7 @@ from explorer.core.errors import BadInput, ExplorerError
 from explorer.recording.checks import read_recording
 from explorer.recording.pdx import SUFFIX, Recording, RecordingMeta, bundled, recording_bytes
 from explorer.ui.admission import count_run
-from explorer.ui.shared import server_session
+from explorer.ui.shared import read_once
 from explorer.ui.state import (
     RECORDING_LINKED,
     RECORDING_LINKED_PAIR,
@@ -43,7 +43,7 @@ def bundled_recording(path: Path) -> Recording:
     """A bundled file, read and checked once per server (and again if it changes on disk)."""
     stat = path.stat()
     key = ("recording", path, stat.st_size, stat.st_mtime_ns)
-    opened = server_session().read_once.get(key, lambda: read_checked(path))
+    opened = read_once().get(key, lambda: read_checked(path))
     if isinstance(opened, str):
         raise BadInput(opened)
     return opened  # type: ignore[return-value]

@@ -39,5 +39,5 @@ class ReadOnce(Generic[T]):
 
 @st.cache_resource(show_spinner=False)
 def read_once() -> ReadOnce[object]:
-    """The web process's one store of values read once, shared by every session. Tests clear it (`read_once.clear()`)."""
+    """The web process's one store of values read once, for every session. Tests clear it (`read_once.clear()`)."""
     return ReadOnce()

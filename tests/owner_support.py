@@ -11,7 +11,7 @@ import uvicorn
 
 from explorer.hosting.client import DeviceLink, OwnerClient, free_port
 from explorer.hosting.owner import Owner, create_app
-from explorer.hosting.settings import HostedPolicy
+from explorer.hosting.settings import HostedPolicy, warming_on
 
 
 class OwnerInThread:
@@ -50,6 +50,8 @@ class LazyOwners:
 
     def link(self, env: object = None) -> DeviceLink:
         owner = OwnerInThread()
+        if warming_on():  # as `explorer.hosting.owner.serve` does (the tests switch it off, tests/conftest.py)
+            owner.owner.warm_up()
         self.started.append(owner)
         return owner.link()
 

@@ -1,25 +1,26 @@
-"""The warm server (explorer/hosting/warm.py, explorer/ui/warm_start.py): warming runs once, in the background, in a
-turn on the device; a failure is one line; a Run after it loads nothing again. On the tiny random model: the warm target
-is pointed at it, so nothing here loads the real one."""
+"""The warm device (explorer/hosting/warm.py, `Owner.warm_up`, explorer/ui/warm_start.py): warming runs once, in the
+background, in a turn on the device; a failure is one line; a Run after it loads nothing again. On the tiny random
+model: the warm target is pointed at it, so nothing here loads the real one."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from dataclasses import replace
+import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from explorer.core.errors import BadInput
-from explorer.hosting import server_session as hosting_session
-from explorer.hosting.server_session import ServerSession
+from explorer.core.request import Request
+from explorer.hosting import owner as owner_module
+from explorer.hosting.owner import Owner
 from explorer.hosting.settings import WARM_ENV, warming_on
 from explorer.hosting.warm import Warmer, WarmStatus
-from explorer.ui import warm_start as ui_warm
-from explorer.ui.shared import server_session
-from explorer.ui.state import RUN, RunInputs
+from explorer.ui.device_link import device_link
+from explorer.ui.state import RUN
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
+from tests.owner_support import OwnerInThread
 
 WAIT_S = 60.0
 
@@ -73,93 +74,90 @@ def test_a_failed_warm_up_is_one_line_and_ends() -> None:
 
 # --- warming on the tiny model ----------------------------------------------------------------------------------------
 @pytest.fixture
-def tiny_target(tiny_llama_dir: Path) -> RunInputs:
-    return replace(RunInputs(), model=str(tiny_llama_dir))
+def tiny_target(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The owner's warm-up pointed at the tiny model, and every model load counted."""
+    monkeypatch.setattr(Owner, "warm_target", lambda _owner: str(tiny_llama_dir))
+    return str(tiny_llama_dir)
 
 
-def test_warming_loads_the_target_once_in_a_turn_on_the_device(tiny_target: RunInputs) -> None:
-    session = ServerSession()
-    store, queue, warmer = session.models, session.queue, session.warmer
-    visitor = queue.enter("run", "visitor")  # a run on the device before warming: warming waits its turn
-    assert queue.wait(visitor, 0)
-    warmer.start(ui_warm.warm_work(tiny_target, session))
-    threading.Event().wait(0.3)
-    assert warmer.status().doing == "waiting for the device" and not store.models
-    queue.release(visitor)
-    assert warmer.wait(WAIT_S) and warmer.status().state == "warm", warmer.status()
-    assert list(store.models) == [(tiny_target.model, "auto", "float32")]
-    assert [(t.what, t.ended) for t in queue.turns] == [("run", "released"), ("warm-up", "released")]
-
-
-def test_a_run_entering_during_warming_gets_the_device_after_it_and_the_loaded_model(
-    tiny_target: RunInputs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    loads: list[str] = []
-    real_load = hosting_session.load_model
-
-    def counted(name: str, *args: object, **kwargs: object) -> object:
-        loads.append(name)
-        threading.Event().wait(0.5)  # a slow load: the run arrives while it is under way
-        return real_load(name, *args, **kwargs)
-
-    monkeypatch.setattr(hosting_session, "load_model", counted)
-    session = ServerSession()
-    store, queue, warmer = session.models, session.queue, session.warmer
-    warmer.start(ui_warm.warm_work(tiny_target, session))
-    threading.Event().wait(0.1)
-    run = queue.enter("run", "visitor")
-    assert not queue.wait(run, 0.1)  # warming holds the device
-    assert queue.wait(run, WAIT_S)
-    assert warmer.status().state == "warm"  # the run's turn comes only once warming has ended
-    store.get(tiny_target.model, tiny_target.device, tiny_target.dtype)
-    queue.release(run)
-    assert loads == [tiny_target.model]  # loaded once, by warming
-
-
-# --- in the app -------------------------------------------------------------------------------------------------------
 @pytest.fixture
-def warming_app(tiny_target: RunInputs, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunInputs]:
-    """Warming switched on for this test, pointed at the tiny model (each test has a fresh ServerSession: conftest)."""
-    monkeypatch.setenv(WARM_ENV, "1")
-    monkeypatch.setattr(ui_warm, "warm_target", lambda: tiny_target)
-    yield tiny_target
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    counted: list[str] = []
+    real_load = owner_module.load_model
 
-
-def test_the_sidebar_says_the_server_is_warming_then_warm_and_a_run_loads_nothing_again(
-    warming_app: RunInputs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    loads: list[str] = []
-    real_load = hosting_session.load_model
-
-    def counted(name: str, *args: object, **kwargs: object) -> object:
-        loads.append(name)
+    def load(name: str, *args: object, **kwargs: object) -> object:
+        counted.append(name)
         return real_load(name, *args, **kwargs)
 
-    monkeypatch.setattr(hosting_session, "load_model", counted)
-    at = new_app()  # no server lifespan in AppTest: the first script run starts warming
-    assert server_session().warmer.status().state in ("warming", "warm")
-    assert server_session().warmer.wait(WAIT_S)
+    monkeypatch.setattr(owner_module, "load_model", load)
+    return counted
+
+
+def test_warming_loads_the_target_once_in_a_turn_on_the_device(tiny_target: str, loads: list[str]) -> None:
+    owner = Owner()
+    owner.warm_up()
+    owner.warm_up()  # a second start does nothing
+    assert owner.warmer.wait(WAIT_S) and owner.warmer.status().state == "warm"
+    assert loads == [tiny_target]
+    assert [t.what for t in owner.queue.turns] == ["warm-up"]
+    assert owner.figures.kept("cpu", "float32") is not None  # the device figures were taken
+
+
+def test_a_run_sent_during_warming_waits_for_it_and_loads_nothing_again(tiny_target: str, loads: list[str]) -> None:
+    test_owner = OwnerInThread()
+    try:
+        test_owner.owner.warm_up()
+        request = asdict(Request("Hello there", max_new_tokens=3, use_chat_template=False))
+        events = list(test_owner.client().job("run", {"model": tiny_target, "request": request}))
+        assert events[-1].name == "done", events[-1]
+        assert [t.what for t in test_owner.owner.queue.turns] == ["warm-up", "run"]  # after it, never beside it
+        assert loads == [tiny_target]
+    finally:
+        test_owner.stop()
+
+
+@pytest.fixture
+def warming_app(tiny_target: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Warming switched on for this test, pointed at the tiny model (each test has a fresh owner: conftest)."""
+    monkeypatch.setenv(WARM_ENV, "1")
+    return tiny_target
+
+
+def wait_warm(timeout_s: float = WAIT_S) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        warm = device_link().client.health()["warm"]
+        if warm["state"] in ("warm", "failed") or time.monotonic() > deadline:
+            return warm
+        time.sleep(0.1)
+
+
+def test_the_sidebar_says_the_device_is_warming_then_warm_and_a_run_loads_nothing_again(
+    warming_app: str, loads: list[str]
+) -> None:
+    at = new_app()  # the first script run reaches the device link, whose owner starts warming
+    assert wait_warm()["state"] == "warm"
     at.run()
     captions = [c.value for c in at.sidebar.caption]
     assert any(c.startswith("Server warm: model loaded and device figures taken at") for c in captions), captions
-    at.sidebar.text_input(key="sidebar-model").input(warming_app.model)
+    at.sidebar.text_input(key="sidebar-model").input(warming_app)
     at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(4)
     at.sidebar.button(key="sidebar-run").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert at.session_state[RUN].trace.model.name
-    assert loads == [warming_app.model]  # warming loaded it; the run found it in the store
+    assert loads == [warming_app]  # warming loaded it; the run found it in the owner's store
 
 
 def test_a_warming_failure_is_one_line_in_the_sidebar_and_runs_still_work(
-    warming_app: RunInputs, monkeypatch: pytest.MonkeyPatch, tiny_llama_dir: Path
+    warming_app: str, monkeypatch: pytest.MonkeyPatch, tiny_llama_dir: Path
 ) -> None:
-    monkeypatch.setattr(ui_warm, "warm_target", lambda: replace(warming_app, model=str(tiny_llama_dir / "missing")))
+    monkeypatch.setattr(Owner, "warm_target", lambda _owner: str(tiny_llama_dir / "missing"))
     at = new_app()
-    assert server_session().warmer.wait(WAIT_S)
+    assert wait_warm()["state"] == "failed"
     at.run()
     warnings = [w.value for w in at.sidebar.warning]
     assert len(warnings) == 1 and warnings[0].startswith("Warming up at server start failed:"), warnings
-    at.sidebar.text_input(key="sidebar-model").input(warming_app.model)
+    at.sidebar.text_input(key="sidebar-model").input(warming_app)
     at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(4)
     at.sidebar.button(key="sidebar-run").click().run()
     assert not at.exception and not at.error
@@ -168,5 +166,6 @@ def test_a_warming_failure_is_one_line_in_the_sidebar_and_runs_still_work(
 
 def test_warming_stays_off_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(WARM_ENV, "0")
-    assert not ui_warm.start_warming()
-    assert server_session().warmer.status().state == "not started"
+    at = new_app()
+    assert device_link().client.health()["warm"]["state"] == "not started"
+    assert not any("warm" in c.value.lower() for c in at.sidebar.caption)

@@ -106,19 +106,30 @@ def figures() -> FiguresStore:
     return FiguresStore()
 
 
-@pytest.fixture(autouse=True)
-def fresh_device_owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[LazyOwners]:
-    """Every test that sends a job to the device gets a device owner of its own, in a thread of this process (started
-    on the first job): no model, turn or stepped request another test left behind."""
+@pytest.fixture(scope="session", autouse=True)
+def device_owners_in_threads() -> Iterator[LazyOwners]:
+    """Every device link the app makes in this process reaches an owner in a thread of its own (tests/owner_support.py),
+    not a child process: the same protocol, the test's patches in force, nothing left running after the session."""
     owners = LazyOwners()
-    monkeypatch.delenv("EXPLORER_DEVICE_URL", raising=False)
-    monkeypatch.setattr(DeviceLink, "from_env", owners.link)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("EXPLORER_DEVICE_URL", raising=False)
+        patch.setattr(DeviceLink, "from_env", owners.link)
+        yield owners
+    owners.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_device_owner(device_owners_in_threads: LazyOwners) -> Iterator[LazyOwners]:
+    """Every test that sends a job to the device gets a device owner of its own, started on its first job: no model,
+    turn or stepped request another test left behind."""
+    owners = device_owners_in_threads
+    before = len(owners.started)
     device_link.clear()
     read_once.clear()
     yield owners
     device_link.clear()
     read_once.clear()
-    owners.stop()
+    owners.stop_since(before)
 
 
 @pytest.fixture(scope="session")

@@ -42,11 +42,21 @@ class OwnerInThread:
 
 
 class LazyOwners:
-    """What the autouse fixture patches in for `DeviceLink.from_env`: an owner started on the first ask, each test its
-    own (stopped at the test's end)."""
+    """What the session's autouse fixture patches in for `DeviceLink.from_env`: an owner started on the first ask, in
+    a thread; each test's own are stopped at its end (`stop_since`), a module fixture's at the session's end."""
 
     def __init__(self) -> None:
         self.started: list[OwnerInThread] = []
+
+    @property
+    def latest(self) -> Owner:
+        """The owner the test's app reached last (a test's own, once it sent a job)."""
+        return self.started[-1].owner
+
+    def stop_since(self, count: int) -> None:
+        for owner in self.started[count:]:
+            owner.stop()
+        del self.started[count:]
 
     def link(self, env: object = None) -> DeviceLink:
         owner = OwnerInThread()

@@ -138,6 +138,13 @@ class LocalOwner:
                     self.restarted_unix_s = time.time()
                     self._start()
 
+    def answering(self) -> bool:
+        try:
+            self.client.health(timeout_s=1.0)
+            return True
+        except OwnerGone:
+            return False
+
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
         while True:

@@ -29,6 +29,7 @@ QUEUED_KEY = "device-queued"  # a one-pass job's queued line and its button: con
 QUEUED_ICON = "⏳"  # never the ⚠ that marks a disturbed pass: waiting in line disturbs no pass's timing
 
 OnEvent = Callable[[Any], None]
+STARTING = "Starting the device owner (the process that runs the model)…"
 
 
 @st.cache_resource(show_spinner=False)
@@ -61,6 +62,9 @@ class JobStream:
     def _read(self, link: DeviceLink, kind: str, body: dict[str, Any]) -> None:
         stream = link.client.job(kind, body)
         try:
+            if link.local is not None and not link.local.answering():
+                self.events.put(Event("progress", {"fraction": 0.0, "text": STARTING}))
+                link.local.wait_ready()
             for event in stream:
                 if event.name == self.keep_after:
                     self.kept = True

@@ -1,32 +1,32 @@
-"""A capture is never lost to a click (issue 42 §3): a page link's click during the attention replay stops the script
-(Streamlit's stop exception) at its next draw, the replay spinner's end, and again at every session-state access after
-it. Maps already made are kept and taken in by the next script run; a replay stopped sooner leaves the run marked cut
-short (never "capturing"), the Tour's slide 2 says so and how to get the maps, and the Attention page replays it."""
+"""A capture is never lost to a click (issue 42 §3): a page link's click during a Run stops the script (Streamlit's
+stop exception) at its next draw. After the trace arrived, the owner's replay still comes home (the job's reader thread
+keeps its maps for the next script run); before it, the job is dropped. A run whose maps never came is marked cut short
+(never "capturing"), the Tour's slide 2 says so and how to get the maps, and the Attention page replays it."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from unittest import mock
 
 import pytest
 import streamlit as st
-from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 from explorer.core.attention import capture_attention
-from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
+from explorer.core.request import Request
 from explorer.core.trace import Trace
+from explorer.hosting.settings import ATTENTION_CAP_ENV
 from explorer.teach import tour
 from explorer.ui import attention_view, runner
 from explorer.ui import state as ui_state
+from explorer.ui.device_link import JobStream, device_link
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
-
-CLICK = StopException()  # what a page link's click raised in the script at its next draw (seen in a browser)
+from tests.owner_support import LazyOwners
 
 
 @pytest.fixture
@@ -46,17 +46,18 @@ def inputs_of(folder: Path) -> ui_state.RunInputs:
     return ui_state.RunInputs(model=str(folder), device="cpu")
 
 
-@contextmanager
-def click_at_the_spinners_end() -> Iterator[None]:
-    """The replay's spinner, clicked away from: Streamlit raises at its end, the first draw after the maps are made."""
+def run_body(folder: Path, max_new_tokens: int = 4) -> dict[str, object]:
+    request = Request("a click away", max_new_tokens=max_new_tokens, use_chat_template=False, stop_at_eos=False)
+    return {"model": str(folder), "device": "cpu", "request": asdict(request), "capture": True}
 
-    @contextmanager
-    def spinner(_text: str) -> Iterator[None]:
-        yield
-        raise CLICK
 
-    with mock.patch.object(runner.st, "spinner", spinner):
-        yield
+def until(stream: JobStream, name: str) -> dict[str, object]:
+    """Read the job's events as the page does, up to `name`'s."""
+    for event in stream:
+        assert event.name != "error", event.data
+        if event.name == name:
+            return event.data
+    raise AssertionError(f"the job ended before its {name!r} event")
 
 
 def test_a_run_owes_its_capture_until_the_replay_ends_and_never_says_capturing(
@@ -71,39 +72,55 @@ def test_a_run_owes_its_capture_until_the_replay_ends_and_never_says_capturing(
     assert ui_state.history()[-1].capture_owed is None  # an earlier run is never replayed: its maps are dropped
 
 
-def test_a_click_at_the_replays_end_keeps_the_maps_it_made(
-    tiny_lm: LoadedModel, trace: Trace, tiny_llama_dir: Path, bare_session: None
-) -> None:
+def test_a_click_after_the_trace_keeps_the_maps_the_owner_makes(tiny_llama_dir: Path, bare_session: None) -> None:
+    """The page's script stops after the trace arrived (a click): the job is not dropped, and its maps come home to
+    the run's `OwedCapture` through the reader's thread, with no Streamlit call."""
+    stream = JobStream(device_link(), "run", run_body(tiny_llama_dir), keep_after="trace")
+    trace = Trace.from_dict(until(stream, "trace"))
     owed = ui_state.remember(trace, "a click away", inputs_of(tiny_llama_dir))
-    with click_at_the_spinners_end(), pytest.raises(StopException):
-        runner.attach_attention(tiny_lm, owed)
-    # The stopped script stored nothing in the session (every access raises once stopped): the next one takes them in.
-    assert st.session_state[ui_state.RUN] is owed and owed.capture_owed is not None
-    assert not owed.capture_owed.replaying and owed.capture_owed.wait(0)  # a page waiting for it is woken
+    assert owed.capture_owed is not None
+    owed.capture_owed.start()
+    stream.cancel(runner.owed_end(owed.capture_owed))  # what `on_owner`'s `finally` does when the script stops
+    assert owed.capture_owed.wait(60)  # a page waiting for it is woken
     kept = ui_state.current_run()
     assert kept is not None and kept.attention is not None and kept.attention.same_tokens_as(trace)
     assert kept.attention_note == "" and not kept.capture_cut_short and kept.capture_owed is None
     assert st.session_state[ui_state.RUN] == kept  # taken in once
 
 
-def test_a_click_before_the_maps_marks_it_cut_short_and_a_replay_gets_them(
-    trace: Trace, tiny_lm: LoadedModel, tiny_llama_dir: Path, bare_session: None
+def test_a_click_before_the_trace_drops_the_job_at_its_next_pass(
+    tiny_llama_dir: Path, fresh_device_owner: LazyOwners, bare_session: None
 ) -> None:
-    owed = ui_state.remember(trace, "a click away", inputs_of(tiny_llama_dir))
-    with mock.patch.object(runner, "capture_attention", side_effect=CLICK), pytest.raises(StopException):
-        runner.attach_attention(tiny_lm, owed)
-    cut = ui_state.current_run()
-    assert cut is not None and cut.capture_cut_short and cut.attention_note == ui_state.CAPTURE_CUT_SHORT
-    again = runner.capture_again(cut)  # the trace's own tokens, replayed untimed on the run's model
+    """Stopped before its trace (a click, a closed tab): the job's stream is closed and the owner drops the Run at its
+    next pass boundary: its turn ends, and nothing comes back."""
+    stream = JobStream(device_link(), "run", run_body(tiny_llama_dir, max_new_tokens=64), keep_after="trace")
+    until(stream, "pass")
+    stream.cancel()
+    owner = fresh_device_owner.latest
+    deadline = time.monotonic() + 30
+    while not any(t.what == "run" for t in owner.queue.turns) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run = [t for t in owner.queue.turns if t.what == "run"]
+    assert run and run[0].passes < 64  # dropped mid-way, not run to its end
+
+
+def test_a_click_before_the_maps_marks_it_cut_short_and_a_replay_gets_them(
+    trace: Trace, tiny_llama_dir: Path, bare_session: None
+) -> None:
+    cut = ui_state.remember(trace, "a click away", inputs_of(tiny_llama_dir))  # its replay never came home
+    assert cut.capture_cut_short and cut.attention_note == ui_state.CAPTURE_CUT_SHORT
+    again = runner.capture_again(cut)  # the trace's own tokens, replayed untimed by the owner on the run's model
     assert again is not None and again.attention is not None and again.attention.same_tokens_as(trace)
     assert not again.capture_cut_short and ui_state.current_run() == again
 
 
 def test_a_failed_replay_says_why_and_is_not_replayed_again(
-    tiny_lm: LoadedModel, trace: Trace, tiny_llama_dir: Path, bare_session: None
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, bare_session: None
 ) -> None:
-    owed = ui_state.remember(trace, "a click away", inputs_of(tiny_llama_dir))
-    failed = runner.attach_attention(tiny_lm, owed, cap_bytes=1)  # over the memory cap
+    monkeypatch.setenv(ATTENTION_CAP_ENV, "0.000001")  # the owner's memory cap for the maps: nothing fits
+    inputs = replace(inputs_of(tiny_llama_dir), prompt="a click away", max_new_tokens=4, use_chat_template=False)
+    failed = runner.execute_run(inputs)
+    assert failed is not None and failed.attention is None
     assert "cap" in failed.attention_note and not failed.capture_cut_short
     assert ui_state.current_run() == failed
 

@@ -9,17 +9,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
 import pytest
-from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 from streamlit.testing.v1 import AppTest
 
 from explorer.core import engine
 from explorer.core.errors import BadInput
-from explorer.hosting.queue import DeviceQueue, QueueStatus, read_turn_log, wait_sentence, work_ahead
-from explorer.hosting.server_session import ModelStore, ServerSession
+from explorer.hosting.owner import TICK_S, Job, Owner
+from explorer.hosting.queue import DeviceQueue, QueueStatus, Ticket, read_turn_log, wait_sentence, work_ahead
 from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
@@ -28,10 +26,10 @@ from explorer.hosting.settings import (
     LabSize,
 )
 from explorer.models.loading import load_model
-from explorer.ui import device_turn as ui_queue
 from explorer.ui import state as ui_state
-from explorer.ui.shared import server_session
+from explorer.ui.device_link import device_link
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
+from tests.owner_support import LazyOwners
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 180
@@ -344,63 +342,6 @@ def test_a_place_in_line_whose_thread_is_gone_is_dropped() -> None:
     assert queue.wait(nxt, 5) and queue.turns[-1].ended == "owner gone"
 
 
-# --- a turn in a script run that Streamlit stops or reruns (a double click, a closed tab) ---------------------------
-@pytest.fixture
-def script_queue(monkeypatch: pytest.MonkeyPatch) -> DeviceQueue:
-    """`device_turn` as in a script run of one session, on a fresh queue."""
-    queue = DeviceQueue()
-    monkeypatch.setattr(ui_queue, "server_session", lambda: ServerSession(queue=queue))
-    monkeypatch.setattr(ui_queue, "get_script_run_ctx", lambda **_: SimpleNamespace(session_id="visitor"))
-    return queue
-
-
-@pytest.mark.parametrize("control", [RerunException(None), StopException()], ids=["rerun", "stop"])
-def test_a_rerun_or_stop_inside_the_turn_gives_it_back_at_once(script_queue: DeviceQueue, control: Exception) -> None:
-    def script() -> None:
-        with ui_queue.device_turn("step"):
-            raise control  # a click or a closed tab, noticed at a draw during the pass
-
-    with pytest.raises(type(control)):
-        script()
-    other = script_queue.enter("run", owner="another session")
-    assert script_queue.wait(other, 0)
-
-
-@pytest.mark.parametrize("control", [RerunException(None), StopException()], ids=["rerun", "stop"])
-def test_a_rerun_or_stop_after_the_turn_gives_it_back_when_the_script_ends(
-    script_queue: DeviceQueue, control: Exception, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class SessionState(dict):  # type: ignore[type-arg]
-        def __setitem__(self, key: str, value: object) -> None:
-            raise control  # Streamlit checks for a click or a closed tab on every session-state write, as on a draw
-
-    monkeypatch.setattr(ui_queue, "st", SimpleNamespace(session_state=SessionState()))
-
-    def script() -> None:
-        with ui_queue.device_turn("step"):
-            pass  # the pass ran
-        raise control  # the first draw after it
-
-    in_a_thread(lambda: pytest.raises(type(control), script))
-    other = script_queue.enter("run", owner="another session")
-    assert script_queue.wait(other, 5)
-
-
-def test_a_turn_is_given_back_when_its_work_ends_before_the_page_draws(script_queue: DeviceQueue) -> None:
-    with ui_queue.device_turn("step", passes=1) as turn:
-        turn.ran(1, 0.05, 0.12)  # the first click's pass; its page draws next
-    other = script_queue.enter("run", owner="another session")
-    assert script_queue.wait(other, 0)  # no turn is kept while a page draws
-    script_queue.release(other)
-    with ui_queue.device_turn("step", passes=1) as turn:  # a double click's second pass
-        assert script_queue.holds(turn.ticket)
-    assert [(t.what, t.passes, t.ended) for t in script_queue.turns] == [
-        ("step", 1, "released"),
-        ("run", 0, "released"),
-        ("step", 0, "released"),
-    ]
-
-
 def test_the_turn_log_has_one_line_per_turn(tmp_path: Path) -> None:
     log = tmp_path / "turns.jsonl"
     queue = DeviceQueue(log_path=log)
@@ -467,19 +408,19 @@ class Calls:
         self.tokenized: list[int] = []
 
     def patches(self) -> contextlib.ExitStack:
-        store_get = ModelStore.get
+        owner_load = Owner.load
         real_tokenize = engine.tokenize
 
-        def get(store: object, *args: object, **kwargs: object) -> object:
+        def get(owner: Owner, *args: object, **kwargs: object) -> object:
             self.loads += 1
-            return store_get(store, *args, **kwargs)
+            return owner_load(owner, *args, **kwargs)
 
         def tokenize(lm: object, prompt: str, use_chat_template: bool) -> list[int]:
             self.tokenized.append(len(prompt))
             return real_tokenize(lm, prompt, use_chat_template)
 
         stack = contextlib.ExitStack()
-        stack.enter_context(mock.patch.object(ModelStore, "get", get))
+        stack.enter_context(mock.patch.object(Owner, "load", get))
         stack.enter_context(mock.patch.object(engine, "tokenize", tokenize))
         return stack
 
@@ -538,10 +479,11 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 
 
 @contextlib.contextmanager
-def device_held_elsewhere(leap_s: float = 0.0) -> Iterator[DeviceQueue]:
-    """Another session holds the device for the whole block; with `leap_s`, every look at the queue's clock finds
-    that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
-    queue = server_session().queue
+def device_held_elsewhere(owners: LazyOwners, leap_s: float = 0.0) -> Iterator[DeviceQueue]:
+    """Another session holds the device owner's device for the whole block; with `leap_s`, every look at the queue's
+    clock finds that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
+    device_link()  # the test's owner, started now
+    queue = owners.latest.queue
     if leap_s:
         queue.clock = LeapingClock(queue.clock(), leap_s)
     other = queue.enter("run", owner="other session")
@@ -552,10 +494,10 @@ def device_held_elsewhere(leap_s: float = 0.0) -> Iterator[DeviceQueue]:
         queue.release(other)
 
 
-def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere(leap_s=ui_queue.POLL_S) as queue:
+    with device_held_elsewhere(fresh_device_owner, leap_s=TICK_S) as queue:
         press_run(at, prompt="Hi.", max_new_tokens=1)
     errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
@@ -563,30 +505,45 @@ def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch) -
     assert queue.turns[-1].ended == "released" and queue.turns[-2].ended == "cancelled"
 
 
-def test_a_lab_passes_the_device_to_a_waiting_session_make_way() -> None:
-    queue = DeviceQueue()
-    turn = ui_queue.DeviceTurn(queue, queue.enter("lab"))
+def test_a_lab_makes_way_for_every_job_waiting_and_a_run_for_one_pass_jobs_only() -> None:
+    """`Turn.make_way`: a lab between two units lets every waiting job go first and waits at the back; a Run between
+    two passes lets only the one-pass jobs (Next token, Prefill) go first and resumes ahead of the rest."""
+    owner = Owner()
     order: list[str] = []
 
-    def visitor() -> None:
-        ticket = queue.enter("run")
-        assert queue.wait(ticket, 30)
-        order.append("visitor")
-        queue.release(ticket)
+    def waiting(what: str, passes: int | None) -> threading.Thread:
+        def visitor() -> None:
+            ticket = owner.queue.enter(what, owner=what, passes=passes)
+            assert owner.queue.wait(ticket, 30)
+            order.append(what)
+            owner.queue.release(ticket)
 
-    thread = threading.Thread(target=visitor)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while queue.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    turn.pass_on()  # between two units: the visitor goes first, then the lab has the device again
-    order.append("lab")
-    thread.join(10)
-    assert order == ["visitor", "lab"] and queue.holds(turn.ticket)
-    before = turn.ticket
-    turn.pass_on()  # nobody waiting: the lab keeps its turn
-    assert turn.ticket == before
-    queue.release(turn.ticket)
+        thread = threading.Thread(target=visitor)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while owner.queue.status(Ticket(0, "")).ahead < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return thread
+
+    job = Job(owner, "lab", {})
+    with job.turn("lab") as turn:
+        visitor = waiting("run", passes=8)
+        turn.make_way(everyone=True)  # between two units: the Run goes first, then the lab has the device again
+        order.append("lab")
+        visitor.join(10)
+        assert order == ["run", "lab"] and owner.queue.holds(turn.ticket)
+        before = turn.ticket
+        turn.make_way(everyone=True)  # nobody waiting: the lab keeps its turn
+        assert turn.ticket == before
+    order.clear()
+    run = Job(owner, "run", {})
+    with run.turn("run", passes=8, makes_way=True) as turn:
+        other_run, step = waiting("another run", passes=8), waiting("step", passes=1)
+        turn.make_way()  # between two passes: the step goes first, the other Run waits for this one's end
+        order.append("run")
+    for thread in (other_run, step):
+        thread.join(10)
+    assert order == ["step", "run", "another run"]
 
 
 @pytest.mark.usefixtures("hosted_env")
@@ -613,10 +570,12 @@ def test_hosted_visitors_cannot_switch_device_or_dtype(monkeypatch: pytest.Monke
     assert len(at.sidebar.selectbox(key="sidebar-dtype").options) > 1
 
 
-def test_remeasuring_while_the_wait_is_too_long_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remeasuring_while_the_wait_is_too_long_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere(leap_s=ui_queue.POLL_S):
+    with device_held_elsewhere(fresh_device_owner, leap_s=TICK_S):
         next(b for b in at.sidebar.button if b.label == "Re-measure device figures").click().run()
     assert not at.exception
     errors = shown_errors(at)

@@ -124,23 +124,28 @@ class Turn:
         self.job.owner.queue.record_work(self.ticket, passes, pass_s, now - self._since_s)
         self._since_s = now
 
-    def make_way(self) -> None:
-        """Between two passes: the one-pass jobs waiting (other sessions' Next tokens and Prefills) go first, then
-        this turn resumes ahead of the rest of the line. The caller has paused its request's clock. A client that left
-        stops its work here."""
+    def make_way(self, everyone: bool = False) -> None:
+        """Between two passes (or a lab's two units): the one-pass jobs waiting (other sessions' Next tokens and
+        Prefills) go first, then this turn resumes ahead of the rest of the line; with `everyone`, every job waiting
+        goes first and this one waits at the back (a lab: another session waits for one of its units, not all). The
+        caller has paused its request's clock. A client that left stops its work here."""
         self.job.check()
         line = self.job.owner.queue
         self.ran(0, 0.0)
-        resumed = line.make_way(self.ticket)
+        if everyone:
+            if line.waiting == 0:
+                return
+            line.release(self.ticket, "made way")
+            resumed: Ticket | None = line.enter(self.ticket.what, self.ticket.owner, self.ticket.passes)
+        else:
+            resumed = line.make_way(self.ticket)
         if resumed is None:
             return
         self.ticket = resumed
-        self.job.note(
-            "Paused between two passes: another session's one-pass turn goes first (this run's clock is paused)."
-        )
+        self.job.note("Paused: another session's job goes first (this one's clock is paused).")
         while not line.wait(resumed, TICK_S):
             if not line.status(resumed).in_line:
-                raise BadInput("This run lost its place on the device while it let another session through.")
+                raise BadInput("This job lost its place on the device while it let another session through.")
             self.job.check()
         self.job.note("")
         self._since_s = time.perf_counter()

@@ -25,6 +25,7 @@ from explorer.core.trace import DeviceProfile  # noqa: E402
 from explorer.hosting.client import DeviceLink  # noqa: E402
 from explorer.models.loading import load_model  # noqa: E402
 from explorer.ui.device_link import device_link  # noqa: E402
+from explorer.ui.room_view import room_store  # noqa: E402
 from explorer.ui.shared import server_session  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
@@ -111,8 +112,10 @@ def fresh_server_session() -> Iterator[None]:
     """Every test starts the app (AppTest) on a new ServerSession: no model, turn, warm-up or figures that another
     test left behind, whatever the order or the worker."""
     server_session.clear()
+    room_store.clear()  # the web tier's rooms: none left by another test
     yield
     server_session.clear()
+    room_store.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """What the sessions of one server process share: its one device and everything that lives as long as the process
 (the loaded models, the queue for the device, the gate between timed passes and drawing, the warm-up, the device
-figures, the live stepped requests, the Room's rooms, read-only caches). One object, created once per server
+figures, the live stepped requests, read-only caches). One object, created once per server
 (`explorer.ui.shared.server_session`) and fresh in every test, so nothing a run leaves behind lives in a module. Pure
 Python, no Streamlit."""
 
@@ -18,7 +18,6 @@ from explorer.hosting.pass_priority import PassPriority
 from explorer.hosting.pass_threads import PassThreads
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import SHARED_WITHIN_S, PassGate
-from explorer.hosting.rooms import RoomStore
 from explorer.hosting.step_mode_requests import LiveSteps
 from explorer.hosting.warm import Warmer
 from explorer.models.loading import Progress, load_model
@@ -77,7 +76,6 @@ class ServerSession:
     threads: PassThreads = field(default_factory=PassThreads)  # a turn's torch threads, fitted to the free cores
     priority: PassPriority = field(default_factory=PassPriority)  # a turn's thread ahead of other work for the CPU
     steps: LiveSteps = field(default_factory=LiveSteps)  # every session's live stepped request, weakly held
-    rooms: RoomStore = field(default_factory=RoomStore)  # the Room page's rooms, their rounds and results
     read_once: ReadOnce[object] = field(default_factory=ReadOnce)  # tokenizers and bundled files, read once
 
     def __post_init__(self) -> None:

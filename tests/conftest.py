@@ -25,7 +25,6 @@ from explorer.core.trace import DeviceProfile  # noqa: E402
 from explorer.hosting.client import DeviceLink  # noqa: E402
 from explorer.models.loading import load_model  # noqa: E402
 from explorer.ui.device_link import device_link  # noqa: E402
-from explorer.ui.room_view import room_store  # noqa: E402
 from explorer.ui.shared import server_session  # noqa: E402
 from tests.browser_support import (  # noqa: E402
     CHROMIUM,
@@ -112,10 +111,8 @@ def fresh_server_session() -> Iterator[None]:
     """Every test starts the app (AppTest) on a new ServerSession: no model, turn, warm-up or figures that another
     test left behind, whatever the order or the worker."""
     server_session.clear()
-    room_store.clear()  # the web tier's rooms: none left by another test
     yield
     server_session.clear()
-    room_store.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -147,6 +144,17 @@ def real_lm() -> LoadedModel:
 def shape_lm() -> LoadedModel:
     """SmolLM2-135M's shape (`shape:smollm2-135m`): random weights, float32 on the CPU, built once (seconds)."""
     return load_model("shape:smollm2-135m", device="cpu", dtype="float32")
+
+
+@pytest.fixture(autouse=True)
+def fresh_room_store() -> Iterator[None]:
+    """Every test starts with no rooms: the Room's store is the web process's own (`room_view.room_store`), shared by
+    its sessions, so one test's rooms, members and results must not reach the next."""
+    from explorer.ui.room_view import room_store
+
+    room_store.clear()
+    yield
+    room_store.clear()
 
 
 # --- one app server and one browser for every browser test -----------------------------------------------------------

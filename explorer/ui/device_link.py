@@ -61,6 +61,8 @@ class JobStream:
     def _read(self, link: DeviceLink, kind: str, body: dict[str, Any]) -> None:
         stream = link.client.job(kind, body)
         try:
+            if link.local is not None:
+                link.local.ready()  # the app's own owner, just started (or restarted), listens before the job goes
             for event in stream:
                 if event.name == self.keep_after:
                     self.kept = True

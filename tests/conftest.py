@@ -150,6 +150,17 @@ def shape_lm() -> LoadedModel:
     return load_model("shape:smollm2-135m", device="cpu", dtype="float32")
 
 
+@pytest.fixture(autouse=True)
+def fresh_room_store() -> Iterator[None]:
+    """Every test starts with no rooms: the Room's store is the web process's own (`room_view.room_store`), shared by
+    its sessions, so one test's rooms, members and results must not reach the next."""
+    from explorer.ui.room_view import room_store
+
+    room_store.clear()
+    yield
+    room_store.clear()
+
+
 # --- one app server and one browser for every browser test -----------------------------------------------------------
 @pytest.fixture(scope="session")
 def server_figures_file(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -5,6 +5,7 @@ only their own text, and the Room's chart builders draw what the round recorded.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +13,10 @@ from explorer.charts import room as charts
 from explorer.core.engine import tokenize
 from explorer.core.errors import BadInput
 from explorer.core.loaded_model import LoadedModel
-from explorer.labs.room import RoundAsk, RoundPrompt, run_round
-from explorer.labs.room_records import RoomRound
+from explorer.hosting.settings import HostedPolicy
+from explorer.labs.room import run_round
+from explorer.labs.room_records import RoomRound, RoundAsk, RoundPrompt
+from tests.owner_support import OwnerInThread
 from tests.test_engine import hf_greedy_tokens
 
 TINY_PROMPTS = ("hello there", "a much longer prompt about the sea and the ships upon it", "x")
@@ -86,6 +89,46 @@ def test_a_prompt_over_the_token_cap_is_left_out_with_one_line(tiny_lm: LoadedMo
     assert left is not None and "over this server's 40" in left.reason and long_prompt not in left.reason
     with pytest.raises(BadInput, match="No prompt of round 1 can be served"):
         run_round(tiny_lm, ask_for((long_prompt,), 2, max_prompt_tokens=40))
+
+
+def round_on_owner(owner: OwnerInThread, model: str, ask: RoundAsk) -> tuple[list[str], dict[str, object]]:
+    """The "room" job as the Room page sends it: the events' names, and the last event's data."""
+    body = {"model": model, "device": "cpu", "dtype": "float32", "round": ask.to_dict()}
+    events = list(owner.client().job("room", body))
+    return [e.name for e in events], events[-1].data
+
+
+def test_a_round_on_the_device_owner_comes_back_as_the_record_the_page_keeps(tiny_llama_dir: Path) -> None:
+    owner = OwnerInThread()
+    try:
+        ask = ask_for(TINY_PROMPTS, TINY_NEW_TOKENS)
+        assert RoundAsk.from_dict(json.loads(json.dumps(ask.to_dict()))) == ask  # the body survives the wire
+        names, done = round_on_owner(owner, str(tiny_llama_dir), ask)
+        assert names[-1] == "done" and "progress" in names, names
+        served = RoomRound.from_dict(done)  # type: ignore[arg-type]
+        assert [lane.participant for lane in served.lanes] == [1, 2, 3] and served.all_same_tokens
+        assert [lane.prompt_text for lane in served.lanes] == list(TINY_PROMPTS)
+        assert all(lane.new_tokens == TINY_NEW_TOKENS for lane in served.lanes)
+        room_turns = [t for t in owner.owner.queue.turns if t.what == "room"]
+        assert len(room_turns) == 1 and room_turns[0].passes >= len(served.steps)  # one turn, its passes logged
+    finally:
+        owner.stop()
+
+
+def test_the_owner_holds_a_round_to_its_own_room_size_and_caps_before_anything_runs(tiny_llama_dir: Path) -> None:
+    policy = HostedPolicy.from_env({"EXPLORER_HOSTED": "1", "EXPLORER_MAX_ROOM_SIZE": "2"})
+    owner = OwnerInThread(policy)
+    try:
+        names, refused = round_on_owner(owner, str(tiny_llama_dir), ask_for(TINY_PROMPTS, 2))
+        assert names[-1] == "error" and "this device serves at most 2" in str(refused["message"])
+        too_many = (policy.max_new_tokens or 0) + 1
+        names, refused = round_on_owner(owner, str(tiny_llama_dir), ask_for(TINY_PROMPTS[:2], too_many))
+        assert names[-1] == "error" and "new tokens per answer" in str(refused["message"])
+        assert not owner.owner.queue.turns and not owner.owner.models  # refused before any turn or load
+        names, refused = round_on_owner(owner, str(tiny_llama_dir), ask_for((), 2))
+        assert names[-1] == "error" and "no prompts" in str(refused["message"])
+    finally:
+        owner.stop()
 
 
 def test_the_builders_draw_a_lane_per_person_with_the_viewers_own_first(tiny_round: RoomRound) -> None:

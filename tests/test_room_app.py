@@ -9,11 +9,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from explorer.core.units import short_time
-from explorer.hosting.rooms import OPEN
 from explorer.labs.room_records import RoomRound
+from explorer.labs.room_store import OPEN
 from explorer.ui import state as ui_state
-from explorer.ui.shared import server_session
+from explorer.ui.room_view import room_store
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
+from tests.owner_support import LazyOwners
 
 PAGE = "pages/room.py"
 PROMPTS = {1: "Presenter here: name one tree.", 2: "Second person: name one river.", 3: "Third person: one bird?"}
@@ -62,7 +63,9 @@ def page_text(at: AppTest) -> str:
     return "\n".join(str(p) for p in parts)
 
 
-def test_three_sessions_in_one_room_each_see_their_own_request_in_the_shared_schedule(tiny_llama_dir: Path) -> None:
+def test_three_sessions_in_one_room_each_see_their_own_request_in_the_shared_schedule(
+    tiny_llama_dir: Path, fresh_device_owner: LazyOwners
+) -> None:
     presenter, code = open_room(tiny_llama_dir)
     people = {1: presenter, 2: room_page(new_app(), code), 3: room_page(new_app(), code)}
     for number, at in people.items():
@@ -73,8 +76,10 @@ def test_three_sessions_in_one_room_each_see_their_own_request_in_the_shared_sch
     presenter.button(key="room-start").click().run()
     assert_no_error(presenter)
 
-    finished = server_session().rooms.view(code, "an observer").finished
+    finished = room_store().view(code, "an observer").finished
     assert len(finished) == 1 and isinstance(finished[0].result, RoomRound)
+    (owner,) = fresh_device_owner.started  # the round ran as one job on the device owner, in one turn
+    assert [t.what for t in owner.owner.queue.turns] == ["room"] and not owner.owner.steps
     served = finished[0].result
     assert [lane.participant for lane in served.lanes] == [1, 2, 3] and served.all_same_tokens
     del people[1]  # the presenter leaves: the finished round stays for everyone else
@@ -115,7 +120,7 @@ def test_bad_room_input_is_one_line_and_nothing_is_kept(monkeypatch: pytest.Monk
     assert_no_error(submit(presenter, "first in"))
     full = errors(submit(guest, "one too many"))
     assert len(full) == 1 and "Round 1 is full (1 prompts, this server's most)" in full[0]
-    store = server_session().rooms
+    store = room_store()
     assert store.view(code, "an observer").current.size == 1
     store.start_round(code, presenter.session_state[ui_state.ROOM_MEMBER])  # as the presenter's Start would
     late = errors(submit(guest, "too late"))
@@ -134,7 +139,7 @@ def test_a_round_that_cannot_run_is_one_line_and_reopens_with_its_prompts(tmp_pa
     presenter.button(key="room-start").click().run()
     shown = errors(presenter)
     assert len(shown) == 1, shown
-    current = server_session().rooms.view(code, "an observer").current
+    current = room_store().view(code, "an observer").current
     assert current.state == OPEN and current.prompt_of(1) == "hello" and "did not finish" in current.note
 
 
@@ -159,7 +164,7 @@ def test_a_reload_finds_the_same_member_by_the_link_and_the_room_counts_people_n
     assert param(guest, "room") == code and token == guest.session_state[ui_state.ROOM_MEMBER]
     assert "You are participant 2" in page_text(guest)
     assert_no_error(submit(guest, "Mine: name one lake."))
-    store = server_session().rooms
+    store = room_store()
     for _ in range(2):  # a reload, then a second tab of the same link
         again = reopened(code, token)
         assert_no_error(again)
@@ -179,4 +184,4 @@ def test_an_unknown_member_token_is_refused_in_one_line_and_the_visitor_joins_as
         fresh = param(visitor, "me")
         assert fresh not in (token, other_token) and param(visitor, "room") == code
         assert_no_error(visitor.run())  # its next run is on its own new link: no line again
-    assert server_session().rooms.status(code).members == 3  # type: ignore[union-attr]
+    assert room_store().status(code).members == 3  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""The room-size model and the waits set against the work ahead (`explorer.hosting.room_size`), on hand-made turn logs
+"""The room-size model and the waits set against the work ahead (`explorer.labs.room_size`), on hand-made turn logs
 whose answers are worked out by hand."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.hosting.queue import TurnRecord
-from explorer.hosting.room_size import ClickCost, model_table, waits_against_work_ahead
+from explorer.labs.room_size import ClickCost, model_table, waits_against_work_ahead
 
 
 def turn(

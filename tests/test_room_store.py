@@ -3,6 +3,8 @@ expiry on an injected clock, people who leave, and many sessions at once."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +14,8 @@ import pytest
 
 from explorer.core.errors import BadInput
 from explorer.core.trace import JsonRecord
-from explorer.hosting.rooms import (
+from explorer.hosting.settings import HostedPolicy
+from explorer.labs.room_store import (
     CODE_PATTERN,
     DONE,
     IDLE_S,
@@ -24,7 +27,6 @@ from explorer.hosting.rooms import (
     NotAMember,
     RoomStore,
 )
-from explorer.hosting.settings import HostedPolicy
 
 
 class Clock:
@@ -303,3 +305,15 @@ def test_the_round_size_cap_is_a_hosted_setting() -> None:
     assert HostedPolicy.from_env({}).max_room_size is None  # locally: the store's own limit
     with pytest.raises(BadInput, match="EXPLORER_MAX_ROOM_SIZE must be a whole number"):
         HostedPolicy.from_env({"EXPLORER_HOSTED": "1", "EXPLORER_MAX_ROOM_SIZE": "many"})
+
+
+def test_the_rooms_web_tier_modules_import_no_torch() -> None:
+    """The store, the round's records and asks, the room-size model and the Room's charts are what a web process
+    holds and draws; the engine that serves a round lives on the device owner (`explorer.jobs.room`)."""
+    code = (
+        "import sys\n"
+        "import explorer.labs.room_store, explorer.labs.room_records, explorer.labs.room_size, explorer.charts.room\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch or transformers imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

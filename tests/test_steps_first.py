@@ -17,7 +17,7 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.hosting.queue import DeviceQueue
 from explorer.hosting.quiet import PassGate, TimedRun
-from explorer.hosting.room_size import waits_against_work_ahead
+from explorer.labs.room_size import waits_against_work_ahead
 from explorer.ui import runner
 from explorer.ui.device_turn import DeviceTurn, RunOnTurn
 from tests.test_hosted import FakeClock  # the queue's hand-made clock

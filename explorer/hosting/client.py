@@ -110,11 +110,13 @@ class LocalOwner:
         self.restarts = 0
         self.restarted_unix_s: float | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self.listening = False  # this process of the owner has answered once (`ready`); False again after a restart
         self._lock = threading.Lock()
         self._start()
         threading.Thread(target=self._watch, name="owner-watch", daemon=True).start()
 
     def _start(self) -> None:
+        self.listening = False
         env = {**self.env, TOKEN_ENV: self.token}
         env.pop(URL_ENV, None)
         command = [
@@ -138,13 +140,6 @@ class LocalOwner:
                     self.restarted_unix_s = time.time()
                     self._start()
 
-    def answering(self) -> bool:
-        try:
-            self.client.health(timeout_s=1.0)
-            return True
-        except OwnerGone:
-            return False
-
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -155,6 +150,13 @@ class LocalOwner:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def ready(self) -> None:
+        """Before a job: a freshly started owner is still importing torch and binding its port, and a job sent then
+        would be refused at connect (read as "the device restarted"); wait for it once per process of the owner."""
+        if not self.listening:
+            self.wait_ready()
+            self.listening = True
 
     def stop(self) -> None:
         with self._lock:

@@ -44,7 +44,7 @@ MAX_LAB_S_ENV = "EXPLORER_MAX_LAB_S"
 ATTENTION_CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # the same variable explorer.core.attention reads outside hosted mode
 RUNS_PER_MINUTE_ENV = "EXPLORER_RUNS_PER_MINUTE"
 MAX_WAIT_ENV = "EXPLORER_MAX_WAIT_S"
-MAX_ROOM_SIZE_ENV = "EXPLORER_MAX_ROOM_SIZE"  # prompts in one round of a Room (explorer/hosting/rooms.py)
+MAX_ROOM_SIZE_ENV = "EXPLORER_MAX_ROOM_SIZE"  # prompts in one round of a Room (explorer/labs/room_store.py)
 # On a hosted server, one visitor switching device or dtype would load a second copy of the model and evict the one
 # everyone else is using: both stay at the server's defaults unless the operator sets this to 1.
 ALLOW_DEVICE_CHOICE_ENV = "EXPLORER_ALLOW_DEVICE_CHOICE"
@@ -129,7 +129,7 @@ class HostedPolicy:
     runs_per_minute: int | None = None  # per browser session: every run, lab and re-measure takes the device
     max_wait_s: float | None = None  # how long a run may wait for the device before it is refused
     device_choice: bool = True  # visitors may pick device and dtype; a hosted server pins them unless allowed
-    max_room_size: int | None = None  # prompts in one Room round; None: the store's own limit (rooms.MAX_ROUND_SIZE)
+    max_room_size: int | None = None  # prompts in one Room round; None: the store's own (room_store.MAX_ROUND_SIZE)
     turn_log: Path | None = None
 
     @classmethod

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from explorer.jobs import run
+from explorer.jobs import room, run
 
 if TYPE_CHECKING:
     from explorer.hosting.owner import Job
@@ -16,4 +16,5 @@ JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "run": run.run_job,
     "capture": run.capture_job,
     "figures": run.figures_job,
+    "room": room.room_job,
 }

@@ -14,7 +14,6 @@ here passes it on. Progress reports only move the bar.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import transformers
@@ -24,7 +23,7 @@ from explorer.core.engine import tokenize, warm_up
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loaded_model import LoadedModel
-from explorer.labs.room_records import Lane, LeftOut, RoomRound, participant_of, request_id
+from explorer.labs.room_records import Lane, LeftOut, RoomRound, RoundAsk, participant_of, request_id
 from explorer.labs.schedule import engine
 from explorer.labs.schedule.records import RequestRecord, StepRecord
 from explorer.labs.schedule.run import load_average
@@ -34,26 +33,6 @@ TOKEN_BUDGET = 256  # tokens one step may compute: a hosted prompt (256 tokens a
 BLOCK_SIZE = 16  # tokens per KV block, the Scheduling lab's default
 MIN_BLOCKS = 16
 STOP_AT_EOS = True  # answers end where the model ends them: people leave the batch, and the batch shrinks
-
-
-@dataclass(frozen=True)
-class RoundPrompt:
-    """One person's prompt as the round takes it."""
-
-    participant: int
-    text: str
-
-
-@dataclass(frozen=True)
-class RoundAsk:
-    """What the presenter's start hands the run."""
-
-    code: str
-    number: int
-    prompts: tuple[RoundPrompt, ...]
-    max_new_tokens: int
-    chat_template: bool = True
-    max_prompt_tokens: int | None = None  # a hosted server's cap, chat template included
 
 
 def plan(lm: LoadedModel, ask: RoundAsk) -> tuple[tuple[PlannedRequest, ...], tuple[LeftOut, ...]]:

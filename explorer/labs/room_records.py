@@ -11,11 +11,53 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from explorer.core.errors import BadInput
 from explorer.core.stats import ItlPercentiles, percentile
 from explorer.core.trace import JsonRecord
 from explorer.core.units import short_time
 from explorer.labs.schedule.records import StepRecord, known
 from explorer.labs.schedule.workload import EngineSettings
+
+
+@dataclass(frozen=True)
+class RoundPrompt:
+    """One person's prompt as the round takes it."""
+
+    participant: int
+    text: str
+
+
+@dataclass(frozen=True)
+class RoundAsk:
+    """What the presenter's start hands the run: the body of the device owner's "room" job, as JSON both ways (here,
+    torch-free, because the web tier that sends it never imports the engine)."""
+
+    code: str
+    number: int
+    prompts: tuple[RoundPrompt, ...]
+    max_new_tokens: int
+    chat_template: bool = True
+    max_prompt_tokens: int | None = None  # a hosted server's cap, chat template included
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoundAsk:
+        """Back from `to_dict`; a body that is not one (a missing field, a prompt that is not text) is one line."""
+        try:
+            prompts = tuple(RoundPrompt(int(p["participant"]), str(p["text"])) for p in data["prompts"])
+            cap = data.get("max_prompt_tokens")
+            return cls(
+                code=str(data["code"]),
+                number=int(data["number"]),
+                prompts=prompts,
+                max_new_tokens=int(data["max_new_tokens"]),
+                chat_template=bool(data.get("chat_template", True)),
+                max_prompt_tokens=None if cap is None else int(cap),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadInput(f"A room round's ask is not one the device owner can read ({exc!r}): nothing ran.") from exc
 
 
 def request_id(participant: int) -> str:

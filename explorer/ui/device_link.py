@@ -62,9 +62,9 @@ class JobStream:
     def _read(self, link: DeviceLink, kind: str, body: dict[str, Any]) -> None:
         stream = link.client.job(kind, body)
         try:
-            if link.local is not None and not link.local.answering():
+            if link.local is not None and not link.local.listening:  # just started (or restarted): wait for it
                 self.events.put(Event("progress", {"fraction": 0.0, "text": STARTING}))
-                link.local.wait_ready()
+                link.local.ready()
             for event in stream:
                 if event.name == self.keep_after:
                     self.kept = True

@@ -1,7 +1,7 @@
 """The Room page's sections: opening or joining a room by its code (`?room=CODE`), your prompt for the open round, the
-presenter's start (the round on the device, in one turn), a live line that redraws the page when a round ends, and
-each finished round as you may see it: your request inside the shared steps, a lane per person, the tokens of each
-step and the step time against the batch size.
+presenter's start (the round as one job on the device owner, in one turn), a live line that redraws the page when a
+round ends, and each finished round as you may see it: your request inside the shared steps, a lane per person, the
+tokens of each step and the step time against the batch size.
 
 Privacy: a prompt is its author's. Everyone sees their own request whole and the others as anonymous lanes
 ("participant 3") with times and counts only, in charts, tables and downloads alike. The presenter's screen is the
@@ -17,13 +17,11 @@ import streamlit as st
 from explorer.charts import room as charts
 from explorer.core.errors import BadInput
 from explorer.core.units import short_time
-from explorer.hosting.rooms import RUNNING, NotAMember, RoomStore, RoomView, Round
-from explorer.labs.room import RoundAsk, RoundPrompt, run_round
-from explorer.labs.room_records import RoomRound
-from explorer.ui.admission import Admitted, DeviceAsk, on_device
-from explorer.ui.shared import hosting_policy, server_session
+from explorer.labs.room_records import RoomRound, RoundAsk, RoundPrompt
+from explorer.labs.room_store import RUNNING, NotAMember, RoomStore, RoomView, Round
+from explorer.ui.admission import DeviceAsk, ask_owner
+from explorer.ui.shared import hosting_policy
 from explorer.ui.state import ROOM_CODE, ROOM_MEMBER, last_inputs
-from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import chart, metrics, show_error, table
 
 ROOM_PARAM = "room"  # ?room=CODE: the link participants open
@@ -45,8 +43,12 @@ def member() -> str | None:
     return ROOM_MEMBER.get()
 
 
-def rooms() -> RoomStore:
-    return server_session().rooms
+@st.cache_resource(show_spinner=False)
+def room_store() -> RoomStore:
+    """This web process's rooms, shared by all its sessions (each session's script runs in a thread of its own):
+    web-tier state, which the device owner never holds; it serves one round at a time, as a job. Tests clear it
+    (`room_store.clear()`) to start from no rooms."""
+    return RoomStore()
 
 
 def enter(view: RoomView) -> None:
@@ -80,7 +82,7 @@ def current_room() -> RoomView | None:
     try:
         view = rejoin(code, token) if token else None
         if view is None:
-            view = rooms().join(code)
+            view = room_store().join(code)
     except BadInput as exc:
         show_error(str(exc))
         leave()
@@ -92,7 +94,7 @@ def current_room() -> RoomView | None:
 def rejoin(code: str, token: str) -> RoomView | None:
     """The token's member, or None after one line when the room does not know it (the caller joins someone new)."""
     try:
-        return rooms().rejoin(code, token)
+        return room_store().rejoin(code, token)
     except NotAMember as exc:
         show_error(str(exc))
         return None
@@ -110,9 +112,9 @@ def open_or_join() -> None:
         joined = st.form_submit_button("Join", key="room-join-submit")
     try:
         if opened:
-            enter(rooms().open_room())
+            enter(room_store().open_room())
         elif joined:
-            enter(rooms().join(code))
+            enter(room_store().join(code))
         else:
             return
     except BadInput as exc:
@@ -181,7 +183,7 @@ def submit(view: RoomView, text: str) -> None:
     try:
         policy = hosting_policy()
         policy.check_prompt_chars(text)  # before anything keeps it
-        rooms().submit(view.code, view.member, text, policy.max_room_size)
+        room_store().submit(view.code, view.member, text, policy.max_room_size)
     except BadInput as exc:
         show_error(str(exc))
         return
@@ -211,7 +213,7 @@ def presenter_panel(view: RoomView) -> RoomView:
         return view
     start_round(view, int(new_tokens))
     try:
-        return rooms().rejoin(view.code, view.member)
+        return room_store().rejoin(view.code, view.member)
     except BadInput:  # closed meanwhile: the page's next run says so
         return view
 
@@ -219,7 +221,7 @@ def presenter_panel(view: RoomView) -> RoomView:
 def start_round(view: RoomView, new_tokens: int) -> None:
     """The round on the device: fixed now, served in one turn, kept in the room; reopened (its prompts kept) if it
     was refused, failed or cut off, so the presenter can start it again."""
-    store = rooms()
+    store = room_store()
     try:
         policy = hosting_policy()
         if policy.max_new_tokens is not None and new_tokens > policy.max_new_tokens:
@@ -233,8 +235,9 @@ def start_round(view: RoomView, new_tokens: int) -> None:
     ask = RoundAsk(view.code, started.number, prompts, new_tokens, inputs.use_chat_template, policy.max_prompt_tokens)
     result: RoomRound | None = None
     try:
-        result = on_device(DeviceAsk("room", f"Round {started.number}", inputs), lambda admitted: serve(admitted, ask))
-    finally:  # also on a click or a closed tab mid-round: the round must not stay "running"
+        done = ask_owner(DeviceAsk("room", f"Round {started.number}", inputs), "room", {"round": ask.to_dict()})
+        result = None if done is None else RoomRound.from_dict(done)
+    finally:  # also on a click or a closed tab mid-round (the owner drops the job): the round must not stay "running"
         if result is None:
             store.reopen_round(view.code, started.number, f"Round {started.number} did not finish: start it again.")
         else:
@@ -243,17 +246,12 @@ def start_round(view: RoomView, new_tokens: int) -> None:
         st.rerun()  # every section again, from the round's record
 
 
-def serve(admitted: Admitted, ask: RoundAsk) -> RoomRound:
-    with progress_bar(f"Round {ask.number}: {len(ask.prompts)} prompts together, then each alone…") as report:
-        return run_round(admitted.model, ask, report)
-
-
 @st.fragment(run_every=POLL_S)
 def watch(code: str, rounds_version: int) -> None:
     """A live line about the open round; the whole page redraws when a round starts, ends or reopens (or the room
     closes). Only this line redraws between those: cheap for a room of thirty, and nothing heavy draws while a
     round's steps are timed."""
-    status = rooms().status(code)
+    status = room_store().status(code)
     if status is None or status.rounds_version != rounds_version:
         st.rerun()
     current = status.current

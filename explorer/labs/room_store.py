@@ -1,6 +1,7 @@
 """The Room's store: rooms a presenter opens under a short code, the people who join by its link, each round's prompts
 (one per person) and each finished round's result, until the room has been idle for 30 minutes. Pure Python,
-thread-safe and torch-free: one store per server, owned by its `ServerSession`; the clock is injected for tests.
+thread-safe and torch-free: web-tier state, one store per web process (`explorer.ui.room_view.room_store`), which
+the device owner never sees; the clock is injected for tests.
 
 Who is who: a member is a person, not a tab. Joining mints an unguessable member token (`secrets.token_urlsafe`) kept
 beside the person's number in the room (in the order they joined, 1 for whoever opened it: the presenter). The page

@@ -1,12 +1,11 @@
 """How far one server goes: a room's wait for a Next token against its size, modelled from the turn log, for this
 machine and for a GPU box, and each logged wait set against the work that was ahead of it.
 
-The model: a Next-token click holds the device for one turn of `held_s` (its pass and the record; a warm twin only for
-one person alone, `PassGate.crowded`), and turns are first come, first served. When a whole room presses → together,
-the k-th in line waits for the k - 1 turns before it: the longest wait is (N - 1) x held_s, the average (N - 1) / 2 x
-held_s, and a room stays within a wait W up to 1 + W / held_s people. Drawing the pages holds no turn. On a GPU box
-the forwards take the GPU's time per pass and the rest of a turn (sampling, the record, the gate: Python on the CPU)
-what it took here. Pure Python, no torch.
+The model: a Next-token click holds the device for one turn of `held_s` (its pass and the record; a warm twin where
+one ran), and turns are first come, first served. When a whole room presses → together, the k-th in line waits for the
+k - 1 turns before it: the longest wait is (N - 1) x held_s, the average (N - 1) / 2 x held_s, and a room stays within
+a wait W up to 1 + W / held_s people. Drawing the pages holds no turn. On a GPU box the forwards take the GPU's time per
+pass and the rest of a turn (sampling, the record: Python on the CPU) what it took here. Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ class ClickCost:
 
     @property
     def overhead_s(self) -> float:
-        """The turn outside its forwards: sampling, the record, the cost model, the gate (Python on the CPU)."""
+        """The turn outside its forwards: sampling, the record, the cost model (Python on the CPU)."""
         return max(0.0, self.held_s - self.forward_s)
 
     @classmethod

@@ -23,7 +23,7 @@ from explorer.core.trace import ModelInfo, Trace
 from explorer.core.units import MIB, mebibytes
 
 CAP_ENV = "EXPLORER_ATTENTION_CAP_MIB"  # a hosted demo can lower the per-run cap
-Section = Callable[[], AbstractContextManager[object]]  # what wraps each replay pass (nothing, unless a caller needs it)
+Section = Callable[[], AbstractContextManager[object]]  # what wraps each replay pass (nothing by default)
 
 
 def default_cap_bytes() -> int:

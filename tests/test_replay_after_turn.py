@@ -18,10 +18,11 @@ from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.hosting.queue import DeviceQueue
+from explorer.jobs import run as run_job
 from explorer.labs.step_mode import SteppedRequest
 from explorer.ui import runner, step_mode
-from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
+from tests.owner_support import LazyOwners
 from tests.test_hosted import press_run
 from tests.test_step_mode import prefill_on_the_step_page
 
@@ -113,13 +114,13 @@ def device_free(queue: DeviceQueue) -> bool:
         queue.release(probe)
 
 
-def watch_device_during(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[bool]:
-    """Whether the device was free each time `owner.name` (the replay) ran."""
+def watch_device_during(monkeypatch: pytest.MonkeyPatch, owners: LazyOwners, owner: object, name: str) -> list[bool]:
+    """Whether the owner's device was free each time `owner.name` (the replay) ran."""
     free: list[bool] = []
     real: Callable[..., object] = getattr(owner, name)
 
     def watched(*args: object, **kwargs: object) -> object:
-        free.append(device_free(server_session().queue))
+        free.append(device_free(owners.latest.queue))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(owner, name, watched)
@@ -138,10 +139,12 @@ def test_a_step_clicks_attention_row_is_replayed_after_its_turn(
     assert free[:2] == [True, True]  # the Prefill's and the Next token's replays ran with the device free
 
 
-def test_a_runs_attention_is_replayed_after_its_turn(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    free = watch_device_during(monkeypatch, runner, "capture_attention")
+def test_a_runs_attention_is_replayed_after_its_turn(
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+) -> None:
+    free = watch_device_during(monkeypatch, fresh_device_owner, run_job, "capture_attention")
     at = new_app().run()
     press_run(at, "hi there", model=str(tiny_llama_dir), max_new_tokens=3)
     assert not at.error, [e.value for e in at.error]
-    assert free == [True]  # the replay ran once, with the device free
+    assert free == [True]  # the owner's replay ran once, with the device free
     assert at.session_state[runner.RUN].attention is not None

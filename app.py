@@ -34,7 +34,6 @@ pages = {
 }
 if __name__ != "__main__":  # `streamlit run app.py` imports this file once, as the server (st.App): it warms up
     ui.route_every_link_through_the_app()  # a deep link on a fresh server runs this router, not the page file alone
-    ui.prime_profiler()  # in the thread that imported torch: a Profile in a script thread then logs no Kineto error
     # It warms up at start (explorer/ui/warm_start.py) and sends a path of several segments where it lands
     # (explorer/ui/links.py); sessions run this file as __main__.
     app = st.App(__file__, lifespan=warm_lifespan, middleware=every_link_lands())

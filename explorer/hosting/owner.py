@@ -327,6 +327,9 @@ def serve(host: str, port: int, token: str | None, *, warm: bool = True, parent_
 
     check_bind(host, token)
     torch_threads_once()
+    from explorer.core.profiler import prime_profiler
+
+    prime_profiler()  # in the thread that imported torch: a Profile job in a thread of its own logs no Kineto error
     owner = Owner()
     if warm:
         owner.warm_up()

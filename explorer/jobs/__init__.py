@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from explorer.jobs import run
+from explorer.jobs import labs, run
 
 if TYPE_CHECKING:
     from explorer.hosting.owner import Job
@@ -16,4 +16,10 @@ JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "run": run.run_job,
     "capture": run.capture_job,
     "figures": run.figures_job,
+    "nocache": labs.nocache_job,
+    "batch": labs.batch_job,
+    "schedule": labs.schedule_job,
+    "decode-paths": labs.decode_paths_job,
+    "profile": labs.profile_job,
+    "measure-here": labs.measure_here_job,
 }

@@ -7,7 +7,6 @@ per page that needs more than a few lines.
 Pages call these and the pure builders in `explorer.charts`; nothing outside this package in `explorer` imports
 streamlit."""
 
-from explorer.core.profiler import prime_profiler
 from explorer.ui.guard import one_line_errors
 from explorer.ui.links import route_every_link_through_the_app
 from explorer.ui.page_start import (
@@ -43,7 +42,6 @@ __all__ = [
     "page_title",
     "page_with_run",
     "presenter_toggle",
-    "prime_profiler",
     "recordings_sidebar",
     "remeasure_button",
     "require_run",

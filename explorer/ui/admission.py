@@ -27,7 +27,7 @@ from explorer.models.loading import EMBEDDED
 from explorer.ui.device_link import OnEvent, on_owner
 from explorer.ui.device_turn import DeviceTurn, count_run, device_turn
 from explorer.ui.shared import hosting_policy, server_session
-from explorer.ui.state import RunInputs
+from explorer.ui.state import RunInputs, last_inputs
 from explorer.ui.waiting import progress_bar, wait_for_warming
 from explorer.ui.widgets import failure_line, show_error
 
@@ -149,3 +149,12 @@ def ask_owner(
         keep_after=keep_after,
         on_kept=on_kept,
     )
+
+
+def ask_lab(
+    what: str, kind: str, body: dict[str, Any], size: LabSize | None, inputs: RunInputs | None = None
+) -> dict[str, Any] | None:
+    """A lab's job on the device owner (`explorer.jobs.labs`), on the sidebar's last model unless `inputs` names
+    another, its `size` checked against this server's caps before it is sent (the owner checks the body again): the
+    lab's result as its `to_dict()`, or None when it was refused or failed (one line on screen)."""
+    return ask_owner(DeviceAsk("lab", what, inputs or last_inputs(), lab=size), kind, body)

@@ -24,7 +24,6 @@ Changing a view takes no turn: it only reads the session's stored run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 
@@ -36,17 +35,16 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import CheckedRequest, OnPass, Request, generate, warm_up_shapes
 from explorer.core.errors import ExplorerError
 from explorer.core.figure_correction import keep_figures_honest, recost
-from explorer.core.lab_progress import LabProgress, MakeWay, Report, nobody_waits
+from explorer.core.lab_progress import MakeWay, Report, nobody_waits
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import prepare_device
 from explorer.core.trace import DeviceProfile, PassRecord, Trace
 from explorer.hosting.quiet import PassGate, TimedRun
-from explorer.hosting.settings import LabSize
 from explorer.models.loading import resolve_device
 from explorer.ui.admission import Admitted, DeviceAsk, on_device
 from explorer.ui.device_turn import DeviceTurn, RunOnTurn
 from explorer.ui.shared import server_session
-from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, Slot, current_run, last_inputs, remember
+from explorer.ui.state import LAST_INPUTS, RUN, RunInputs, RunResult, current_run, remember
 from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import failure_line
 
@@ -243,26 +241,3 @@ def remeasure_device(device_choice: str, dtype: str) -> None:
         figures = server_session().figures
         RUN.set(replace(run, trace=keep_figures_honest(recost(run.trace, fresh), figures)))
     st.sidebar.caption(f"Device figures taken at {fresh.measured_at}.")
-
-
-def run_lab(
-    key: Slot[object],
-    what: str,
-    work: Callable[[LoadedModel, DeviceProfile, LabProgress], object],
-    size: LabSize | None = None,
-) -> object | None:
-    """A lab's run: on the device in turn, on the sidebar's model, with progress; kept in the session under `key` so
-    changing a view never runs it again. `size` is what the lab is about to run, checked against a hosted server's
-    caps before it waits for the device (a hosted server refuses a lab without one). `work` gets a `LabProgress`:
-    calling it only moves the bar; its `make_way()` lets anyone waiting go first, and the lab calls it only
-    where no measured span crosses it (`core.lab_progress`). Errors are one line and keep the previous result."""
-    inputs = last_inputs()
-
-    def lab(admitted: Admitted) -> object:
-        with progress_bar(what) as report:  # the figures, then the warm-up: once, before the lab
-            profile = prepare_device(admitted.model, admitted.session.figures, progress=report)
-            result = work(admitted.model, profile, LabProgress(report, admitted.turn.pass_on))
-        key.set(result)
-        return result
-
-    return on_device(DeviceAsk("lab", what, inputs, lab=size), lab)

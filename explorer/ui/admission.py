@@ -151,10 +151,8 @@ def ask_owner(
     )
 
 
-def ask_lab(
-    what: str, kind: str, body: dict[str, Any], size: LabSize | None, inputs: RunInputs | None = None
-) -> dict[str, Any] | None:
-    """A lab's job on the device owner (`explorer.jobs.labs`), on the sidebar's last model unless `inputs` names
-    another, its `size` checked against this server's caps before it is sent (the owner checks the body again): the
-    lab's result as its `to_dict()`, or None when it was refused or failed (one line on screen)."""
-    return ask_owner(DeviceAsk("lab", what, inputs or last_inputs(), lab=size), kind, body)
+def ask_lab(what: str, kind: str, body: dict[str, Any], size: LabSize | None) -> dict[str, Any] | None:
+    """A lab's job on the device owner (`explorer.jobs.labs`), on the sidebar's last model, its `size` checked against
+    this server's caps before it is sent (the owner checks its body again): the lab's result as its `to_dict()`, or
+    None when it was refused or failed (one line on screen)."""
+    return ask_owner(DeviceAsk("lab", what, last_inputs(), lab=size), kind, body)

@@ -65,6 +65,14 @@ class LazyOwners:
         self.started.append(owner)
         return owner.link()
 
+    def owner(self) -> Owner:
+        """The owner this test's app reaches, started now if no job has asked yet: a test may put a model it built
+        already in its store (`owner().models[(name, device, dtype)] = lm`), as a first load would leave it."""
+        from explorer.ui.device_link import device_link
+
+        device_link()  # the app's own cached link: this test's owner from here on
+        return self.started[0].owner
+
     def stop(self) -> None:
         for owner in self.started:
             owner.stop()

@@ -547,15 +547,14 @@ def test_a_lab_makes_way_for_every_job_waiting_and_a_run_for_one_pass_jobs_only(
 
 
 @pytest.mark.usefixtures("hosted_env")
-def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device() -> None:
+def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device(fresh_device_owner: LazyOwners) -> None:
     at = new_app().switch_page("pages/batching.py").run()
-    calls = Calls()
-    with calls.patches():
-        at.button(key="batch-run").click().run()  # the page's defaults: batches up to 32, a 600 s budget
+    at.button(key="batch-run").click().run()  # the page's defaults: batches up to 32, a 600 s budget
     assert not at.exception
     errors = shown_errors(at)
-    assert len(errors) == 1 and "\n" not in errors[0]
-    assert "explorer_batch_result" not in at.session_state and calls.loads == 0
+    assert len(errors) == 1 and "\n" not in errors[0] and "batches of at most 8" in errors[0]
+    assert "explorer_batch_result" not in at.session_state
+    assert fresh_device_owner.started == []  # refused by the page: no job was sent (the owner refuses one too)
 
 
 @pytest.mark.usefixtures("hosted_env")

@@ -320,11 +320,13 @@ def test_priming_the_profiler_where_torch_was_imported_keeps_a_profile_in_a_scri
     assert KINETO_ERROR not in _stderr_of("from explorer.core.profiler import prime_profiler\nprime_profiler()")
 
 
-def test_the_server_primes_the_profiler_where_it_imports_torch() -> None:
-    """app.py's server branch (the import `streamlit run` makes, in the thread that imports torch through
-    `explorer.ui`) calls `ui.prime_profiler()`; the script branch (every session's thread) does not."""
-    tree = ast.parse((ROOT / "app.py").read_text())
-    branch = next(node for node in tree.body if isinstance(node, ast.If))
-    assert isinstance(branch.test, ast.Compare) and isinstance(branch.test.ops[0], ast.NotEq)  # __name__ != "__main__"
-    called = {ast.unparse(node.func) for node in ast.walk(ast.Module(branch.body, [])) if isinstance(node, ast.Call)}
-    assert "ui.prime_profiler" in called
+def test_the_device_owner_primes_the_profiler_where_it_imports_torch() -> None:
+    """The device owner's `serve` (its main thread, where torch was imported) calls `prime_profiler()`: a Profile job
+    runs in a thread of its own. The web tier never profiles, so app.py primes nothing."""
+    from explorer.hosting import owner
+
+    tree = ast.parse(Path(owner.__file__).read_text())
+    serve = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "serve")
+    called = {ast.unparse(node.func) for node in ast.walk(serve) if isinstance(node, ast.Call)}
+    assert "prime_profiler" in called
+    assert "prime_profiler" not in (ROOT / "app.py").read_text()

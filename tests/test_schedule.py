@@ -31,9 +31,9 @@ from explorer.labs.schedule.workload import (
 )
 from explorer.models.loading import load_model
 from explorer.ui import state as ui_state
-from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 from tests.cli_support import run_cli
+from tests.owner_support import LazyOwners
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_KEY = "explorer_schedule_run"  # pages/scheduling.py keeps its run here
@@ -380,7 +380,7 @@ def by_label(elements: object, label: str) -> object:
     return next(e for e in elements if e.label == label)
 
 
-def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> None:
+def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path, fresh_device_owner: LazyOwners) -> None:
     from streamlit.testing.v1 import AppTest
 
     from explorer.ui.state import ITL_SLO_MS
@@ -428,7 +428,9 @@ def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path) -> 
     for element in at.markdown:  # the prefix is shown only as data, never interpreted
         assert "<b>" not in element.value and "**and**" not in element.value
 
-    lm = server_session().models.get(str(tiny_llama_dir), "cpu", "float32")
+    owner = fresh_device_owner.owner()
+    assert [turn.what for turn in owner.queue.turns] == ["lab"]  # served on the device owner, in one turn
+    lm = owner.models[(str(tiny_llama_dir), "cpu", "float32")]
     calls = []
     handle = lm.model.register_forward_hook(lambda *_: calls.append(1))
     try:

@@ -13,16 +13,16 @@ from explorer.models import shape_model
 from explorer.scale.config import load_architecture
 from explorer.scale.params import count_params
 from explorer.ui import state as ui_state
-from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
+from tests.owner_support import LazyOwners
 
 SHAPE = "shape:smollm2-135m"
 GB = 10**9
 
 
-def seeded(shape_lm: LoadedModel, device: str = "auto") -> None:
-    """The session's build of the shape put in this app's model store, as a first load would leave it."""
-    server_session().models.models[(SHAPE, device, "float32")] = shape_lm
+def seeded(shape_lm: LoadedModel, owners: LazyOwners, device: str = "auto") -> None:
+    """The session's build of the shape put in the device owner's model store, as a first load would leave it."""
+    owners.owner().models[(SHAPE, device, "float32")] = shape_lm
 
 
 def by_label(widgets: object, label: str) -> object:
@@ -33,8 +33,10 @@ def texts(at: AppTest) -> str:
     return " ".join(e.value for e in [*at.warning, *at.sidebar.warning, *at.caption, *at.markdown, *at.info])
 
 
-def test_the_model_box_takes_a_shape_and_every_page_says_its_tokens_mean_nothing(shape_lm: LoadedModel) -> None:
-    seeded(shape_lm)
+def test_the_model_box_takes_a_shape_and_every_page_says_its_tokens_mean_nothing(
+    shape_lm: LoadedModel, fresh_device_owner: LazyOwners
+) -> None:
+    seeded(shape_lm, fresh_device_owner)
     at = new_app()
     at.sidebar.text_input(key="sidebar-model").input(SHAPE)
     at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(3)
@@ -60,8 +62,10 @@ def test_a_hosted_server_runs_a_shape_only_when_its_allow_list_names_it() -> Non
     assert listed.check_model(SHAPE) == SHAPE
 
 
-def test_at_scale_measures_a_shipped_config_here_beside_the_what_if(shape_lm: LoadedModel) -> None:
-    seeded(shape_lm)
+def test_at_scale_measures_a_shipped_config_here_beside_the_what_if(
+    shape_lm: LoadedModel, fresh_device_owner: LazyOwners
+) -> None:
+    seeded(shape_lm, fresh_device_owner)
     at = new_app()
     at.switch_page("pages/at_scale.py").run()
     by_label(at.selectbox, "Model").set_value("smollm2-135m").run()
@@ -76,6 +80,8 @@ def test_at_scale_measures_a_shipped_config_here_beside_the_what_if(shape_lm: Lo
     assert row[f"here: {trace.device.name} (measured)"] == f"{params} (the built tensors)"
     assert "a decode step of this shape took" in texts(at) and "on the H100 SXM (bfloat16) is" in texts(at)
     assert ui_state.RUN not in at.session_state  # the page's measurement is its own, not the sidebar's run
+    owner = fresh_device_owner.owner()
+    assert [turn.what for turn in owner.queue.turns] == ["run"] and list(owner.models) == [(SHAPE, "auto", "float32")]
 
 
 def test_at_scale_refuses_in_one_line_a_config_that_cannot_fit_here(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,13 +9,13 @@ from unittest import mock
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from explorer.core.beside import Beside
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.hosting import server_session as hosting_session
-from explorer.core.beside import Beside
 from explorer.hosting.step_mode_requests import IDLE_TIMEOUT_S, LiveSteps
 from explorer.hosting.warm import Warmer
 from explorer.labs.step_mode import SteppedRequest

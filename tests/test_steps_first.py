@@ -9,6 +9,8 @@ import threading
 import time
 
 import pytest
+from explorer.hosting.quiet import PassGate, TimedRun
+from explorer.ui.device_turn import DeviceTurn, RunOnTurn
 
 from explorer.core import engine
 from explorer.core.device import FiguresStore
@@ -16,10 +18,8 @@ from explorer.core.engine import OnPass, Request, check_request, generate, warm_
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import DeviceProfile
 from explorer.hosting.queue import DeviceQueue
-from explorer.hosting.quiet import PassGate, TimedRun
 from explorer.labs.room_size import waits_against_work_ahead
 from explorer.ui import runner
-from explorer.ui.device_turn import DeviceTurn, RunOnTurn
 from tests.test_hosted import FakeClock  # the queue's hand-made clock
 
 WAIT_S = 10.0  # a bound no healthy turn here comes near: a hang fails instead of blocking the suite

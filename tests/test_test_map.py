@@ -31,7 +31,7 @@ COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.ui.chart_first": "tests/test_app.py (test_presenter_mode_sizes_every_chart_from_one_theme)",
     "explorer.ui.slo_state": "tests/test_app.py (test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them)",
     "explorer.ui.warm_start": "tests/test_warm.py (the sidebar's warming line, read from the owner's /health)",
-    "explorer.jobs": "tests/owner_support.py (every job an app sends reaches the registry through an owner in a thread)",
+    "explorer.jobs": "tests/owner_support.py (every job an app sends reaches the registry via an owner in a thread)",
     "explorer.jobs.run": "tests/test_capture_cut_short.py (a Run and its capture as the owner runs them)",
     "explorer.jobs.room": "tests/test_room.py (a round through a real owner over HTTP)",
 }

@@ -21,7 +21,7 @@ from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, short_time, to_ms
 
 if TYPE_CHECKING:  # the takeaway reads a profile's fields; it never needs torch
-    from explorer.core.profiler import PassProfile
+    from explorer.core.pass_profile import PassProfile
 
 # The four stacked segments of a pass, bottom to top: they sum to the measured wall time whenever the pass is at
 # least as slow as the roofline model predicts (wall >= max(compute, weight + KV)).

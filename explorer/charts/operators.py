@@ -16,7 +16,7 @@ from explorer.core.roofline import Cost
 from explorer.core.units import to_ms
 
 if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
-    from explorer.core.profiler import PassProfile
+    from explorer.core.pass_profile import PassProfile
 
 FLOPS = "FLOPs"
 READ = "bytes read"

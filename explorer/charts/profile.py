@@ -13,7 +13,7 @@ from explorer.charts.cost import SEGMENT_COLUMNS, SEGMENT_LABELS, SEGMENT_RANGE
 from explorer.core.units import to_ms
 
 if TYPE_CHECKING:  # the builders read a profile's fields; they never need torch
-    from explorer.core.profiler import PassProfile
+    from explorer.core.pass_profile import PassProfile
 
 PROFILE_BAR = f"profiled ({MEASURED})"
 ROOFLINE_BAR = f"roofline ({MODELLED}) + overhead"

@@ -345,7 +345,7 @@ def serve(host: str, port: int, token: str | None, *, warm: bool = True, parent_
     torch_threads_once()
     from explorer.core.profiler import prime_profiler
 
-    prime_profiler()  # in the thread that imported torch: a Profile in a job's thread then logs no Kineto error
+    prime_profiler()  # in the thread that imported torch: a Profile job in a thread of its own logs no Kineto error
     owner = Owner()
     if warm:
         owner.warm_up()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from explorer.jobs import room, run
+from explorer.jobs import labs, room, run
 
 if TYPE_CHECKING:
     from explorer.hosting.owner import Job
@@ -17,4 +17,10 @@ JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "capture": run.capture_job,
     "figures": run.figures_job,
     "room": room.room_job,
+    "nocache": labs.nocache_job,
+    "batch": labs.batch_job,
+    "schedule": labs.schedule_job,
+    "decode-paths": labs.decode_paths_job,
+    "profile": labs.profile_job,
+    "measure-here": labs.measure_here_job,
 }

@@ -9,27 +9,31 @@ between any two passes it lets anyone waiting go first (`make_way`), the batch's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from explorer.core.batched import run_batched
 from explorer.core.engine import LiveRequest, OnPass
-from explorer.core.errors import BadInput
 from explorer.core.lab_progress import QUIET, LabProgress
 from explorer.core.loaded_model import LoadedModel
-from explorer.core.roofline import kv_cache_bytes, pass_cost, ridge_batch
-from explorer.core.trace import DeviceProfile, ModelInfo
-from explorer.core.units import human_bytes
+from explorer.core.roofline import pass_cost, ridge_batch
+from explorer.core.trace import DeviceProfile
 
-# The result lives in the torch-free batch_result (a bundled result is read back with no torch), the settings and
-# their model-free checks in the torch-free batch_settings (the CLI checks them before torch); both re-exported here,
-# where the pages and tests have always imported them.
+# The result lives in the torch-free batch_result (a bundled result is read back with no torch), the settings, their
+# checks and the sweep's modelled plan in the torch-free batch_settings (the CLI checks them before torch, the web
+# tier models the sweep's cost without a model); both re-exported here, where the CLI and tests have always imported
+# them.
 from explorer.labs.batch_result import BatchResult as BatchResult
 from explorer.labs.batch_result import BatchRun as BatchRun
 from explorer.labs.batch_settings import DEFAULT_BATCH_SIZES as DEFAULT_BATCH_SIZES
 from explorer.labs.batch_settings import DEFAULT_BUDGET_S as DEFAULT_BUDGET_S
-from explorer.labs.batch_settings import BatchConfig, check_settings
+from explorer.labs.batch_settings import ESTIMATE_SLACK as ESTIMATE_SLACK
+from explorer.labs.batch_settings import BatchConfig as BatchConfig
+from explorer.labs.batch_settings import SweepPlan as SweepPlan
+from explorer.labs.batch_settings import check_settings as check_settings
+from explorer.labs.batch_settings import one_run_s as one_run_s
 from explorer.labs.batch_settings import parse_batch_sizes as parse_batch_sizes
+from explorer.labs.batch_settings import plan_sweep as plan_sweep
+from explorer.labs.batch_settings import validate as validate
 
 # Public-domain text (the opening of "A Tale of Two Cities"): different windows of it make different prompts of the
 # same token length.
@@ -42,7 +46,6 @@ PROMPT_SOURCE = (
     "queen with a fair face, on the throne of France. In both countries it was clearer than crystal to the lords of "
     "the State preserves of loaves and fishes, that things in general were settled for ever."
 )
-ESTIMATE_SLACK = 3.0  # measured passes on a CPU run ~1.5-3x the roofline floor: the estimate errs long
 
 
 def prompt_set(lm: LoadedModel, prompt_tokens: int, count: int, distinct: bool) -> list[list[int]]:
@@ -52,48 +55,6 @@ def prompt_set(lm: LoadedModel, prompt_tokens: int, count: int, distinct: bool) 
         ids = ids + ids
     starts = range(count) if distinct else [0] * count
     return [ids[s : s + prompt_tokens] for s in starts]
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    """What a sweep will cost, known before it runs (modelled), to show before starting and to refuse past a cap."""
-
-    solo_runs: int  # one solo reference per distinct prompt
-    largest_kv_cache_bytes: int  # the KV cache of the largest batch at its longest
-    estimate_s: float  # the whole sweep, solo references included
-
-
-def one_run_s(info: ModelInfo, device: DeviceProfile, config: BatchConfig, batch: int) -> float:
-    """The roofline floor of one batched run: its prefill and its decode steps."""
-    total = pass_cost(info, device, config.prompt_tokens, 0, batch=batch).roofline_time_s
-    for k in range(config.new_tokens - 1):
-        total += pass_cost(info, device, 1, config.prompt_tokens + k, batch=batch).roofline_time_s
-    return total
-
-
-def plan_sweep(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> SweepPlan:
-    solo_runs = max(config.batch_sizes) if config.distinct_prompts else 1
-    floor_s = solo_runs * one_run_s(info, device, config, 1)
-    floor_s += sum(one_run_s(info, device, config, batch) for batch in config.batch_sizes)
-    longest = config.prompt_tokens + config.new_tokens
-    return SweepPlan(solo_runs, kv_cache_bytes(info, longest, max(config.batch_sizes)), ESTIMATE_SLACK * floor_s)
-
-
-def validate(info: ModelInfo, device: DeviceProfile, config: BatchConfig) -> SweepPlan:
-    """Refuse what cannot or should not run, before anything runs; returns the plan with its estimate."""
-    check_settings(config, info.max_context)  # what `python -m explorer batch` checked before loading, and the context
-    plan = plan_sweep(info, device, config)
-    if plan.largest_kv_cache_bytes > config.kv_cap_bytes:
-        raise BadInput(
-            f"Batch {max(config.batch_sizes)} needs {human_bytes(plan.largest_kv_cache_bytes)} of KV cache, over the "
-            f"{human_bytes(config.kv_cap_bytes)} cap: choose smaller batches or fewer tokens."
-        )
-    if plan.estimate_s > config.budget_s:
-        raise BadInput(
-            f"This sweep would take about {plan.estimate_s:.0f} s (modelled), over the {config.budget_s:.0f} s "
-            "budget: choose fewer or smaller batches, or fewer tokens."
-        )
-    return plan
 
 
 # --- the sweep -------------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from explorer.hosting.client import Event
 from explorer.hosting.settings import HostedPolicy, LabSize
 from explorer.ui.device_link import OnEvent, on_owner
 from explorer.ui.shared import hosting_policy
-from explorer.ui.state import RUN_STARTS, RunInputs
+from explorer.ui.state import RUN_STARTS, RunInputs, last_inputs
 from explorer.ui.widgets import show_error
 
 
@@ -92,3 +92,10 @@ def ask_owner(
         keep_after=keep_after,
         on_kept=on_kept,
     )
+
+
+def ask_lab(what: str, kind: str, body: dict[str, Any], size: LabSize | None) -> dict[str, Any] | None:
+    """A lab's job on the device owner (`explorer.jobs.labs`), on the sidebar's last model, its `size` checked against
+    this server's caps before it is sent (the owner checks its body again): the lab's result as its `to_dict()`, or
+    None when it was refused or failed (one line on screen)."""
+    return ask_owner(DeviceAsk("lab", what, last_inputs(), lab=size), kind, body)

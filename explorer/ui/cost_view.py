@@ -12,19 +12,17 @@ from explorer.charts import cost as charts
 from explorer.charts import device as device_charts
 from explorer.charts import profile as profile_charts
 from explorer.charts import roofline as roofline_charts
-from explorer.core.profiler import PassProfile, profile_pass
+from explorer.core.pass_profile import PassProfile
 from explorer.core.trace import Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
-from explorer.hosting.settings import LabSize
+from explorer.labs import sizes
+from explorer.ui.admission import ask_lab
 from explorer.ui.chart_first import ChartFirst
 from explorer.ui.presenter import presenting
 from explorer.ui.recordings import needs_live_run
-from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
 from explorer.ui.state import PROFILE, RunResult, current_run
 from explorer.ui.widgets import chart, metrics, secondary, table
-
-PROFILE_BUDGET_S = 120.0
 
 
 def kept_profile(result: RunResult) -> PassProfile | None:
@@ -156,13 +154,11 @@ def profile_section(result: RunResult) -> None:
         "profiler and once timed under it.",
     )
     if st.button("Profile this pass", help="Runs the model again: the replay and five runs of this pass."):
-        run_lab(
-            PROFILE,
-            f"Profiling pass {profile_index}",
-            lambda lm, _device, _progress: (result.label, profile_pass(lm, trace, profile_index)),
-            # A replay up to the pass and five runs of it: seconds; a hosted server's lab cap still applies.
-            LabSize(trace.prompt_len, None, profile_index + 1, (), hosting_policy().lab_budget_s(PROFILE_BUDGET_S)),
-        )
+        body = {"trace": trace.to_dict(), "pass_index": profile_index}
+        size = sizes.profile_size(trace, profile_index, hosting_policy())
+        done = ask_lab(f"Profiling pass {profile_index}", "profile", body, size)
+        if done is not None:  # refused or failed: one line said why, and the previous profile stays
+            PROFILE.set((result.label, PassProfile.from_dict(done)))
     kept = PROFILE.get()  # (run label, PassProfile): shown only for the run and pass it was taken for
     profiled = kept[1] if kept and kept[0] == result.label and kept[1].pass_index == profile_index else None
     if profiled is None:

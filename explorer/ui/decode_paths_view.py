@@ -6,15 +6,14 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.charts import decode_paths as charts
-from explorer.hosting.settings import LabSize
-from explorer.labs.decode_paths import compare_decode_paths
+from explorer.core.trace import Trace
+from explorer.labs import sizes
+from explorer.ui.admission import ask_lab
 from explorer.ui.recordings import needs_live_run
-from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
 from explorer.ui.state import DECODE_PATHS, RunResult
 from explorer.ui.widgets import chart
 
-BUDGET_S = 300.0  # three paths of the run's length, and on a GPU a graph capture: well under this
 RUN_KEY = "decode-paths-run"
 
 
@@ -38,12 +37,10 @@ def decode_paths_section(result: RunResult) -> None:
             "(on a CPU every kernel still runs from Python, and the static cache attends over every reserved position)."
         )
     if st.button("Decode this request on each path", key=RUN_KEY, help="Runs the model again, once per path."):
-        run_lab(
-            DECODE_PATHS,
-            "Decoding the request on each path",
-            lambda lm, device, progress: (result.label, compare_decode_paths(lm, device, trace, progress)),
-            LabSize(trace.prompt_len, None, 3 * trace.new_tokens, (), hosting_policy().lab_budget_s(BUDGET_S)),
-        )
+        size = sizes.decode_paths_size(trace, hosting_policy())
+        done = ask_lab("Decoding the request on each path", "decode-paths", {"trace": trace.to_dict()}, size)
+        if done is not None:  # refused or failed: one line said why, and the previous comparison stays
+            DECODE_PATHS.set((result.label, tuple(Trace.from_dict(t) for t in done["traces"])))
     kept = DECODE_PATHS.get()  # (run label, traces): shown only for the run it was measured for
     if kept is None or kept[0] != result.label:
         st.info("Press **Decode this request on each path** to see how much of a decode pass each path leaves over.")

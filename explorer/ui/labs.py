@@ -8,19 +8,16 @@ import math
 import streamlit as st
 
 from explorer.charts.device import figures_used_sentence
-from explorer.core.engine import MAX_NEW_TOKENS_LIMIT, Request
 from explorer.core.errors import BadInput
-from explorer.core.lab_progress import LabProgress
-from explorer.core.loaded_model import LoadedModel
+from explorer.core.request import MAX_NEW_TOKENS_LIMIT
 from explorer.core.trace import DeviceProfile, ModelInfo
 from explorer.core.units import human_bytes
-from explorer.hosting.settings import LabSize
-from explorer.labs import batch, nocache
-from explorer.labs.batch import BatchConfig, BatchResult, parse_batch_sizes, run_batch_sweep
-from explorer.labs.nocache import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, run_nocache
-from explorer.labs.nocache_result import NoCacheResult
+from explorer.labs import batch_settings, nocache_result, sizes
+from explorer.labs.batch_result import BatchResult
+from explorer.labs.batch_settings import BatchConfig, parse_batch_sizes
+from explorer.labs.nocache_result import DEFAULT_NEW_TOKENS, EDGE_STEPS, MIN_NEW_TOKENS, NoCacheResult
+from explorer.ui.admission import ask_lab
 from explorer.ui.page_start import under_load_warning
-from explorer.ui.runner import run_lab
 from explorer.ui.shared import hosting_policy
 from explorer.ui.slo_state import current_slos_s, slo_source
 from explorer.ui.state import BATCH_RESULT, NOCACHE_RESULT, Slot, current_run
@@ -60,7 +57,7 @@ def nocache_estimate_line(prompt: str, new_tokens: int, budget_s: float, shown: 
     info, device = figures
     prompt_tokens = max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN))
     try:
-        estimate_s = nocache.validate(info, device, prompt_tokens, new_tokens, budget_s)  # raises past a limit
+        estimate_s = nocache_result.validate(info, device, prompt_tokens, new_tokens, budget_s)  # raises past a limit
     except BadInput as exc:
         return escape_markdown(f"As set, this would be refused: {exc}")
     return (
@@ -102,13 +99,11 @@ def nocache_inputs(shown: NoCacheResult | None = None) -> None:
     )
     st.caption(nocache_estimate_line(prompt, new_tokens, budget_s, shown))
     if st.button("Run both loops", type="primary", key="nocache-run"):
-        request = Request(prompt, max_new_tokens=new_tokens, use_chat_template=False)
-
-        def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
-            return run_nocache(lm, device, request, budget_s, progress)
-
-        size = LabSize(prompt_chars=len(prompt), new_tokens=new_tokens, budget_s=budget_s)
-        run_lab(NOCACHE_RESULT, "Running the cached and the naive loop", work, size)
+        body = {"prompt": prompt, "new_tokens": new_tokens, "budget_s": budget_s}
+        size = sizes.nocache_size(prompt, new_tokens, budget_s)
+        done = ask_lab("Running the cached and the naive loop", "nocache", body, size)
+        if done is not None:  # refused or failed: one line said why, and the previous result stays
+            NOCACHE_RESULT.set(NoCacheResult.from_dict(done))
 
 
 # --- batching --------------------------------------------------------------------------------------------------------
@@ -129,7 +124,7 @@ def batch_plan_line(config: BatchConfig) -> str:
         )
     info, device = figures
     try:
-        plan = batch.validate(info, device, config)  # raises past a limit
+        plan = batch_settings.validate(info, device, config)  # raises past a limit
     except BadInput as exc:
         return escape_markdown(f"{caps}. As set, this would be refused: {exc}")
     return (
@@ -145,7 +140,7 @@ def batch_inputs(shown: BatchResult | None = None) -> None:
     start = shown.config if shown is not None else BatchConfig()
     if shown is not None:
         st.caption("The settings of the result shown below; change them and run for a new one.")
-    sizes = st.text_input("Batch sizes", value=",".join(map(str, start.batch_sizes)))
+    sizes_typed = st.text_input("Batch sizes", value=",".join(map(str, start.batch_sizes)))
     left, right = st.columns(2)
     prompt_tokens = int(
         left.number_input("Prompt tokens", min_value=1, max_value=1024, value=min(1024, start.prompt_tokens))
@@ -154,9 +149,9 @@ def batch_inputs(shown: BatchResult | None = None) -> None:
         right.number_input("New tokens", min_value=2, max_value=256, value=max(2, min(256, start.new_tokens)))
     )
     distinct = st.toggle("Different prompts of equal length (off: one prompt repeated)", value=start.distinct_prompts)
-    budget_s = hosting_policy().lab_budget_s(batch.DEFAULT_BUDGET_S)  # a hosted server's cap, if lower
+    budget_s = hosting_policy().lab_budget_s(batch_settings.DEFAULT_BUDGET_S)  # a hosted server's cap, if lower
     try:
-        config = BatchConfig(parse_batch_sizes(sizes), prompt_tokens, new_tokens, distinct, budget_s=budget_s)
+        config = BatchConfig(parse_batch_sizes(sizes_typed), prompt_tokens, new_tokens, distinct, budget_s=budget_s)
     except BadInput as exc:
         st.caption(escape_markdown(f"As set, this would be refused: {exc}"))
         if st.button("Run the sweep", type="primary", key="batch-run"):
@@ -164,12 +159,16 @@ def batch_inputs(shown: BatchResult | None = None) -> None:
         return
     st.caption(batch_plan_line(config))
     if st.button("Run the sweep", type="primary", key="batch-run"):
-
-        def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> object:
-            return run_batch_sweep(lm, device, config, progress)
-
-        size = LabSize(config.prompt_tokens, None, config.new_tokens, config.batch_sizes, config.budget_s)
-        run_lab(BATCH_RESULT, "Running every batch size", work, size)
+        body = {
+            "batch_sizes": list(config.batch_sizes),
+            "prompt_tokens": config.prompt_tokens,
+            "new_tokens": config.new_tokens,
+            "distinct_prompts": config.distinct_prompts,
+            "budget_s": config.budget_s,
+        }
+        done = ask_lab("Running every batch size", "batch", body, sizes.batch_size(config))
+        if done is not None:  # refused or failed: one line said why, and the previous result stays
+            BATCH_RESULT.set(BatchResult.from_dict(done))
 
 
 def batch_mismatches(result: BatchResult) -> None:

@@ -8,7 +8,7 @@ import streamlit as st
 from explorer.charts import operators as charts
 from explorer.charts.cost import median_decode_index
 from explorer.core import operators
-from explorer.core.profiler import MODELLED_KINDS, PassProfile
+from explorer.core.pass_profile import MODELLED_KINDS, PassProfile
 from explorer.core.roofline import LAYOUT_WORDS
 from explorer.core.trace import Trace
 from explorer.core.units import human_bytes, human_flops

@@ -11,10 +11,9 @@ import streamlit as st
 
 from explorer.charts import scale as charts
 from explorer.charts.cost import decode_median_text
-from explorer.core.engine import Request
 from explorer.core.errors import BadInput
 from explorer.core.gpu_specs import GPU_SPECS
-from explorer.core.measure import measure
+from explorer.core.request import Request
 from explorer.core.trace import Trace
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
@@ -24,10 +23,9 @@ from explorer.scale.local import LocalGap, local_gap
 from explorer.scale.measured_here import HERE_NEW_TOKENS, HERE_PROMPT, compare_here, shape_name
 from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
 from explorer.scale.whatif import Scenario, WhatIf, find_gpu, what_if
-from explorer.ui.admission import Admitted, DeviceAsk, on_device
+from explorer.ui.admission import DeviceAsk, ask_owner
 from explorer.ui.page_start import run_here, under_load_warning
 from explorer.ui.state import SCALE_HERE, RunResult, last_inputs
-from explorer.ui.waiting import progress_bar
 from explorer.ui.widgets import chart, escape_markdown, metrics, secondary, show_error, table
 
 DEFAULT_GPU = "H100 SXM"
@@ -344,17 +342,12 @@ def measure_here(result: WhatIf) -> None:
     )
     if st.button(f"Measure {result.scenario.arch.display_name} here", key="scale-measure-here"):
         request = Request(HERE_PROMPT, max_new_tokens=HERE_NEW_TOKENS, use_chat_template=False)
-        on_device(DeviceAsk("run", "At scale's measurement", inputs, request), _measure_shape)
+        done = ask_owner(DeviceAsk("run", "At scale's measurement", inputs, request), "measure-here", {})
+        if done is not None:  # refused (a shape that does not fit here) or failed: one line said why
+            SCALE_HERE.set(Trace.from_dict(done))
     trace = SCALE_HERE.get()
     if trace is not None and trace.model.name == name:
         _measured_beside(result, trace)
-
-
-def _measure_shape(admitted: Admitted) -> Trace:
-    with progress_bar("Preparing the device…") as report:
-        trace = measure(admitted.model, admitted.checked, admitted.session.figures, progress=report)
-    SCALE_HERE.set(trace)
-    return trace
 
 
 def _measured_beside(result: WhatIf, trace: Trace) -> None:

@@ -3,20 +3,16 @@ session's stored `ScheduleRun`, each a chart or table built by `explorer.charts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import streamlit as st
 
 from explorer.charts import schedule as charts
 from explorer.core.errors import BadInput
-from explorer.core.lab_progress import LabProgress
-from explorer.core.loaded_model import LoadedModel
-from explorer.core.trace import DeviceProfile
 from explorer.core.units import human_bytes
-from explorer.hosting.settings import LabSize
+from explorer.labs import sizes
 from explorer.labs.schedule.paging import paging_sentence
 from explorer.labs.schedule.records import ScheduleRun
-from explorer.labs.schedule.run import run_schedule
 from explorer.labs.schedule.sharing import explain_sharing
 from explorer.labs.schedule.workload import (
     MAX_REQUESTS,
@@ -28,13 +24,12 @@ from explorer.labs.schedule.workload import (
     parse_int_list,
     validate,
 )
-from explorer.ui.runner import run_lab
+from explorer.ui.admission import ask_lab
 from explorer.ui.shared import hosting_policy
 from explorer.ui.slo_state import current_slos_s
 from explorer.ui.state import SCHEDULE_RUN
 from explorer.ui.widgets import chart, metrics, show_error, table
 
-LAB_BUDGET_S = 600.0
 DEFAULT_PREFIX = (
     "You are a careful assistant for a small public library. Answer in plain words, in two or three sentences, and "
     "say when you are not sure. Never invent book titles, authors or dates."
@@ -67,26 +62,15 @@ class WorkloadForm:
         )
 
 
-def lab_size(workload: Workload) -> LabSize:
-    """What a hosted server checks before the run takes the device. Typed texts are left out: `serve` has already
-    checked each one by name (`check_prompt_chars`), so a long text gets one check and one message."""
-    return LabSize(
-        prompt_tokens=None if workload.prompts else max(workload.prompt_tokens),
-        new_tokens=max(workload.new_tokens),
-        batch_sizes=(workload.requests,),
-        budget_s=hosting_policy().lab_budget_s(LAB_BUDGET_S),
-    )
-
-
 def serve(workload: Workload, settings: EngineSettings, compare: bool) -> None:
-    """Refuse bad input in a blink, then serve the workload on the device in turn (kept under SCHEDULE_RUN)."""
+    """Refuse bad input in a blink, then serve the workload on the device owner in turn (kept under SCHEDULE_RUN)."""
     validate(workload, settings)
-    check_prompt_chars(workload, hosting_policy().max_prompt_chars)
-
-    def work(lm: LoadedModel, device: DeviceProfile, progress: LabProgress) -> ScheduleRun:
-        return run_schedule(lm, device, workload, settings, compare=compare, progress=progress)
-
-    run_lab(SCHEDULE_RUN, "Serving the workload", work, lab_size(workload))
+    policy = hosting_policy()
+    check_prompt_chars(workload, policy.max_prompt_chars)
+    body = {"workload": asdict(workload), "settings": asdict(settings), "compare": compare}
+    done = ask_lab("Serving the workload", "schedule", body, sizes.schedule_size(workload, policy))
+    if done is not None:  # refused or failed: one line said why, and the previous run stays
+        SCHEDULE_RUN.set(ScheduleRun.from_dict(done))
 
 
 def workload_form(shown: ScheduleRun | None = None) -> None:

@@ -16,7 +16,7 @@ from explorer.models.loading import EMBEDDED
 from explorer.recording.pdx import RecordingMeta
 
 if TYPE_CHECKING:
-    from explorer.core.profiler import PassProfile
+    from explorer.core.pass_profile import PassProfile
     from explorer.labs.step_mode import SteppedRequest
 
 T = TypeVar("T")

@@ -384,13 +384,11 @@ class ScheduleRun(JsonRecord):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScheduleRun:
         """Back from `to_dict`: the settings, every step and request, the comparisons; the summary is recomputed."""
-        workload = data["workload"]
-        lists = ("prompt_tokens", "new_tokens", "arrivals_ms", "prompts")
         comparison = [ServedMode.from_dict(m) for m in data.get("comparison", [])]
         plain = ("model", "dtype", "device", "kv_bytes_per_token", "engine_num_blocks", "load_avg_1m", "max_context")
         return cls(
             **{name: data[name] for name in plain},
-            workload=Workload(**{**workload, **{name: tuple(workload[name]) for name in lists}}),
+            workload=Workload.from_dict(data["workload"]),
             settings=EngineSettings(**data["settings"]),
             steps=tuple(StepRecord.from_dict(s) for s in data["steps"]),
             requests=tuple(RequestRecord.from_dict(r) for r in data["requests"]),

@@ -72,6 +72,12 @@ class Workload:
     def prompt_tokens_of(self, index: int) -> int:
         return self.prompt_tokens[index % len(self.prompt_tokens)]
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Workload:
+        """Back from `dataclasses.asdict` (a recorded run, a lab job's body): its lists as tuples."""
+        lists = ("prompt_tokens", "new_tokens", "arrivals_ms", "prompts")
+        return cls(**{**data, **{name: tuple(data[name]) for name in lists if name in data}})
+
 
 @dataclass(frozen=True)
 class EngineSettings:

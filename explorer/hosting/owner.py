@@ -30,16 +30,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from explorer.core.device import FiguresStore
 from explorer.core.errors import BadInput, ExplorerError
-from explorer.core.loaded_model import LoadedModel
+from explorer.core.paths import EMBEDDED
 from explorer.hosting.client import TOKEN_ENV
 from explorer.hosting.queue import SERVER_OWNER, DeviceQueue, Ticket
 from explorer.hosting.settings import HostedPolicy
 from explorer.hosting.warm import Warmer, failure_sentence
-from explorer.models.loading import EMBEDDED, load_model
+
+if TYPE_CHECKING:  # torch comes with these: `owner --host` is refused (check_bind) before torch loads
+    from explorer.core.loaded_model import LoadedModel
 
 TICK_S = 0.5  # a waiting job's place in line is sent this often: the page redraws it, and a click can cancel there
 FINAL_EVENTS = ("done", "error")
@@ -150,6 +151,8 @@ class Owner:
     """The state of one device owner; jobs run in threads of their own (`start`), one at a time on the device."""
 
     def __init__(self, policy: HostedPolicy | None = None, *, model_capacity: int = 2) -> None:
+        from explorer.core.device import FiguresStore
+
         self.policy = policy or HostedPolicy.from_env()
         self.queue = DeviceQueue(log_path=self.policy.turn_log)
         self.figures = FiguresStore()
@@ -163,6 +166,8 @@ class Owner:
     def load(
         self, name: str, device: str, dtype: str, progress: Callable[[float, str], None] | None = None
     ) -> LoadedModel:
+        from explorer.models.loading import load_model
+
         key = (name, device, dtype)
         with self.lock:  # two jobs asking for the same new model load it once
             if key not in self.models:

@@ -39,7 +39,8 @@ from explorer.hosting.queue import SERVER_OWNER, DeviceQueue, Ticket
 from explorer.hosting.settings import HostedPolicy
 from explorer.hosting.warm import Warmer, failure_sentence
 
-if TYPE_CHECKING:  # torch comes with these: `owner --host` is refused (check_bind) before torch loads
+if TYPE_CHECKING:  # torch comes with these, so not at start: a refused bind and /health come before torch loads
+    from explorer.core.device import FiguresStore
     from explorer.core.loaded_model import LoadedModel
 
 TICK_S = 0.5  # a waiting job's place in line is sent this often: the page redraws it, and a click can cancel there
@@ -151,17 +152,27 @@ class Owner:
     """The state of one device owner; jobs run in threads of their own (`start`), one at a time on the device."""
 
     def __init__(self, policy: HostedPolicy | None = None, *, model_capacity: int = 2) -> None:
-        from explorer.core.device import FiguresStore
-
         self.policy = policy or HostedPolicy.from_env()
         self.queue = DeviceQueue(log_path=self.policy.turn_log)
-        self.figures = FiguresStore()
+        self._figures: FiguresStore | None = None
+        self._figures_lock = threading.Lock()
         self.warmer = Warmer()
         self.models: dict[tuple[str, str, str], LoadedModel] = {}
         self.model_capacity = model_capacity
         self.steps: dict[str, Any] = {}  # a stepped request's handle -> its `SteppedRequest` (its KV cache lives here)
         self.lock = threading.Lock()
         self.started_unix_s = time.time()
+
+    @property
+    def figures(self) -> FiguresStore:
+        """The device figures, made on first use: torch is imported by the first job (or the warm-up's thread), not
+        before the port opens, so a restarted owner answers /health within a second, not after torch's seconds."""
+        with self._figures_lock:
+            if self._figures is None:
+                from explorer.core.device import FiguresStore
+
+                self._figures = FiguresStore()
+            return self._figures
 
     def load(
         self, name: str, device: str, dtype: str, progress: Callable[[float, str], None] | None = None

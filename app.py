@@ -3,6 +3,7 @@
 import streamlit as st
 
 from explorer import ui
+from explorer.ui.device_link import device_route
 from explorer.ui.links import every_link_lands
 from explorer.ui.warm_start import warm_lifespan
 
@@ -36,7 +37,7 @@ if __name__ != "__main__":  # `streamlit run app.py` imports this file once, as 
     ui.route_every_link_through_the_app()  # a deep link on a fresh server runs this router, not the page file alone
     # It warms up at start (explorer/ui/warm_start.py) and sends a path of several segments where it lands
     # (explorer/ui/links.py); sessions run this file as __main__.
-    app = st.App(__file__, lifespan=warm_lifespan, middleware=every_link_lands())
+    app = st.App(__file__, lifespan=warm_lifespan, middleware=every_link_lands(), routes=[device_route()])
 else:
     navigation = st.navigation(pages, expanded=True)  # all pages listed, not the first ten
     with ui.one_line_errors("sidebar"):  # an unexpected error is one line here, its traceback in the server log

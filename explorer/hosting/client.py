@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ TOKEN_ENV = "EXPLORER_DEVICE_TOKEN"
 WATCH_S = 0.5  # how often the app's own owner is checked: a dead one is restarted within a second
 START_TIMEOUT_S = 120.0  # importing torch and binding the port; the model loads after, in the background
 RESTARTED = "The device restarted: run again."
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds `explorer/`
 READ_TIMEOUT_S = 60.0  # a stream sends a keep-alive every 2 s; a minute of silence is a lost owner
 
 
@@ -112,6 +114,7 @@ class LocalOwner:
         self.process: subprocess.Popen[bytes] | None = None
         self.listening = False  # this process of the owner has answered once (`ready`); False again after a restart
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
         self._start()
         threading.Thread(target=self._watch, name="owner-watch", daemon=True).start()
 
@@ -119,6 +122,8 @@ class LocalOwner:
         self.listening = False
         env = {**self.env, TOKEN_ENV: self.token}
         env.pop(URL_ENV, None)
+        # `-m explorer` finds this very package wherever the app was started from (`streamlit run /path/app.py`).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         command = [
             sys.executable,
             "-m",
@@ -132,10 +137,9 @@ class LocalOwner:
         self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
 
     def _watch(self) -> None:
-        while True:
-            time.sleep(WATCH_S)
-            with self._lock:
-                if self.process is not None and self.process.poll() is not None:
+        while not self._stopped.wait(WATCH_S):
+            with self._lock:  # not while `stop` runs: a child it has just killed is not started again
+                if not self._stopped.is_set() and self.process is not None and self.process.poll() is not None:
                     self.restarts += 1
                     self.restarted_unix_s = time.time()
                     self._start()
@@ -159,7 +163,9 @@ class LocalOwner:
             self.listening = True
 
     def stop(self) -> None:
+        """End the child for good (the app or a test is done with it); the watch then ends too."""
         with self._lock:
+            self._stopped.set()
             if self.process is not None:
                 self.process.kill()
                 self.process.wait()

@@ -30,16 +30,18 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from explorer.core.device import FiguresStore
 from explorer.core.errors import BadInput, ExplorerError
-from explorer.core.loaded_model import LoadedModel
+from explorer.core.paths import EMBEDDED
 from explorer.hosting.client import TOKEN_ENV
 from explorer.hosting.queue import SERVER_OWNER, DeviceQueue, Ticket
 from explorer.hosting.settings import HostedPolicy
 from explorer.hosting.warm import Warmer, failure_sentence
-from explorer.models.loading import EMBEDDED, load_model
+
+if TYPE_CHECKING:  # torch comes with these, so not at start: a refused bind and /health come before torch loads
+    from explorer.core.device import FiguresStore
+    from explorer.core.loaded_model import LoadedModel
 
 TICK_S = 0.5  # a waiting job's place in line is sent this often: the page redraws it, and a click can cancel there
 FINAL_EVENTS = ("done", "error")
@@ -157,7 +159,8 @@ class Owner:
     def __init__(self, policy: HostedPolicy | None = None, *, model_capacity: int = 2) -> None:
         self.policy = policy or HostedPolicy.from_env()
         self.queue = DeviceQueue(log_path=self.policy.turn_log)
-        self.figures = FiguresStore()
+        self._figures: FiguresStore | None = None
+        self._figures_lock = threading.Lock()
         self.warmer = Warmer()
         self.models: dict[tuple[str, str, str], LoadedModel] = {}
         self.model_capacity = model_capacity
@@ -165,9 +168,22 @@ class Owner:
         self.lock = threading.Lock()
         self.started_unix_s = time.time()
 
+    @property
+    def figures(self) -> FiguresStore:
+        """The device figures, made on first use: torch is imported by the first job (or the warm-up's thread), not
+        before the port opens, so a restarted owner answers /health within a second, not after torch's seconds."""
+        with self._figures_lock:
+            if self._figures is None:
+                from explorer.core.device import FiguresStore
+
+                self._figures = FiguresStore()
+            return self._figures
+
     def load(
         self, name: str, device: str, dtype: str, progress: Callable[[float, str], None] | None = None
     ) -> LoadedModel:
+        from explorer.models.loading import load_model
+
         key = (name, device, dtype)
         with self.lock:  # two jobs asking for the same new model load it once
             if key not in self.models:

@@ -234,3 +234,31 @@ def on_owner(
         if not ended:  # the script stopped (a click, a closed tab): drop the job, or let it bring its records home
             stream.cancel(on_kept)
         view.end()
+
+
+# --- for an operator ---------------------------------------------------------------------------------------------
+DEVICE_PATH = "/_device"  # one segment, which explorer/ui/links.py serves as is; no page's name starts with "_"
+
+
+def device_route() -> Any:
+    """`GET /_device` on a web process (app.py's `st.App(routes=...)`): which device owner it reaches and whether that
+    answers, and which web process answered. Behind a load balancer (deploy/nginx.conf) an operator, a health check or
+    a test sees that every web process shares the one owner. No URL and no token in it: a visitor may read it."""
+    import os
+
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    def answer(_request: Request) -> JSONResponse:  # a plain function: Starlette runs it in its thread pool
+        link = device_link()
+        said: dict[str, Any] = {"web_pid": os.getpid(), "restarts": link.restarts}
+        try:
+            health = link.client.health()
+        except ExplorerError as exc:
+            return JSONResponse({**said, "ok": False, "message": str(exc)}, status_code=503)
+        owner = {"owner_pid": health["pid"], "owner_started_unix_s": health["started_unix_s"]}
+        owner |= {"warm": health["warm"]["state"], "waiting": health["waiting"]}
+        return JSONResponse({**said, **owner, "ok": True})
+
+    return Route(DEVICE_PATH, answer, methods=["GET"])

@@ -14,14 +14,16 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from explorer import ui
+from explorer.core.device import FiguresStore
 from explorer.ui import state as ui_state
-from explorer.ui.shared import server_session
+from explorer.ui.device_link import device_link
 from tests.apptest_support import (  # noqa: F401 - an autouse fixture
     navigation_like_a_server,
     new_app,
     open_page,
     release_once_someone_waits,
 )
+from tests.owner_support import LazyOwners
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -215,9 +217,10 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
     assert out.returncode == 0, out.stderr
 
 
-def test_a_second_session_waits_for_the_device() -> None:
+def test_a_second_session_waits_for_the_device(fresh_device_owner: LazyOwners) -> None:
     at = new_app()
-    queue = server_session().queue
+    device_link()  # the test's owner, started now
+    queue = fresh_device_owner.latest.queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     releaser = release_once_someone_waits(queue, other)  # the "other session" finishes once this one waits
@@ -325,11 +328,11 @@ def test_remeasuring_without_a_run_measures_the_sidebars_device(monkeypatch: pyt
 
     seen: list[tuple[str, str]] = []
 
-    def figures(kind: str, dtype: str, fresh: bool = False, progress: object = None) -> object:
+    def figures(_store: object, kind: str, dtype: str, fresh: bool = False, progress: object = None) -> object:
         seen.append((kind, dtype))
         raise BadInput("stop here")  # what was asked for is all this test needs
 
-    monkeypatch.setattr(server_session().figures, "get", figures)
+    monkeypatch.setattr(FiguresStore, "get", figures)  # the owner's store, in a thread of this process
     at = new_app()
     at.sidebar.selectbox(key="sidebar-dtype").set_value("bfloat16")
     run_from_sidebar(at, prompt="   ")  # commits the form; an empty prompt runs nothing

@@ -208,3 +208,37 @@ def test_a_job_whose_client_leaves_while_it_waits_in_line_leaves_the_line(
         line.release(holder)
     time.sleep(0.6)  # a job still alive would now take the free device
     assert [t.what for t in line.turns] == ["run", "lab"] and line.turns[-1].ended == "released"
+
+
+# --- a web process's /_device ----------------------------------------------------------------------------------------
+def device_page(monkeypatch: pytest.MonkeyPatch, link: object) -> httpx.Response:
+    """GET /_device from the route app.py gives its `st.App`, on a web process whose device is `link`."""
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from explorer.ui import device_link as device_link_module
+
+    monkeypatch.setattr(device_link_module, "device_link", lambda: link)
+    with TestClient(Starlette(routes=[device_link_module.device_route()])) as web:
+        return web.get(device_link_module.DEVICE_PATH)
+
+
+def test_a_web_process_says_which_owner_it_reaches(
+    owner_with_token: OwnerInThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = device_page(monkeypatch, owner_with_token.link())
+    assert answer.status_code == 200
+    said = answer.json()
+    assert said["ok"] is True and said["owner_pid"] == os.getpid() and said["web_pid"] == os.getpid()
+    assert said["owner_started_unix_s"] == owner_with_token.owner.started_unix_s and said["restarts"] == 0
+    assert TOKEN not in answer.text and owner_with_token.url not in answer.text  # no token, no address
+
+
+def test_a_web_process_whose_owner_refuses_it_says_so(
+    owner_with_token: OwnerInThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from explorer.hosting.client import DeviceLink, OwnerClient
+
+    answer = device_page(monkeypatch, DeviceLink(OwnerClient(owner_with_token.url, "wrong-token")))
+    assert answer.status_code == 503
+    assert answer.json()["ok"] is False and "401" in answer.json()["message"]

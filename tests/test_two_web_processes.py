@@ -231,7 +231,7 @@ def websocket_handshake(url: str, path: str, headers: dict[str, str]) -> tuple[s
     address = urlsplit(url)
     lines = [
         f"GET {path} HTTP/1.1",
-        f"Host: {address.netloc}",
+        *([] if "Host" in headers else [f"Host: {address.netloc}"]),
         "Upgrade: websocket",
         "Connection: Upgrade",
         f"Sec-WebSocket-Key: {key}",
@@ -254,13 +254,17 @@ def websocket_handshake(url: str, path: str, headers: dict[str, str]) -> tuple[s
 
 
 def test_the_websocket_upgrades_through_nginx(stack: WorkshopStack) -> None:
-    """Streamlit's websocket through nginx, as a browser opens it (same origin, the `streamlit` subprotocol): without
-    the upgrade headers, or with a Host that lost its port, Streamlit refuses it and every page stays blank."""
+    """Streamlit's websocket through nginx, as a browser on the room's address opens it (same origin, the `streamlit`
+    subprotocol): without the upgrade headers, or with a Host that lost its port, Streamlit refuses it and every page
+    stays blank. The address is a name, not loopback: Streamlit lets any localhost origin in."""
+    site = f"workshop.example:{urlsplit(stack.url).port}"  # what the browsers typed, nginx's port included
     for cookie in cookies_for_each_web_process(stack).values():
-        headers = {"Origin": stack.url, "Cookie": f"{STICKY_COOKIE}={cookie}", "Sec-WebSocket-Protocol": "streamlit"}
-        status, said = websocket_handshake(stack.url, "/_stcore/stream", headers)
+        headers = {"Host": site, "Origin": f"http://{site}", "Cookie": f"{STICKY_COOKIE}={cookie}"}
+        status, said = websocket_handshake(
+            stack.url, "/_stcore/stream", headers | {"Sec-WebSocket-Protocol": "streamlit"}
+        )
         assert status.startswith("HTTP/1.1 101"), (status, said)
         assert said.get("sec-websocket-protocol") == "streamlit"
-    # Another site's page may not open it (Streamlit's own origin check, kept behind the proxy).
-    status, _ = websocket_handshake(stack.url, "/_stcore/stream", {"Origin": "http://elsewhere.example"})
-    assert not status.startswith("HTTP/1.1 101"), status
+        # Another site's page may not open it (Streamlit's own origin check, kept behind the proxy).
+        status, _ = websocket_handshake(stack.url, "/_stcore/stream", headers | {"Origin": "http://elsewhere.example"})
+        assert not status.startswith("HTTP/1.1 101"), status

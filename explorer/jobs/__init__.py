@@ -7,13 +7,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from explorer.jobs import run
+from explorer.jobs import run, steps
 
 if TYPE_CHECKING:
-    from explorer.hosting.owner import Job
+    from explorer.hosting.owner import Job, Owner
 
 JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "run": run.run_job,
     "capture": run.capture_job,
     "figures": run.figures_job,
+    "prefill": steps.prefill_job,
+    "step": steps.step_job,
+    "reset": steps.reset_job,
 }
+
+
+def before_each(owner: Owner) -> None:
+    """What the owner does as each job starts, on the job's thread: stepped requests left idle free their caches."""
+    steps.sweep_idle(owner)

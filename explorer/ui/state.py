@@ -16,7 +16,7 @@ from explorer.recording.pdx import RecordingMeta
 
 if TYPE_CHECKING:
     from explorer.core.profiler import PassProfile
-    from explorer.labs.step_mode import SteppedRequest
+    from explorer.labs.stepped_view import SteppedView
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ LEFT_QUEUE: Slot[bool] = Slot("explorer_left_queue")  # set by "Leave the queue"
 RUN_ASKED: Slot[RunInputs] = Slot("explorer_run_asked")  # the sidebar's Run: run under the page's title, this run
 PROMPT_TYPED: Slot[str] = Slot("explorer_prompt_typed")  # a page's own Run ran this prompt: the sidebar shows it next
 DOWNLOADS_DRAWN: Slot[bool] = Slot("explorer_downloads_drawn")  # the sidebar's downloads, drawn in this script run
-STEPPED: Slot[SteppedRequest] = Slot("explorer_stepped")  # the session's stepped request (explorer.ui.step_mode)
+STEPPED: Slot[SteppedView] = Slot("explorer_stepped")  # the session's stepped request as the owner sent it
 PROFILE: Slot[tuple[str, PassProfile]] = Slot("explorer_profile")  # the last "Profile this pass" (cost_view)
 DECODE_PATHS: Slot[tuple[str, tuple[Trace, ...]]] = Slot("explorer_decode_paths")  # (run label, one trace per path)
 NOCACHE_RESULT: Slot[object] = Slot("explorer_nocache_result")  # the no-cache lab's last result

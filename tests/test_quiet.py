@@ -11,8 +11,7 @@ import pytest
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 from explorer.charts import step_mode as step_charts
-from explorer.core.device import FiguresStore
-from explorer.core.engine import Request, check_request
+from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import DISTURBED_SHARE, Trace
@@ -20,7 +19,6 @@ from explorer.hosting import beside
 from explorer.hosting.queue import SERVER_OWNER, DeviceQueue
 from explorer.hosting.quiet import DRAWING_WAIT_SHARE, SHARED_WITHIN_S, PassGate, TimedRun
 from explorer.hosting.server_session import ServerSession
-from explorer.labs.step_mode import SteppedRequest
 
 WAIT_S = 10.0  # a bound no healthy step here comes near: a hang fails instead of blocking the suite
 
@@ -229,24 +227,6 @@ def test_work_before_a_pass_is_inside_its_section_so_charts_wait_for_it_too() ->
         chart_in_during_pass = chart_in.is_set()
     thread.join(WAIT_S)
     assert chart_in_during_twin == [False] and not chart_in_during_pass and chart_in.is_set()
-
-
-def test_a_step_runs_its_warm_twin_inside_the_gates_section(
-    tiny_lm: LoadedModel, figures: FiguresStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gate = PassGate()  # the device has done nothing yet: the twin runs
-    checked = check_request(tiny_lm, Request("The cat sat", max_new_tokens=2, stop_at_eos=False))
-    stepped = SteppedRequest.start(tiny_lm, checked, figures=figures)
-    twin_inside: list[bool] = []
-    real_twin = SteppedRequest.warm_up
-
-    def twin(self: SteppedRequest) -> None:
-        twin_inside.append(gate._timing == threading.get_ident())  # noqa: SLF001 - the section's holder
-        real_twin(self)
-
-    monkeypatch.setattr(SteppedRequest, "warm_up", twin)
-    stepped.step(gate)
-    assert twin_inside == [True]
 
 
 def test_a_run_that_ends_while_another_thread_times_a_pass_leaves_that_section_alone() -> None:

@@ -20,7 +20,7 @@ from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
-from explorer.core.trace import Sampling, Trace
+from explorer.core.trace import Sampling
 from explorer.hosting.client import Event, OwnerClient
 from explorer.hosting.owner import TICK_S, Owner
 from explorer.hosting.queue import DeviceQueue
@@ -176,54 +176,6 @@ def test_a_step_whose_client_went_away_while_waiting_is_dropped(owner: OwnerInTh
     finally:
         queue.release(other)
     assert len(owner.owner.steps[handle].passes) == 1  # nothing ran: the request is as it was
-
-
-def test_a_next_token_waits_one_pass_of_a_run_not_the_whole_run(
-    owner: OwnerInThread, tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A Run of 24 passes (each slowed to PASS_S) holds the device; a Next token asks after its first pass. It gets
-    the device at the next pass boundary (the run makes way), and the run's ITLs (its clock paused meanwhile) do
-    not count the wait."""
-    from explorer.core import engine
-
-    pass_s = 0.05
-    real_decode = engine.decode_one_token
-
-    def slow_decode(*args: object, **kwargs: object) -> object:
-        if threading.current_thread().name == "job-run":
-            time.sleep(pass_s)
-        return real_decode(*args, **kwargs)
-
-    client = owner.client()
-    body = prefill_body(tiny_llama_dir, Request("hi", max_new_tokens=4, use_chat_template=False))
-    handle = done_of(job(client, "prefill", body))["handle"]
-    monkeypatch.setattr(engine, "decode_one_token", slow_decode)
-    run_request = Request("The cat sat", max_new_tokens=24, use_chat_template=False, stop_at_eos=False)
-    first_pass, ends = threading.Event(), {}
-
-    def run() -> None:
-        for event in client.job("run", {**prefill_body(tiny_llama_dir, run_request), "capture": False}):
-            if event.name == "pass":
-                first_pass.set()
-            if event.name == "trace":
-                ends["run"] = (time.monotonic(), Trace.from_dict(event.data))
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    assert first_pass.wait(60)
-    step = done_of(job(client, "step", {"handle": handle}))
-    ends["step"] = time.monotonic()
-    runner.join(60)
-    run_ended, trace = ends["run"]
-    assert ends["step"] < run_ended  # it went between the run's passes, not after the run
-    assert step["record"]["index"] == 1
-    assert len(trace.passes) == 24 and max(trace.itl_s) < 4 * pass_s  # the run's clock was paused while it waited
-    turns = owner.owner.queue.turns
-    stretches = [t for t in turns if t.what == "run"]
-    assert stretches[0].ended == "made way" and stretches[-1].resumed and stretches[-1].ended == "released"
-    assert sum(t.passes for t in stretches) == 24
-    step_turn = next(t for t in turns if t.what == "step")
-    assert step_turn.waited_s < 12 * pass_s and step_turn.ended == "released"
 
 
 # --- the Step page (AppTest): its jobs go to the test's own owner -----------------------------------------------------
@@ -607,4 +559,3 @@ def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
     assert any(w.startswith("Disturbed: 2 of 2 passes (passes 0, 1) were timed while other work") for w in warnings)
     stepped = at.session_state[step_mode.STEPPED]
     assert [p.beside_cpu_s for p in stepped.passes] == [1.0, 1.0] and all(p.disturbed for p in stepped.passes)
-

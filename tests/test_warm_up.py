@@ -78,7 +78,7 @@ def test_on_a_gpu_the_warm_up_decodes_to_the_last_cache_length_and_stops_where_t
 
 def test_step_mode_warms_each_timed_pass_with_a_twin_of_its_own_shape(fresh_lm: LoadedModel) -> None:
     """No generic warm-up at the start: the prefill click runs an untimed prefill of the prompt's length right before
-    the timed one, and a decode click (no server gate: the device may have been idle) an untimed decode first."""
+    the timed one, and a decode click (the device may have been idle since the last click) an untimed decode first."""
     seen = forwards_seen(fresh_lm)
     checked = check_request(fresh_lm, Request(PROMPT, max_new_tokens=4, use_chat_template=False))
     stepped = SteppedRequest.start(fresh_lm, checked)
@@ -90,74 +90,6 @@ def test_step_mode_warms_each_timed_pass_with_a_twin_of_its_own_shape(fresh_lm: 
         before = len(seen)
         stepped.step()
         assert seen[before : before + 2] == [1, 1], seen
-    finally:
-        stepped.free()
-
-
-def test_in_a_busy_room_a_stepped_pass_whose_shapes_ran_goes_without_its_twin(fresh_lm: LoadedModel) -> None:
-    """With the device at work a moment ago (the server's gate), a prefill and a decode run alone: on a CPU a prompt
-    length never run too (its first prefill took what its second did); once idle past WARM_WITHIN_S, every pass gets
-    its twin."""
-    now = [100.0]
-    gate = PassGate(clock=lambda: now[0])
-    seen = forwards_seen(fresh_lm)
-
-    def stepped_prefill(prompt: str) -> tuple[SteppedRequest, list[int]]:
-        checked = check_request(fresh_lm, Request(prompt, max_new_tokens=3, use_chat_template=False))
-        stepped, before = SteppedRequest.start(fresh_lm, checked), len(seen)
-        gate.worked()  # another session's pass just ended
-        stepped.step(gate)
-        return stepped, seen[before:]
-
-    first, ran = stepped_prefill(PROMPT)
-    T = len(first.checked.prompt_ids)
-    assert ran == [T]  # a prompt length new to this process, on a busy CPU: the timed prefill alone
-    second, ran = stepped_prefill(PROMPT)
-    assert ran == [T]  # the same length again, the device busy: the timed prefill alone
-    before = len(seen)
-    gate.worked()
-    second.step(gate)
-    assert seen[before:] == [1]  # a decode in a busy room: alone
-    now[0] += WARM_WITHIN_S + 1  # the device idle since
-    before = len(seen)
-    second.step(gate)
-    assert seen[before:] == [1, 1]  # its twin first
-    longer, ran = stepped_prefill(PROMPT + " and a few more words")
-    assert ran == [len(longer.checked.prompt_ids)]
-    for stepped in (first, second, longer):
-        stepped.free()
-
-
-@pytest.mark.parametrize("crowd", ["turns in line", "other sessions lately"])
-def test_on_a_crowded_device_an_idle_pause_brings_no_twin_nor_warm_up(
-    fresh_lm: LoadedModel, figures: FiguresStore, crowd: str
-) -> None:
-    """Idle past WARM_WITHIN_S, but crowded (`PassGate.crowded`): the stepped pass runs alone (everyone in line would
-    wait for its twin), and so do a Run's passes (no generic warm-up); uncrowded, both come back."""
-    now, crowded = [100.0], [True]
-    gate = PassGate(clock=lambda: now[0])
-    if crowd == "turns in line":
-        gate.in_line = lambda: 3 if crowded[0] else 0
-    else:
-        gate.shared = lambda: crowded[0]
-    seen = forwards_seen(fresh_lm)
-    checked = check_request(fresh_lm, Request(PROMPT, max_new_tokens=3, use_chat_template=False))
-    stepped = SteppedRequest.start(fresh_lm, checked)
-    try:
-        stepped.step(gate)  # the prefill, on a device that has done nothing yet
-        assert seen == [len(checked.prompt_ids)]
-        now[0] += WARM_WITHIN_S + 1
-        before = len(seen)
-        stepped.step(gate)
-        assert seen[before:] == [1]  # the decode alone
-        before = len(seen)
-        prepare_for_run(fresh_lm, figures, gate, silent)
-        assert seen[before:] == []
-        crowded[0] = False
-        now[0] += WARM_WITHIN_S + 1
-        before = len(seen)
-        stepped.step(gate)
-        assert seen[before:] == [1, 1]  # its twin first
     finally:
         stepped.free()
 

@@ -107,7 +107,12 @@ class SteppedRequest:
         untimed, the clock paused); its attention comes apart, untimed (`replay_passes`). The last one also finishes
         the request (its trace kept, the timed cache freed)."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
-            self._forward(self.warm_up)  # TWIN_KEPT_BECAUSE
+            # The twin stays in the owner: what it undoes is the pause between clicks (idle threads, cold caches), not
+            # the drawing the gate kept away, and a click always follows a pause. Measured on this 2-core machine
+            # (6 decodes after a 1 s pause, twin vs none, 2026-11-29): no clean figure, as three other sessions' tests
+            # held the cores (a Run's decode median 480-880 ms, not its 45-60 ms); so the figure this rests on is
+            # still `warm_up`'s own: cold stepped decodes 100-305 ms against a Run's 45-60 ms.
+            self._forward(self.warm_up)
             started_s = time.perf_counter()
             self.live.clock.resume()
             try:

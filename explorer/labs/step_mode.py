@@ -108,10 +108,11 @@ class SteppedRequest:
         the request (its trace kept, the timed cache freed)."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
             # The twin stays in the owner: what it undoes is the pause between clicks (idle threads, cold caches), not
-            # the drawing the gate kept away, and a click always follows a pause. Measured on this 2-core machine
-            # (6 decodes after a 1 s pause, twin vs none, 2026-11-29): no clean figure, as three other sessions' tests
-            # held the cores (a Run's decode median 480-880 ms, not its 45-60 ms); so the figure this rests on is
-            # still `warm_up`'s own: cold stepped decodes 100-305 ms against a Run's 45-60 ms.
+            # the drawing the gate kept away, and every click follows a pause. Measured here 2026-11-29
+            # (benchmarks/stepped_timing.py --pause-s 1 --passes 8, the 2 cores shared with three other test runs,
+            # load average 5): stepped decode medians 314 ms after the twin, 432 ms without it, a Run's 419 ms. No
+            # clean figure (a quiet Run decodes in 45-60 ms), so the figure this rests on is still `warm_up`'s own:
+            # cold stepped decodes 100-305 ms against a Run's 45-60 ms.
             self._forward(self.warm_up)
             started_s = time.perf_counter()
             self.live.clock.resume()

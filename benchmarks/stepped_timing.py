@@ -3,9 +3,10 @@
 Three comparisons, each printed with its medians and their ratio:
 - decode: a normal Run's decode passes (`explorer.core.measure.measure`) against the same prompt stepped with
   `SteppedRequest` (prefill, then `--passes` decodes) with a pause between clicks, as a presenter leaves between them
-  (`--busy` keeps both cores busy during each pause: a page redraw in a browser on the same machine);
-- room: `--room K` requests stepped round-robin through one server gate, each click right after another session's
-  (the device warm, so no warm twin runs), against the Run's decode passes: what a room's passes cost;
+  (`--busy` keeps both cores busy during each pause: a page redraw in a browser on the same machine), each stepped
+  pass after its warm twin (as the device owner steps it) and, interleaved, without one: whether the twin is needed;
+- room: `--room K` requests stepped round-robin, each click right after another session's, against the Run's decode
+  passes: what a room's passes cost;
 - prefill: `--rounds` Run prefills against stepped prefills of the same prompt, interleaved: the stepped one with its
   warm twin (as Step mode runs it) and without.
 Usage: python benchmarks/stepped_timing.py [--pause-s 2] [--busy] [--passes 8] [--room 4] [--rounds 5]
@@ -22,7 +23,6 @@ from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, check_request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
-from explorer.hosting.quiet import PassGate
 from explorer.labs.step_mode import SteppedRequest
 from explorer.models.loading import load_model
 
@@ -57,20 +57,26 @@ def line(name: str, ms: list[float], reference_ms: float | None = None) -> str:
 def decode(lm: LoadedModel, figures: FiguresStore, args: argparse.Namespace) -> float:
     request = Request(PROMPT, max_new_tokens=args.passes + 1)
     run_ms = [p.wall_s * 1e3 for p in measure(lm, request, figures).decodes]
-    stepped = SteppedRequest.start(lm, check_request(lm, request), figures=figures)
-    stepped.step()
-    stepped_ms = []
+    twin = SteppedRequest.start(lm, check_request(lm, request), figures=figures)
+    alone = SteppedRequest.start(lm, check_request(lm, request), figures=figures)
+    twin.step()
+    alone.step()
+    stepped_ms, alone_ms = [], []
     for _ in range(args.passes):
         pause(args.pause_s, args.busy)
-        stepped_ms.append(stepped.step().wall_s * 1e3)
+        stepped_ms.append(twin.step().wall_s * 1e3)
+        pause(args.pause_s, args.busy)
+        alone.live.clock.resume()
+        alone_ms.append(alone.live.step().wall_s * 1e3)  # the same pass without its twin
+        alone.live.clock.pause()
     print(line("run decode", run_ms))
     busy = ", cores busy meanwhile" if args.busy else ""
     print(line(f"stepped decode (pause {args.pause_s} s{busy})", stepped_ms, statistics.median(run_ms)))
+    print(line("  the same, no warm twin", alone_ms, statistics.median(run_ms)))
     return statistics.median(run_ms)
 
 
 def room(lm: LoadedModel, figures: FiguresStore, sessions: int, passes: int, run_ms: float) -> None:
-    gate = PassGate()
     requests = [
         SteppedRequest.start(
             lm, check_request(lm, Request(f"{PROMPT} ({i})", max_new_tokens=passes + 1)), figures=figures
@@ -78,8 +84,8 @@ def room(lm: LoadedModel, figures: FiguresStore, sessions: int, passes: int, run
         for i in range(sessions)
     ]
     for r in requests:
-        r.step(gate)  # the prefills
-    decode_ms = [r.step(gate).wall_s * 1e3 for _ in range(passes) for r in requests]
+        r.step()  # the prefills
+    decode_ms = [r.step().wall_s * 1e3 for _ in range(passes) for r in requests]
     print(line(f"room of {sessions}, round-robin", decode_ms, run_ms))
 
 

@@ -269,7 +269,7 @@ def test_browser_prefill_while_another_session_holds_the_device_goes_between_its
     hosted_app: HostedApp, open_tab: Callable[[str], Tab]
 ) -> None:
     """The Prefill waits (and says so) for the pass in progress only: the Run lets it through between two of its
-    passes and then goes on (`DeviceQueue.step_aside`), as the server's turn log shows."""
+    passes and then goes on (`DeviceQueue.make_way`, in the device owner), as the owner's turn log shows."""
     holder, stepper = open_tab(hosted_app.url), open_tab(hosted_app.url)
     stepper.open_step()
     holder.ready_to_run(HOLD_PROMPT, HOLD_TOKENS)
@@ -293,7 +293,7 @@ def test_browser_prefill_while_another_session_holds_the_device_goes_between_its
     runs = [t for t in turns if t.what == "run"]
     prefill = next(t for t in turns if t.what == "prefill")
     print(f"[device turn] the run's stretches: {[(t.ended, t.passes, t.resumed) for t in runs]}")
-    assert runs and runs[0].ended == "stepped aside" and runs[-1].ended == "released" and runs[-1].resumed, runs
+    assert runs and runs[0].ended == "made way" and runs[-1].ended == "released" and runs[-1].resumed, runs
     assert prefill.granted_unix_s < runs[-1].granted_unix_s, "the Prefill waited for the whole run"
 
 

@@ -24,7 +24,7 @@ from explorer.ui import runner, step_mode
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.owner_support import LazyOwners
 from tests.test_hosted import press_run
-from tests.test_step_mode import prefill_on_the_step_page
+from tests.test_step_mode import app_owner, prefill_on_the_step_page
 
 
 def test_the_eager_twin_shares_every_weight_and_the_replay_leaves_the_shared_model_alone(tiny_lm: LoadedModel) -> None:
@@ -128,14 +128,25 @@ def watch_device_during(monkeypatch: pytest.MonkeyPatch, owners: LazyOwners, own
 
 
 def test_a_step_clicks_attention_row_is_replayed_after_its_turn(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
 ) -> None:
-    free = watch_device_during(monkeypatch, SteppedRequest, "replay_passes")
+    """On the device owner: the Prefill's and the Next token's replays run after their jobs' turns."""
+    queue = app_owner(fresh_device_owner).queue
+    free: list[bool] = []
+    real = SteppedRequest.replay_passes
+
+    def watched(self: SteppedRequest) -> None:
+        free.append(device_free(queue))
+        real(self)
+
+    monkeypatch.setattr(SteppedRequest, "replay_passes", watched)
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=4)
     at.button(key="step-next").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     current = at.session_state[step_mode.STEPPED]
-    assert len(current.passes) == 2 and len(current.replay.replayed) == 2  # both passes' rows, replayed
+    on_owner = app_owner(fresh_device_owner).steps[current.handle]
+    assert len(current.passes) == 2 and len(on_owner.replay.replayed) == 2  # both passes' rows, replayed
+    assert len(current.maps.decode[current.maps.layers[0]]) == 1  # and sent: the prefill's map and one decode row
     assert free[:2] == [True, True]  # the Prefill's and the Next token's replays ran with the device free
 
 

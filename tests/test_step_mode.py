@@ -1,36 +1,43 @@
-"""Step mode: one real pass per step gives a normal run's tokens, grows the cache one position at a time, frees it."""
+"""Step mode: one real pass per step gives a normal run's tokens, grows the cache one position at a time, frees it.
+The stepped request lives in the device owner (`explorer.jobs.steps`): owner-level tests send its jobs through
+`OwnerClient`, page tests click the Step page (AppTest), which sends them through the test's own owner."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.core.beside import Beside
 from explorer.core.engine import Request, check_request
 from explorer.core.errors import BadInput
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
-from explorer.hosting import server_session as hosting_session
-from explorer.hosting.step_mode_requests import IDLE_TIMEOUT_S, LiveSteps
-from explorer.hosting.warm import Warmer
+from explorer.hosting.client import Event, OwnerClient
+from explorer.hosting.owner import TICK_S, Owner
+from explorer.hosting.queue import DeviceQueue
+from explorer.jobs.steps import IDLE_TIMEOUT_S
 from explorer.labs.step_mode import SteppedRequest
-from explorer.ui import admission, step_mode
-from explorer.ui import device_turn as ui_queue
+from explorer.labs.stepped_view import GONE, SteppedView
+from explorer.ui import device_link as ui_link
 from explorer.ui import state as ui_state
-from explorer.ui.shared import server_session
+from explorer.ui import step_mode
 from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest's pages
     HELD_AFTER_SOMEONE_WAITS_S,
     navigation_like_a_server,
     new_app,
     release_once_someone_waits,
 )
-from tests.test_hosted import device_held_elsewhere
-from tests.test_warm import WAIT_S, tiny_target, warming_app  # noqa: F401 - fixtures: warming on, at the tiny model
+from tests.owner_support import LazyOwners, OwnerInThread
+from tests.test_hosted import LeapingClock
 
 
 def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
@@ -48,6 +55,134 @@ def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
     assert maps.same_tokens_as(trace) and len(maps.decode[0]) == 4
     stepped.free()
     assert stepped.freed and stepped.replay.cache is None
+
+
+# --- the owner's jobs, through its own protocol -----------------------------------------------------------------------
+@pytest.fixture
+def owner() -> Iterator[OwnerInThread]:
+    started = OwnerInThread()
+    yield started
+    started.stop()
+
+
+def job(client: OwnerClient, kind: str, body: dict[str, Any]) -> list[Event]:
+    """Every event of one job, to its end."""
+    return list(client.job(kind, body))
+
+
+def done_of(events: list[Event]) -> dict[str, Any]:
+    assert events[-1].name == "done", events[-1]
+    return events[-1].data
+
+
+def error_of(events: list[Event]) -> str:
+    assert events[-1].name == "error", events[-1]
+    return str(events[-1].data["message"])
+
+
+def prefill_body(model_dir: Path, request: Request) -> dict[str, Any]:
+    return {"model": str(model_dir), "device": "cpu", "dtype": "float32", "request": asdict(request)}
+
+
+def prefilled(client: OwnerClient, model_dir: Path) -> str:
+    """A stepped request of four tokens on the owner, prefilled: its handle."""
+    body = prefill_body(model_dir, Request("hi", max_new_tokens=4, use_chat_template=False))
+    return str(done_of(job(client, "prefill", body))["handle"])
+
+
+def test_stepping_on_the_owner_gives_greedy_generates_tokens_and_maps(
+    owner: OwnerInThread, tiny_llama_dir: Path, tiny_lm: LoadedModel
+) -> None:
+    client, request = owner.client(), Request("hi there", max_new_tokens=6, use_chat_template=False)
+    events = job(client, "prefill", prefill_body(tiny_llama_dir, request))
+    assert [e.name for e in events if e.name == "pass"] == ["pass"]
+    view = SteppedView.first(request, done_of(events))
+    handle = view.handle
+    assert view.passes[0].is_prefill and not view.done and handle in owner.owner.steps
+    while not view.done:
+        before = view.passes[-1].kv_cache_bytes
+        view = view.then(done_of(job(client, "step", {"handle": handle})))
+        assert view.passes[-1].kv_cache_bytes == before + tiny_lm.info.kv_bytes_per_token  # one position per pass
+    expected = measure(tiny_lm, request)  # greedy generate()
+    assert view.trace.generated_token_ids == expected.generated_token_ids and len(view.passes) == 6
+    assert view.maps.same_tokens_as(view.trace) and len(view.maps.decode[0]) == 5
+    assert len(view.maps.tokens_text) == view.maps.prompt_len + 6
+    assert handle not in owner.owner.steps  # finished: the owner keeps nothing, the page has the trace and maps
+    assert error_of(job(client, "step", {"handle": handle})) == GONE
+
+
+def test_reset_frees_the_request_on_the_owner(owner: OwnerInThread, tiny_llama_dir: Path) -> None:
+    client = owner.client()
+    handle = prefilled(client, tiny_llama_dir)
+    stepped = owner.owner.steps[handle]
+    assert done_of(job(client, "reset", {"handle": handle})) == {}
+    assert stepped.freed and stepped.replay.cache is None and not owner.owner.steps
+    events = job(client, "step", {"handle": handle})
+    assert error_of(events) == GONE and "freed" in [e.name for e in events]
+
+
+def test_an_idle_request_is_freed_as_any_job_starts(owner: OwnerInThread, tiny_llama_dir: Path) -> None:
+    client = owner.client()
+    body = prefill_body(tiny_llama_dir, Request("hi", max_new_tokens=4, use_chat_template=False))
+    idle, busy = (done_of(job(client, "prefill", body))["handle"] for _ in range(2))
+    idle_request, busy_request = owner.owner.steps[idle], owner.owner.steps[busy]
+    idle_request.last_used_s -= IDLE_TIMEOUT_S - 30.0  # half a minute short of the timeout: not idle yet
+    job(client, "reset", {"handle": "nobody's"})  # any job: the sweep runs as it starts
+    assert not idle_request.freed
+    idle_request.last_used_s -= 31.0  # past it: as if its page had walked away
+    job(client, "reset", {"handle": "nobody's"})
+    assert idle_request.freed and idle_request.replay.cache is None and idle not in owner.owner.steps
+    assert not busy_request.freed and busy in owner.owner.steps
+    assert error_of(job(client, "step", {"handle": idle})) == GONE
+    assert done_of(job(client, "step", {"handle": busy}))["record"]["index"] == 1
+
+
+def test_a_failed_pass_frees_the_request_on_the_owner(owner: OwnerInThread, tiny_llama_dir: Path) -> None:
+    client = owner.client()
+    handle = prefilled(client, tiny_llama_dir)
+    stepped = owner.owner.steps[handle]
+    with mock.patch.object(stepped.live, "step", side_effect=RuntimeError("CUDA out of memory")):
+        events = job(client, "step", {"handle": handle})
+    assert "freed" in [e.name for e in events] and "CUDA out of memory" in error_of(events)
+    assert events[-1].data["failed"] == "RuntimeError"
+    assert stepped.freed and stepped.replay.cache is None and handle not in owner.owner.steps
+
+
+def waiting_line_event(events: Iterator[Event]) -> Event:
+    for event in events:
+        if event.name == "line" and not event.data["holding"]:
+            return event
+    raise AssertionError("the job never said its place in line")
+
+
+def test_a_step_whose_client_went_away_while_waiting_is_dropped(owner: OwnerInThread, tiny_llama_dir: Path) -> None:
+    """ "A job whose client went away is dropped": a Next token waits behind another session's turn, its page closes the
+    stream; its ticket leaves the line (the turn log says cancelled) and the request is as it was."""
+    client, queue = owner.client(), owner.owner.queue
+    handle = prefilled(client, tiny_llama_dir)
+    other = queue.enter("run", owner="other session", passes=2)
+    assert queue.wait(other, 30)
+    try:
+        stream = client.job("step", {"handle": handle, "session": "leaver"})
+        line = waiting_line_event(stream)
+        assert line.data["ahead"] == 1 and queue.waiting == 1
+        stream.close()  # the page went away
+        deadline = time.monotonic() + 10 * TICK_S
+        while queue.waiting and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert queue.waiting == 0  # it left the line at its next place-in-line tick
+        dropped = [t for t in queue.turns if t.what == "step"]
+        assert [t.ended for t in dropped] == ["cancelled"] and dropped[0].owner == "leaver"
+    finally:
+        queue.release(other)
+    assert len(owner.owner.steps[handle].passes) == 1  # nothing ran: the request is as it was
+
+
+# --- the Step page (AppTest): its jobs go to the test's own owner -----------------------------------------------------
+def app_owner(owners: LazyOwners) -> Owner:
+    """The owner the app's pages send their jobs to (started now if no job has asked yet)."""
+    ui_link.device_link()
+    return owners.started[-1].owner
 
 
 def step_page_on(model_dir: Path, sampling: Sampling | None = None) -> AppTest:
@@ -73,7 +208,13 @@ def prefill_on_the_step_page(
     return at
 
 
-def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+def shown_errors(at: AppTest) -> list[str]:
+    return [e.value.replace("\\", "") for e in at.error]
+
+
+def test_the_step_page_steps_one_pass_per_click_and_resets(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, fresh_device_owner: LazyOwners
+) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=6)
     assert not at.error, [e.value for e in at.error]
     sizes = [at.session_state[step_mode.STEPPED].passes[-1].kv_cache_bytes]
@@ -82,7 +223,7 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
         assert not at.exception
         sizes.append(at.session_state[step_mode.STEPPED].passes[-1].kv_cache_bytes)
     stepped = at.session_state[step_mode.STEPPED]
-    assert len(stepped.passes) == 4
+    assert isinstance(stepped, SteppedView) and len(stepped.passes) == 4  # the session holds no model nor cache
     assert [b - a for a, b in zip(sizes, sizes[1:])] == [tiny_lm.info.kv_bytes_per_token] * 3
     expected = measure(tiny_lm, Request("hi there", max_new_tokens=6, use_chat_template=False)).generated_token_ids
     assert tuple(p.token_id for p in stepped.passes) == expected[:4]
@@ -96,13 +237,27 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(tiny_llama_dir: Path,
         "step-times",
     ]
     assert at.button(key="step-next").proto.shortcut == "right" and at.button(key="step-reset").proto.shortcut == "home"
+    owner = app_owner(fresh_device_owner)
+    on_owner = owner.steps[stepped.handle]
     at.button(key="step-end").click().run()  # finishes: the stepped request becomes the current run
     assert at.session_state[ui_state.RUN].trace.generated_token_ids == expected
-    assert at.session_state[ui_state.RUN].attention is not None
-    assert stepped.freed and stepped.replay.cache is None  # done: both caches freed, the trace and maps kept
+    maps = at.session_state[ui_state.RUN].attention
+    assert maps is not None and maps.same_tokens_as(at.session_state[ui_state.RUN].trace)
+    assert on_owner.freed and on_owner.replay.cache is None and not owner.steps  # done: both caches freed there
     at.button(key="step-reset").click().run()
-    assert step_mode.STEPPED not in at.session_state  # the session holds no cache tensors any more
-    assert stepped.freed
+    assert step_mode.STEPPED not in at.session_state
+
+
+def test_reset_frees_the_owners_cache_and_unlocks_the_form(
+    tiny_llama_dir: Path, fresh_device_owner: LazyOwners
+) -> None:
+    at = prefill_on_the_step_page(tiny_llama_dir, "hi there")
+    owner = app_owner(fresh_device_owner)
+    on_owner = owner.steps[at.session_state[step_mode.STEPPED].handle]
+    at.button(key="step-reset").click().run()
+    assert not at.exception and not at.error
+    assert step_mode.STEPPED not in at.session_state and on_owner.freed and not owner.steps
+    assert not at.text_input(key="step-prompt").disabled
 
 
 @pytest.mark.parametrize("prompt", [""])
@@ -136,24 +291,41 @@ def test_a_stepped_request_follows_the_sidebars_sampling(tiny_llama_dir: Path, t
     assert trace.generated_token_ids == measure(tiny_lm, request).generated_token_ids  # seeded: the same tokens
 
 
+@contextmanager
+def held_on_the_owner(owner: Owner, leap_s: float = 0.0) -> Iterator[DeviceQueue]:
+    """Another session holds the owner's device for the whole block; with `leap_s`, every look at the queue's clock
+    finds that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
+    queue = owner.queue
+    if leap_s:
+        queue.clock = LeapingClock(queue.clock(), leap_s)
+    other = queue.enter("run", owner="other session")
+    assert queue.wait(other, 30)
+    try:
+        yield queue
+    finally:
+        queue.release(other)
+
+
 def test_run_to_end_stops_when_a_step_is_refused(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
 ) -> None:
+    monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")  # read by the web tier and by the owner as it starts
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
-    monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
-    with device_held_elsewhere(leap_s=ui_queue.POLL_S):
+    owner = app_owner(fresh_device_owner)
+    with held_on_the_owner(owner, leap_s=TICK_S):
         at.button(key="step-end").click().run(timeout=60)  # used to loop for ever: each refused step ran nothing
-    errors = [e.value.replace("\\", "") for e in at.error]
+    errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device" in errors[0], errors
     stepped = at.session_state[step_mode.STEPPED]
-    assert len(stepped.passes) == 1 and not stepped.freed  # refused in line: the request is as it was
+    assert len(stepped.passes) == 1 and not owner.steps[stepped.handle].freed  # refused in line: as it was
 
 
 def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
-    stepped = at.session_state[step_mode.STEPPED]
+    owner = app_owner(fresh_device_owner)
+    on_owner = owner.steps[at.session_state[step_mode.STEPPED].handle]
     monkeypatch.setenv("EXPLORER_HOSTED", "1")
     monkeypatch.setenv("EXPLORER_ALLOWED_MODELS", str(tiny_llama_dir))
     broken = OSError(2, "No such file or directory", "/srv/explorer/secret/weights.bin")
@@ -162,7 +334,24 @@ def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
     assert not at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "FileNotFoundError" in errors[0] and "secret" not in errors[0], errors
-    assert step_mode.STEPPED not in at.session_state and stepped.freed
+    assert step_mode.STEPPED not in at.session_state and on_owner.freed and not owner.steps
+    at.run()  # the next script run, as any click makes
+    assert not at.text_input(key="step-prompt").disabled  # the form is usable again
+
+
+def test_a_hosted_owner_names_only_the_type_of_a_failure(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its text can quote a path of the device's machine: a hosted owner does not send it, whatever web tier asks."""
+    monkeypatch.setenv("EXPLORER_HOSTED", "1")
+    monkeypatch.setenv("EXPLORER_ALLOWED_MODELS", str(tiny_llama_dir))
+    hosted = OwnerInThread()
+    try:
+        broken = OSError(2, "No such file or directory", "/srv/explorer/secret/weights.bin")
+        with mock.patch.object(SteppedRequest, "step", side_effect=broken):
+            body = prefill_body(tiny_llama_dir, Request("hi", max_new_tokens=4, use_chat_template=False))
+            events = job(hosted.client(), "prefill", body)
+    finally:
+        hosted.stop()
+    assert events[-1].data["failed"] == "FileNotFoundError" and "secret" not in error_of(events)
 
 
 @pytest.mark.parametrize(
@@ -181,7 +370,7 @@ def test_a_failed_prefill_stays_on_screen_and_leaves_the_form_usable(
 ) -> None:
     with mock.patch.object(SteppedRequest, method, side_effect=failure):
         at = prefill_on_the_step_page(tiny_llama_dir, "hi")
-    errors = [e.value.replace("\\", "") for e in at.error]
+    errors = shown_errors(at)
     assert len(errors) == 1 and said in errors[0], errors  # not wiped by a rerun
     assert step_mode.STEPPED not in at.session_state  # no request without a pass is kept
     prefill = at.button(key="step-prefill")
@@ -201,44 +390,25 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
     assert not at.error, [e.value for e in at.error]
     at.button(key="step-reset").click().run()
     at.button(key="step-prefill").click().run()  # Prefill again, within the same minute
-    errors = [e.value.replace("\\", "") for e in at.error]
+    errors = shown_errors(at)
     assert len(errors) == 1 and "1 runs per minute per visitor" in errors[0], errors
     assert step_mode.STEPPED not in at.session_state
 
 
-def test_the_sweep_frees_only_requests_left_idle(tiny_lm: LoadedModel) -> None:
-    steps, now_s = LiveSteps(), [0.0]  # the default idle timeout, on a clock the test moves
-    idle, busy = (
-        SteppedRequest.start(
-            tiny_lm,
-            check_request(tiny_lm, Request(p, max_new_tokens=4, use_chat_template=False)),
-            idle_clock=lambda: now_s[0],
-        )
-        for p in "ab"
-    )
-    for request in (idle, busy):
-        steps.add(request)
-        request.step()
-    now_s[0] += IDLE_TIMEOUT_S  # exactly the timeout: not yet past it
-    assert steps.sweep() == 0
-    now_s[0] += 1.0
-    busy.step()  # touched again: not idle
-    assert steps.sweep() == 1
-    assert idle.freed and idle.live.cache is None and idle.replay.cache is None
-    assert not busy.freed and not idle.claim() and busy.claim()
-    del idle
-    assert len(steps.requests) == 1  # held weakly: a session that ends takes its request with it
-
-
-def test_another_sessions_script_run_frees_an_idle_stepped_request(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
+def test_a_request_left_idle_is_freed_by_another_sessions_job_and_the_next_click_says_so(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, fresh_device_owner: LazyOwners
+) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
-    stepped = at.session_state[step_mode.STEPPED]
-    stepped.last_used_s -= IDLE_TIMEOUT_S + 1  # as if its owner had walked away
-    new_app()  # any other session's script run sweeps, without the owner coming back
-    assert stepped.freed
-    at.run()
+    owner = app_owner(fresh_device_owner)
+    on_owner = owner.steps[at.session_state[step_mode.STEPPED].handle]
+    on_owner.last_used_s -= IDLE_TIMEOUT_S + 1  # as if its page had walked away
+    other = prefill_on_the_step_page(tiny_llama_dir, "hello")  # any other session's job sweeps, without this one
+    assert not other.error and on_owner.freed and len(owner.steps) == 1
+    at.button(key="step-next").click().run()
+    assert not at.exception and shown_errors(at) == [GONE]
     assert step_mode.STEPPED not in at.session_state
-    assert any("idle for over" in i.value for i in at.info)
+    at.run()  # the next script run, as any click makes
+    assert not at.text_input(key="step-prompt").disabled and at.button(key="step-next").disabled
 
 
 def test_autoplay_that_finishes_redraws_the_buttons(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
@@ -279,13 +449,13 @@ def assert_first_pass_without_error(at: AppTest) -> None:
 
 
 def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
 ) -> None:
     said: list[str] = []
-    real_line = ui_queue.queued_line
-    monkeypatch.setattr(ui_queue, "queued_line", lambda *a: said.append(real_line(*a)) or said[-1])
+    real_line = ui_link.queued_line
+    monkeypatch.setattr(ui_link, "queued_line", lambda *a: said.append(real_line(*a)) or said[-1])
     at = step_page_on(tiny_llama_dir)
-    queue = server_session().queue
+    queue = app_owner(fresh_device_owner).queue
     other = queue.enter("run", owner="other session")
     assert queue.wait(other, 30)
     releaser = release_once_someone_waits(queue, other)  # the other session's run ends once this one waits
@@ -299,34 +469,40 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
     assert start.waited_s >= HELD_AFTER_SOMEONE_WAITS_S  # its turn came when the other session's ended
 
 
-@pytest.mark.usefixtures("warming_app")
-def test_a_prefill_while_the_server_warms_up_waits_then_runs(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_prefill_while_the_owner_warms_up_waits_then_runs(
+    tiny_llama_dir: Path, fresh_device_owner: LazyOwners
 ) -> None:
-    real_load, real_wait = hosting_session.load_model, admission.wait_for_warming
+    at = step_page_on(tiny_llama_dir)
+    owner = app_owner(fresh_device_owner)
     prefill_waits, seen = threading.Event(), list[str]()
 
-    def slow(name: str, *args: object, **kwargs: object) -> object:
-        prefill_waits.wait(WAIT_S)  # warming is still under way when Prefill is pressed: it ends once Prefill waits
-        return real_load(name, *args, **kwargs)
+    def warm(say: Any) -> None:  # the owner's warm-up, in a turn of its own, still under way when Prefill is pressed
+        ticket = owner.queue.enter("warm-up", "server")
+        try:
+            owner.queue.wait(ticket, None)
+            say("taking the device figures and warming up")
+            prefill_waits.wait(60)
+            time.sleep(2 * TICK_S)
+        finally:
+            owner.queue.release(ticket)
 
-    def waiting(warmer: Warmer) -> None:
-        seen.append(warmer.status().state)
+    real_progress = ui_link.JobView.progress
+
+    def progress(view: ui_link.JobView, fraction: float, text: str) -> None:
+        seen.append(text)
         prefill_waits.set()
-        real_wait(warmer)
+        real_progress(view, fraction, text)
 
-    monkeypatch.setattr(hosting_session, "load_model", slow)
-    monkeypatch.setattr(admission, "wait_for_warming", waiting)
-    at = step_page_on(tiny_llama_dir)  # its first script run started warming, as a server's start does
-    assert server_session().warmer.status().state == "warming"
-    press_prefill(at, "hi there")
+    owner.warmer.start(warm, thread_name="test-warm")
+    with mock.patch.object(ui_link.JobView, "progress", progress):
+        press_prefill(at, "hi there")
     assert_first_pass_without_error(at)
-    assert seen == ["warming"]  # Prefill came to the wait while warming was under way
-    assert server_session().warmer.status().state == "warm"
-    turns = server_session().queue.turns
-    warm = next(t for t in turns if t.what == "warm-up")
-    step = next(t for t in turns if t.what == "prefill" and t.number > warm.number)
-    assert step.granted_unix_s >= warm.released_unix_s  # the prefill's turn came once warming had ended
+    assert seen[0].startswith("The device is warming up")  # Prefill came while warming was under way, and said so
+    assert owner.warmer.status().state == "warm"
+    turns = owner.queue.turns
+    warm_turn = next(t for t in turns if t.what == "warm-up")
+    step = next(t for t in turns if t.what == "prefill" and t.number > warm_turn.number)
+    assert step.granted_unix_s >= warm_turn.released_unix_s  # the prefill's turn came once warming had ended
 
 
 def chart_names(at: AppTest) -> list[str]:
@@ -358,14 +534,19 @@ def test_presenting_the_step_page_puts_the_newest_pass_its_row_and_the_kv_growth
 
 # --- a pass timed while other work ran beside it is marked, never shown clean (issue 30) ---------------------------
 @pytest.fixture
-def everything_disturbed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every timed pass of the server finds a second of other work's CPU beside it."""
-    from explorer.hosting import quiet
+def every_step_disturbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stepped pass the owner runs says a second of other work's CPU ran beside it."""
+    real_step = SteppedRequest.step
 
-    monkeypatch.setattr(quiet, "beside", lambda _before, _after: Beside(other_threads_s=1.0, other_processes_s=0.0))
+    def step(self: SteppedRequest) -> object:
+        real_step(self)
+        record = self.live.passes[-1] = replace(self.live.passes[-1], beside_cpu_s=1.0)
+        return record
+
+    monkeypatch.setattr(SteppedRequest, "step", step)
 
 
-@pytest.mark.usefixtures("everything_disturbed")
+@pytest.mark.usefixtures("every_step_disturbed")
 def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
     tiny_llama_dir: Path, tiny_lm: LoadedModel
 ) -> None:
@@ -378,18 +559,3 @@ def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
     assert any(w.startswith("Disturbed: 2 of 2 passes (passes 0, 1) were timed while other work") for w in warnings)
     stepped = at.session_state[step_mode.STEPPED]
     assert [p.beside_cpu_s for p in stepped.passes] == [1.0, 1.0] and all(p.disturbed for p in stepped.passes)
-
-
-@pytest.mark.usefixtures("everything_disturbed")
-def test_a_disturbed_run_says_so_on_every_page_that_shows_it(tiny_llama_dir: Path, tiny_lm: LoadedModel) -> None:
-    at = new_app()
-    at.sidebar.text_area(key="sidebar-prompt").input("hi there")
-    at.sidebar.number_input(key="sidebar-max-new-tokens").set_value(3)
-    next(t for t in at.sidebar.text_input if t.label == "Model").input(str(tiny_llama_dir))
-    next(b for b in at.sidebar.button if b.label == "Run").click().run()
-    assert not at.exception, at.exception
-    trace = at.session_state[ui_state.RUN].trace
-    assert [p.beside_cpu_s for p in trace.passes] == [1.0] * 3  # each pass its own interval, in the trace JSON too
-    assert any("Disturbed: 3 of 3 passes" in w.value for w in at.warning)
-    at.switch_page("pages/latency.py").run()
-    assert any(c.value.startswith("⚠ Disturbed: 3 of 3 passes") for c in at.caption)

@@ -1,7 +1,7 @@
 """A Step click that must wait for the device says its place in line as the click lands, not after: "Queued: 2 passes
 ahead, about 0.1 s", drawn by the click's own script run while another session still holds the device, redrawn while
 it waits, and without the ⚠ that marks a disturbed pass. Read from what the script run has sent to the page (its
-forward messages) while the device is held, on the tiny model."""
+forward messages) while the device owner's device is held, on the tiny model."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ from streamlit.testing.v1.local_script_runner import LocalScriptRunner
 
 from explorer.charts.step_mode import DISTURBED_MARK
 from explorer.core.loaded_model import LoadedModel
+from explorer.hosting.owner import TICK_S
 from explorer.hosting.queue import QueueStatus
-from explorer.ui import device_turn as ui_turn
+from explorer.ui import device_link as ui_turn
 from explorer.ui import step_mode
-from explorer.ui.shared import server_session
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - the fixture patches AppTest's pages
-from tests.test_step_mode import prefill_on_the_step_page
+from tests.owner_support import LazyOwners
+from tests.test_step_mode import app_owner, prefill_on_the_step_page
 
 DEADLINE_S = 60.0  # a bound no healthy script run here comes near: a hang fails instead of blocking the suite
-HELD_AFTER_SEEN_S = 2.5 * ui_turn.POLL_S  # the other session keeps the device this long after the line is seen
+HELD_AFTER_SEEN_S = 2.5 * TICK_S  # the other session keeps the device this long after the line is seen
 
 
 def test_the_queued_line_says_the_work_ahead_and_the_estimate_in_one_short_line() -> None:
@@ -66,13 +67,17 @@ def recorded_runs() -> Iterator[list[RecordedRunner]]:
 
 
 def test_a_next_token_that_waits_draws_its_place_in_line_before_it_gets_the_device(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, recorded_runs: list[RecordedRunner], monkeypatch: pytest.MonkeyPatch
+    tiny_llama_dir: Path,
+    tiny_lm: LoadedModel,
+    recorded_runs: list[RecordedRunner],
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_device_owner: LazyOwners,
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=4)
     lines: list[str] = []
     real_line = ui_turn.queued_line
     monkeypatch.setattr(ui_turn, "queued_line", lambda status: lines.append(real_line(status)) or lines[-1])
-    queue = server_session().queue
+    queue = app_owner(fresh_device_owner).queue  # the owner's line, which the click's job joins
     other = queue.enter("run", owner="other session", passes=2)  # another session's run of two passes
     assert queue.wait(other, DEADLINE_S)
     seen: list[tuple[str, bool]] = []  # (the queued line on the page, whether the other session still held the device)
@@ -104,7 +109,7 @@ def test_a_next_token_that_waits_draws_its_place_in_line_before_it_gets_the_devi
     assert other_held  # drawn before its turn came
     assert line.startswith("Queued: 2 passes ahead, ") and line.endswith("You are next in line."), line
     assert DISTURBED_MARK not in line
-    assert len(lines) >= 2  # redrawn while it waited (every POLL_S)
+    assert len(lines) >= 2  # redrawn while it waited (the owner sends its place every TICK_S)
     # Then it ran: one more pass, its turn granted once the other session's had ended; the line is gone, the wait said
     assert len(at.session_state[step_mode.STEPPED].passes) == 2
     step = next(t for t in queue.turns if t.what == "step" and t.number > other.number)

@@ -53,8 +53,10 @@ WATCH_JS = """(() => {
       if (place) keep(seen.queue, place[0]);
       if (text.includes("for the device while other sessions used it")) keep(seen.waited, text);
     }
-    for (const el of document.querySelectorAll("[data-testid='stMain'] [data-testid='stAlert']")) {
-      if ((el.innerText || "").includes("Warming up")) keep(seen.warming, "Warming up");  // a run waiting for it
+    for (const el of document.querySelectorAll(
+        "[data-testid='stMain'] [data-testid='stAlert'], [data-testid='stMain'] [data-testid='stProgress']")) {
+      // a job waiting for the warm-up: the owner's progress line ("The device is warming up: …") or an alert
+      if (/warming up/i.test(el.innerText || "")) keep(seen.warming, "Warming up");
     }
     for (const el of document.querySelectorAll(
         "[data-testid='stException'], [data-testid='stAlertContentError']")) keep(seen.errors, el.innerText);

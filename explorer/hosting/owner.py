@@ -205,7 +205,10 @@ class Owner:
         return job
 
     def _run(self, job: Job, work: Callable[[Job], dict[str, Any]]) -> None:
+        from explorer.jobs import before_each
+
         try:
+            before_each(self)
             while not self.warmer.wait(TICK_S) and self.warmer.status().state == "warming":
                 job.progress(0.0, f"The device is warming up: {self.warmer.status().doing}…")
             job.send("done", work(job))
@@ -214,7 +217,9 @@ class Owner:
         except ExplorerError as exc:
             job.send("error", {"message": str(exc)})
         except Exception as exc:  # noqa: BLE001 - one line to the page; the owner keeps serving
-            job.send("error", {"message": failure_sentence(exc), "failed": type(exc).__name__})
+            # A hosted owner names only the type: the text can quote a server path (an OSError's filename).
+            said = "an unexpected error on the device. Try again in a moment." if self.policy.hosted else None
+            job.send("error", {"message": said or failure_sentence(exc), "failed": type(exc).__name__})
 
     def warm_target(self) -> str:
         """The model a first Run with the sidebar's defaults loads: the default, or the first the server allows."""

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from explorer.jobs import labs, room, run
+from explorer.jobs import labs, room, run, steps
 
 if TYPE_CHECKING:
-    from explorer.hosting.owner import Job
+    from explorer.hosting.owner import Job, Owner
 
 JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "run": run.run_job,
@@ -23,4 +23,12 @@ JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "decode-paths": labs.decode_paths_job,
     "profile": labs.profile_job,
     "measure-here": labs.measure_here_job,
+    "prefill": steps.prefill_job,
+    "step": steps.step_job,
+    "reset": steps.reset_job,
 }
+
+
+def before_each(owner: Owner) -> None:
+    """What the owner does as each job starts, on the job's thread: stepped requests left idle free their caches."""
+    steps.sweep_idle(owner)

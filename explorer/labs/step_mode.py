@@ -2,15 +2,15 @@
 
 Each step is the engine's own timed step (`LiveRequest.step`), so a stepped request's passes are measured exactly as
 a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the
-room spent looking at them. On a shared server each timed pass goes through the server's gate (`PassGate.timing`:
-apart from other sessions' drawing, with what ran beside it kept on its record, `PassRecord.beside_cpu_s`). An
-untimed eager shadow (`AttentionReplay`, on the model's eager twin) is fed the same tokens after the step, outside
-the click's turn on the device (`replay_passes`), and keeps each pass's attention maps. The step that finishes the
+room spent looking at them. It lives in the device owner (`explorer.jobs.steps`), where nothing draws: each step runs
+plainly in its job's turn on the device. An untimed eager shadow (`AttentionReplay`, on the model's eager twin) is
+fed the same tokens after the step, outside the click's turn on the device (`replay_passes`), and keeps each pass's
+attention maps. The step that finishes the
 request checks its device figures as every run's are (`keep_figures_honest`) and frees the timed cache, its replay
 the shadow's: `to_trace()` is then the Trace a normal run would have produced.
 
-`LiveSteps` holds every live stepped request of a process weakly, so that any caller can free the ones left idle
-(the owner may never come back to look).
+The owner frees the ones left idle (`free_if_idle`, swept by `explorer.jobs.steps.sweep_idle`): their page may never
+come back to look.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -40,11 +39,10 @@ from explorer.core.graph_decode import CacheShape, open_kv
 from explorer.core.lab_progress import Report
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import PassRecord, Trace
-from explorer.core.warm_shapes import RequestShape, warm_device_needs_new_shapes
-from explorer.hosting.quiet import PassGate, Timed
+from explorer.core.warm_shapes import RequestShape
 
 
-@dataclass(eq=False)  # compared and hashed by identity: a LiveSteps registry holds it in a WeakSet
+@dataclass(eq=False)  # compared and hashed by identity: the owner holds it by handle
 class SteppedRequest:
     """A request between clicks: the live request (its KV cache), its attention shadow, when it was last touched."""
 
@@ -104,30 +102,26 @@ class SteppedRequest:
             self.last_used_s = self.idle_clock()
             return not self.freed
 
-    def step(self, gate: PassGate | None = None) -> PassRecord:
-        """ONE real pass (prefill first, then one decode), timed by the engine; its attention comes apart, untimed
-        (`replay_passes`). The last one also finishes the request (its trace kept, the timed cache freed). With a
-        server's `gate`, the pass is timed apart from drawing (the wait for it off the request's clock) and its record
-        says what ran beside it; a warm twin of the pass runs first, in the same section of the gate, unless the room
-        keeps the device warm (`_needs_twin`)."""
+    def step(self) -> PassRecord:
+        """ONE real pass (prefill first, then one decode), timed by the engine, right after its warm twin (`warm_up`,
+        untimed, the clock paused); its attention comes apart, untimed (`replay_passes`). The last one also finishes
+        the request (its trace kept, the timed cache freed)."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
-            twin = (lambda: self._forward(self.warm_up)) if self._needs_twin(gate) else None
-            if gate is None and twin is not None:
-                twin()
-            # The twin inside the gate's section: beside a room's drawing it took 1.7 s where the pass took 60 ms.
-            with gate.timing(before=twin) if gate is not None else nullcontext(Timed()) as timed:
-                started_s = time.perf_counter()
-                self.live.clock.resume()
-                try:
-                    record = self.live.step()
-                finally:
-                    self.live.clock.pause()
-                self.forward_s += time.perf_counter() - started_s
-            if timed.beside is not None:
-                record = self.live.passes[-1] = replace(record, beside_cpu_s=timed.beside.cpu_s)
-            if gate is not None:
-                gate.worked()
-            if record.is_prefill:  # this prompt length has run: the next session's prefill of it needs no twin
+            # The twin stays in the owner: what it undoes is the pause between clicks (idle threads, cold caches), not
+            # the drawing the gate kept away, and every click follows a pause. Measured here 2026-11-29
+            # (benchmarks/stepped_timing.py --pause-s 1 --passes 8, the 2 cores shared with three other test runs,
+            # load average 5): stepped decode medians 314 ms after the twin, 432 ms without it, a Run's 419 ms. No
+            # clean figure (a quiet Run decodes in 45-60 ms), so the figure this rests on is still `warm_up`'s own:
+            # cold stepped decodes 100-305 ms against a Run's 45-60 ms.
+            self._forward(self.warm_up)
+            started_s = time.perf_counter()
+            self.live.clock.resume()
+            try:
+                record = self.live.step()
+            finally:
+                self.live.clock.pause()
+            self.forward_s += time.perf_counter() - started_s
+            if record.is_prefill:  # this prompt length has run: a Run's warm-up of it knows (`LoadedModel.warmed`)
                 self.lm.warmed.ran(self._shape, 0, reserved_bytes(self.lm.torch_device))
             if self.done:
                 self.finished = keep_figures_honest(self.to_trace(), self.figures)
@@ -139,28 +133,15 @@ class SteppedRequest:
     def _shape(self) -> RequestShape:
         return self.checked.shape(len(self.live.rows))
 
-    def _needs_twin(self, gate: PassGate | None) -> bool:
-        """Whether the timed pass needs its warm twin first: yes after the device went idle (its threads asleep, its
-        caches full of other work) unless the device is crowded (turns in line, or a room sharing it: everyone who
-        clicks meanwhile would wait for the twin, `PassGate.crowded`), and on a GPU for a prefill of a
-        prompt length this process has not run; in a busy room a decode (every session's decodes share their shapes
-        but the cache length), a prompt length already run and on a CPU any prompt length
-        (`warm_device_needs_new_shapes`) go without one, so each click costs the device its pass and not two."""
-        if gate is None or not (gate.warm() or gate.crowded()):
-            return True
-        first_of_its_length = not self.passes and not self.lm.warmed.prefilled(self._shape)
-        return first_of_its_length and warm_device_needs_new_shapes(self.lm.torch_device.type)
-
-    def replay_passes(self, gate: PassGate | None = None) -> None:
-        """The attention maps of every pass not replayed yet (untimed, on the model's eager twin; with a server's
-        `gate`, each replay pass kept apart from other sessions' timed passes). It needs no turn on the device, so a
-        page calls it after the click's turn; once the request is done and replayed, the replay's cache is freed."""
-        section = gate.drawing if gate is not None else nullcontext
+    def replay_passes(self) -> None:
+        """The attention maps of every pass not replayed yet (untimed, on the model's eager twin). It needs no turn on
+        the device, so the owner's job calls it after the click's turn (the next job's pass runs meanwhile); once the
+        request is done and replayed, the replay's cache is freed."""
         with self.busy:
             if self.replay.cache is None:  # freed: reset, or swept when idle
                 return
             for record in self.passes[len(self.replay.replayed) :]:
-                self._forward(lambda: self.replay.step(list(record.input_token_ids), section))  # noqa: B023 - now
+                self._forward(lambda: self.replay.step(list(record.input_token_ids)))  # noqa: B023 - called now
             if self.done:
                 self.replay.free()
 

@@ -22,6 +22,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting.client import DeviceLink, Event, OwnerGone
 from explorer.hosting.queue import QueueStatus, wait_sentence, work_ahead
+from explorer.hosting.settings import HostedPolicy
 from explorer.ui.state import LEFT_QUEUE
 from explorer.ui.widgets import escape_markdown, failure_line, show_error
 
@@ -176,6 +177,22 @@ class JobView:
                 box.empty()
 
 
+def owner_failure_line(failure: str, data: dict[str, Any]) -> str:
+    """A job's error in one line: a refusal as the owner wrote it; an unexpected failure named as `failure_line` names
+    one here ("The run failed: RuntimeError: …"), and on a hosted server by its type alone (its text can quote a path
+    of the device's machine)."""
+    failed = data.get("failed")
+    if not failed:
+        return str(data["message"])
+    try:
+        hosted = HostedPolicy.from_env().hosted
+    except BadInput:  # a malformed setting: say as little as a hosted server would
+        hosted = True
+    if hosted:
+        return f"{failure} failed ({failed}): an unexpected error on the server. Try again in a moment."
+    return f"{failure} failed: {failed}: {data['message']}"
+
+
 def on_owner(
     kind: str,
     body: dict[str, Any],
@@ -213,7 +230,7 @@ def on_owner(
                 return event.data
             elif event.name == "error":
                 ended = True
-                show_error(event.data["message"])
+                show_error(owner_failure_line(failure, event.data))
                 return None
             elif event.name in on:
                 on[event.name](event.data)

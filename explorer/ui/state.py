@@ -17,7 +17,7 @@ from explorer.recording.pdx import RecordingMeta
 
 if TYPE_CHECKING:
     from explorer.core.pass_profile import PassProfile
-    from explorer.labs.step_mode import SteppedRequest
+    from explorer.labs.stepped_view import SteppedView
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ LAST_INPUTS: Slot[RunInputs] = Slot("explorer_last_inputs")  # the sidebar's las
 RUN_STARTS: Slot[tuple[float, ...]] = Slot("explorer_run_starts")  # monotonic times of its turns (rate limit)
 LEFT_QUEUE: Slot[bool] = Slot("explorer_left_queue")  # set by "Leave the queue", read once by the next script run
 PROMPT_TYPED: Slot[str] = Slot("explorer_prompt_typed")  # a page's own Run ran this prompt: the sidebar shows it next
-STEPPED: Slot[SteppedRequest] = Slot("explorer_stepped")  # the session's stepped request (explorer.ui.step_mode)
+STEPPED: Slot[SteppedView] = Slot("explorer_stepped")  # the session's stepped request as the owner sent it
 PROFILE: Slot[tuple[str, PassProfile]] = Slot("explorer_profile")  # the last "Profile this pass" (cost_view)
 DECODE_PATHS: Slot[tuple[str, tuple[Trace, ...]]] = Slot("explorer_decode_paths")  # (run label, one trace per path)
 NOCACHE_RESULT: Slot[object] = Slot("explorer_nocache_result")  # the no-cache lab's last result

@@ -12,7 +12,7 @@ from explorer.charts import kv as kv_charts
 from explorer.charts import step_mode as step_charts
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.trace import Trace
-from explorer.labs.step_mode import SteppedRequest
+from explorer.labs.stepped_view import SteppedView
 from explorer.ui.presenter import presenting
 from explorer.ui.slo_state import current_slos_s
 from explorer.ui.widgets import chart, escape_markdown, metrics, table
@@ -32,11 +32,11 @@ ROW_PX_PRESENTING = 40  # a strip row's height for the presenter theme's 18 px l
 DISTURBED_WHERE = f"each is marked {step_charts.DISTURBED_MARK} over its bar in the inter-token latency chart"
 
 
-def step_view(current: SteppedRequest) -> None:
+def step_view(current: SteppedView) -> None:
     """The stepped request so far: its newest pass in one line, the newest rows of its attention map enlarged and its
     KV cache growing (presenting: side by side, in the first screen, and sent first), its figures and tokens, the
     whole map, the cache per layer, the gaps between its tokens and each pass's time against the roofline."""
-    trace, maps = current.to_trace(), current.attention()
+    trace, maps = current.trace, current.maps
     first = st.container(key=FIRST_SCREEN_KEY)
     first.markdown(step_charts.newest_pass_line(trace, escape_markdown))
     presenting_now = presenting()

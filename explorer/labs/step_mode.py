@@ -18,11 +18,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from explorer.core.attention import AttentionMaps, AttentionReplay, check_capture
+from explorer.core.beside import BesideWatch
 from explorer.core.device import FiguresStore
 from explorer.core.engine import (
     CheckedRequest,
@@ -115,11 +116,13 @@ class SteppedRequest:
             # cold stepped decodes 100-305 ms against a Run's 45-60 ms.
             self._forward(self.warm_up)
             started_s = time.perf_counter()
+            watch = BesideWatch()  # what other work ran beside the timed pass (not its twin): kept on its record
             self.live.clock.resume()
             try:
                 record = self.live.step()
             finally:
                 self.live.clock.pause()
+            record = self.live.passes[-1] = replace(record, beside_cpu_s=watch.lap())
             self.forward_s += time.perf_counter() - started_s
             if record.is_prefill:  # this prompt length has run: a Run's warm-up of it knows (`LoadedModel.warmed`)
                 self.lm.warmed.ran(self._shape, 0, reserved_bytes(self.lm.torch_device))

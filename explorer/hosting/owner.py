@@ -167,6 +167,8 @@ class Owner:
         self.steps: dict[str, Any] = {}  # a stepped request's handle -> its `SteppedRequest` (its KV cache lives here)
         self.lock = threading.Lock()
         self.started_unix_s = time.time()
+        self.torch_ready = threading.Event()  # cleared by `start_torch` until torch is in
+        self.torch_ready.set()
 
     @property
     def figures(self) -> FiguresStore:
@@ -194,20 +196,21 @@ class Owner:
             return self.models[key]
 
     def start(self, kind: str, body: dict[str, Any]) -> Job:
-        from explorer.jobs import JOBS  # the job bodies import the engine; the owner's module stays light
-
+        """Job `kind` in a thread of its own (the HTTP loop never imports the job bodies, which import torch)."""
         job = Job(self, kind, body)
-        work = JOBS.get(kind)
-        if work is None:
-            job.send("error", {"message": f"No job called {kind!r}."})
-            return job
-        threading.Thread(target=self._run, args=(job, work), name=f"job-{kind}", daemon=True).start()
+        threading.Thread(target=self._run, args=(job,), name=f"job-{kind}", daemon=True).start()
         return job
 
-    def _run(self, job: Job, work: Callable[[Job], dict[str, Any]]) -> None:
-        from explorer.jobs import before_each
-
+    def _run(self, job: Job) -> None:
         try:
+            while not self.torch_ready.wait(TICK_S):
+                job.progress(0.0, "The device owner is starting: importing torch…")
+            from explorer.jobs import JOBS, before_each  # the job bodies import the engine: after torch is in
+
+            work = JOBS.get(job.kind)
+            if work is None:
+                job.send("error", {"message": f"No job called {job.kind!r}."})
+                return
             before_each(self)
             while not self.warmer.wait(TICK_S) and self.warmer.status().state == "warming":
                 job.progress(0.0, f"The device is warming up: {self.warmer.status().doing}…")
@@ -228,6 +231,23 @@ class Owner:
         except BadInput:
             return self.policy.allowed_models[0]
 
+    def start_torch(self) -> None:
+        """Import torch, set its threads and prime its profiler in a thread of their own; every job (the warm-up too)
+        waits for it. Priming where torch was imported: a Profile job in a thread of its own then logs no Kineto
+        error (`explorer.core.profiler.prime_profiler`)."""
+        self.torch_ready.clear()
+
+        def start() -> None:
+            try:
+                torch_threads_once()
+                from explorer.core.profiler import prime_profiler
+
+                prime_profiler()
+            finally:
+                self.torch_ready.set()
+
+        threading.Thread(target=start, name="owner-torch", daemon=True).start()
+
     def warm_up(self) -> None:
         """Load the default model, take the device figures and warm up at the default request's shapes, once, in the
         background, in a turn of its own: a first Run with the sidebar's defaults pays for none of it."""
@@ -237,6 +257,7 @@ class Owner:
             from explorer.core.measure import prepare_device
             from explorer.core.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, Request
 
+            self.torch_ready.wait()
             ticket = self.queue.enter("warm-up", SERVER_OWNER)
             try:
                 self.queue.wait(ticket, None)
@@ -363,11 +384,8 @@ def serve(host: str, port: int, token: str | None, *, warm: bool = True, parent_
     import uvicorn
 
     check_bind(host, token)
-    torch_threads_once()
-    from explorer.core.profiler import prime_profiler
-
-    prime_profiler()  # in the thread that imported torch: a Profile job in a thread of its own logs no Kineto error
     owner = Owner()
+    owner.start_torch()  # after the port opens, not before: a restarted owner answers /health within a second or two
     if warm:
         owner.warm_up()
     if parent_pid is not None:

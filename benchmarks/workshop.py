@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the driver and the app come from this checkout
 
 from explorer.core.units import megabytes  # noqa: E402
-from explorer.hosting.queue import TurnRecord, read_turn_log  # noqa: E402
+from explorer.jobs.line import TurnRecord, read_turn_log  # noqa: E402
 from explorer.labs.room_size import SLACK_S, ClickCost, model_table, waits_against_work_ahead  # noqa: E402
 from tests.browser_support import browser_missing, listening_pid, log_tail, streamlit_server  # noqa: E402
 from tests.workshop_support import Visit, run_workshop  # noqa: E402

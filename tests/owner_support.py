@@ -10,8 +10,9 @@ import time
 import uvicorn
 
 from explorer.hosting.client import DeviceLink, OwnerClient, free_port
-from explorer.hosting.owner import Owner, create_app
+from explorer.hosting.owner import create_app
 from explorer.hosting.settings import HostedPolicy, warming_on
+from explorer.jobs.owner_state import Owner
 
 
 class OwnerInThread:

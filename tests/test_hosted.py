@@ -1,4 +1,4 @@
-"""Hosted mode: the policy (`explorer.hosting.settings`) and the device queue (`explorer.hosting.queue`) tested
+"""Hosted mode: the policy (`explorer.hosting.settings`) and the device queue (`explorer.jobs.line`) tested
 directly (threads for the queue), then the app through AppTest with `EXPLORER_HOSTED=1`: refusals by name, caps
 before tokenizing, the rate limit, the wait limit, and a normal run right after."""
 
@@ -16,8 +16,6 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.core import engine
 from explorer.core.errors import BadInput
-from explorer.hosting.owner import TICK_S, Job, Owner
-from explorer.hosting.queue import DeviceQueue, QueueStatus, Ticket, read_turn_log, wait_sentence, work_ahead
 from explorer.hosting.settings import (
     HOSTED_MAX_NEW_TOKENS,
     HOSTED_MAX_PROMPT_TOKENS,
@@ -25,6 +23,9 @@ from explorer.hosting.settings import (
     HostedPolicy,
     LabSize,
 )
+from explorer.jobs.job import TICK_S, Job
+from explorer.jobs.line import DeviceQueue, QueueStatus, Ticket, read_turn_log, wait_sentence, work_ahead
+from explorer.jobs.owner_state import Owner
 from explorer.models.loading import load_model
 from explorer.ui import state as ui_state
 from explorer.ui.device_link import device_link

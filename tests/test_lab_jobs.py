@@ -19,8 +19,8 @@ from explorer.core.pass_profile import PassProfile
 from explorer.core.profiler import profile_pass
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.hosting.settings import HostedPolicy
-from explorer.jobs import JOBS
 from explorer.jobs import labs as lab_jobs
+from explorer.jobs.registry import JOBS
 from explorer.labs import sizes
 from explorer.labs.schedule.workload import Workload
 from explorer.ui import state as ui_state

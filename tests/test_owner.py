@@ -21,8 +21,9 @@ from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import Trace, pass_from_dict
 from explorer.hosting.client import TOKEN_ENV, URL_ENV, Event
-from explorer.hosting.owner import Owner, check_bind
+from explorer.hosting.owner import check_bind
 from explorer.hosting.settings import HostedPolicy
+from explorer.jobs.owner_state import Owner
 from tests.owner_support import OwnerInThread
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

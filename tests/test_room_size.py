@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.hosting.queue import TurnRecord
+from explorer.jobs.line import TurnRecord
 from explorer.labs.room_size import ClickCost, model_table, waits_against_work_ahead
 
 

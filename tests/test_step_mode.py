@@ -22,8 +22,9 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.hosting.client import Event, OwnerClient
-from explorer.hosting.owner import TICK_S, Owner
-from explorer.hosting.queue import DeviceQueue
+from explorer.jobs.job import TICK_S
+from explorer.jobs.line import DeviceQueue
+from explorer.jobs.owner_state import Owner
 from explorer.jobs.steps import IDLE_TIMEOUT_S
 from explorer.labs.step_mode import SteppedRequest
 from explorer.labs.stepped_view import GONE, SteppedView

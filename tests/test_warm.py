@@ -1,4 +1,4 @@
-"""The warm device (explorer/hosting/warm.py, `Owner.warm_up`, explorer/ui/warm_start.py): warming runs once, in the
+"""The warm device (explorer/jobs/warm.py, `Owner.warm_up`, explorer/ui/warm_start.py): warming runs once, in the
 background, in a turn on the device; a failure is one line; a Run after it loads nothing again. On the tiny random
 model: the warm target is pointed at it, so nothing here loads the real one."""
 
@@ -13,10 +13,10 @@ import pytest
 
 from explorer.core.errors import BadInput
 from explorer.core.request import Request
-from explorer.hosting import owner as owner_module
-from explorer.hosting.owner import Owner
 from explorer.hosting.settings import WARM_ENV, warming_on
-from explorer.hosting.warm import Warmer, WarmStatus
+from explorer.jobs.owner_state import Owner
+from explorer.jobs.warm import Warmer, WarmStatus
+from explorer.models import loading as loading_module
 from explorer.ui.device_link import device_link
 from explorer.ui.state import RUN
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
@@ -83,13 +83,13 @@ def tiny_target(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     counted: list[str] = []
-    real_load = owner_module.load_model
+    real_load = loading_module.load_model
 
     def load(name: str, *args: object, **kwargs: object) -> object:
         counted.append(name)
         return real_load(name, *args, **kwargs)
 
-    monkeypatch.setattr(owner_module, "load_model", load)
+    monkeypatch.setattr(loading_module, "load_model", load)
     return counted
 
 

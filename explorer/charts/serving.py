@@ -9,8 +9,8 @@ from explorer.charts.common import MEASURED, MODELLED, two_lines
 from explorer.core.roofline import attainable_flops
 from explorer.core.trace import percentile
 from explorer.core.units import GB, MB, to_ms
-from explorer.labs.batch import BatchResult, BatchRun
-from explorer.labs.nocache import EDGE_STEPS, PROJECTED_TOKENS, NoCacheResult, growth_verdict
+from explorer.labs.batch_result import BatchResult, BatchRun
+from explorer.labs.nocache_result import EDGE_STEPS, PROJECTED_TOKENS, NoCacheResult, growth_verdict
 
 LOOP_DOMAIN = ["with KV cache", "without cache"]
 LOOP_RANGE = ["#1b9e77", "#e7298a"]  # decode green for the cached loop, magenta for the naive one

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # what a run may ask for, torch-free (the sidebar lists them)
+DEVICES = ("auto", "cpu", "cuda")  # where a run may ask to run
 
 
 @dataclass(frozen=True)

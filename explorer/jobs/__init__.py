@@ -1,34 +1,3 @@
-"""What the device owner does for each job (`explorer.hosting.owner`): each job is one function of the `Job`, which
-holds its body, its turn on the device and the events it sends back. The engine and the labs stay plain libraries;
-these functions are where the owner calls them."""
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-from explorer.jobs import labs, room, run, steps
-
-if TYPE_CHECKING:
-    from explorer.hosting.owner import Job, Owner
-
-JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
-    "run": run.run_job,
-    "capture": run.capture_job,
-    "figures": run.figures_job,
-    "room": room.room_job,
-    "nocache": labs.nocache_job,
-    "batch": labs.batch_job,
-    "schedule": labs.schedule_job,
-    "decode-paths": labs.decode_paths_job,
-    "profile": labs.profile_job,
-    "measure-here": labs.measure_here_job,
-    "prefill": steps.prefill_job,
-    "step": steps.step_job,
-    "reset": steps.reset_job,
-}
-
-
-def before_each(owner: Owner) -> None:
-    """What the owner does as each job starts, on the job's thread: stepped requests left idle free their caches."""
-    steps.sweep_idle(owner)
+"""The device owner's side: its state (`owner_state`), the line its jobs take turns in (`line`), a job as it runs
+(`job`), its warm-up (`warm`), and what it does for each kind of job (`registry`: a Run, a step, a lab, a Room round).
+Nothing here is imported by the web tier but the line's plain records and sentences (`line`), which need no torch."""

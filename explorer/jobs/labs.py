@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from explorer.core.loaded_model import LoadedModel
-    from explorer.hosting.owner import Job
+    from explorer.jobs.job import Job
 
 
 def on_the_device(job: Job, work: Callable[[LoadedModel, DeviceProfile, LabProgress], Any]) -> Any:

@@ -15,7 +15,7 @@ from explorer.labs.room_records import RoomRound, RoundAsk
 from explorer.labs.room_store import MAX_ROUND_SIZE
 
 if TYPE_CHECKING:
-    from explorer.hosting.owner import Job
+    from explorer.jobs.job import Job
 
 
 def checked_ask(ask: RoundAsk, policy: HostedPolicy) -> RoundAsk:

@@ -23,13 +23,13 @@ from explorer.labs.step_mode import SteppedRequest
 from explorer.labs.stepped_view import GONE, newest_row_to_wire
 
 if TYPE_CHECKING:
-    from explorer.hosting.owner import Job, Owner, Turn
+    from explorer.jobs.job import Device, Job, Turn
 
 IDLE_TIMEOUT_S = 600.0  # a stepped request untouched this long frees its cache
 _STEPS_LOCK = threading.Lock()  # jobs add, take and sweep `Owner.steps` from their own threads
 
 
-def sweep_idle(owner: Owner, idle_timeout_s: float = IDLE_TIMEOUT_S) -> int:
+def sweep_idle(owner: Device, idle_timeout_s: float = IDLE_TIMEOUT_S) -> int:
     """Free every stepped request idle past the timeout (one being stepped now is busy, hence not idle) and forget its
     handle; how many were freed."""
     with _STEPS_LOCK:
@@ -41,7 +41,7 @@ def sweep_idle(owner: Owner, idle_timeout_s: float = IDLE_TIMEOUT_S) -> int:
     return len(freed)
 
 
-def forget(owner: Owner, handle: str) -> SteppedRequest | None:
+def forget(owner: Device, handle: str) -> SteppedRequest | None:
     with _STEPS_LOCK:
         return owner.steps.pop(handle, None)
 

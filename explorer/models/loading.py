@@ -24,6 +24,7 @@ from explorer.core.loaded_model import (
     latent_attention,
     layer_windows,
 )
+from explorer.core.model_info import DEVICES
 from explorer.core.paths import EMBEDDED, EMBEDDED_GGUF, embedded_folder, embedded_gguf_folder, hub_reachable
 from explorer.core.trace import ModelInfo
 from explorer.models import shape_model
@@ -32,7 +33,6 @@ from explorer.scale.config import shape_key
 
 EMBEDDED_DISPLAY_NAME = "SmolLM2-135M-Instruct (embedded GGUF Q4_1, dequantized)"
 
-DEVICES = ("auto", "cpu", "cuda")
 
 Progress = Callable[[float, str], None]  # (fraction done 0..1, what is happening)
 

@@ -11,15 +11,13 @@ Any refusal or failure is one line on screen and the ask returns None.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from explorer.core.errors import ExplorerError
 from explorer.core.request import Request, validate
-from explorer.hosting.client import Event
 from explorer.hosting.settings import HostedPolicy, LabSize
-from explorer.ui.device_link import OnEvent, on_owner
+from explorer.ui.device_link import JobView, Keep, OnEvent, on_owner
 from explorer.ui.shared import hosting_policy
 from explorer.ui.state import RUN_STARTS, RunInputs, last_inputs
 from explorer.ui.widgets import show_error
@@ -65,8 +63,7 @@ def ask_owner(
     body: dict[str, Any],
     on: dict[str, OnEvent] | None = None,
     *,
-    keep_after: str | None = None,
-    on_kept: Callable[[Event], None] | None = None,
+    keep: Keep | None = None,
 ) -> dict[str, Any] | None:
     """The checks above, then job `kind` on the device owner: its "done" data, or None when it was refused or failed
     (one line on screen). The body carries the ask's model and request."""
@@ -82,16 +79,8 @@ def ask_owner(
         body = {"model": inputs.model, "device": inputs.device, "dtype": inputs.dtype, **body}
     if ask.request is not None:
         body = {"request": asdict(ask.request), **body}
-    return on_owner(
-        kind,
-        body,
-        ask.failure,
-        on,
-        one_pass=ask.passes == 1,
-        max_wait_s=policy.max_wait_s,
-        keep_after=keep_after,
-        on_kept=on_kept,
-    )
+    view = JobView(one_pass=ask.passes == 1, max_wait_s=policy.max_wait_s)
+    return on_owner(kind, body, ask.failure, on, view=view, keep=keep)
 
 
 def ask_lab(what: str, kind: str, body: dict[str, Any], size: LabSize | None) -> dict[str, Any] | None:

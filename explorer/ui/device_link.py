@@ -3,7 +3,7 @@
 pause note, and the job's own records, handed to the page's callbacks as they arrive. Nothing here runs the model.
 
 A job's stream is read by a thread of its own, not the script's: a click stops a script at its next draw, and a job
-past the point the page named (`keep_after`: a Run's trace has arrived) must still bring its last records home (the
+past the point the page named (`Keep`: a Run's trace has arrived) must still bring its last records home (the
 attention maps), which `on_done` then keeps with no Streamlit call. Before that point a stopped script drops the job:
 "Leave the queue", a click elsewhere or a closed tab gives its place in line back.
 """
@@ -14,6 +14,7 @@ import hashlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -21,8 +22,8 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting.client import DeviceLink, Event, OwnerGone
-from explorer.hosting.queue import QueueStatus, wait_sentence, work_ahead
 from explorer.hosting.settings import HostedPolicy
+from explorer.jobs.line import QueueStatus, wait_sentence, work_ahead
 from explorer.ui.state import LEFT_QUEUE
 from explorer.ui.widgets import escape_markdown, failure_line, show_error
 
@@ -193,64 +194,67 @@ def owner_failure_line(failure: str, data: dict[str, Any]) -> str:
     return f"{failure} failed: {failed}: {data['message']}"
 
 
+@dataclass(frozen=True)
+class Keep:
+    """From event `after` on, a page that stops no longer drops its job: the job's last event goes to `home` instead,
+    on the reader's thread (no Streamlit call may be made there). A Run keeps its capture after its trace."""
+
+    after: str
+    home: Callable[[Event], None] | None = None
+
+
 def on_owner(
     kind: str,
     body: dict[str, Any],
     failure: str,
     on: dict[str, OnEvent] | None = None,
     *,
-    one_pass: bool = False,
-    max_wait_s: float | None = None,
-    keep_after: str | None = None,
-    on_kept: Callable[[Event], None] | None = None,
+    view: JobView,
+    keep: Keep | None = None,
 ) -> dict[str, Any] | None:
-    """Send job `kind` and draw it until it ends: its "done" data, or None when it was refused or failed (one line on
-    screen says why; `failure` names the work in it). `on` gets the job's own events as they arrive. `keep_after`: the
-    event from which a stopped page no longer drops the job; its last event then goes to `on_kept` (no Streamlit call
-    may be made there)."""
-    on = on or {}
-    view = JobView(one_pass, max_wait_s)
+    """Send job `kind` and draw it in `view` until it ends: its "done" data, or None when it was refused or failed (one
+    line on screen says why; `failure` names the work in it). `on` gets the job's own events as they arrive."""
     body = {**body, "session": session_label()}
     try:
-        stream = JobStream(device_link(), kind, body, keep_after)
+        stream = JobStream(device_link(), kind, body, keep.after if keep is not None else None)
     except ExplorerError as exc:
         show_error(str(exc))
         return None
-    ended = False
+    ended = False  # stays False only when Streamlit stops the script (a BaseException) inside the loop
     try:
-        for event in stream:
-            if event.name == "line":
-                view.waiting(QueueStatus(**{**event.data, "other_work_ahead": tuple(event.data["other_work_ahead"])}))
-            elif event.name == "progress":
-                view.progress(event.data["fraction"], event.data["text"])
-            elif event.name == "note":
-                view.note(event.data["text"])
-            elif event.name == "done":
-                ended = True
-                return event.data
-            elif event.name == "error":
-                ended = True
-                show_error(owner_failure_line(failure, event.data))
-                return None
-            elif event.name in on:
-                on[event.name](event.data)
-        return None
-    except OwnerGone as exc:
+        done = _follow(stream, view, on or {}, failure)
+        ended = True
+        return done
+    except (OwnerGone, ExplorerError) as exc:  # the owner lost (restarted), or a refusal on this side: one line
         ended = True
         show_error(str(exc))
-        return None
-    except (ExplorerError, BadInput) as exc:
-        ended = True
-        show_error(str(exc))
-        return None
     except Exception as exc:  # noqa: BLE001 - the app keeps running; the line says what failed
         ended = True
         show_error(failure_line(failure, exc))
-        return None
     finally:
         if not ended:  # the script stopped (a click, a closed tab): drop the job, or let it bring its records home
-            stream.cancel(on_kept)
+            stream.cancel(keep.home if keep is not None else None)
         view.end()
+    return None
+
+
+def _follow(stream: JobStream, view: JobView, on: dict[str, OnEvent], failure: str) -> dict[str, Any] | None:
+    """The job's events drawn until its last: its "done" data, or None after its error is shown."""
+    for event in stream:
+        if event.name == "line":
+            view.waiting(QueueStatus(**{**event.data, "other_work_ahead": tuple(event.data["other_work_ahead"])}))
+        elif event.name == "progress":
+            view.progress(event.data["fraction"], event.data["text"])
+        elif event.name == "note":
+            view.note(event.data["text"])
+        elif event.name == "done":
+            return event.data
+        elif event.name == "error":
+            show_error(owner_failure_line(failure, event.data))
+            return None
+        elif event.name in on:
+            on[event.name](event.data)
+    return None
 
 
 # --- for an operator ---------------------------------------------------------------------------------------------

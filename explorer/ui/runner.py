@@ -18,6 +18,7 @@ from explorer.core.request import Request
 from explorer.core.trace import PassRecord, Trace, pass_from_dict
 from explorer.hosting.client import Event
 from explorer.ui.admission import DeviceAsk, ask_owner
+from explorer.ui.device_link import Keep
 from explorer.ui.state import LAST_INPUTS, RUN, OwedCapture, RunInputs, RunResult, current_run, remember
 
 ATTENTION_OFF = "Attention capture was off for this run: switch it on in the sidebar and run again."
@@ -114,7 +115,7 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
     body = {"capture": inputs.capture_attention}
     on = {"pass": on_pass, "trace": on_trace}
     end = owed_end(owed) if owed is not None else None
-    done = ask_owner(ask, "run", body, on, keep_after="trace", on_kept=end)
+    done = ask_owner(ask, "run", body, on, keep=Keep("trace", end))
     if not kept:
         return None
     if owed is not None:

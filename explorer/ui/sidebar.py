@@ -6,11 +6,11 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.core.errors import BadInput
-from explorer.core.model_info import DTYPE_NAMES
+from explorer.core.model_info import DEVICES, DTYPE_NAMES
+from explorer.core.paths import EMBEDDED
 from explorer.core.request import MAX_NEW_TOKENS_LIMIT, MAX_REPEATS
 from explorer.core.trace import DecodePath, Sampling
 from explorer.hosting.settings import HOSTED_ENV, HostedPolicy
-from explorer.models.loading import DEVICES, EMBEDDED
 from explorer.recording.perfetto import perfetto_json
 from explorer.ui.recordings import as_recording_bytes
 from explorer.ui.runner import remeasure_device

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import streamlit as st
 
 from explorer.core.attention_maps import AttentionMaps
+from explorer.core.paths import EMBEDDED
 from explorer.core.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT
 from explorer.core.trace import DecodePath, Sampling, Trace
-from explorer.models.loading import EMBEDDED
 from explorer.recording.pdx import RecordingMeta
 
 if TYPE_CHECKING:

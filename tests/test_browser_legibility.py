@@ -277,7 +277,7 @@ def _prefill_on_the_step_page(page) -> None:  # noqa: ANN001
 
 needs_recording = pytest.mark.skipif(RECORDING not in bundled(), reason=f"{RECORDING} is not bundled")
 FIRST_PROMPT = "Name three primary colours."
-LIVE_BOX = "Live: each token appears as its pass finishes"  # explorer.ui.runner.run_streaming's caption
+LIVE_BOX = "Live: each token appears as its pass finishes"  # explorer.ui.runner.LiveTokens's caption
 # The boxes of the landing page's own prompt and Run (`explorer.ui.page_start.run_here`), every scroller at the top.
 RUN_HERE_JS = """() => {
   for (const el of [document.scrollingElement, ...document.querySelectorAll("[data-testid='stMain'], section")])

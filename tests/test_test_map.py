@@ -30,9 +30,8 @@ COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.teach.questions": "tests/test_quiz.py (every question of `quiz.QUESTIONS`, graded and explained)",
     "explorer.ui.chart_first": "tests/test_app.py (test_presenter_mode_sizes_every_chart_from_one_theme)",
     "explorer.ui.slo_state": "tests/test_app.py (test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them)",
+    "explorer.ui.admission": "tests/test_hosted.py (every refusal in one line before a job is sent)",
     "explorer.ui.warm_start": "tests/test_warm.py (the sidebar's warming line, read from the owner's /health)",
-    "explorer.jobs": "tests/owner_support.py (every job an app sends reaches the registry via an owner in a thread)",
-    "explorer.jobs.run": "tests/test_capture_cut_short.py (a Run and its capture as the owner runs them)",
     "explorer.jobs.room": "tests/test_room.py (a round through a real owner over HTTP)",
 }
 

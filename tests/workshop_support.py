@@ -35,7 +35,7 @@ STEP_PASSES = 4  # Prefill, then Next token 3 times
 RUN_NEW_TOKENS = "4"
 VIEWPORT = {"width": 1200, "height": 900}
 QUEUE_TEXTS = ("You are next in line", "You are number")  # the live line while a session waits for the device
-# The caption a turn that waited leaves on the page (explorer/ui/device_turn.py): the server's own measure of the wait.
+# The caption a turn that waited leaves on the page (explorer/ui/device_link.py): the server's own measure of the wait.
 WAITED = re.compile(
     r"Waited (\d+(?:\.\d+)?) s for the device while other sessions used it \(you were number (\d+) in line"
 )

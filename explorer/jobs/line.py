@@ -1,5 +1,6 @@
-"""How the sessions of one server take turns on its one device: a FIFO ticket queue whose expected waits count the
-passes ahead, and a log of every turn with the passes it ran. Pure Python and thread-safe, no Streamlit and no torch."""
+"""How the device owner's jobs take turns on its one device: a FIFO ticket queue whose expected waits count the
+passes ahead, and a log of every turn with the passes it ran. Pure Python and thread-safe, no Streamlit and no torch
+(the web tier reads a place in line and its sentences from here)."""
 
 from __future__ import annotations
 

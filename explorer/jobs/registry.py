@@ -1,4 +1,4 @@
-"""What the device owner does for each job (`explorer.hosting.owner`): each job is one function of the `Job`, which
+"""What the device owner does for each kind of job: each is one function of the `Job` (`explorer.jobs.job`), which
 holds its body, its turn on the device and the events it sends back. The engine and the labs stay plain libraries;
 these functions are where the owner calls them."""
 

@@ -1,6 +1,6 @@
-"""Warming a server up: one piece of work, done once per process in a background thread when the server starts (the
-app loads its default model and takes the device figures: `explorer.ui.warm_start`), with what it is doing, for how
-long, and how it ended, for the sidebar's one line. Pure Python and thread-safe, no Streamlit and no torch."""
+"""Warming the device up: one piece of work, done once per owner process in a background thread as it starts (the
+owner loads its default model and takes the device figures: `Owner.warm_up`), with what it is doing, for how long,
+and how it ended, for the sidebar's one line. Pure Python and thread-safe, no Streamlit and no torch."""
 
 from __future__ import annotations
 

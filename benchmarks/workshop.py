@@ -10,7 +10,7 @@ the work that held the device meanwhile (the timed passes' seconds, every forwar
 verdict "each wait within the passes ahead + 0.5 s"; the longest Next-token wait; the stepped decode ITL median the
 room's pages showed beside the same passes stepped by one person alone afterwards, and their ratio (with how many
 passes the pages marked as disturbed); the room-size model from this turn log, for this machine and a GPU box
-(`explorer.labs.room_size`), against the longest wait measured; and the server's RSS at start, before the
+(`explorer.owner.room_size`), against the longest wait measured; and the server's RSS at start, before the
 sessions (once warm) and after them, with the peak between. Exit status 1 if any session did not end with its result
 and no error.
 
@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the driver and the app come from this checkout
 
 from explorer.core.units import megabytes  # noqa: E402
-from explorer.jobs.line import TurnRecord, read_turn_log  # noqa: E402
-from explorer.labs.room_size import SLACK_S, ClickCost, model_table, waits_against_work_ahead  # noqa: E402
+from explorer.owner.line import TurnRecord, read_turn_log  # noqa: E402
+from explorer.owner.room_size import SLACK_S, ClickCost, model_table, waits_against_work_ahead  # noqa: E402
 from tests.browser_support import browser_missing, listening_pid, log_tail, streamlit_server  # noqa: E402
 from tests.workshop_support import Visit, run_workshop  # noqa: E402
 

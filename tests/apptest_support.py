@@ -14,7 +14,7 @@ import pytest
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
-from explorer.jobs.line import DeviceQueue, Ticket
+from explorer.owner.line import DeviceQueue, Ticket
 from explorer.ui import state as ui_state
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ import time
 import uvicorn
 
 from explorer.hosting.client import DeviceLink, OwnerClient, free_port
-from explorer.hosting.owner import create_app
 from explorer.hosting.settings import HostedPolicy, warming_on
-from explorer.jobs.owner_state import Owner
+from explorer.owner.server import create_app
+from explorer.owner.state import Owner
 
 
 class OwnerInThread:
@@ -61,7 +61,7 @@ class LazyOwners:
 
     def link(self, env: object = None) -> DeviceLink:
         owner = OwnerInThread()
-        if warming_on():  # as `explorer.hosting.owner.serve` does (the tests switch it off, tests/conftest.py)
+        if warming_on():  # as `explorer.owner.server.serve` does (the tests switch it off, tests/conftest.py)
             owner.owner.warm_up()
         self.started.append(owner)
         return owner.link()

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from explorer.core.device_profile import FIGURES_FILE_ENV
-from explorer.jobs.line import read_turn_log
+from explorer.owner.line import read_turn_log
 from tests.browser_support import (
     IDLE_JS,
     HostedApp,

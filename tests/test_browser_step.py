@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from explorer.jobs.line import read_turn_log
+from explorer.owner.line import read_turn_log
 from tests.browser_support import IDLE_JS, HostedApp, full_screenshot, screenshot_folder, skip_module_without_browser
 from tests.step_support import FIRST_SCREEN_JS, PASS_DRAWN_JS, press_right_and_time
 

@@ -1,4 +1,4 @@
-"""Hosted mode: the policy (`explorer.hosting.settings`) and the device queue (`explorer.jobs.line`) tested
+"""Hosted mode: the policy (`explorer.hosting.settings`) and the device queue (`explorer.owner.line`) tested
 directly (threads for the queue), then the app through AppTest with `EXPLORER_HOSTED=1`: refusals by name, caps
 before tokenizing, the rate limit, the wait limit, and a normal run right after."""
 
@@ -23,10 +23,10 @@ from explorer.hosting.settings import (
     HostedPolicy,
     LabSize,
 )
-from explorer.jobs.job import TICK_S, Job
-from explorer.jobs.line import DeviceQueue, QueueStatus, Ticket, read_turn_log, wait_sentence, work_ahead
-from explorer.jobs.owner_state import Owner
 from explorer.models.loading import load_model
+from explorer.owner.job import TICK_S, Job
+from explorer.owner.line import DeviceQueue, QueueStatus, Ticket, read_turn_log, wait_sentence, work_ahead
+from explorer.owner.state import Owner
 from explorer.ui import state as ui_state
 from explorer.ui.device_link import device_link
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture

@@ -1,4 +1,4 @@
-"""The labs as jobs of the device owner (`explorer.jobs.labs`): a hosted owner holds a lab sent straight over HTTP to
+"""The labs as jobs of the device owner (`explorer.owner.labs`): a hosted owner holds a lab sent straight over HTTP to
 its own caps, whatever page sent it or none; "Profile this pass" runs there and comes back as the record the page
 draws; the records the jobs send back are their own JSON, rebuilt whole."""
 
@@ -19,10 +19,10 @@ from explorer.core.pass_profile import PassProfile
 from explorer.core.profiler import profile_pass
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.hosting.settings import HostedPolicy
-from explorer.jobs import labs as lab_jobs
-from explorer.jobs.registry import JOBS
 from explorer.labs import sizes
 from explorer.labs.schedule.workload import Workload
+from explorer.owner import labs as lab_jobs
+from explorer.owner.registry import JOBS
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.owner_support import LazyOwners, OwnerInThread

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from explorer.core.trace import Trace
-from explorer.jobs.line import read_turn_log
+from explorer.owner.line import read_turn_log
 from tests.browser_support import (
     IDLE_JS,
     STARTED_SINCE_JS,

@@ -1,4 +1,4 @@
-"""The device owner's own promises (explorer/hosting/owner.py), over its real HTTP protocol: it refuses a network
+"""The device owner's own promises (explorer/owner/server.py), over its real HTTP protocol: it refuses a network
 address without a token, and with a token answers nothing and runs nothing for a request without it; a job streams
 its events and ends on one "done" or one "error"; a Run's tokens are greedy generate()'s; a job whose client went away
 while it waited in line leaves the line."""
@@ -21,9 +21,9 @@ from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import Trace, pass_from_dict
 from explorer.hosting.client import TOKEN_ENV, URL_ENV, Event
-from explorer.hosting.owner import check_bind
 from explorer.hosting.settings import HostedPolicy
-from explorer.jobs.owner_state import Owner
+from explorer.owner.server import check_bind
+from explorer.owner.state import Owner
 from tests.owner_support import OwnerInThread
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -321,7 +321,7 @@ def test_priming_the_profiler_where_torch_was_imported_keeps_a_profile_in_a_scri
 
 OWNER_THEN_PROFILE_IN_A_THREAD = """
 import threading
-from explorer.jobs.owner_state import Owner
+from explorer.owner.state import Owner
 
 owner = Owner()
 owner.start_torch()  # torch imported, and the profiler primed, in the owner's start-up thread

@@ -17,9 +17,9 @@ from explorer.core.attention import HOOK_DICTS, EagerTwin, capture_attention, de
 from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
-from explorer.jobs import run as run_job
-from explorer.jobs.line import DeviceQueue
 from explorer.labs.step_mode import SteppedRequest
+from explorer.owner import run as run_job
+from explorer.owner.line import DeviceQueue
 from explorer.ui import runner, step_mode
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
 from tests.owner_support import LazyOwners

@@ -1,12 +1,12 @@
-"""The room-size model and the waits set against the work ahead (`explorer.labs.room_size`), on hand-made turn logs
+"""The room-size model and the waits set against the work ahead (`explorer.owner.room_size`), on hand-made turn logs
 whose answers are worked out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from explorer.jobs.line import TurnRecord
-from explorer.labs.room_size import ClickCost, model_table, waits_against_work_ahead
+from explorer.owner.line import TurnRecord
+from explorer.owner.room_size import ClickCost, model_table, waits_against_work_ahead
 
 
 def turn(

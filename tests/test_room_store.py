@@ -309,10 +309,10 @@ def test_the_round_size_cap_is_a_hosted_setting() -> None:
 
 def test_the_rooms_web_tier_modules_import_no_torch() -> None:
     """The store, the round's records and asks, the room-size model and the Room's charts are what a web process
-    holds and draws; the engine that serves a round lives on the device owner (`explorer.jobs.room`)."""
+    holds and draws; the engine that serves a round lives on the device owner (`explorer.owner.room`)."""
     code = (
         "import sys\n"
-        "import explorer.labs.room_store, explorer.labs.room_records, explorer.labs.room_size, explorer.charts.room\n"
+        "import explorer.labs.room_store, explorer.labs.room_records, explorer.owner.room_size, explorer.charts.room\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch or transformers imported'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,5 +1,5 @@
 """Step mode: one real pass per step gives a normal run's tokens, grows the cache one position at a time, frees it.
-The stepped request lives in the device owner (`explorer.jobs.steps`): owner-level tests send its jobs through
+The stepped request lives in the device owner (`explorer.owner.steps`): owner-level tests send its jobs through
 `OwnerClient`, page tests click the Step page (AppTest), which sends them through the test's own owner."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.trace import Sampling
 from explorer.hosting.client import Event, OwnerClient
-from explorer.jobs.job import TICK_S
-from explorer.jobs.line import DeviceQueue
-from explorer.jobs.owner_state import Owner
-from explorer.jobs.steps import IDLE_TIMEOUT_S
 from explorer.labs.step_mode import SteppedRequest
 from explorer.labs.stepped_view import GONE, SteppedView
+from explorer.owner.job import TICK_S
+from explorer.owner.line import DeviceQueue
+from explorer.owner.state import Owner
+from explorer.owner.steps import IDLE_TIMEOUT_S
 from explorer.ui import device_link as ui_link
 from explorer.ui import state as ui_state
 from explorer.ui import step_mode

@@ -17,8 +17,8 @@ from streamlit.testing.v1.local_script_runner import LocalScriptRunner
 
 from explorer.charts.step_mode import DISTURBED_MARK
 from explorer.core.loaded_model import LoadedModel
-from explorer.jobs.job import TICK_S
-from explorer.jobs.line import QueueStatus
+from explorer.owner.job import TICK_S
+from explorer.owner.line import QueueStatus
 from explorer.ui import device_link as ui_turn
 from explorer.ui import step_mode
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - the fixture patches AppTest's pages

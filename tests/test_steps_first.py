@@ -17,8 +17,8 @@ import pytest
 from explorer.core.engine import Request, warm_up
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.trace import Trace
-from explorer.jobs.line import DeviceQueue
-from explorer.labs.room_size import waits_against_work_ahead
+from explorer.owner.line import DeviceQueue
+from explorer.owner.room_size import waits_against_work_ahead
 from tests.owner_support import OwnerInThread
 from tests.test_hosted import FakeClock  # the queue's hand-made clock
 

@@ -32,7 +32,7 @@ COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.ui.slo_state": "tests/test_app.py (test_repeated_figures_show_their_min_max_and_the_slo_table_uses_them)",
     "explorer.ui.admission": "tests/test_hosted.py (every refusal in one line before a job is sent)",
     "explorer.ui.warm_start": "tests/test_warm.py (the sidebar's warming line, read from the owner's /health)",
-    "explorer.jobs.room": "tests/test_room.py (a round through a real owner over HTTP)",
+    "explorer.owner.room": "tests/test_room.py (a round through a real owner over HTTP)",
 }
 
 

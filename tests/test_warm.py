@@ -1,4 +1,4 @@
-"""The warm device (explorer/jobs/warm.py, `Owner.warm_up`, explorer/ui/warm_start.py): warming runs once, in the
+"""The warm device (explorer/owner/warm.py, `Owner.warm_up`, explorer/ui/warm_start.py): warming runs once, in the
 background, in a turn on the device; a failure is one line; a Run after it loads nothing again. On the tiny random
 model: the warm target is pointed at it, so nothing here loads the real one."""
 
@@ -14,9 +14,9 @@ import pytest
 from explorer.core.errors import BadInput
 from explorer.core.request import Request
 from explorer.hosting.settings import WARM_ENV, warming_on
-from explorer.jobs.owner_state import Owner
-from explorer.jobs.warm import Warmer, WarmStatus
 from explorer.models import loading as loading_module
+from explorer.owner.state import Owner
+from explorer.owner.warm import Warmer, WarmStatus
 from explorer.ui.device_link import device_link
 from explorer.ui.state import RUN
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.jobs.line import read_turn_log
+from explorer.owner.line import read_turn_log
 from tests.browser_support import HostedApp, log_tail, skip_module_without_browser
 from tests.workshop_support import run_workshop
 

@@ -29,13 +29,13 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def precheck(args: argparse.Namespace) -> None:
-    from explorer.hosting.owner import check_bind
+    from explorer.owner.server import check_bind
 
     check_bind(args.host, os.environ.get(TOKEN_ENV) or None)  # refused before torch loads
 
 
 def run(args: argparse.Namespace) -> None:
-    from explorer.hosting.owner import serve
+    from explorer.owner.server import serve
 
     # What `quiet_libraries` does, without importing transformers at the start (1-2 s of a restart on 2 busy cores):
     # the libraries read these when a job first loads a model.

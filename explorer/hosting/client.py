@@ -1,4 +1,4 @@
-"""The web tier's side of the device owner (`explorer.hosting.owner`): a client that sends a job and reads its events
+"""The web tier's side of the device owner (`explorer.owner.server`): a client that sends a job and reads its events
 as they stream (httpx + httpx-sse), and the owner the app starts for itself, watched and restarted when it dies.
 Torch-free: the web tier never imports torch.
 

@@ -2,14 +2,14 @@
 
 Each step is the engine's own timed step (`LiveRequest.step`), so a stepped request's passes are measured exactly as
 a normal run's; the request's clock is paused between steps, so TTFT and ITL count the passes and not the time the
-room spent looking at them. It lives in the device owner (`explorer.jobs.steps`), where nothing draws: each step runs
+room spent looking at them. It lives in the device owner (`explorer.owner.steps`), where nothing draws: each step runs
 plainly in its job's turn on the device. An untimed eager shadow (`AttentionReplay`, on the model's eager twin) is
 fed the same tokens after the step, outside the click's turn on the device (`replay_passes`), and keeps each pass's
 attention maps. The step that finishes the
 request checks its device figures as every run's are (`keep_figures_honest`) and frees the timed cache, its replay
 the shadow's: `to_trace()` is then the Trace a normal run would have produced.
 
-The owner frees the ones left idle (`free_if_idle`, swept by `explorer.jobs.steps.sweep_idle`): their page may never
+The owner frees the ones left idle (`free_if_idle`, swept by `explorer.owner.steps.sweep_idle`): their page may never
 come back to look.
 """
 

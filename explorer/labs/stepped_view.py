@@ -1,5 +1,5 @@
 """A stepped request as the web tier holds it: no model, no cache, no torch. The device owner keeps the request itself
-(`explorer.labs.step_mode.SteppedRequest`, by its handle, `explorer.jobs.steps`); each Prefill and Next token job sends
+(`explorer.labs.step_mode.SteppedRequest`, by its handle, `explorer.owner.steps`); each Prefill and Next token job sends
 back what a page draws (the trace so far, the newest attention rows), and the session keeps it here.
 
 The attention maps travel once whole (the prefill's T x T map, `maps_to_wire`), then one decode row per layer per

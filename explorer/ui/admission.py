@@ -84,7 +84,7 @@ def ask_owner(
 
 
 def ask_lab(what: str, kind: str, body: dict[str, Any], size: LabSize | None) -> dict[str, Any] | None:
-    """A lab's job on the device owner (`explorer.jobs.labs`), on the sidebar's last model, its `size` checked against
+    """A lab's job on the device owner (`explorer.owner.labs`), on the sidebar's last model, its `size` checked against
     this server's caps before it is sent (the owner checks its body again): the lab's result as its `to_dict()`, or
     None when it was refused or failed (one line on screen)."""
     return ask_owner(DeviceAsk("lab", what, last_inputs(), lab=size), kind, body)

@@ -1,5 +1,5 @@
 """The web tier's side of the device: every page that needs the model sends a job to the device owner
-(`explorer.hosting.owner`) and draws what streams back: its place in line with "Leave the queue", a progress bar, a
+(`explorer.owner.server`) and draws what streams back: its place in line with "Leave the queue", a progress bar, a
 pause note, and the job's own records, handed to the page's callbacks as they arrive. Nothing here runs the model.
 
 A job's stream is read by a thread of its own, not the script's: a click stops a script at its next draw, and a job
@@ -23,7 +23,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting.client import DeviceLink, Event, OwnerGone
 from explorer.hosting.settings import HostedPolicy
-from explorer.jobs.line import QueueStatus, wait_sentence, work_ahead
+from explorer.owner.line import QueueStatus, wait_sentence, work_ahead
 from explorer.ui.state import LEFT_QUEUE
 from explorer.ui.widgets import escape_markdown, failure_line, show_error
 

@@ -1,4 +1,4 @@
-"""A Run from the sidebar's inputs, sent to the device owner (`explorer.hosting.owner`, the "run" job): each token
+"""A Run from the sidebar's inputs, sent to the device owner (`explorer.owner.server`, the "run" job): each token
 drawn with its gap as its pass ends, the run kept as soon as its trace arrives, then its attention maps from the owner's
 untimed replay; a capture again for a run whose capture a click cut short; re-measuring the device figures. Nothing
 here runs the model: the owner does, in its own process, and takes turns there (`explorer.ui.device_link`). Changing a

@@ -1,5 +1,5 @@
 """Step mode in a session: the session keeps a torch-free view of its stepped request (`SteppedView`: the handle, the
-trace and maps so far); the request itself, its KV cache, lives in the device owner (`explorer.jobs.steps`). Each
+trace and maps so far); the request itself, its KV cache, lives in the device owner (`explorer.owner.steps`). Each
 click is a job of one pass on the owner ("prefill", "step"), which goes between two passes of a long Run; Reset
 frees it there ("reset"). The owner frees it too when it finishes (its trace and maps come back and are kept), after
 an idle timeout, or when a pass fails: the next click then says so in one line and the form unlocks."""

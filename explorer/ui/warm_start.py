@@ -18,7 +18,7 @@ import streamlit as st
 
 from explorer.hosting.client import OwnerGone
 from explorer.hosting.settings import warming_on
-from explorer.jobs.warm import LOG, WarmStatus
+from explorer.owner.warm import LOG, WarmStatus
 from explorer.ui.device_link import device_link
 
 POLL_S = 1.0  # how often a sidebar that saw the device warming redraws its line (that fragment only)

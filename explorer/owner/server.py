@@ -1,4 +1,4 @@
-"""The device owner over HTTP: the one process that runs the model on a device (its state: `explorer.jobs.owner_state`)
+"""The device owner over HTTP: the one process that runs the model on a device (its state: `explorer.owner.state`)
 takes jobs and streams each job's records back as server-sent events, in the JSON the records already write
 (`Trace.to_dict`, the labs' `to_dict`).
 
@@ -7,7 +7,7 @@ and every gain fought the interpreter lock and the scheduler. Here nothing draws
 HTTP loop, which only moves finished events. The web tier (`explorer.hosting.client`) may be the app's own child
 process or a laptop talking to a GPU box (`EXPLORER_DEVICE_URL`).
 
-Scheduling lives in the owner and only there: every job takes a turn in one line (`explorer.jobs.line`); a job of one
+Scheduling lives in the owner and only there: every job takes a turn in one line (`explorer.owner.line`); a job of one
 pass (a Next token, a step's Prefill) goes between two passes of a long one (`Turn.make_way`); a job whose client went
 away is dropped (`Job.gone`, set when its stream ends) at its next place in line or pass boundary.
 
@@ -33,8 +33,8 @@ from typing import Any
 
 from explorer.core.errors import BadInput
 from explorer.hosting.client import TOKEN_ENV
-from explorer.jobs.job import TICK_S, Job
-from explorer.jobs.owner_state import Owner
+from explorer.owner.job import TICK_S, Job
+from explorer.owner.state import Owner
 
 FINAL_EVENTS = ("done", "error")
 

@@ -20,7 +20,7 @@ from explorer.models.loading import resolve_device
 
 if TYPE_CHECKING:
     from explorer.core.loaded_model import LoadedModel
-    from explorer.jobs.job import Job
+    from explorer.owner.job import Job
 
 
 def model_of(job: Job) -> LoadedModel:

@@ -1,6 +1,6 @@
 """The device owner's state: the loaded models, the device figures, the warm-up, the KV caches of stepped requests and
 the line every job takes its turn in; each job runs in a thread of its own (`Owner.start`), one at a time on the
-device. The HTTP around it is `explorer.hosting.owner`; what each job does, `explorer.jobs.registry`."""
+device. The HTTP around it is `explorer.owner.server`; what each job does, `explorer.owner.registry`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.paths import EMBEDDED
 from explorer.hosting.settings import HostedPolicy
-from explorer.jobs.job import TICK_S, Gone, Job
-from explorer.jobs.line import SERVER_OWNER, DeviceQueue
-from explorer.jobs.warm import Warmer, failure_sentence
+from explorer.owner.job import TICK_S, Gone, Job
+from explorer.owner.line import SERVER_OWNER, DeviceQueue
+from explorer.owner.warm import Warmer, failure_sentence
 
 if TYPE_CHECKING:  # torch comes with these, so not at start: /health answers before torch loads
     from explorer.core.device import FiguresStore
@@ -75,7 +75,7 @@ class Owner:
         try:
             while not self.torch_ready.wait(TICK_S):
                 job.progress(0.0, "The device owner is starting: importing torch…")
-            from explorer.jobs.registry import JOBS, before_each  # the job bodies import the engine: after torch is in
+            from explorer.owner.registry import JOBS, before_each  # the job bodies import the engine: after torch is in
 
             work = JOBS.get(job.kind)
             if work is None:

@@ -1,4 +1,4 @@
-"""What the device owner does for each kind of job: each is one function of the `Job` (`explorer.jobs.job`), which
+"""What the device owner does for each kind of job: each is one function of the `Job` (`explorer.owner.job`), which
 holds its body, its turn on the device and the events it sends back. The engine and the labs stay plain libraries;
 these functions are where the owner calls them."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from explorer.jobs import labs, room, run, steps
+from explorer.owner import labs, room, run, steps
 
 if TYPE_CHECKING:
-    from explorer.jobs.job import Device, Job
+    from explorer.owner.job import Device, Job
 
 JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "run": run.run_job,

@@ -20,7 +20,6 @@ from explorer.core.lab_progress import LabProgress
 from explorer.core.measure import measure, prepare_device
 from explorer.core.request import Request, request_from_dict
 from explorer.core.trace import DeviceProfile, Trace
-from explorer.jobs.run import model_of
 from explorer.labs import sizes
 from explorer.labs.batch import run_batch_sweep
 from explorer.labs.batch_settings import BatchConfig
@@ -29,12 +28,13 @@ from explorer.labs.nocache import run_nocache
 from explorer.labs.schedule import workload as schedule_workload
 from explorer.labs.schedule.run import run_schedule
 from explorer.labs.schedule.workload import EngineSettings, Workload
+from explorer.owner.run import model_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from explorer.core.loaded_model import LoadedModel
-    from explorer.jobs.job import Job
+    from explorer.owner.job import Job
 
 
 def on_the_device(job: Job, work: Callable[[LoadedModel, DeviceProfile, LabProgress], Any]) -> Any:

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.core.errors import BadInput
 from explorer.hosting.settings import HostedPolicy
-from explorer.jobs.run import model_of
 from explorer.labs.room import run_round
 from explorer.labs.room_records import RoomRound, RoundAsk
 from explorer.labs.room_store import MAX_ROUND_SIZE
+from explorer.owner.run import model_of
 
 if TYPE_CHECKING:
-    from explorer.jobs.job import Job
+    from explorer.owner.job import Job
 
 
 def checked_ask(ask: RoundAsk, policy: HostedPolicy) -> RoundAsk:

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from explorer.jobs.line import TurnRecord
+from explorer.owner.line import TurnRecord
 
 # Recorded on a lent NVIDIA H200 (FIELD-NOTES, "On a lent GPU", 2026-11-27): eager decode is launch-bound, about
 # 20 ms a pass for a 135M Llama (SmolLM2's shape) as for an 8B one.

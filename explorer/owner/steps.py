@@ -18,12 +18,12 @@ from explorer.core.attention_maps import maps_to_wire
 from explorer.core.engine import check_request
 from explorer.core.errors import BadInput
 from explorer.core.request import request_from_dict
-from explorer.jobs.run import model_of
 from explorer.labs.step_mode import SteppedRequest
 from explorer.labs.stepped_view import GONE, newest_row_to_wire
+from explorer.owner.run import model_of
 
 if TYPE_CHECKING:
-    from explorer.jobs.job import Device, Job, Turn
+    from explorer.owner.job import Device, Job, Turn
 
 IDLE_TIMEOUT_S = 600.0  # a stepped request untouched this long frees its cache
 _STEPS_LOCK = threading.Lock()  # jobs add, take and sweep `Owner.steps` from their own threads

@@ -1,7 +1,7 @@
 """A job as it runs on the device owner, on a thread of its own: what it was asked, the events it sends back, whether
 its client is still there, and its turn on the device (`Turn`, with `make_way`, the one hand-off between two passes).
 What a job needs of its owner is a `Device`: the owner's line, its limits, its figures, its stepped requests and its
-models (`explorer.jobs.owner_state.Owner` is one)."""
+models (`explorer.owner.state.Owner` is one)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from explorer.core.errors import BadInput
 from explorer.core.paths import EMBEDDED
 from explorer.hosting.settings import HostedPolicy
-from explorer.jobs.line import DeviceQueue, Ticket
+from explorer.owner.line import DeviceQueue, Ticket
 
 if TYPE_CHECKING:  # torch comes with these
     from explorer.core.device import FiguresStore

@@ -79,7 +79,7 @@ class KeptFigures:
 
 
 class FiguresStore:
-    """The device figures of one owner (a CLI command, a server's `ServerSession`, a test), per (kind, dtype):
+    """The device figures of one owner (a CLI command, the device owner, a test), per (kind, dtype):
     measured on first ask and reused (hardware does not change, only how busy it is), measured again on request, or
     replaced by better ones a run found. Thread-safe: two sessions asking at once measure once, never at once."""
 

@@ -126,7 +126,7 @@ def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
 
 
 def embedded_chunk_counter() -> tokens.ChunkCounter:
-    """One per server (the `ServerSession`'s): read-only, and the counter serializes its own calls."""
+    """One per web process (`read_once`): read-only, and the counter serializes its own calls."""
     with st.spinner("Loading the embedded tokenizer…"):
         counter = read_once().get("embedded chunk counter", lambda: tokens.load_chunk_counter("embedded"))
     return counter  # type: ignore[return-value]

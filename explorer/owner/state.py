@@ -42,8 +42,8 @@ class Owner:
 
     @property
     def figures(self) -> FiguresStore:
-        """The device figures, made on first use: torch is imported by the first job (or the warm-up's thread), not
-        before the port opens, so a restarted owner answers /health within a second, not after torch's seconds."""
+        """The device figures, made on first use: torch is imported in the owner's start-up thread after its port
+        opens (`start_torch`), so a restarted owner answers /health within a second, not after torch's seconds."""
         with self._figures_lock:
             if self._figures is None:
                 from explorer.core.device import FiguresStore

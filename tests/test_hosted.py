@@ -480,11 +480,10 @@ def test_hosted_rate_limit_refuses_with_one_line(monkeypatch: pytest.MonkeyPatch
 
 
 @contextlib.contextmanager
-def device_held_elsewhere(owners: LazyOwners, leap_s: float = 0.0) -> Iterator[DeviceQueue]:
+def device_held_elsewhere(owner: Owner, leap_s: float = 0.0) -> Iterator[DeviceQueue]:
     """Another session holds the device owner's device for the whole block; with `leap_s`, every look at the queue's
     clock finds that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
-    device_link()  # the test's owner, started now
-    queue = owners.latest.queue
+    queue = owner.queue
     if leap_s:
         queue.clock = LeapingClock(queue.clock(), leap_s)
     other = queue.enter("run", owner="other session")
@@ -498,7 +497,8 @@ def device_held_elsewhere(owners: LazyOwners, leap_s: float = 0.0) -> Iterator[D
 def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere(fresh_device_owner, leap_s=TICK_S) as queue:
+    device_link()  # the test's owner, started now
+    with device_held_elsewhere(fresh_device_owner.latest, leap_s=TICK_S) as queue:
         press_run(at, prompt="Hi.", max_new_tokens=1)
     errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device and 1 turn(s) are still ahead: nothing ran" in errors[0]
@@ -575,7 +575,8 @@ def test_remeasuring_while_the_wait_is_too_long_is_one_line(
 ) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
-    with device_held_elsewhere(fresh_device_owner, leap_s=TICK_S):
+    device_link()  # the test's owner, started now
+    with device_held_elsewhere(fresh_device_owner.latest, leap_s=TICK_S):
         next(b for b in at.sidebar.button if b.label == "Re-measure device figures").click().run()
     assert not at.exception
     errors = shown_errors(at)

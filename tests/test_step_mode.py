@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from explorer.hosting.client import Event, OwnerClient
 from explorer.labs.step_mode import SteppedRequest
 from explorer.labs.stepped_view import GONE, SteppedView
 from explorer.owner.job import TICK_S
-from explorer.owner.line import DeviceQueue
 from explorer.owner.state import Owner
 from explorer.owner.steps import IDLE_TIMEOUT_S
 from explorer.ui import device_link as ui_link
@@ -38,7 +36,7 @@ from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest'
     release_once_someone_waits,
 )
 from tests.owner_support import LazyOwners, OwnerInThread
-from tests.test_hosted import LeapingClock
+from tests.test_hosted import device_held_elsewhere
 
 
 def test_a_stepped_request_is_a_normal_run(tiny_lm: LoadedModel) -> None:
@@ -292,28 +290,13 @@ def test_a_stepped_request_follows_the_sidebars_sampling(tiny_llama_dir: Path, t
     assert trace.generated_token_ids == measure(tiny_lm, request).generated_token_ids  # seeded: the same tokens
 
 
-@contextmanager
-def held_on_the_owner(owner: Owner, leap_s: float = 0.0) -> Iterator[DeviceQueue]:
-    """Another session holds the owner's device for the whole block; with `leap_s`, every look at the queue's clock
-    finds that much more time gone, so a wait past a limit is refused at once instead of being waited out."""
-    queue = owner.queue
-    if leap_s:
-        queue.clock = LeapingClock(queue.clock(), leap_s)
-    other = queue.enter("run", owner="other session")
-    assert queue.wait(other, 30)
-    try:
-        yield queue
-    finally:
-        queue.release(other)
-
-
 def test_run_to_end_stops_when_a_step_is_refused(
     tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
 ) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")  # read by the web tier and by the owner as it starts
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     owner = app_owner(fresh_device_owner)
-    with held_on_the_owner(owner, leap_s=TICK_S):
+    with device_held_elsewhere(owner, leap_s=TICK_S):
         at.button(key="step-end").click().run(timeout=60)  # used to loop for ever: each refused step ran nothing
     errors = shown_errors(at)
     assert len(errors) == 1 and "Waited 1 s for the device" in errors[0], errors

@@ -20,12 +20,11 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from explorer.core.errors import BadInput, ExplorerError
+from explorer.core.errors import ExplorerError
 from explorer.hosting.client import DeviceLink, Event, OwnerGone
-from explorer.hosting.settings import HostedPolicy
 from explorer.owner.line import QueueStatus, wait_sentence, work_ahead
 from explorer.ui.state import LEFT_QUEUE
-from explorer.ui.widgets import escape_markdown, failure_line, show_error
+from explorer.ui.widgets import escape_markdown, failed_line, failure_line, show_error
 
 QUEUED_KEY = "device-queued"  # a one-pass job's queued line and its button: container key QUEUED_KEY-<n>
 QUEUED_ICON = "⏳"  # never the ⚠ that marks a disturbed pass: waiting in line disturbs no pass's timing
@@ -185,13 +184,7 @@ def owner_failure_line(failure: str, data: dict[str, Any]) -> str:
     failed = data.get("failed")
     if not failed:
         return str(data["message"])
-    try:
-        hosted = HostedPolicy.from_env().hosted
-    except BadInput:  # a malformed setting: say as little as a hosted server would
-        hosted = True
-    if hosted:
-        return f"{failure} failed ({failed}): an unexpected error on the server. Try again in a moment."
-    return f"{failure} failed: {failed}: {data['message']}"
+    return failed_line(failure, str(failed), f"{failed}: {data['message']}")
 
 
 @dataclass(frozen=True)

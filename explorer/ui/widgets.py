@@ -43,13 +43,19 @@ def failure_line(what: str, exc: BaseException) -> str:
     """One line for an unexpected failure: "The run failed: …". A hosted server names only the exception's type, as
     its text can quote a server path (an OSError's filename); the whole of it goes to the server's log."""
     LOG.error("%s failed", what, exc_info=exc)
+    return failed_line(what, type(exc).__name__, one_line(exc))
+
+
+def failed_line(what: str, type_name: str, text: str) -> str:
+    """`what` failed, in one line: with `text` (the error's own words) locally, by `type_name` alone on a hosted
+    server."""
     try:
         hosted = HostedPolicy.from_env().hosted
     except BadInput:  # a malformed setting: say as little as a hosted server would
         hosted = True
     if hosted:
-        return f"{what} failed ({type(exc).__name__}): an unexpected error on the server. Try again in a moment."
-    return f"{what} failed: {one_line(exc)}"
+        return f"{what} failed ({type_name}): an unexpected error on the server. Try again in a moment."
+    return f"{what} failed: {text}"
 
 
 # Key hints ("→ = next token") mean nothing on a touch screen: the browser itself hides them there, through a media

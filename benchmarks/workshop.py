@@ -59,7 +59,7 @@ from explorer.jobs.line import TurnRecord, read_turn_log  # noqa: E402
 from explorer.labs.room_size import SLACK_S as OLD_SLACK_S  # noqa: E402
 from explorer.labs.room_size import ClickCost, model_table, waits_against_work_ahead  # noqa: E402
 from tests.browser_support import HOST, browser_missing, free_port, listening_pid, log_tail, streamlit_server  # noqa: E402
-from tests.workshop_support import Visit, browser_niceness, run_workshop  # noqa: E402
+from tests.workshop_support import Visit, browser_niceness, lower_browsers, run_workshop  # noqa: E402
 
 WARM_TIMEOUT_S = 300.0  # model load, device figures and warm-up passes on a busy 2-core machine
 ROOM_SIZES = (2, 4, 8, 16, 30)  # the model's table: up to a real workshop's size
@@ -104,21 +104,28 @@ class RssSampler:
 
 
 class NiceWatch:
-    """The nice values of this process's Chromium processes, sampled every `every_s` in a thread: each value seen."""
+    """The nice values of this process's Chromium threads, sampled every `every_s` in a thread: each value seen; with
+    `nice` > 0 it also lowers every one below it to `nice` (Chromium sets its own: `lower_browsers`)."""
 
-    def __init__(self, every_s: float = 2.0) -> None:
-        self.every_s, self.seen = every_s, set[int]()
+    def __init__(self, nice: int = 0, every_s: float = 0.5) -> None:
+        self.nice, self.every_s, self.seen, self.lowered = nice, every_s, set[int](), 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.wait(self.every_s):
+            if self.nice > 0:
+                self.lowered += lower_browsers(self.nice)
             self.seen.update(browser_niceness())
 
-    def line(self, asked: bool) -> str:
+    def line(self) -> str:
         seen = ", ".join(str(n) for n in sorted(self.seen)) or "none seen"
-        how = f"yes (--nice-browsers: nice {BROWSER_NICE})" if asked else "no (they ran at the server's priority)"
-        return f"browsers' priority lowered: {how}; Chromium nice values seen: {seen}"
+        how = (
+            f"yes (--nice-browsers: nice {self.nice}, {self.lowered} Chromium threads lowered as they appeared)"
+            if self.nice > 0
+            else "no (they ran at the priorities Chromium gives itself)"
+        )
+        return f"browsers' priority lowered: {how}; Chromium thread nice values seen: {seen}"
 
     def __enter__(self) -> NiceWatch:
         self._thread.start()
@@ -462,7 +469,7 @@ def clients_room(args: argparse.Namespace, folder: Path, turn_log: Path, owner_l
                 )
             )
             started = time.monotonic()
-            with NiceWatch() as nice:
+            with NiceWatch(BROWSER_NICE if args.nice_browsers else 0) as nice:
                 browsing.start()
                 clients = run_clients(owner.client, args.clients)
                 browsing.join()
@@ -496,7 +503,7 @@ def clients_room(args: argparse.Namespace, folder: Path, turn_log: Path, owner_l
         f"errors: {errors} (clients {sum(len(c.errors) for c in clients)}, browsers "
         f"{sum(len(v.errors) + len(v.page_errors) for v in browsers)}); browser sessions with their own result "
         f"{sum(not v.failures for v in browsers)}/{len(browsers)}: {verdict(errors == 0 and browsers_ok)}",
-        nice.line(args.nice_browsers),
+        nice.line(),
         load_line(),
     ]
     print_verdicts(lines)
@@ -524,21 +531,20 @@ def sessions_room(args: argparse.Namespace, folder: Path, turn_log: Path, owner_
                 own["before"] = owner_rss.peak = owner_rss.now()
                 print(f"{args.sessions} sessions at once on {url} (web pid {pid}, owner pid {owner.pid}) …", flush=True)
                 started = time.monotonic()
-                with NiceWatch() as nice:
+                with NiceWatch(nice_browsers) as nice:
                     visits = run_workshop(url, args.sessions, args.stage_timeout, nice=nice_browsers)
                 wall_s = time.monotonic() - started
                 web["after"], own["after"] = web_rss.now(), owner_rss.now()
             web["peak"], own["peak"] = web_rss.peak, owner_rss.peak
             turns = [t for t in read_turn_log(turn_log) if t.what != "warm-up"]
-            alone = (
-                []
-                if args.no_alone
-                else run_workshop(url, 1, args.stage_timeout, only=("open", "step"), nice=nice_browsers)
-            )
+            alone = []
+            if not args.no_alone:
+                with NiceWatch(nice_browsers):  # the same priority as the room's browsers had
+                    alone = run_workshop(url, 1, args.stage_timeout, only=("open", "step"), nice=nice_browsers)
     summary = report(visits, turns, web, own, wall_s)
     waits, itl = waits_report(turns), itl_report(visits, alone)
     summary |= waits | itl | model_report(turns, args.sessions)
-    print_verdicts(sessions_verdicts(summary, waits, itl, web, nice.line(args.nice_browsers)))
+    print_verdicts(sessions_verdicts(summary, waits, itl, web, nice.line()))
     if args.json:
         clean = {k: v for k, v in summary.items() if not k.startswith("_")}
         figures = {"summary": clean, "visits": [asdict(v) for v in visits], "turns": [asdict(t) for t in turns]}

@@ -1,5 +1,5 @@
 """One person alone on Step by step, in a real browser: from the → key to the new attention row and the new KV position
-drawn, against the pass's own time (target: within the pass + 0.5 s).
+drawn, against the pass's own time (target, issue 43: within the pass + 0.3 s).
 
 Starts the app as deployed (deploy/run.sh, warming on, 127.0.0.1 only), waits until it is warm, opens
 `/step?presenter=1` at 1280 x 720 in headless Chromium (presenter mode draws charts as SVG, so what is drawn can be
@@ -29,7 +29,7 @@ from tests.step_support import PASS_DRAWN_JS, KeyToRow, press_right_and_time  # 
 VIEWPORT = {"width": 1280, "height": 720}
 PROMPT = "Why is the sky blue?"
 TIMEOUT_S = 180.0  # one press on a busy machine
-WITHIN_MS = 500.0  # the target: drawn within the pass + this
+WITHIN_MS = 300.0  # the target (issue 43): drawn within the pass + this
 
 
 def step_alone(url: str, presses: int, pause_s: float) -> list[KeyToRow]:

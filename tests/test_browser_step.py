@@ -2,7 +2,7 @@
 bars (with a plot tall enough to see them), the newest pass's token and time and its attention row lie inside the
 first screen, and each press drew the new row and KV position within the pass + KEY_TO_ROW_BEYOND_PASS_S + the pass x
 LOAD_FACTOR: a loose bound for a shared machine (when other work slows the pass, it slows the warm twin, the attention
-row and the drawing as much); `benchmarks/step_latency.py` measures against the 0.5 s target. On a 390 × 844 touch
+row and the drawing as much); `benchmarks/step_latency.py` measures against the 0.3 s target. On a 390 × 844 touch
 phone: the four step buttons on one row inside the screen, no key hint shown, each new pass's line in the first screen,
 and no legend label past its chart's edge; and a tap on Next token while another session's run holds the device says
 its place in line ("Queued: …", not greyed) before its pass. Uses the session's app server and Chromium

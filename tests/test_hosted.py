@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -317,6 +318,29 @@ def test_a_turn_ends_with_its_work_and_its_log_line_has_the_passes_it_ran(tmp_pa
     assert (first.passes, first.pass_s, first.forward_s, first.ended) == (1, 0.061, 0.15, "released")
     assert (second.passes, second.pass_s, second.first_ahead) == (0, 0.0, 1)
     assert second.entered_unix_s == pytest.approx(second.granted_unix_s - second.waited_s)
+
+
+def test_a_turns_forwards_are_timed_from_its_grant_not_from_when_it_joined_the_line(tmp_path: Path) -> None:
+    """The turn log's `forward_s` is work the turn ran on the device: a click that waited in line behind another turn
+    did not run forwards while it waited (the workshop benchmark's forwards ahead counted every wait twice)."""
+    log = tmp_path / "turns.jsonl"
+    line = DeviceQueue(log_path=log)
+    device = SimpleNamespace(policy=HostedPolicy.from_env({}), queue=line, steps={})
+    holder = line.enter("run", owner="ahead", passes=1)
+
+    def click() -> None:
+        with Job(device, "step", {"session": "me"}).turn("step", passes=1) as turn:  # type: ignore[arg-type]
+            time.sleep(0.05)
+            turn.ran(1, 0.04)
+
+    thread = threading.Thread(target=click)
+    thread.start()
+    time.sleep(0.6)  # the click waits in line behind the holder
+    line.release(holder)
+    thread.join(10)
+    mine = next(t for t in read_turn_log(log) if t.owner == "me")
+    assert mine.waited_s >= 0.5
+    assert 0.04 <= mine.forward_s <= mine.held_s
 
 
 def in_a_thread(work: object) -> None:

@@ -79,6 +79,7 @@ class Job:
         turn = Turn(self, line.enter(what, self.label, passes, makes_way))
         try:
             self._wait(turn.ticket, self.owner.policy.max_wait_s)
+            turn.granted()
             yield turn
         finally:
             line.release(turn.ticket)  # also when the client left: its place goes to the next in line
@@ -112,6 +113,10 @@ class Turn:
 
     def __init__(self, job: Job, ticket: Ticket) -> None:
         self.job, self.ticket = job, ticket
+        self._since_s = time.perf_counter()
+
+    def granted(self) -> None:
+        """The turn has come: its forwards are timed from here (the wait in line before it is not work it ran)."""
         self._since_s = time.perf_counter()
 
     def ran(self, passes: int, pass_s: float) -> None:

@@ -77,8 +77,7 @@ TITLE_IS_JS = "(text) => (document.querySelector(\"[data-testid='stMain'] h1\") 
 # Click the page's Next token button at wall-clock time `at` (ms since the epoch; every page of the one browser shares
 # the clock), and keep when it was clicked: two pages scheduled for the same `at` click within a timer's jitter.
 CLICK_NEXT_AT_JS = """(at) => {
-  const button = [...document.querySelectorAll("[data-testid='stMain'] button")]
-    .find(b => b.innerText.trim() === "Next token");
+  const button = document.querySelector(".st-key-step-next button");  // Next token (with its key badge)
   if (!button) return false;
   window.__clickedAt = null;
   setTimeout(() => { window.__clickedAt = Date.now(); button.click(); }, Math.max(0, at - Date.now()));
@@ -158,6 +157,11 @@ def owner_child(web_pid: int) -> psutil.Process:
 
 def maps_libtorch(pid: int) -> bool:
     return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def error_lines(alerts: list[str]) -> list[str]:
+    """The alerts that say something failed (a "Disturbed" or "under load" warning about a run's timing is not one)."""
+    return [t for t in alerts if any(word in t for word in ("restarted", "failed", "refused", "Error"))]
 
 
 def device_answer(url: str) -> dict:
@@ -284,7 +288,7 @@ def test_browser_an_owner_killed_during_a_run_loses_that_run_and_nothing_else(
     assert f"run 1: {a_prompt[:24]}" in a_compare, a_compare[:600]
     assert LONG_PROMPT[:24] not in a_compare, a_compare[:600]  # the killed Run was lost, and only it
     assert b_run, "B's earlier run is no longer its current run"
-    assert not [t for t in a_next_alerts if "restarted" in t or "failed" in t], a_next_alerts  # the next Run ran
+    assert error_lines(a_next_alerts) == [], a_next_alerts  # the next Run ran
     assert second.pid != first.pid and restarts == 1
 
 
@@ -339,7 +343,7 @@ def test_browser_two_web_processes_step_at_once_in_one_line(
         )
     )
     assert gap_s <= SAME_MOMENT_S, f"the two clicks were {gap_s:.3f} s apart"
-    assert alerts == [[], []], alerts
+    assert [error_lines(a) for a in alerts] == [[], []], alerts  # (a "Disturbed" warning may be there: two passes)
     assert len(steps) == 2 and steps[0]["owner"] != steps[1]["owner"], steps  # one step of each session, one line
     first, second = steps
     # In one line: the second was granted only once the first had given the device back (its wait, if any, printed).

@@ -257,8 +257,11 @@ DEVICE_PATH = "/_device"  # one segment, which explorer/ui/links.py serves as is
 def device_route() -> Any:
     """`GET /_device` on a web process (app.py's `st.App(routes=...)`): which device owner it reaches and whether that
     answers, and which web process answered. Behind a load balancer (deploy/nginx.conf) an operator, a health check or
-    a test sees that every web process shares the one owner. No URL and no token in it: a visitor may read it."""
+    a test sees that every web process shares the one owner. `torch_loaded` is the operator's health view of the web
+    tier itself: it must stay False (the model runs in the owner; a web process that imported torch would hold its
+    hundreds of MB in every web process). No URL and no token in it: a visitor may read it."""
     import os
+    import sys
 
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -266,7 +269,11 @@ def device_route() -> Any:
 
     def answer(_request: Request) -> JSONResponse:  # a plain function: Starlette runs it in its thread pool
         link = device_link()
-        said: dict[str, Any] = {"web_pid": os.getpid(), "restarts": link.restarts}
+        said: dict[str, Any] = {
+            "web_pid": os.getpid(),
+            "restarts": link.restarts,
+            "torch_loaded": "torch" in sys.modules,
+        }
         try:
             health = link.client.health()
         except ExplorerError as exc:

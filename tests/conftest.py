@@ -33,7 +33,7 @@ from tests.browser_support import (  # noqa: E402
     browser_missing,
     streamlit_server,
 )
-from tests.owner_support import LazyOwners  # noqa: E402
+from tests.owner_support import LazyOwners, OwnersOfATest  # noqa: E402
 from tests.tiny import save_tiny_gpt2, save_tiny_llama  # noqa: E402
 
 # No figures file from the shell (explorer.core.device_profile): a test's stores measure, or are seeded below.
@@ -119,17 +119,16 @@ def device_owners_in_threads() -> Iterator[LazyOwners]:
 
 
 @pytest.fixture(autouse=True)
-def fresh_device_owner(device_owners_in_threads: LazyOwners) -> Iterator[LazyOwners]:
+def fresh_device_owner(device_owners_in_threads: LazyOwners) -> Iterator[OwnersOfATest]:
     """Every test that sends a job to the device gets a device owner of its own, started on its first job: no model,
-    turn or stepped request another test left behind."""
-    owners = device_owners_in_threads
-    before = len(owners.started)
+    turn or stepped request another test left behind (a module fixture's owner is not the test's)."""
+    mine = OwnersOfATest(device_owners_in_threads)
     device_link.clear()
     read_once.clear()
-    yield owners
+    yield mine
     device_link.clear()
     read_once.clear()
-    owners.stop_since(before)
+    mine.stop()
 
 
 @pytest.fixture(scope="session")

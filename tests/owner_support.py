@@ -72,8 +72,31 @@ class LazyOwners:
         from explorer.ui.device_link import device_link
 
         device_link()  # the app's own cached link: this test's owner from here on
-        return self.started[0].owner
+        return self.started[-1].owner
 
     def stop(self) -> None:
         for owner in self.started:
             owner.stop()
+
+
+class OwnersOfATest:
+    """One test's view of the owners: those started during it (a module fixture's, started before, are not its)."""
+
+    def __init__(self, owners: LazyOwners) -> None:
+        self.owners, self.since = owners, len(owners.started)
+
+    @property
+    def started(self) -> list[OwnerInThread]:
+        return self.owners.started[self.since :]
+
+    @property
+    def latest(self) -> Owner:
+        """The owner the test's app reached last (a test's own, once it sent a job)."""
+        return self.started[-1].owner
+
+    def owner(self) -> Owner:
+        """The owner this test's app reaches, started now if no job has asked yet (`LazyOwners.owner`)."""
+        return self.owners.owner()
+
+    def stop(self) -> None:
+        self.owners.stop_since(self.since)

@@ -23,7 +23,7 @@ from tests.apptest_support import (  # noqa: F401 - an autouse fixture
     open_page,
     release_once_someone_waits,
 )
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -217,7 +217,7 @@ def test_only_the_ui_bridge_imports_streamlit() -> None:
     assert out.returncode == 0, out.stderr
 
 
-def test_a_second_session_waits_for_the_device(fresh_device_owner: LazyOwners) -> None:
+def test_a_second_session_waits_for_the_device(fresh_device_owner: OwnersOfATest) -> None:
     at = new_app()
     device_link()  # the test's owner, started now
     queue = fresh_device_owner.latest.queue

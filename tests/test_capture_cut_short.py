@@ -26,7 +26,7 @@ from explorer.ui import attention_view, runner
 from explorer.ui import state as ui_state
 from explorer.ui.device_link import JobStream, device_link
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_a_click_after_the_trace_keeps_the_maps_the_owner_makes(tiny_llama_dir: 
 
 
 def test_a_click_before_the_trace_drops_the_job_at_its_next_pass(
-    tiny_llama_dir: Path, fresh_device_owner: LazyOwners, bare_session: None
+    tiny_llama_dir: Path, fresh_device_owner: OwnersOfATest, bare_session: None
 ) -> None:
     """Stopped before its trace (a click, a closed tab): the job's stream is closed and the owner drops the Run at its
     next pass boundary: its turn ends, and nothing comes back."""

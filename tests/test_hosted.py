@@ -31,7 +31,7 @@ from explorer.owner.state import Owner
 from explorer.ui import state as ui_state
 from explorer.ui.device_link import device_link
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 180
@@ -518,7 +518,9 @@ def device_held_elsewhere(owner: Owner, leap_s: float = 0.0) -> Iterator[DeviceQ
         queue.release(other)
 
 
-def test_a_run_that_waits_too_long_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners) -> None:
+def test_a_run_that_waits_too_long_is_refused(
+    monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
+) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()
     device_link()  # the test's owner, started now
@@ -572,7 +574,7 @@ def test_a_lab_makes_way_for_every_job_waiting_and_a_run_for_one_pass_jobs_only(
 
 
 @pytest.mark.usefixtures("hosted_env")
-def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device(fresh_device_owner: LazyOwners) -> None:
+def test_a_hosted_lab_over_the_caps_is_refused_before_it_takes_the_device(fresh_device_owner: OwnersOfATest) -> None:
     at = new_app().switch_page("pages/batching.py").run()
     at.button(key="batch-run").click().run()  # the page's defaults: batches up to 32, a 600 s budget
     assert not at.exception
@@ -595,7 +597,7 @@ def test_hosted_visitors_cannot_switch_device_or_dtype(monkeypatch: pytest.Monke
 
 
 def test_remeasuring_while_the_wait_is_too_long_is_one_line(
-    monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+    monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
 ) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")
     at = new_app()

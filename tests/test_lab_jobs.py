@@ -25,7 +25,7 @@ from explorer.owner import labs as lab_jobs
 from explorer.owner.registry import JOBS
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
-from tests.owner_support import LazyOwners, OwnerInThread
+from tests.owner_support import OwnerInThread, OwnersOfATest
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_a_hosted_owner_refuses_an_oversized_lab_sent_straight_over_http_and_run
 
 
 def test_profile_this_pass_runs_on_the_device_owner_and_draws_what_it_sends_back(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, cpu_figures: DeviceProfile, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, cpu_figures: DeviceProfile, fresh_device_owner: OwnersOfATest
 ) -> None:
     request = Request("a prompt of some tokens", max_new_tokens=4, use_chat_template=False)
     trace = generate(tiny_lm, check_request(tiny_lm, request), cpu_figures)

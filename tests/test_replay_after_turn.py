@@ -1,6 +1,6 @@
-"""The attention replay takes no turn on the device: it runs on the model's eager twin (every weight shared, the shared
-model never switched to eager nor hooked), after the turn of the Run or the click that timed the passes, so the next
-session's passes need not wait for it (issue 30 §1: the device is held for passes, not for what follows them)."""
+"""The attention replay runs on the model's eager twin (every weight shared, the shared model never switched to eager
+nor hooked), after the turn of the Run or the click that timed the passes, in an untimed turn of its own (issue 43):
+never beside another session's timed pass, and a Next token that arrives meanwhile goes before it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from explorer.owner import run as run_job
 from explorer.owner.line import DeviceQueue
 from explorer.ui import runner, step_mode
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - the fixture patches AppTest's pages
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 from tests.test_hosted import press_run
 from tests.test_step_mode import app_owner, prefill_on_the_step_page
 
@@ -114,7 +114,7 @@ def device_free(queue: DeviceQueue) -> bool:
         queue.release(probe)
 
 
-def watch_device_during(monkeypatch: pytest.MonkeyPatch, owners: LazyOwners, owner: object, name: str) -> list[bool]:
+def watch_device_during(monkeypatch: pytest.MonkeyPatch, owners: OwnersOfATest, owner: object, name: str) -> list[bool]:
     """Whether the owner's device was free each time `owner.name` (the replay) ran."""
     free: list[bool] = []
     real: Callable[..., object] = getattr(owner, name)
@@ -128,9 +128,10 @@ def watch_device_during(monkeypatch: pytest.MonkeyPatch, owners: LazyOwners, own
 
 
 def test_a_step_clicks_attention_row_is_replayed_after_its_turn(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
 ) -> None:
-    """On the device owner: the Prefill's and the Next token's replays run after their jobs' turns."""
+    """On the device owner: the Prefill's and the Next token's replays run after their jobs' timed turns, each in an
+    untimed "attention" turn of its own, which holds the device (a probe waits) so no timed pass runs beside it."""
     queue = app_owner(fresh_device_owner).queue
     free: list[bool] = []
     real = SteppedRequest.replay_passes
@@ -147,15 +148,19 @@ def test_a_step_clicks_attention_row_is_replayed_after_its_turn(
     on_owner = app_owner(fresh_device_owner).steps[current.handle]
     assert len(current.passes) == 2 and len(on_owner.replay.replayed) == 2  # both passes' rows, replayed
     assert len(current.maps.decode[current.maps.layers[0]]) == 1  # and sent: the prefill's map and one decode row
-    assert free[:2] == [True, True]  # the Prefill's and the Next token's replays ran with the device free
+    assert free[:2] == [False, False]  # each replay held the device: nothing ran beside it
+    whats = [t.what for t in app_owner(fresh_device_owner).queue.turns if t.what != "probe"]
+    assert whats == ["prefill", "attention", "step", "attention"]  # each after its timed turn, not inside it
 
 
 def test_a_runs_attention_is_replayed_after_its_turn(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
 ) -> None:
     free = watch_device_during(monkeypatch, fresh_device_owner, run_job, "capture_attention")
     at = new_app().run()
     press_run(at, "hi there", model=str(tiny_llama_dir), max_new_tokens=3)
     assert not at.error, [e.value for e in at.error]
-    assert free == [True]  # the owner's replay ran once, with the device free
+    assert free == [False]  # the owner's replay ran once, in a turn of its own: nothing beside it
+    whats = [t.what for t in app_owner(fresh_device_owner).queue.turns if t.what != "probe"]
+    assert whats == ["run", "attention"]
     assert at.session_state[runner.RUN].attention is not None

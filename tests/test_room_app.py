@@ -14,7 +14,7 @@ from explorer.labs.room_store import OPEN
 from explorer.ui import state as ui_state
 from explorer.ui.room_view import room_store
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 
 PAGE = "pages/room.py"
 PROMPTS = {1: "Presenter here: name one tree.", 2: "Second person: name one river.", 3: "Third person: one bird?"}
@@ -64,7 +64,7 @@ def page_text(at: AppTest) -> str:
 
 
 def test_three_sessions_in_one_room_each_see_their_own_request_in_the_shared_schedule(
-    tiny_llama_dir: Path, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, fresh_device_owner: OwnersOfATest
 ) -> None:
     presenter, code = open_room(tiny_llama_dir)
     people = {1: presenter, 2: room_page(new_app(), code), 3: room_page(new_app(), code)}

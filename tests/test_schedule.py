@@ -33,7 +33,7 @@ from explorer.models.loading import load_model
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - an autouse fixture
 from tests.cli_support import run_cli
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_KEY = "explorer_schedule_run"  # pages/scheduling.py keeps its run here
@@ -380,7 +380,7 @@ def by_label(elements: object, label: str) -> object:
     return next(e for e in elements if e.label == label)
 
 
-def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path, fresh_device_owner: LazyOwners) -> None:
+def test_the_scheduling_page_renders_after_a_small_run(tiny_llama_dir: Path, fresh_device_owner: OwnersOfATest) -> None:
     from streamlit.testing.v1 import AppTest
 
     from explorer.ui.state import ITL_SLO_MS

@@ -14,13 +14,13 @@ from explorer.scale.config import load_architecture
 from explorer.scale.params import count_params
 from explorer.ui import state as ui_state
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 
 SHAPE = "shape:smollm2-135m"
 GB = 10**9
 
 
-def seeded(shape_lm: LoadedModel, owners: LazyOwners, device: str = "auto") -> None:
+def seeded(shape_lm: LoadedModel, owners: OwnersOfATest, device: str = "auto") -> None:
     """The session's build of the shape put in the device owner's model store, as a first load would leave it."""
     owners.owner().models[(SHAPE, device, "float32")] = shape_lm
 
@@ -34,7 +34,7 @@ def texts(at: AppTest) -> str:
 
 
 def test_the_model_box_takes_a_shape_and_every_page_says_its_tokens_mean_nothing(
-    shape_lm: LoadedModel, fresh_device_owner: LazyOwners
+    shape_lm: LoadedModel, fresh_device_owner: OwnersOfATest
 ) -> None:
     seeded(shape_lm, fresh_device_owner)
     at = new_app()
@@ -63,7 +63,7 @@ def test_a_hosted_server_runs_a_shape_only_when_its_allow_list_names_it() -> Non
 
 
 def test_at_scale_measures_a_shipped_config_here_beside_the_what_if(
-    shape_lm: LoadedModel, fresh_device_owner: LazyOwners
+    shape_lm: LoadedModel, fresh_device_owner: OwnersOfATest
 ) -> None:
     seeded(shape_lm, fresh_device_owner)
     at = new_app()

@@ -35,7 +35,7 @@ from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest'
     new_app,
     release_once_someone_waits,
 )
-from tests.owner_support import LazyOwners, OwnerInThread
+from tests.owner_support import OwnerInThread, OwnersOfATest
 from tests.test_hosted import device_held_elsewhere
 
 
@@ -178,7 +178,7 @@ def test_a_step_whose_client_went_away_while_waiting_is_dropped(owner: OwnerInTh
 
 
 # --- the Step page (AppTest): its jobs go to the test's own owner -----------------------------------------------------
-def app_owner(owners: LazyOwners) -> Owner:
+def app_owner(owners: OwnersOfATest) -> Owner:
     """The owner the app's pages send their jobs to (started now if no job has asked yet)."""
     ui_link.device_link()
     return owners.started[-1].owner
@@ -212,7 +212,7 @@ def shown_errors(at: AppTest) -> list[str]:
 
 
 def test_the_step_page_steps_one_pass_per_click_and_resets(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, fresh_device_owner: OwnersOfATest
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=6)
     assert not at.error, [e.value for e in at.error]
@@ -248,7 +248,7 @@ def test_the_step_page_steps_one_pass_per_click_and_resets(
 
 
 def test_reset_frees_the_owners_cache_and_unlocks_the_form(
-    tiny_llama_dir: Path, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, fresh_device_owner: OwnersOfATest
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there")
     owner = app_owner(fresh_device_owner)
@@ -291,7 +291,7 @@ def test_a_stepped_request_follows_the_sidebars_sampling(tiny_llama_dir: Path, t
 
 
 def test_run_to_end_stops_when_a_step_is_refused(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
 ) -> None:
     monkeypatch.setenv("EXPLORER_MAX_WAIT_S", "1")  # read by the web tier and by the owner as it starts
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
@@ -305,7 +305,7 @@ def test_run_to_end_stops_when_a_step_is_refused(
 
 
 def test_a_failed_step_is_one_line_without_server_details_and_frees_the_cache(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     owner = app_owner(fresh_device_owner)
@@ -380,7 +380,7 @@ def test_starting_a_stepped_request_counts_against_the_rate_limit(
 
 
 def test_a_request_left_idle_is_freed_by_another_sessions_job_and_the_next_click_says_so(
-    tiny_llama_dir: Path, tiny_lm: LoadedModel, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, tiny_lm: LoadedModel, fresh_device_owner: OwnersOfATest
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi")
     owner = app_owner(fresh_device_owner)
@@ -433,7 +433,7 @@ def assert_first_pass_without_error(at: AppTest) -> None:
 
 
 def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
 ) -> None:
     said: list[str] = []
     real_line = ui_link.queued_line
@@ -454,7 +454,7 @@ def test_a_prefill_while_another_session_holds_the_device_waits_then_runs(
 
 
 def test_a_prefill_while_the_owner_warms_up_waits_then_runs(
-    tiny_llama_dir: Path, fresh_device_owner: LazyOwners
+    tiny_llama_dir: Path, fresh_device_owner: OwnersOfATest
 ) -> None:
     at = step_page_on(tiny_llama_dir)
     owner = app_owner(fresh_device_owner)
@@ -522,8 +522,8 @@ def every_step_disturbed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every stepped pass the owner runs says a second of other work's CPU ran beside it."""
     real_step = SteppedRequest.step
 
-    def step(self: SteppedRequest) -> object:
-        real_step(self)
+    def step(self: SteppedRequest, twin: bool = True) -> object:
+        real_step(self, twin)
         record = self.live.passes[-1] = replace(self.live.passes[-1], beside_cpu_s=1.0)
         return record
 

@@ -22,7 +22,7 @@ from explorer.owner.line import QueueStatus
 from explorer.ui import device_link as ui_turn
 from explorer.ui import step_mode
 from tests.apptest_support import navigation_like_a_server  # noqa: F401 - the fixture patches AppTest's pages
-from tests.owner_support import LazyOwners
+from tests.owner_support import OwnersOfATest
 from tests.test_step_mode import app_owner, prefill_on_the_step_page
 
 DEADLINE_S = 60.0  # a bound no healthy script run here comes near: a hang fails instead of blocking the suite
@@ -71,7 +71,7 @@ def test_a_next_token_that_waits_draws_its_place_in_line_before_it_gets_the_devi
     tiny_lm: LoadedModel,
     recorded_runs: list[RecordedRunner],
     monkeypatch: pytest.MonkeyPatch,
-    fresh_device_owner: LazyOwners,
+    fresh_device_owner: OwnersOfATest,
 ) -> None:
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=4)
     lines: list[str] = []

@@ -103,10 +103,11 @@ class SteppedRequest:
             self.last_used_s = self.idle_clock()
             return not self.freed
 
-    def step(self) -> PassRecord:
+    def step(self, twin: bool = True) -> PassRecord:
         """ONE real pass (prefill first, then one decode), timed by the engine, right after its warm twin (`warm_up`,
-        untimed, the clock paused); its attention comes apart, untimed (`replay_passes`). The last one also finishes
-        the request (its trace kept, the timed cache freed)."""
+        untimed, the clock paused) unless `twin` is False (the device is warm: another pass just ran, or others wait);
+        its attention comes apart, untimed (`replay_passes`). The last one also finishes the request (its trace kept,
+        the timed cache freed)."""
         with self.busy:  # a sweep never frees a cache under a running pass, so only its end marks the use
             # The twin stays in the owner: what it undoes is the pause between clicks (idle threads, cold caches), not
             # the drawing the gate kept away, and every click follows a pause. Measured here 2026-11-29
@@ -114,7 +115,8 @@ class SteppedRequest:
             # load average 5): stepped decode medians 314 ms after the twin, 432 ms without it, a Run's 419 ms. No
             # clean figure (a quiet Run decodes in 45-60 ms), so the figure this rests on is still `warm_up`'s own:
             # cold stepped decodes 100-305 ms against a Run's 45-60 ms.
-            self._forward(self.warm_up)
+            if twin:
+                self._forward(self.warm_up)
             started_s = time.perf_counter()
             watch = BesideWatch()  # what other work ran beside the timed pass (not its twin): kept on its record
             self.live.clock.resume()

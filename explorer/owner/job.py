@@ -71,12 +71,15 @@ class Job:
         self.send("note", {"text": text})
 
     @contextmanager
-    def turn(self, what: str, passes: int | None = None, makes_way: bool = False) -> Iterator[Turn]:
+    def turn(
+        self, what: str, passes: int | None = None, makes_way: bool = False, untimed: bool = False
+    ) -> Iterator[Turn]:
         """Hold the device for this job's work, waiting in line (its place sent every TICK_S) while others hold it.
         `passes`: the passes it will run at most (for the line's estimate); `makes_way`: it calls `Turn.make_way`
-        between its passes."""
+        between its passes; `untimed`: an attention replay, which later one-pass jobs go before (`DeviceQueue.enter`).
+        """
         line = self.owner.queue
-        turn = Turn(self, line.enter(what, self.label, passes, makes_way))
+        turn = Turn(self, line.enter(what, self.label, passes, makes_way, untimed))
         try:
             self._wait(turn.ticket, self.owner.policy.max_wait_s)
             turn.granted()

@@ -29,6 +29,7 @@ class Ticket:
     # work not counted in passes (a lab, the device figures, the warm-up)
     resumed: bool = False  # a turn taken back after it made way (`DeviceQueue.make_way`), not a new click
     makes_way: bool = False  # its work lets one-pass turns through between its passes (a sidebar run)
+    untimed: bool = False  # untimed work (an attention replay): a one-pass turn that arrives later goes before it
 
     @property
     def one_pass(self) -> bool:
@@ -113,15 +114,25 @@ class DeviceQueue:
     turns: deque[TurnRecord] = field(default_factory=lambda: deque(maxlen=64), init=False)  # the latest turns
 
     # --- taking and giving back turns ----------------------------------------------------------------------------
-    def enter(self, what: str, owner: str = "", passes: int | None = None, makes_way: bool = False) -> Ticket:
+    def enter(
+        self, what: str, owner: str = "", passes: int | None = None, makes_way: bool = False, untimed: bool = False
+    ) -> Ticket:
         """A ticket at the back of the line, owned by the calling thread; `passes`: what its work will run, at most;
-        `makes_way`: its work calls `make_way` between its passes (the waiting line counts on it)."""
+        `makes_way`: its work calls `make_way` between its passes (the waiting line counts on it); `untimed`: an
+        attention replay, which a one-pass turn arriving later goes before: a replay beside a timed pass would disturb
+        it, and one ahead of a Next token would make it wait for maps it does not need."""
         with self._cond:
             now, me = self.clock(), threading.get_ident()
-            ticket = Ticket(self._next_number, what, owner, now, me, passes, makes_way=makes_way)
+            ticket = Ticket(self._next_number, what, owner, now, me, passes, makes_way=makes_way, untimed=untimed)
             self._next_number += 1
-            ahead = len(self._line) + (self._holder is not None)
-            self._line.append(_Entry(ticket, ahead, threading.current_thread()))
+            entry = _Entry(ticket, 0, threading.current_thread())
+            line = list(self._line)
+            at = len(line)
+            if ticket.one_pass:  # before the first untimed turn waiting
+                at = next((i for i, e in enumerate(line) if e.ticket.untimed), len(line))
+            entry.first_ahead = at + (self._holder is not None)
+            line.insert(at, entry)
+            self._line = deque(line)
             self._promote()
             return ticket
 
@@ -200,6 +211,16 @@ class DeviceQueue:
                 self._holder.passes += passes
                 self._holder.pass_s += pass_s
                 self._holder.forward_s += forward_s
+
+    def warm(self, within_s: float) -> bool:
+        """Whether the device is warm for the next pass without a warm-up of its own: a turn that ran forwards ended
+        within `within_s` seconds, or jobs wait in line (they would wait for the warm-up, and their passes follow this
+        one at once)."""
+        with self._cond:
+            if self._line:
+                return True
+            since = self.wall_clock() - within_s
+            return any(t.released_unix_s >= since and t.forward_s > 0 for t in self.turns)
 
     # --- what a waiting page shows ---------------------------------------------------------------------------------
     def holds(self, ticket: Ticket) -> bool:

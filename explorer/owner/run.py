@@ -4,6 +4,8 @@ figures."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -66,11 +68,21 @@ def run_job(job: Job) -> dict[str, Any]:
 
 
 def attention_of(job: Job, lm: LoadedModel, trace: Trace) -> dict[str, Any]:
-    """The untimed eager replay, outside any turn (the next job's passes run meanwhile); a failure or the memory cap
-    is said, and the timed run stands."""
+    """The untimed eager replay, in a turn of its own (never beside another job's timed pass), which one-pass jobs
+    arriving meanwhile go before and which lets them through between its passes; a failure or the memory cap is said,
+    and the timed run stands."""
     job.progress(0.0, "Replaying the same tokens with eager attention to capture the maps (untimed)…")
     try:
-        maps = capture_attention(lm, trace, cap_bytes=job.owner.policy.attention_cap_bytes)
+        with job.turn("attention", untimed=True, makes_way=True) as turn:
+
+            @contextmanager
+            def between_replay_passes() -> Iterator[None]:
+                turn.make_way()
+                yield
+
+            maps = capture_attention(
+                lm, trace, cap_bytes=job.owner.policy.attention_cap_bytes, section=between_replay_passes
+            )
     except ExplorerError as exc:
         return {"attention_note": str(exc)}
     return {"maps": maps_to_wire(maps)}
@@ -79,7 +91,7 @@ def attention_of(job: Job, lm: LoadedModel, trace: Trace) -> dict[str, Any]:
 def capture_job(job: Job) -> dict[str, Any]:
     """Body: model, device, dtype, trace: a run's maps again (a capture cut short), on its own tokens."""
     trace = Trace.from_dict(job.body["trace"])
-    with job.turn("attention", passes=None):
+    with job.turn("attention", untimed=True):
         lm = model_of(job)
     return attention_of(job, lm, trace)
 

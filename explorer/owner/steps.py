@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from explorer.owner.job import Device, Job, Turn
 
 IDLE_TIMEOUT_S = 600.0  # a stepped request untouched this long frees its cache
+WARM_WITHIN_S = 1.0  # a pass this recent leaves the device warm for the next without a twin (`DeviceQueue.warm`)
 _STEPS_LOCK = threading.Lock()  # jobs add, take and sweep `Owner.steps` from their own threads
 
 
@@ -95,9 +96,11 @@ def freed(job: Job, handle: str) -> None:
 
 
 def one_pass(stepped: SteppedRequest, turn: Turn, job: Job | None = None, handle: str = "") -> None:
-    """The request's next pass, in this turn; the turn is told what it ran. A pass that failed half-way frees it."""
+    """The request's next pass, in this turn, with its warm twin only where the device has gone cold (in a room the
+    clicks follow each other, each pass warming the next, and everyone in line would wait for the twins); the turn is
+    told what it ran. A pass that failed half-way frees it."""
     try:
-        record = stepped.step()
+        record = stepped.step(twin=not turn.job.owner.queue.warm(WARM_WITHIN_S))
     except BaseException:
         stepped.free()
         if job is not None:
@@ -107,13 +110,15 @@ def one_pass(stepped: SteppedRequest, turn: Turn, job: Job | None = None, handle
 
 
 def pass_done(job: Job, handle: str, stepped: SteppedRequest) -> dict[str, Any]:
-    """After the turn: the new pass sent, its attention row replayed (untimed; the next job's pass runs meanwhile),
+    """After the turn: the new pass sent, its attention row replayed (untimed, in a turn of its own that one-pass jobs
+    arriving meanwhile go before),
     and what the page draws. Done: handle, record (the new pass), finished, trace (so far; the finished run's
     once done), and the maps: whole after the prefill ("maps"), then the newest rows ("row")."""
     record = stepped.passes[-1]
     job.send("pass", asdict(record))
     try:
-        maps = stepped.attention()  # replays the pass not replayed yet
+        with job.turn("attention", passes=1, untimed=True):  # one replay pass, never beside a timed one
+            maps = stepped.attention()  # replays the pass not replayed yet
     except BaseException:
         stepped.free()
         freed(job, handle)

@@ -116,3 +116,23 @@ def test_a_next_token_that_waits_draws_its_place_in_line_before_it_gets_the_devi
     assert step.waited_s >= HELD_AFTER_SEEN_S and step.first_ahead == 1
     assert not [i.value for i in at.info if i.value.startswith("Queued:")]
     assert any(c.value.startswith("Waited ") and "number 1 in line" in c.value for c in at.caption)
+
+
+def test_a_job_that_waits_twice_in_one_script_run_draws_its_place_twice() -> None:
+    """A step waits for its pass, then its attention replay waits for the Next tokens pressed after it (an untimed turn
+    of its own): two places in line in one script run, each with its own widgets (a workshop of 8 met Streamlit's
+    duplicate-key error here)."""
+
+    def script() -> None:
+        from explorer.owner.line import QueueStatus
+        from explorer.ui.device_link import JobView
+
+        view = JobView(one_pass=True, max_wait_s=None)
+        in_line = QueueStatus(False, True, 2, 2, (), 0.2, 0.1)
+        view.waiting(in_line)
+        view.waiting(QueueStatus(True, False, 0, 0, (), 0.0, 0.3))  # the pass's turn
+        view.waiting(in_line)  # the replay's wait
+        view.end()
+
+    at = app_test.AppTest.from_function(script).run()
+    assert not at.exception, at.exception

@@ -11,6 +11,7 @@ attention maps), which `on_done` then keeps with no Streamlit call. Before that 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from explorer.ui.state import LEFT_QUEUE
 from explorer.ui.widgets import escape_markdown, failed_line, failure_line, show_error
 
 QUEUED_KEY = "device-queued"  # a one-pass job's queued line and its button: container key QUEUED_KEY-<n>
+WAITS = itertools.count(1)  # every wait drawn: its widgets' keys
 QUEUED_ICON = "⏳"  # never the ⚠ that marks a disturbed pass: waiting in line disturbs no pass's timing
 
 OnEvent = Callable[[Any], None]
@@ -130,15 +132,16 @@ class JobView:
         if status.holding:
             self._end_line()
             return
-        if self.line_box is None:
+        if self.line_box is None:  # a new wait: a job may wait twice (a step's pass, then its attention replay)
+            number = next(WAITS)  # keys unique in the process, so in every script run
             self.line_box = st.empty()
             with (
-                self.line_box.container(horizontal=True, vertical_alignment="center", key=f"{QUEUED_KEY}-{id(self)}")
+                self.line_box.container(horizontal=True, vertical_alignment="center", key=f"{QUEUED_KEY}-{number}")
                 if self.one_pass
                 else self.line_box.container()
             ):
                 self.line = st.empty()
-                st.button("Leave the queue", key=f"leave-queue-{id(self)}", on_click=_left_queue)
+                st.button("Leave the queue", key=f"leave-queue-{number}", on_click=_left_queue)
         if self.one_pass:
             self.line.info(queued_line(status), icon=QUEUED_ICON)
         else:

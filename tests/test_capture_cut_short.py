@@ -72,14 +72,24 @@ def test_a_run_owes_its_capture_until_the_replay_ends_and_never_says_capturing(
     assert ui_state.history()[-1].capture_owed is None  # an earlier run is never replayed: its maps are dropped
 
 
-def test_a_click_after_the_trace_keeps_the_maps_the_owner_makes(tiny_llama_dir: Path, bare_session: None) -> None:
+@pytest.mark.parametrize("stopped", ["during the replay", "after the maps reached this process"])
+def test_a_click_after_the_trace_keeps_the_maps_the_owner_makes(
+    tiny_llama_dir: Path, bare_session: None, fresh_device_owner: OwnersOfATest, stopped: str
+) -> None:
     """The page's script stops after the trace arrived (a click): the job is not dropped, and its maps come home to
-    the run's `OwedCapture` through the reader's thread, with no Streamlit call."""
+    the run's `OwedCapture` through the reader's thread, with no Streamlit call; also when they had already arrived,
+    queued for a page that will never read them."""
     stream = JobStream(device_link(), "run", run_body(tiny_llama_dir), keep_after="trace")
     trace = Trace.from_dict(until(stream, "trace"))
     owed = ui_state.remember(trace, "a click away", inputs_of(tiny_llama_dir))
     assert owed.capture_owed is not None
     owed.capture_owed.start()
+    if stopped != "during the replay":
+        deadline = time.monotonic() + 30
+        while not any(t.what == "attention" for t in fresh_device_owner.latest.queue.turns):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(0.3)  # its "done" reaches this process's queue for the page
     stream.cancel(runner.owed_end(owed.capture_owed))  # what `on_owner`'s `finally` does when the script stops
     assert owed.capture_owed.wait(60)  # a page waiting for it is woken
     kept = ui_state.current_run()

@@ -59,6 +59,7 @@ class JobStream:
         self.kept = False  # `keep_after` has arrived: the job runs to its end whatever the page does
         self.cancelled = threading.Event()
         self.on_done: Callable[[Event], None] | None = None
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read, args=(link, kind, body), name=f"job-{kind}", daemon=True)
         self._thread.start()
 
@@ -69,17 +70,20 @@ class JobStream:
                 self.events.put(Event("progress", {"fraction": 0.0, "text": STARTING}))
                 link.local.ready()
             for event in stream:
-                if event.name == self.keep_after:
-                    self.kept = True
-                if self.cancelled.is_set():
-                    if not self.kept:
-                        return  # closing the stream drops the job at the owner
-                    if event.name in ("done", "error") and self.on_done is not None:
-                        self.on_done(event)
-                    continue
-                self.events.put(event)
+                with self._lock:  # each event is either queued for the page or, once it stopped, handled here
+                    if event.name == self.keep_after:
+                        self.kept = True
+                    if not self.cancelled.is_set():
+                        self.events.put(event)
+                        continue
+                if not self.kept:
+                    return  # closing the stream drops the job at the owner
+                if event.name in ("done", "error") and self.on_done is not None:
+                    self.on_done(event)
         except BaseException as exc:  # noqa: BLE001 - handed to the page, which says it in one line
             self.events.put(exc)
+            if self.cancelled.is_set() and self.kept and self.on_done is not None:  # nobody reads it: end the wait
+                self.on_done(Event("error", {"message": str(exc)}))
         finally:
             stream.close()
 
@@ -93,8 +97,17 @@ class JobStream:
                 return
 
     def cancel(self, on_done: Callable[[Event], None] | None = None) -> None:
-        self.on_done = on_done
-        self.cancelled.set()
+        """The page stopped: drop the job, or, past `keep_after`, hand its last event to `on_done` (also one already
+        queued for the page, which will never read it)."""
+        with self._lock:
+            self.on_done = on_done
+            self.cancelled.set()
+            left: list[Event | BaseException] = []
+            while not self.events.empty():
+                left.append(self.events.get_nowait())
+        last = [e for e in left if isinstance(e, Event) and e.name in ("done", "error")]
+        if self.kept and on_done is not None and last:
+            on_done(last[-1])
 
 
 def _left_queue() -> None:

@@ -14,12 +14,15 @@ from unittest import mock
 
 import pytest
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 from explorer.core.attention import capture_attention
+from explorer.core.attention_maps import maps_to_wire
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
 from explorer.core.request import Request
 from explorer.core.trace import Trace
+from explorer.hosting.client import Event
 from explorer.hosting.settings import ATTENTION_CAP_ENV
 from explorer.teach import tour
 from explorer.ui import attention_view, runner
@@ -219,3 +222,28 @@ def test_a_replay_still_running_after_the_wait_leaves_a_capture_now_button(
     result.capture_owed.end(None)  # its end: the button's click now replays it
     at.button(key="attention-capture-now").click().run()
     assert not at.exception and len(at.get("vega_lite_chart")) >= 2
+
+
+def test_a_run_stopped_after_its_trace_owes_its_own_capture_and_takes_the_maps_home(
+    trace: Trace, tiny_lm: LoadedModel, tiny_llama_dir: Path, bare_session: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`execute_run` as a click leaves it: its trace arrived, then Streamlit stopped the script. The run kept in the
+    session owes its capture with the run's own inputs (so the Attention page can replay it), waits while the owner
+    replays, and the job's last event, taken home on the reader's thread, gives it its maps."""
+    homes: list[object] = []
+
+    def stopped_after_the_trace(ask: object, kind: str, body: object, on: dict, keep: object) -> None:
+        on["trace"](trace.to_dict())
+        homes.append(keep.home)  # type: ignore[attr-defined]
+        raise StopException  # a click: Streamlit stops the script at its next draw
+
+    monkeypatch.setattr(runner, "ask_owner", stopped_after_the_trace)
+    inputs = replace(inputs_of(tiny_llama_dir), prompt="a click away")
+    with pytest.raises(StopException):
+        runner.execute_run(inputs)
+    owed = st.session_state[ui_state.RUN].capture_owed
+    assert owed is not None and owed.inputs == inputs and owed.replaying
+    maps = capture_attention(tiny_lm, trace)
+    homes[0](Event("done", {"maps": maps_to_wire(maps)}))  # type: ignore[operator]
+    kept = ui_state.current_run()
+    assert kept is not None and kept.attention is not None and not kept.capture_cut_short

@@ -89,8 +89,7 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
     passes = request.max_new_tokens * request.repeats
     ask = DeviceAsk("run", "The run", inputs, request, passes=passes)
     live: list[LiveTokens] = []
-    kept: list[RunResult] = []
-    owed = OwedCapture(inputs) if inputs.capture_attention else None
+    kept: list[RunResult] = []  # the run, once its trace has arrived: its capture (`OwedCapture`) is owed from then
 
     def on_pass(data: dict[str, Any]) -> None:
         if not live:
@@ -100,11 +99,12 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
     def on_trace(data: dict[str, Any]) -> None:
         trace = Trace.from_dict(data)
         LAST_INPUTS.set(inputs)  # a model that loaded: the labs run on the sidebar's last one
-        result = replace(remember(trace, inputs.prompt, owed), contention_note=disturbed_sentence(trace.passes))
-        if owed is None:
+        capture = inputs if inputs.capture_attention else None
+        result = replace(remember(trace, inputs.prompt, capture), contention_note=disturbed_sentence(trace.passes))
+        if result.capture_owed is None:
             result = replace(result, attention_note=ATTENTION_OFF)
         else:
-            owed.start()  # the owner replays it now: a page a click opens waits for its maps
+            result.capture_owed.start()  # the owner replays it now: a page a click opens waits for its maps
         RUN.set(result)
         kept.append(result)
         if live:
@@ -112,14 +112,16 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
         if result.contention_note:
             st.warning(result.contention_note)
 
+    def home(event: Event) -> None:  # the job's last event, after a click stopped this page (no Streamlit call)
+        if kept and kept[0].capture_owed is not None:
+            owed_end(kept[0].capture_owed)(event)
+
     body = {"capture": inputs.capture_attention}
-    on = {"pass": on_pass, "trace": on_trace}
-    end = owed_end(owed) if owed is not None else None
-    done = ask_owner(ask, "run", body, on, keep=Keep("trace", end))
+    done = ask_owner(ask, "run", body, {"pass": on_pass, "trace": on_trace}, keep=Keep("trace", home))
     if not kept:
         return None
-    if owed is not None:
-        owed.end(None)  # the script saw the job end: the maps, if any, are taken in here
+    if kept[0].capture_owed is not None:
+        kept[0].capture_owed.end(None)  # the script saw the job end: the maps, if any, are taken in here
     result = with_attention(kept[0], done)
     RUN.set(result)
     return result

@@ -231,7 +231,7 @@ def on_owner(
         return None
     ended = False  # stays False only when Streamlit stops the script (a BaseException) inside the loop
     try:
-        done = _follow(stream, view, on or {}, failure)
+        done = _follow(stream, view, on or {}, failure, keep)
         ended = True
         return done
     except (OwnerGone, ExplorerError) as exc:  # the owner lost (restarted), or a refusal on this side: one line
@@ -247,9 +247,14 @@ def on_owner(
     return None
 
 
-def _follow(stream: JobStream, view: JobView, on: dict[str, OnEvent], failure: str) -> dict[str, Any] | None:
-    """The job's events drawn until its last: its "done" data, or None after its error is shown."""
+def _follow(
+    stream: JobStream, view: JobView, on: dict[str, OnEvent], failure: str, keep: Keep | None
+) -> dict[str, Any] | None:
+    """The job's events drawn until its last: its "done" data, or None after its error is shown. A kept job's last
+    event goes home first, with no Streamlit call: a click may stop this script at its next draw (`view.end()`)."""
     for event in stream:
+        if event.name in ("done", "error") and keep is not None and keep.home is not None:
+            keep.home(event)
         if event.name == "line":
             view.waiting(QueueStatus(**{**event.data, "other_work_ahead": tuple(event.data["other_work_ahead"])}))
         elif event.name == "progress":

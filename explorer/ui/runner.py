@@ -120,8 +120,10 @@ def execute_run(inputs: RunInputs) -> RunResult | None:
     done = ask_owner(ask, "run", body, {"pass": on_pass, "trace": on_trace}, keep=Keep("trace", home))
     if not kept:
         return None
-    if kept[0].capture_owed is not None:
-        kept[0].capture_owed.end(None)  # the script saw the job end: the maps, if any, are taken in here
+    owed = kept[0].capture_owed
+    if owed is not None:  # the maps into the run's capture first, with no Streamlit call: a click may have stopped
+        # this script (its next session-state access raises) while a page it opened waits for them (`OwedCapture`)
+        owed.end(maps_from_wire(done["maps"]) if done is not None and done.get("maps") else None)
     result = with_attention(kept[0], done)
     RUN.set(result)
     return result

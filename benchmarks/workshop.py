@@ -35,9 +35,7 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -54,11 +52,13 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the driver and t
 
 from explorer.core.request import Request  # noqa: E402
 from explorer.core.units import megabytes  # noqa: E402
-from explorer.hosting.client import TOKEN_ENV, URL_ENV, OwnerClient, OwnerGone  # noqa: E402
+from explorer.hosting.client import TOKEN_ENV, URL_ENV, OwnerClient  # noqa: E402
 from explorer.owner.line import TurnRecord, read_turn_log  # noqa: E402
 from explorer.owner.room_size import SLACK_S as OLD_SLACK_S  # noqa: E402
 from explorer.owner.room_size import ClickCost, model_table, waits_against_work_ahead  # noqa: E402
-from tests.browser_support import HOST, browser_missing, free_port, listening_pid, log_tail, streamlit_server  # noqa: E402
+from tests.browser_support import browser_missing, listening_pid, log_tail, streamlit_server  # noqa: E402
+from tests.test_two_web_processes import OwnerProcess  # noqa: E402
+from tests.test_two_web_processes import owner_process as start_owner  # noqa: E402
 from tests.workshop_support import Visit, browser_niceness, lower_browsers, run_workshop  # noqa: E402
 
 WARM_TIMEOUT_S = 300.0  # model load, device figures and warm-up passes on a busy 2-core machine
@@ -136,54 +136,19 @@ class NiceWatch:
         self._thread.join()
 
 
-@dataclass(frozen=True)
-class OwnerProcess:
-    client: OwnerClient
-    pid: int
-    log: Path
-
-
 @contextlib.contextmanager
 def owner_process(log_path: Path, turn_log: Path) -> Iterator[OwnerProcess]:
-    """`python -m explorer owner` in its own process, as an operator starts it on a GPU box: a token, warming on,
-    hosted limits, its turn log in `turn_log`; yields its client and pid once it answers; always stopped."""
-    port, token = free_port(), secrets.token_urlsafe(24)
-    env = {
-        **os.environ,
-        TOKEN_ENV: token,
-        "EXPLORER_WARM": "1",
+    """The device owner in its own process, as an operator starts it on a GPU box: a token, warming on, hosted limits,
+    its turn log in `turn_log` (tests/test_two_web_processes.py `owner_process`, with these settings)."""
+    settings = {
         "EXPLORER_TURN_LOG": str(turn_log),
         "EXPLORER_HOSTED": "1",
-        "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_VERBOSITY": "error",
         "PYTHONUNBUFFERED": "1",
     }
-    env.pop(URL_ENV, None)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "explorer", "owner", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    client = OwnerClient(f"http://{HOST}:{port}", token)
-    try:
-        deadline = time.monotonic() + OWNER_START_TIMEOUT_S
-        while True:
-            try:
-                client.health(timeout_s=1.0)
-                break
-            except OwnerGone:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the device owner did not start:\n{log_tail(log_path)}") from None
-                time.sleep(0.2)
-        yield OwnerProcess(client, proc.pid, log_path)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+    token = secrets.token_urlsafe(24)
+    with start_owner(log_path, token, settings, warm=True, start_timeout_s=OWNER_START_TIMEOUT_S) as owner:
+        yield owner
 
 
 def wait_until_warm(turn_log: Path, server_log: Path, timeout_s: float) -> float:

@@ -112,25 +112,31 @@ def nginx_in_front(web_urls: list[str], folder: Path) -> Iterator[str]:
             proc.wait(10)
 
 
+@dataclass(frozen=True)
+class OwnerProcess:
+    client: OwnerClient  # with the owner's token
+    pid: int
+    log: Path
+
+
 @contextlib.contextmanager
-def device_owner(log_path: Path, token: str) -> Iterator[OwnerClient]:
-    """`python -m explorer owner` as an operator starts it on a GPU box (here on loopback, with a token, no warm-up);
-    yields a client with its token; always stopped."""
+def owner_process(
+    log_path: Path, token: str, env: dict[str, str] | None = None, warm: bool = False, start_timeout_s: float = 60.0
+) -> Iterator[OwnerProcess]:
+    """`python -m explorer owner` in its own process, as an operator starts it on a GPU box (here on loopback, with a
+    token); `env` adds settings (a turn log, hosted limits), `warm` its warm-up at start. Yields its client and pid
+    once it answers; always stopped. The benchmark (benchmarks/workshop.py) starts its owner here too."""
     port = free_port()
-    env = {**os.environ, TOKEN_ENV: token, "EXPLORER_WARM": "0", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, TOKEN_ENV: token, "EXPLORER_WARM": "1" if warm else "0", "HF_HUB_OFFLINE": "1", **(env or {})}
     env.pop(URL_ENV, None)
+    command = [sys.executable, "-m", "explorer", "owner", "--port", str(port)] + ([] if warm else ["--no-warm"])
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "explorer", "owner", "--port", str(port), "--no-warm"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     client = OwnerClient(f"http://{HOST}:{port}", token)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + start_timeout_s
         while True:
             try:
                 client.health(timeout_s=1.0)
@@ -139,11 +145,18 @@ def device_owner(log_path: Path, token: str) -> Iterator[OwnerClient]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the device owner did not start:\n{log_tail(log_path)}") from None
                 time.sleep(0.1)
-        yield client
+        yield OwnerProcess(client, proc.pid, log_path)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+@contextlib.contextmanager
+def device_owner(log_path: Path, token: str) -> Iterator[OwnerClient]:
+    """The stack's owner: no warm-up; yields a client with its token."""
+    with owner_process(log_path, token) as owner:
+        yield owner.client
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
-from explorer.core.attention import AttentionCapExceeded, attention_bytes, capture_attention
+from explorer.core.attention import AttentionCapExceeded, AttentionReplay, attention_bytes, capture_attention
 from explorer.core.engine import Request
 from explorer.core.errors import BadInput
 from explorer.core.loaded_model import LoadedModel
@@ -62,3 +66,22 @@ def test_capture_rejects_unknown_layers(tiny_lm: LoadedModel) -> None:
     trace = measure(tiny_lm, Request("abc", max_new_tokens=2))
     with pytest.raises(BadInput, match="between 0 and 1"):
         capture_attention(tiny_lm, trace, layers=[2])
+
+
+def test_a_replay_that_makes_way_lets_another_replay_use_the_twin(tiny_lm: LoadedModel) -> None:
+    """A replay's section may make way for other jobs (a Run's capture lets a Next token through), and that token's
+    own attention row replays on the same eager twin: it must get the twin, not wait for the replay that made way
+    (the workshop of 8 stuck there, both waiting)."""
+    prompt = list(range(3, 9))
+    other = AttentionReplay(tiny_lm, [0])
+    let_through: list[bool] = []
+
+    def make_way() -> Iterator[None]:
+        done = threading.Event()
+        threading.Thread(target=lambda: (other.step(prompt), done.set()), daemon=True).start()
+        let_through.append(done.wait(10.0))  # made way: the other replay runs meanwhile, and ends
+        yield
+
+    AttentionReplay(tiny_lm, [0]).step(prompt, section=contextmanager(make_way))
+    assert let_through == [True]
+    assert set(other.prefill) == {0}  # it ran its pass, maps kept

@@ -119,7 +119,9 @@ class AttentionReplay:
             return hook
 
         ids = torch.tensor([input_ids], device=self.lm.torch_device)  # (1, T) or (1, 1)
-        with self.twin.lock, section():  # the twin first: a pass waiting for it keeps no timed pass waiting
+        # `section` first (it may make way for other jobs' turns, and their replays need the twin), then the twin:
+        # holding the twin while making way left the replay it let through waiting for the twin, and both stuck.
+        with section(), self.twin.lock:
             handles = [self.twin.modules[i].register_forward_hook(keep(i)) for i in self.layers]
             try:
                 forward = prefill if not self.replayed else decode_one_token

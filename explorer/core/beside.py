@@ -7,7 +7,8 @@ another program on the same machine competes for the cores. The pass's own threa
 worker threads, which are not Python threads) are not counted.
 
 Precision: a thread's CPU time comes from `/proc/self/task/TID/schedstat` in nanoseconds; the machine's busy time
-from `/proc/stat` in clock ticks (10 ms), so other processes are counted only beyond `TICK_ALLOWANCE_S`.
+from `/proc/stat` in clock ticks (10 ms), so other processes are counted only beyond `TICK_ALLOWANCE_S`, and only on
+the CPUs the pass may run on (`pass_cpus`).
 """
 
 from __future__ import annotations
@@ -52,14 +53,32 @@ def thread_cpu_s(native_id: int) -> float | None:
         return None
 
 
-def machine_busy_s() -> float | None:
-    """Every CPU's busy time so far (user, nice, system, irq, softirq, steal), in seconds; None without /proc."""
+def machine_busy_s(cpus: set[int] | None = None) -> float | None:
+    """The busy time so far (user, nice, system, irq, softirq, steal) of the CPUs `cpus` (every CPU where None), in
+    seconds; None without /proc."""
     try:
-        first = (PROC / "stat").read_text().split("\n", 1)[0].split()
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+        lines = (PROC / "stat").read_text().splitlines()
+        rows = [line.split() for line in lines if line.startswith("cpu")]
+        if cpus is None:
+            rows = rows[:1]  # the first line sums every CPU
+        else:
+            rows = [r for r in rows if r[0] != "cpu" and int(r[0][3:]) in cpus]
+        busy = 0
+        for row in rows:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in row[1:9])
+            busy += user + nice + system + irq + softirq + steal
     except (OSError, ValueError):
         return None
-    return (user + nice + system + irq + softirq + steal) / TICKS_PER_S
+    return busy / TICKS_PER_S if rows else None
+
+
+def pass_cpus() -> set[int] | None:
+    """The CPUs the calling thread (a pass's) may run on, where it is not every CPU: other processes count beside a
+    pass only on these (an owner given cores of its own, `explorer.hosting.cores`, shares them with no one)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = set(os.sched_getaffinity(0))
+    return None if len(cpus) >= (os.cpu_count() or 1) else cpus
 
 
 def snapshot(me: int | None = None) -> CpuSnapshot:
@@ -67,7 +86,7 @@ def snapshot(me: int | None = None) -> CpuSnapshot:
     me = threading.get_native_id() if me is None else me
     ids = {t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id != me}
     others = {i: s for i in ids if (s := thread_cpu_s(i)) is not None}
-    return CpuSnapshot(others, time.process_time(), machine_busy_s())
+    return CpuSnapshot(others, time.process_time(), machine_busy_s(pass_cpus()))
 
 
 def beside(before: CpuSnapshot, after: CpuSnapshot) -> Beside:

@@ -24,6 +24,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from explorer.core.errors import ExplorerError
+from explorer.hosting.cores import CPUS_ENV, cores_for_owner, cpu_list, leave_to_owner
 
 URL_ENV = "EXPLORER_DEVICE_URL"
 TOKEN_ENV = "EXPLORER_DEVICE_TOKEN"
@@ -104,7 +105,7 @@ class LocalOwner:
     """The owner the app starts for itself: a child process on a free loopback port, with a token of its own, checked
     every WATCH_S and started again when it has died. `restarts` counts those, so a page can say so."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, *, share_cores: bool = False) -> None:
         self.env = dict(os.environ if env is None else env)
         self.token = secrets.token_urlsafe(24)
         self.port = free_port()
@@ -115,8 +116,24 @@ class LocalOwner:
         self.listening = False  # this process of the owner has answered once (`ready`); False again after a restart
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        web_cpus = self._owner_cores() if share_cores else None  # the app's; not a test's, whose process is shared
         self._start()
-        threading.Thread(target=self._watch, name="owner-watch", daemon=True).start()
+        watch = threading.Thread(target=self._watch, name="owner-watch", daemon=True)
+        watch.start()
+        if web_cpus is not None:
+            # After the first owner and its watch have started: a child inherits its parent thread's priority and
+            # cannot raise it again, so the thread that starts the owners again keeps this one.
+            leave_to_owner(web_cpus, keep=watch.native_id)
+
+    def _owner_cores(self) -> set[int] | None:
+        """The owner takes every core but one (unless `EXPLORER_OWNER_CPUS` already says which), and this web process
+        will keep the one left, so the passes have cores of their own (`explorer.hosting.cores`); None: no split."""
+        split = cores_for_owner()
+        if split is None or self.env.get(CPUS_ENV, "").strip():
+            return None
+        owner_cpus, web_cpus = split
+        self.env[CPUS_ENV] = cpu_list(owner_cpus)
+        return web_cpus
 
     def _start(self) -> None:
         self.listening = False
@@ -189,5 +206,5 @@ class DeviceLink:
         url = env.get(URL_ENV, "").strip()
         if url:
             return cls(OwnerClient(url, env.get(TOKEN_ENV) or None))
-        local = LocalOwner(env)
+        local = LocalOwner(env, share_cores=True)
         return cls(local.client, local)

@@ -33,6 +33,7 @@ from typing import Any
 
 from explorer.core.errors import BadInput
 from explorer.hosting.client import TOKEN_ENV
+from explorer.hosting.cores import take_owner_cores
 from explorer.owner.job import TICK_S, Job
 from explorer.owner.state import Owner
 
@@ -140,11 +141,13 @@ def serve(host: str, port: int, token: str | None, *, warm: bool = True, parent_
     import uvicorn
 
     check_bind(host, token)
+    cores = take_owner_cores()  # before any thread starts: threads inherit the cores of the thread that starts them
     owner = Owner()
     owner.start_torch()  # after the port opens, not before: a restarted owner answers /health within a second or two
     if warm:
         owner.warm_up()
     if parent_pid is not None:
         watch_parent(parent_pid)
-    print(f"Device owner on http://{host}:{port} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    where = f"; {cores}" if cores else ""
+    print(f"Device owner on http://{host}:{port} (pid {os.getpid()}){where}", file=sys.stderr, flush=True)
     uvicorn.run(create_app(owner, token), host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.core.paths import EMBEDDED
+from explorer.hosting.cores import allowed_cpus
 from explorer.hosting.settings import HostedPolicy
 from explorer.owner.job import TICK_S, Gone, Job
 from explorer.owner.line import SERVER_OWNER, DeviceQueue
@@ -154,10 +155,12 @@ class Owner:
 
 
 def torch_threads_once() -> None:
-    """torch's intra-op threads, set once at start (`EXPLORER_TORCH_THREADS`; unset: torch's own choice, every core):
-    the owner shares its machine with no drawing, so nothing is fitted per turn."""
+    """torch's intra-op threads, set once at start (`EXPLORER_TORCH_THREADS`; unset: torch's own choice, at most one
+    per core the owner runs on, `explorer.hosting.cores`): nothing is fitted per turn."""
+    import torch
+
     wanted = os.environ.get("EXPLORER_TORCH_THREADS", "").strip()
     if wanted:
-        import torch
-
         torch.set_num_threads(max(1, int(wanted)))
+    elif torch.get_num_threads() > len(allowed_cpus()):
+        torch.set_num_threads(len(allowed_cpus()))

@@ -117,8 +117,9 @@ def pass_done(job: Job, handle: str, stepped: SteppedRequest) -> dict[str, Any]:
     record = stepped.passes[-1]
     job.send("pass", asdict(record))
     try:
-        with job.turn("attention", passes=1, untimed=True):  # one replay pass, never beside a timed one
+        with job.turn("attention", passes=1, untimed=True) as turn:  # one replay pass, never beside a timed one
             maps = stepped.attention()  # replays the pass not replayed yet
+            turn.ran(0, 0.0)  # its forward, untimed, in the turn log: a wait behind it waited for a forward
     except BaseException:
         stepped.free()
         freed(job, handle)

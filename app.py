@@ -5,6 +5,7 @@ import streamlit as st
 from explorer import ui
 from explorer.ui.device_link import device_route
 from explorer.ui.links import every_link_lands
+from explorer.ui.memory import cap_malloc_arenas
 from explorer.ui.warm_start import warm_lifespan
 
 st.set_page_config(page_title="Prefill–Decode Explorer", page_icon="⏱", layout="wide")
@@ -34,6 +35,7 @@ pages = {
     ],
 }
 if __name__ != "__main__":  # `streamlit run app.py` imports this file once, as the server (st.App): it warms up
+    cap_malloc_arenas()  # before the sessions' threads, each of which would keep an arena (explorer/ui/memory.py)
     ui.route_every_link_through_the_app()  # a deep link on a fresh server runs this router, not the page file alone
     # It warms up at start (explorer/ui/warm_start.py) and sends a path of several segments where it lands
     # (explorer/ui/links.py); sessions run this file as __main__.

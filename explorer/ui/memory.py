@@ -1,6 +1,8 @@
-"""The web tier's memory: glibc's malloc gives each thread that meets a busy arena one of its own, up to 8 per core,
-and Streamlit runs every session's script in a thread of its own, so a room's web process kept growing arenas it
-never gave back. Two arenas are plenty for a process that only draws (its model runs in the device owner).
+"""The web tier's memory: glibc's malloc arenas capped at two at the server's start.
+
+Why: glibc gives each thread that meets a busy arena one of its own, up to 8 per core, and Streamlit runs every
+session's script in a thread of its own, so a room's web process kept growing arenas it never gave back. Two are
+plenty for a process that only draws (its model runs in the device owner).
 
 Measured (benchmarks/workshop.py --sessions 8 --split-cores, 2 cores, 2026-11-29): the web tier grew by 121 MB over
 a workshop of 8 with glibc's default and by 68 MB with two arenas (MALLOC_ARENA_MAX=2), the same sessions served.

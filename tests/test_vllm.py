@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from explorer.remote import engine
-from tests.vllm_support import real_vllm  # noqa: F401 - the session fixture
+from tests.vllm_support import real_vllm, with_real_vllm  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.server
 
@@ -24,7 +24,7 @@ def test_remote_completions_with_its_defaults_streams_text_from_vllm(
     out = tmp_path / "sweep.json"
     done = subprocess.run(
         [sys.executable, "-m", "explorer", "remote", "--api", "completions", "--json", str(out)],
-        cwd=engine.REPO_ROOT, capture_output=True, text=True, timeout=300,
+        cwd=engine.REPO_ROOT, capture_output=True, text=True, timeout=300, env=with_real_vllm(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())

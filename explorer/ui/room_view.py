@@ -12,19 +12,17 @@ a projector should never show a typed prompt by accident.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from explorer.charts import room as charts
-from explorer.core.errors import BadInput, ExplorerError
+from explorer.core.errors import BadInput
 from explorer.core.units import short_time
-from explorer.hosting import settings
-from explorer.labs import room_engine
 from explorer.labs.room_engine import EngineRound
 from explorer.labs.room_records import RoomRound, RoundAsk, RoundPrompt
 from explorer.labs.room_store import RUNNING, NotAMember, RoomStore, RoomView, Round
 from explorer.remote import engine as local_engine
-from explorer.ui.admission import DeviceAsk, ask_owner, count_run
+from explorer.ui.admission import DeviceAsk, ask_owner
+from explorer.ui.room_engine_view import engine_results, engine_target, round_on_engine
 from explorer.ui.shared import hosting_policy
 from explorer.ui.state import ROOM_CODE, ROOM_MEMBER, last_inputs
 from explorer.ui.widgets import chart, metrics, show_error, table
@@ -237,19 +235,6 @@ def presenter_panel(view: RoomView) -> RoomView:
         return view
 
 
-def engine_target() -> tuple[str, str] | None:
-    """(base URL, model) of the engine a round can be sent to: in hosted mode the operator's first allowed endpoint
-    (a visitor never chooses where the server sends requests), else the vLLM `./run vllm` started; None without one."""
-    policy = settings.EndpointPolicy.from_env()
-    url = (policy.allowed[0] if policy.allowed else None) if policy.hosted else local_engine.local_engine_url()
-    if url is None:
-        return None
-    try:
-        return url, room_engine.served_model(url)
-    except BadInput:
-        return None
-
-
 def start_round(view: RoomView, new_tokens: int, on_engine: tuple[str, str] | None = None) -> None:
     """The round on the device (or on the engine at `on_engine`): fixed now, served, kept in the room; reopened (its
     prompts kept) if it was refused, failed or cut off, so the presenter can start it again."""
@@ -279,20 +264,6 @@ def start_round(view: RoomView, new_tokens: int, on_engine: tuple[str, str] | No
             store.finish_round(view.code, started.number, result)
     if result is not None:
         st.rerun()  # every section again, from the round's record
-
-
-def round_on_engine(ask: RoundAsk, base_url: str, model: str) -> EngineRound | None:
-    """The round sent from this web process to the engine (as the Endpoint page sends a sweep): counted against the
-    presenter's run limit; a failure is its one line, and None."""
-    try:
-        count_run()
-        bar = st.progress(0.0, text="Sending the round to the engine…")
-        result = room_engine.serve_round_on_engine(ask, base_url, model, lambda f, text: bar.progress(f, text=text))
-        bar.empty()
-        return result
-    except ExplorerError as exc:
-        show_error(str(exc))
-        return None
 
 
 @st.fragment(run_every=POLL_S)
@@ -439,74 +410,5 @@ def everyone(run: RoomRound, viewer: int, show_prompts: bool) -> None:
         file_name=f"room-{run.code}-round-{run.number}.json",
         mime="application/json",
         key="room-json",
-        on_click="ignore",
-    )
-
-
-# --- a round served by the engine --------------------------------------------------------------------------------
-def engine_results(run: EngineRound, viewer: int | None, show_prompts: bool) -> None:
-    """Your TTFT, ITL and cached tokens as the engine served the round, your tokens against its answer alone, and
-    everyone's figures as anonymous rows."""
-    lane = run.lane_of(viewer)
-    st.subheader(f"Round {run.number}: {len(run.lanes)} requests served by the engine ({run.model})")
-    if lane is None:
-        st.caption("You sent no prompt to this round: below, everyone's requests as anonymous rows.")
-    elif lane.error:
-        show_error(f"Your request failed: {lane.error}")
-    else:
-        cached = "not sent" if lane.cached_tokens is None else f"{lane.cached_tokens:,} of {lane.prompt_tokens or 0:,}"
-        same = {True: "yes", False: "NO", None: "n/a"}[lane.same_tokens]
-        metrics(
-            [
-                ("Your TTFT", short_time(lane.ttft_s), "measured (client): sending your request to its first chunk"),
-                ("Your ITL p50", short_time(lane.itl_p50_s), "measured (client): median gap between your chunks"),
-                ("Your new tokens", f"{lane.output_tokens}", "reported (server): usage.completion_tokens"),
-                ("Your cached prompt tokens", cached, "reported (server): usage.prompt_tokens_details.cached_tokens"),
-                ("Same tokens alone", same, "your answer equals the engine's greedy answer to your prompt alone"),
-            ]
-        )
-        st.caption(f"{room_engine.ttft_sentence(run.lanes)} — *measured (client)*")
-        st.text(f"Your prompt: {lane.prompt_text}\nThe answer: {lane.answer_text}")  # text: never markdown
-        if lane.difference:
-            st.text(lane.difference)
-    if run.step_mix:  # filled from the server's /metrics where the glass box's metrics module reads them
-        st.caption(
-            "The engine's steps during the round: "
-            + ", ".join(f"{name} {value:g}" for name, value in run.step_mix.items())
-            + " — *reported (server)*"
-        )
-    rows = pd.DataFrame(
-        [
-            {
-                "participant": x.participant,
-                "you": x.participant == viewer,
-                "ttft_ms": None if x.ttft_s is None else x.ttft_s * 1e3,
-                "itl_p50_ms": None if x.itl_p50_s is None else x.itl_p50_s * 1e3,
-                "new_tokens": x.output_tokens,
-                "prompt_tokens": x.prompt_tokens,
-                "cached_tokens": x.cached_tokens,
-                "same_tokens_alone": x.same_tokens,
-                **({"prompt": x.prompt_text, "answer": x.answer_text} if show_prompts else {}),
-                "error": x.error,
-            }
-            for x in run.lanes
-        ]
-    )
-    table(
-        rows,
-        "Every request of the round: TTFT and ITL p50 measured here, tokens and cached tokens as the engine reported "
-        "them, and whether each answer equals the engine's answer to that prompt alone.",
-        "measured (client) · reported (server)",
-    )
-    st.text(  # text, not markdown: the model name is the server's
-        f"{run.model} on the engine at {run.base_url} · {run.api} API · greedy, up to {run.max_new_tokens} new "
-        f"tokens · the round took {short_time(run.wall_s)} from the first send to the last answer (measured)"
-    )
-    st.download_button(
-        f"Download round {run.number} (JSON)",
-        run.to_json(),
-        file_name=f"room-{run.code}-round-{run.number}-engine.json",
-        mime="application/json",
-        key="room-engine-json",
         on_click="ignore",
     )

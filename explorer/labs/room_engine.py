@@ -286,11 +286,12 @@ def lane_of(
 
 
 def ttft_sentence(lanes: Sequence[EngineLane]) -> str:
-    """What the round's TTFTs say: everyone's prompt went in together, so their first tokens came close together."""
+    """The spread of the round's first tokens: every prompt was sent at the same moment, so the spread is the engine's
+    (its queue and how it split the prefills into steps) and the network's."""
     ttfts = sorted(lane.ttft_s for lane in lanes if lane.ttft_s is not None)
     if len(ttfts) < 2:
         return ""
     return (
-        f"The {len(ttfts)} first tokens arrived between {ttfts[0] * 1e3:.0f} and {ttfts[-1] * 1e3:.0f} ms after "
-        "sending: the engine took the prompts into the same steps."
+        f"All {len(lanes)} prompts were sent at the same moment; their first tokens arrived between "
+        f"{ttfts[0] * 1e3:.0f} and {ttfts[-1] * 1e3:.0f} ms later."
     )

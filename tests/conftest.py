@@ -15,6 +15,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # No warm-up at server start (explorer/ui/warm_start.py) in AppTests or the shared test server: it would load the real
 # model in the background of tests that patch loading to fail. tests/test_warm.py and test_browser_warm.py switch it on.
 os.environ["EXPLORER_WARM"] = "0"
+# No local vLLM found by default (explorer/remote/engine.py): the Endpoint and Room pages and `remote` draw the same
+# whether or not `./run vllm` is running; tests/vllm_support.py points at the real one's state file itself.
+os.environ["EXPLORER_VLLM_STATE"] = os.devnull
 
 from explorer.core import device as device_module  # noqa: E402
 from explorer.core.device import FiguresStore, device_profile  # noqa: E402

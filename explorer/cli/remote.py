@@ -8,21 +8,22 @@ import argparse
 from pathlib import Path
 
 from explorer.cli.common import StderrProgress, add_command, check_output_paths, quiet_libraries
-from explorer.core.errors import Interrupted, RunFailed
+from explorer.core.errors import BadInput, Interrupted, RunFailed
 from explorer.core.units import ms_value
 from explorer.hosting.settings import api_key_from_env
+from explorer.remote import engine
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
 from explorer.remote.sweep import (
     DEFAULT_ITL_SLO_S,
     DEFAULT_LEVELS,
     DEFAULT_MAX_TOKENS,
-    DEFAULT_PROMPT,
     DEFAULT_REQUESTS,
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TTFT_SLO_S,
     SweepConfig,
+    default_prompt,
     parse_levels,
     run_sweep,
 )
@@ -32,12 +33,26 @@ from explorer.remote.tokens import load_chunk_counter
 def register(commands: argparse._SubParsersAction) -> None:
     """`python -m explorer remote`: the concurrency sweep against an OpenAI-compatible streaming endpoint."""
     remote = add_command(commands, "remote", "TTFT, ITL and goodput of an OpenAI-compatible streaming server")
-    remote.add_argument("--base-url", required=True, help="the server's OpenAI root, e.g. http://127.0.0.1:8000/v1")
-    remote.add_argument("--model", required=True, help="the model name the server serves")
+    remote.add_argument(
+        "--base-url",
+        default=None,
+        help="the server's OpenAI root, e.g. http://127.0.0.1:8000/v1 (default: the vLLM `./run vllm` started)",
+    )
+    remote.add_argument(
+        "--model",
+        default=None,
+        help=f"the model name the server serves (default with `./run vllm`: {engine.MODEL_NAME})",
+    )
     remote.add_argument("--api", choices=APIS, default="chat", help="chat or completions")
     remote.add_argument("--api-key-env", default=None, help="name of the environment variable holding the API key")
-    remote.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt every request sends")
+    remote.add_argument("--prompt", default=None, help="the prompt every request sends (default: one each API answers)")
     remote.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens each request may make")
+    remote.add_argument(
+        "--fixed-length",
+        action="store_true",
+        help="ask for exactly --max-tokens each (min_tokens and ignore_eos, as benchmark clients send; vLLM and SGLang "
+        "take them)",
+    )
     remote.add_argument("--concurrency", default=",".join(map(str, DEFAULT_LEVELS)), help="levels, e.g. 1,4")
     remote.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="requests per concurrency level")
     remote.add_argument("--ttft-slo-ms", type=float, default=DEFAULT_TTFT_SLO_S * 1e3, help="TTFT SLO for goodput")
@@ -62,10 +77,23 @@ def precheck_remote(args: argparse.Namespace) -> None:
     check_output_paths(args.json)
 
 
+def endpoint_from_args(args: argparse.Namespace) -> tuple[str, str]:
+    """(base URL, model) as given, else the vLLM `./run vllm` started and the name it serves; one line without it."""
+    if args.base_url is not None:
+        if args.model is None:
+            raise BadInput("--model is required with --base-url: the name the server serves (GET <base URL>/models).")
+        return args.base_url, args.model
+    url = engine.local_engine_url()
+    if url is None:
+        raise BadInput(f"--base-url not given and {engine.START_HINT}.")
+    return url, engine.MODEL_NAME if args.model is None else args.model
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    base_url, model = endpoint_from_args(args)
     return SweepConfig(
-        endpoint=make_endpoint(args.base_url, args.model, args.api),
-        prompt=args.prompt,
+        endpoint=make_endpoint(base_url, model, args.api),
+        prompt=default_prompt(args.api) if args.prompt is None else args.prompt,
         max_tokens=args.max_tokens,
         concurrency_levels=parse_levels(args.concurrency),
         requests_per_level=args.requests,
@@ -74,6 +102,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         timeout_s=args.timeout_s,
         time_limit_s=args.time_limit_s,
         warmup=not args.no_warmup,
+        fixed_length=args.fixed_length,
     )
 
 

@@ -40,6 +40,9 @@ class StreamRequest:
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 60.0  # the request's deadline, from sending to the end of the stream
     temperature: float = 0.0  # greedy: the same prompt asks for the same work at every level
+    # Exactly max_tokens tokens each, as vLLM's `bench serve` and SGLang's `bench_serving` ask: min_tokens and
+    # ignore_eos, which both servers take (OpenAI's own API refuses them: HTTP 400, one line from status_error).
+    fixed_length: bool = False
 
     def body(self) -> bytes:
         payload: dict[str, Any] = {
@@ -49,6 +52,8 @@ class StreamRequest:
             "stream": True,
             "stream_options": {"include_usage": True},  # the final chunk then carries the token counts
         }
+        if self.fixed_length:  # every request then does the same decode work, whatever the model would say
+            payload.update(min_tokens=self.max_tokens, ignore_eos=True)
         if self.endpoint.api == "chat":
             payload["messages"] = [{"role": "user", "content": self.prompt}]
         else:

@@ -14,7 +14,7 @@ from explorer.charts import remote as charts
 from explorer.core.errors import BadInput, ExplorerError
 from explorer.hosting import settings
 from explorer.labs import bundled
-from explorer.remote import sweep, tokens, upload
+from explorer.remote import engine, sweep, tokens, upload
 from explorer.remote.endpoint import APIS, make_endpoint
 from explorer.remote.records import ITL_RULE, SweepResult
 from explorer.ui.admission import count_run
@@ -80,14 +80,21 @@ def hosted_caption(policy: settings.EndpointPolicy) -> None:
 
 def sweep_form(policy: settings.EndpointPolicy) -> SweepInputs | None:
     """The endpoint and the sweep's sizes; the inputs once Measure is pressed, else None."""
+    local = None if policy.hosted else engine.local_engine_url()  # the vLLM `./run vllm` started, found by default
+    if not policy.hosted and local is None:
+        st.caption(f"Tip: {engine.START_HINT}.")
     with st.form("endpoint-form"):
         left, right = st.columns([3, 2])
         base_url = left.text_input(
             "Base URL",
-            value=policy.allowed[0] if policy.allowed else "http://127.0.0.1:8000/v1",
+            value=policy.allowed[0] if policy.allowed else local or "http://127.0.0.1:8000/v1",
             help="The server's OpenAI root, usually ending in /v1; /chat/completions or /completions is added.",
         )
-        model = right.text_input("Model", value="", help="The name the server serves (GET <base URL>/models lists it).")
+        model = right.text_input(
+            "Model",
+            value=engine.MODEL_NAME if local else "",
+            help="The name the server serves (GET <base URL>/models lists it).",
+        )
         api = st.radio("API", APIS, horizontal=True, help="chat sends the prompt as one user message.")
         prompt = st.text_area("Prompt", value=DEFAULT_PROMPT, height=80)  # its length is checked with a message
         cols = st.columns(4)
@@ -138,7 +145,8 @@ def measure_sweep(inputs: SweepInputs, policy: settings.EndpointPolicy) -> None:
         hosting_policy().check_prompt_chars(inputs.prompt)  # a pasted book gets a line, never silently dropped
         config = sweep.SweepConfig(
             endpoint=make_endpoint(inputs.base_url, inputs.model, inputs.api),
-            prompt=inputs.prompt,
+            # the form's default is the chat API's: the completions API gets the prompt its answer starts from
+            prompt=sweep.default_prompt(inputs.api) if inputs.prompt == DEFAULT_PROMPT else inputs.prompt,
             max_tokens=inputs.max_tokens,
             concurrency_levels=sweep.parse_levels(inputs.levels_text),
             requests_per_level=inputs.requests,

@@ -17,9 +17,12 @@ import streamlit as st
 from explorer.charts import room as charts
 from explorer.core.errors import BadInput
 from explorer.core.units import short_time
+from explorer.labs.room_engine import EngineRound
 from explorer.labs.room_records import RoomRound, RoundAsk, RoundPrompt
 from explorer.labs.room_store import RUNNING, NotAMember, RoomStore, RoomView, Round
+from explorer.remote import engine as local_engine
 from explorer.ui.admission import DeviceAsk, ask_owner
+from explorer.ui.room_engine_view import engine_results, engine_target, round_on_engine
 from explorer.ui.shared import hosting_policy
 from explorer.ui.state import ROOM_CODE, ROOM_MEMBER, last_inputs
 from explorer.ui.widgets import chart, metrics, show_error, table
@@ -205,22 +208,36 @@ def presenter_panel(view: RoomView) -> RoomView:
         key="room-new-tokens",
         help="greedy; an answer that ends sooner (end-of-sequence) leaves the batch",
     )
-    right.caption(
-        "Start serves every prompt of the round together through transformers' continuous batching engine, then each "
-        "prompt alone through the same engine: one turn on the device. Clicking anything meanwhile stops it."
+    target = engine_target()
+    on_engine = target is not None and right.toggle(
+        f"Serve the round on the engine at {target[0]}",
+        key="room-on-engine",
+        help="Every prompt sent at once to a serving engine (vLLM), one streamed request per person, instead of this "
+        "device's model: the path for a room past one machine.",
     )
+    if on_engine:
+        right.caption(
+            "Start sends every prompt of the round at once to the engine, one streamed request each, then each prompt "
+            "alone, to compare the tokens."
+        )
+    else:
+        right.caption(
+            "Start serves every prompt of the round together through transformers' continuous batching engine, then "
+            "each prompt alone through the same engine: one turn on the device. Clicking anything meanwhile stops it."
+            + ("" if target is not None else f" A serving engine instead: {local_engine.START_HINT}.")
+        )
     if not right.button(f"Start round {view.current.number}", key="room-start", type="primary"):
         return view
-    start_round(view, int(new_tokens))
+    start_round(view, int(new_tokens), target if on_engine else None)
     try:
         return room_store().rejoin(view.code, view.member)
     except BadInput:  # closed meanwhile: the page's next run says so
         return view
 
 
-def start_round(view: RoomView, new_tokens: int) -> None:
-    """The round on the device: fixed now, served in one turn, kept in the room; reopened (its prompts kept) if it
-    was refused, failed or cut off, so the presenter can start it again."""
+def start_round(view: RoomView, new_tokens: int, on_engine: tuple[str, str] | None = None) -> None:
+    """The round on the device (or on the engine at `on_engine`): fixed now, served, kept in the room; reopened (its
+    prompts kept) if it was refused, failed or cut off, so the presenter can start it again."""
     store = room_store()
     try:
         policy = hosting_policy()
@@ -233,10 +250,13 @@ def start_round(view: RoomView, new_tokens: int) -> None:
     inputs = last_inputs()  # the room runs on the model, dtype and chat-template choice of the sidebar's last run
     prompts = tuple(RoundPrompt(s.participant, s.prompt) for s in started.submissions)
     ask = RoundAsk(view.code, started.number, prompts, new_tokens, inputs.use_chat_template, policy.max_prompt_tokens)
-    result: RoomRound | None = None
+    result: RoomRound | EngineRound | None = None
     try:
-        done = ask_owner(DeviceAsk("room", f"Round {started.number}", inputs), "room", {"round": ask.to_dict()})
-        result = None if done is None else RoomRound.from_dict(done)
+        if on_engine is not None:
+            result = round_on_engine(ask, *on_engine)
+        else:
+            done = ask_owner(DeviceAsk("room", f"Round {started.number}", inputs), "room", {"round": ask.to_dict()})
+            result = None if done is None else RoomRound.from_dict(done)
     finally:  # also on a click or a closed tab mid-round (the owner drops the job): the round must not stay "running"
         if result is None:
             store.reopen_round(view.code, started.number, f"Round {started.number} did not finish: start it again.")
@@ -279,13 +299,16 @@ def chosen_round(view: RoomView) -> Round | None:
 
 def results(view: RoomView) -> None:
     finished = chosen_round(view)
-    if finished is None or not isinstance(finished.result, RoomRound):
+    if finished is None or not isinstance(finished.result, RoomRound | EngineRound):
         return
     show = view.is_presenter and st.toggle(
         "Show the round's prompts and answers",
         key="room-show-prompts",
         help="Off: anonymous lanes only, as every participant sees them. The room was told you can.",
     )
+    if isinstance(finished.result, EngineRound):
+        engine_results(finished.result.seen_by(view.participant, show_prompts=show), view.participant, show)
+        return
     run = finished.result.seen_by(view.participant, show_prompts=show)
     your_request(run, view.participant)
     schedule_sections(run, view.participant)

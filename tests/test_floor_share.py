@@ -17,6 +17,7 @@ from explorer.charts.step_mode import newest_pass_line
 from explorer.core.floor_share import PUBLISHED_SHARES, pass_share, peak_words, peaks_sentence, run_decode_share
 from explorer.core.gpu_specs import GPU_SPECS
 from explorer.core.loaded_model import LoadedModel
+from explorer.core.report import format_device
 from explorer.core.trace import DeviceProfile, Trace
 from explorer.core.units import human_bandwidth, human_flops_per_s, percent
 from tests.cost_support import tiny_run
@@ -127,6 +128,9 @@ def test_a_gpu_names_its_measured_and_datasheet_peaks_and_ratios_use_the_measure
     rows = device_frame(gpu).set_index("figure")
     assert rows.loc["datasheet compute", "value"] == human_flops_per_s(H200.bf16_flops)
     assert rows.loc["peak compute", "source"] == "measured"
+    printed = format_device(gpu)  # the CLI's device lines: measured first, the datasheet beside
+    assert f"peak {human_flops_per_s(H200_MEASURED_FLOPS)} [measured]" in printed
+    assert f"datasheet: {human_flops_per_s(H200.bf16_flops)}, {human_bandwidth(H200.bandwidth_bytes_per_s)}" in printed
     # The run's passes costed on the H200's figures: every ratio is against the measured peak, and says so.
     on_gpu = run.recosted(gpu)
     decode = on_gpu.passes[2]

@@ -76,7 +76,8 @@ def test_the_step_line_says_the_newest_pass_share(run: Trace) -> None:
     line = newest_pass_line(run, lambda text: text)
     newest = pass_share(run.passes[-1], run.device)
     assert line.startswith(f"**Pass {run.passes[-1].index}** · decode")
-    assert line.endswith(f"{percent(newest.share)} of this device's measured read bandwidth")
+    achieved = newest.work / run.passes[-1].wall_s  # bytes read (modelled) / measured time
+    assert line.endswith(f"· {human_bandwidth(achieved)} read, {percent(newest.share)} of the measured read bandwidth")
 
 
 def test_the_references_are_cited_and_gpt_fasts_share_is_computed_from_its_figures() -> None:

@@ -54,7 +54,7 @@ def share_chart(frame: pd.DataFrame, references: pd.DataFrame) -> alt.LayerChart
         "share:Q",
         axis=alt.Axis(format="%"),
         scale=alt.Scale(domain=[0, top]),
-        title=two_lines("share of the measured peak (decode: read bandwidth; prefill: matmul)"),
+        title=two_lines("share (of the measured peak)"),  # which peak: the caption (a presenter's axis is short)
     )
     points = (
         alt.Chart(frame)

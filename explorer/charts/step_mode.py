@@ -18,7 +18,7 @@ from explorer.charts.latency import itl_chart, itl_frame
 from explorer.core.attention_maps import AttentionMaps
 from explorer.core.floor_share import pass_share
 from explorer.core.trace import PassRecord, Trace
-from explorer.core.units import human_bytes, human_flops, short_time
+from explorer.core.units import human_bytes, short_time
 
 DISTURBED_MARK = "⚠"  # beside a pass timed while other work ran (`PassRecord.disturbed`)
 # Fit the width only: the height given is the plot's, and axes and legends add to it. Streamlit's default ("fit")
@@ -53,12 +53,8 @@ def newest_pass_line(trace: Trace, escape: Callable[[str], str]) -> str:
     what = f"prefill of {p.tokens_in} tokens" if p.is_prefill else "decode"
     mark = f" {DISTURBED_MARK} disturbed" if p.disturbed else ""
     token = escape(display_token(p.token_text))
-    share = pass_share(p, trace.device)
-    did = f"{human_bytes(share.work)} read" if share.phase == "decode" else f"{human_flops(share.work)}"
-    return (
-        f"**Pass {p.index}** · {what} → **“{token}”** in **{short_time(p.wall_s)}** (measured) · {did} (modelled): "
-        f"{share.brief()}{mark}"
-    )
+    share = pass_share(p, trace.device).brief()  # bytes or FLOPs modelled, over the measured time
+    return f"**Pass {p.index}** · {what} → **“{token}”** in **{short_time(p.wall_s)}** (measured) · {share}{mark}"
 
 
 def tokens_line(trace: Trace) -> str:

@@ -59,8 +59,10 @@ class PassShare:
         return human_bandwidth(per_s) if self.phase == "decode" else human_flops_per_s(per_s)
 
     def brief(self) -> str:
-        """'35.4 GB/s, 62 % of this device's measured read bandwidth': for a line that already gives the time."""
-        return f"{self.rate_text(self.achieved_per_s)}, {percent(self.share)} of {self.peak_name}"
+        """'35.4 GB/s read, 62 % of the measured read bandwidth': short, for a line that already gives the time."""
+        what = "read bandwidth" if self.phase == "decode" else "matmul peak"
+        did = "read" if self.phase == "decode" else "computed"
+        return f"{self.rate_text(self.achieved_per_s)} {did}, {percent(self.share)} of the {self.peak_source} {what}"
 
     def sentence(self) -> str:
         """'decode pass 7 read 538.1 MB in 15.2 ms: 35.4 GB/s, 62 % of this device's measured read bandwidth

@@ -4,6 +4,7 @@ spec tables, beside this machine's measured gap to its own floor."""
 import streamlit as st
 
 from explorer import ui
+from explorer.ui import calibrated_view
 from explorer.ui import scale_view as view
 
 ui.page_title("At scale: your model on your GPU")
@@ -15,6 +16,7 @@ st.caption(
 result = view.what_if_inputs()
 view.headline(result)
 gap = view.this_machine(ui.current_run())
+calibrated_view.calibrated_section(result, ui.current_run())
 view.measure_here(result)
 view.decode_vs_context(result, gap)
 view.tokens_vs_batch(result, gap)

@@ -87,5 +87,6 @@ cost_view.profile_section(result)
 operators_view.beside_the_profile(result)
 decode_paths_view.decode_paths_section(result)
 
+cost_view.floor_share_section(trace)
 cost_view.utilisation_section(trace)
 cost_view.device_section(trace)

@@ -35,6 +35,7 @@ else:
         "measured: the time between consecutive sampled tokens",
         "Inter-token latency, token by token",
     )
+    latency_view.floor_share_line(trace)  # how close the gaps' decode passes came to the floor
     everything = charts.itl_distribution_frame(trace)
     pooled = charts.pooled_percentiles_frame(trace)
     ui.chart(

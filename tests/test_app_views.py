@@ -138,6 +138,13 @@ def test_the_latency_page_computes_what_a_decode_gap_waits_on_instead_of_asserti
     sentence = decode_bytes_sentence(at.session_state[ui_state.RUN].trace)
     assert text.count(sentence) == 2  # under the ITL chart and under the runs compared
     assert "roughly flat" not in text and "barely depend" not in text
+    # Issue 46: the run's decode passes together, as a share of this device's measured read bandwidth
+    from explorer.core.floor_share import run_decode_share
+
+    share = run_decode_share(at.session_state[ui_state.RUN].trace)
+    assert share is not None and "of this device's measured read bandwidth" in share.sentence()
+    said = share.sentence()
+    assert said[:1].upper() + said[1:] in text
 
 
 def test_the_endpoint_trade_off_says_an_slo_caps_goodput_not_throughput() -> None:

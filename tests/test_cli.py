@@ -93,6 +93,7 @@ def test_bench_runs_both_sides_on_a_local_model(tiny_llama_dir: Path, tmp_path: 
     assert len(data["hf"]) == len(data["explorer"]) == 2
     assert all(len(side["itl_s"]) == 3 for side in data["hf"] + data["explorer"])
     assert data["summary"]["same_tokens"] is True
+    assert data["summary"]["decode_bandwidth_share"] > 0 and data["summary"]["prefill_compute_share"] > 0  # gpucheck's
 
 
 @pytest.mark.parametrize(

@@ -44,3 +44,12 @@ def test_the_cost_page_leads_with_time_per_token_and_keeps_one_default_decode_pa
     said = " ".join(charts[1]["title"]["text"])
     assert said.startswith(line) and said.endswith(f"{trace.passes[index].cost.bound}-bound (modelled).")
     assert any(f"Pass {index}:" in c.value for c in at.caption)  # its KV term written out
+    # Issue 46: the median decode pass and the prefill as shares of the device's measured figures, the chart with the
+    # published references, and which peaks the roofline divides by
+    assert any(
+        t.startswith(f"Decode pass {index} read ") and "of this device's measured read bandwidth" in t for t in text
+    )
+    assert any(t.startswith("Prefill (pass 0) computed ") and "measured matmul peak" in t for t in text)
+    assert any(t.startswith("The roofline here divides by the ") and "A CPU has no datasheet" in t for t in text)
+    shown = [json.loads(e.proto.spec) for e in walk(at.main) if getattr(e, "type", None) == "vega_lite_chart"]
+    assert any("(of the measured peak)" in json.dumps(spec) for spec in shown)  # the data travels as Arrow

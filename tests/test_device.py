@@ -294,27 +294,38 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     return install
 
 
-def test_known_gpu_takes_peak_from_the_table_and_bandwidth_from_nvml(fake_gpu: Any) -> None:
+def test_a_known_gpu_divides_by_its_measured_figures_with_the_datasheet_beside(fake_gpu: Any) -> None:
     fake_gpu(nvml=FakeNvml())
     profile = cuda_profile("bfloat16")
-    assert (profile.peak_flops, profile.peak_flops_source) == (pytest.approx(989.4e12), "spec")
-    assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (pytest.approx(H100_NVML_BANDWIDTH), "nvml")
-    assert (profile.measured_flops, profile.measured_bandwidth_bytes_per_s) == (700e12, 3.0e12)
+    # The roofline divides by what the device measured (best of the repeats) ...
+    assert (profile.peak_flops, profile.peak_flops_source) == (700e12, "measured")
+    assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (3.0e12, "measured")
+    assert (profile.read_bandwidth_bytes_per_s, profile.read_bandwidth_source) == (3.2e12, "measured")
+    assert profile.ridge_point_flops_per_byte == pytest.approx(700e12 / 3.2e12)
+    # ... and keeps the datasheet's beside: the spec row's FLOP/s, NVML's bandwidth for this board.
+    assert profile.datasheet_flops == pytest.approx(989.4e12)
+    assert profile.datasheet_bandwidth_bytes_per_s == pytest.approx(H100_NVML_BANDWIDTH)
+    assert profile.datasheet_bandwidth_source == "nvml" and "H100 SXM" in profile.datasheet_source
     assert min(profile.flops_samples) == pytest.approx(630e12)
     assert profile.memory_bytes == H100_MEMORY_BYTES
     assert "H100 SXM" in profile.notes
-    # NVML's peak is the bus's, for reads as for copies; the read-only stream is kept as what is achievable.
-    assert profile.read_bandwidth_bytes_per_s == profile.bandwidth_bytes_per_s
-    assert profile.read_bandwidth_source == "nvml"
     assert profile.measured_read_bandwidth_bytes_per_s == 3.2e12
     assert profile.read_bandwidth_samples == (pytest.approx(3.136e12), 3.2e12)
     assert profile.read_bytes == profile.copy_bytes == device.GPU_COPY_BYTES
 
 
-def test_without_nvml_a_known_gpu_takes_bandwidth_from_the_table(fake_gpu: Any) -> None:
+def test_without_nvml_a_known_gpu_takes_its_datasheet_bandwidth_from_the_table(fake_gpu: Any) -> None:
     fake_gpu(nvml=FakeNvml(init_fails=True))
     profile = cuda_profile("float16")
-    assert (profile.bandwidth_bytes_per_s, profile.bandwidth_source) == (3.35e12, "spec")
+    assert (profile.datasheet_bandwidth_bytes_per_s, profile.datasheet_bandwidth_source) == (3.35e12, "spec")
+    assert profile.bandwidth_source == "measured"
+
+
+def test_a_failed_benchmark_falls_back_to_the_datasheet(fake_gpu: Any) -> None:
+    fake_gpu(nvml=FakeNvml(init_fails=True), measured_flops=None, measured_read=None)
+    profile = cuda_profile("float16")
+    assert (profile.peak_flops, profile.peak_flops_source) == (pytest.approx(989.4e12), "spec")
+    assert (profile.read_bandwidth_bytes_per_s, profile.read_bandwidth_source) == (3.35e12, "spec")
 
 
 def test_unknown_gpu_without_nvml_falls_back_to_measurements(fake_gpu: Any) -> None:
@@ -337,7 +348,7 @@ def test_a_failed_read_benchmark_leaves_reads_at_the_copy_figure(fake_gpu: Any) 
 def test_nvml_of_another_gpu_is_ignored(fake_gpu: Any) -> None:
     fake_gpu(nvml=FakeNvml(name="NVIDIA A10G"))  # NVML's numbering picked a different board
     profile = cuda_profile("float16")
-    assert profile.bandwidth_source == "spec"
+    assert profile.datasheet_bandwidth_source == "spec"
     assert "ignored" in profile.notes
 
 
@@ -345,7 +356,7 @@ def test_t4_in_bfloat16_measures_its_peak(fake_gpu: Any) -> None:
     fake_gpu(name="Tesla T4", nvml=None, measured_flops=20e12)
     profile = cuda_profile("bfloat16")
     assert (profile.peak_flops, profile.peak_flops_source) == (20e12, "measured")
-    assert "no bfloat16 tensor cores" in profile.notes
+    assert profile.datasheet_flops is None and "no bfloat16 tensor cores" in profile.notes
 
 
 def test_tf32_matmuls_make_the_float32_peak_measured(fake_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -353,6 +364,7 @@ def test_tf32_matmuls_make_the_float32_peak_measured(fake_gpu: Any, monkeypatch:
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     profile = cuda_profile("float32")
     assert (profile.peak_flops, profile.peak_flops_source) == (400e12, "measured")
+    assert profile.datasheet_flops is None  # the FP32 row is not what TF32 tensor cores run at
 
 
 def test_unknown_gpu_whose_benchmark_fails_is_a_run_failure(fake_gpu: Any) -> None:

@@ -251,7 +251,8 @@ def hand_profile(**changes: object) -> DeviceProfile:
         measured_flops=700e12, measured_bandwidth_bytes_per_s=3.0e12, flops_samples=(700e12,),
         bandwidth_samples=(3.0e12,), matmul_n=8192, copy_bytes=1024**3, read_bandwidth_bytes_per_s=3.35e12,
         read_bandwidth_source="nvml", measured_read_bandwidth_bytes_per_s=3.2e12, read_bandwidth_samples=(3.2e12,),
-        read_bytes=1024**3,
+        read_bytes=1024**3, datasheet_flops=989.4e12, datasheet_bandwidth_bytes_per_s=3.35e12,
+        datasheet_bandwidth_source="nvml",
     )  # fmt: skip
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -333,7 +334,7 @@ def test_the_run_checks_fail_on_broken_input(
 def test_nvml_and_the_spec_row_must_agree() -> None:
     figures = DeviceFigures("cuda:0", "NVIDIA H100 80GB HBM3", "H100 SXM", 3.35e12, (hand_profile(),))
     assert spec_check(figures).status == "PASS" and "agrees" in spec_check(figures).line
-    wrong = replace(figures, profiles=(hand_profile(bandwidth_bytes_per_s=2.0e12),))
+    wrong = replace(figures, profiles=(hand_profile(datasheet_bandwidth_bytes_per_s=2.0e12),))
     assert spec_check(wrong).status == "FAIL"
     unknown = replace(figures, spec_row=None, spec_bandwidth_bytes_per_s=None)
     assert spec_check(unknown).status == "SKIP"

@@ -59,6 +59,9 @@ def test_the_must_show_scenario_reads_seed_4s_figure(page: AppTest) -> None:
     # Issue 42: the familiar 209 beside it, in the first screen, not only in a grey caption and the last formula line
     assert "(209 if the 1.05 GB input table were read whole)" in [c.value for c in at.caption]
     assert "the input embedding table is gathered row by row" in page_text(at)
+    # Issue 46: why not the rule of thumb, said under the ceiling, computed
+    assert any(c.value.startswith("Tokens/s ceiling: 223 tokens/s, not the rule of thumb's 209") for c in at.caption)
+    assert "the input embedding is a row lookup, reading one 8.19 kB row per token" in page_text(at)
     assert "KV per token" in values and values["KV per token"] == "131,072 B"
 
 
@@ -79,6 +82,9 @@ def test_this_machines_run_adds_its_factor_and_the_assumption_lines(
     assert f"A decode pass took {decode_median_text(trace)};" in text  # the decode median every page shows
     specs = [chart.proto.spec for chart in at.get("vega_lite_chart")]
     assert sum("this machine's gap (assumption)" in spec for spec in specs) == 2  # decode and batch charts
+    # Issue 46: the what-if calibrated by this run's measured / floor, a column beside the modelled one
+    calibrated = [df.value for df in at.dataframe if any("calibrated" in str(c) for c in df.value.columns)]
+    assert len(calibrated) == 1 and list(calibrated[0]["figure"])[:2] == ["decode step", "tokens/s ceiling"]
 
 
 def test_hosted_offers_only_the_shipped_configs(monkeypatch: pytest.MonkeyPatch) -> None:

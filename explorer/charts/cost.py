@@ -16,6 +16,7 @@ import pandas as pd
 
 from explorer.charts.common import PHASE_COLOR, TWO_LINE_LABEL
 from explorer.charts.kv import kv_traffic_text
+from explorer.core.floor_share import peak_words
 from explorer.core.roofline import LAYOUT_WORDS
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, short_time, to_ms
@@ -260,7 +261,7 @@ def floor_sentence(trace: Trace, decode_index: int | None) -> str:
     return (
         f"By the roofline model the {p.phase} (pass {p.index}) is {c.bound}-bound: its floor, "
         f"{ms(c.roofline_time_s)}, is {made_of} (modelled). That is the model's floor, the least the pass could "
-        f"take; measured, it took {ratio:,.1f}× that."
+        f"take; measured, it took {ratio:,.1f}× that ({peak_words(device)})."
     )
 
 

@@ -16,8 +16,8 @@ DEVICE_NOTE = {
     "cpu": "A CPU has no datasheet here: its 'peaks' are the best that a large matmul, a large copy and a large "
     "read-only sum achieved on this machine with the same threads, so a pass can approach the roof but a real kernel "
     "rarely reaches it.",
-    "cuda": "On a GPU the peaks come from the datasheet or the driver; the microbenchmark rows show what is "
-    "achievable in practice, usually somewhat below.",
+    "cuda": "On a GPU the roofline divides by what the microbenchmarks achieved on this board; the datasheet's (or the "
+    "driver's) peaks stand beside them, usually somewhat above: no kernel reaches the bus's peak.",
 }
 
 
@@ -63,6 +63,17 @@ def device_frame(device: DeviceProfile) -> pd.DataFrame:
         ("measured at", device.measured_at or "n/a", measured_when(device)),
         ("memory", human_bytes(device.memory_bytes) if device.memory_bytes else "n/a", "reported by the system"),
     ]
+    if device.datasheet_flops:
+        sheet = human_flops(device.datasheet_flops) + "/s"
+        rows.append(("datasheet compute", sheet, f"spec: {device.datasheet_source}"))
+    if device.datasheet_bandwidth_bytes_per_s:
+        rows.append(
+            (
+                "datasheet bandwidth",
+                human_bandwidth(device.datasheet_bandwidth_bytes_per_s),
+                f"{device.datasheet_bandwidth_source}: {device.datasheet_source}",
+            )
+        )
     if device.busy_note:
         rows.append(("re-measured", device.busy_note, MEASURED))
     rows += trust_rows(device)

@@ -16,6 +16,7 @@ from explorer.charts.common import display_token, position_label
 from explorer.charts.cost import SEGMENT_LABELS, time_split_chart
 from explorer.charts.latency import itl_chart, itl_frame
 from explorer.core.attention_maps import AttentionMaps
+from explorer.core.floor_share import pass_share
 from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import human_bytes, short_time
 
@@ -45,12 +46,15 @@ def running_figures(trace: Trace, done: bool) -> list[tuple[str, str, str]]:
 
 def newest_pass_line(trace: Trace, escape: Callable[[str], str]) -> str:
     """The newest pass in one line of Markdown (its token, anyone's text, through `escape`): what it computed, the
-    token it sampled and its measured time, marked when it was disturbed."""
+    token it sampled, its measured time and how close that came to the device's floor (`floor_share`: a decode's bytes
+    read per second as a share of the measured read bandwidth, a prefill's FLOP/s of the measured matmul peak), marked
+    when it was disturbed."""
     p = trace.passes[-1]
     what = f"prefill of {p.tokens_in} tokens" if p.is_prefill else "decode"
     mark = f" {DISTURBED_MARK} disturbed" if p.disturbed else ""
     token = escape(display_token(p.token_text))
-    return f"**Pass {p.index}** · {what} → **“{token}”** in **{short_time(p.wall_s)}** (measured){mark}"
+    share = pass_share(p, trace.device).brief()  # bytes or FLOPs modelled, over the measured time
+    return f"**Pass {p.index}** · {what} → **“{token}”** in **{short_time(p.wall_s)}** (measured) · {share}{mark}"
 
 
 def tokens_line(trace: Trace) -> str:

@@ -105,6 +105,17 @@ class BenchResult(JsonRecord):
         return self.prefill_flops / self.device.peak_flops
 
     @property
+    def decode_bandwidth_share(self) -> float:
+        """The explorer's decode as a share of the device's measured read bandwidth: the weights read per ITL (the
+        floor's bytes; the KV read at this prompt is small beside them) over what the read-only stream achieved."""
+        return self.model.weight_bytes / self.explorer_itl_s / self.device.measured_read_peak[0]
+
+    @property
+    def prefill_compute_share(self) -> float:
+        """The explorer's prefill FLOP/s as a share of the device's measured matmul peak."""
+        return self.prefill_flops / self.explorer_prefill_s / self.device.measured_compute_peak[0]
+
+    @property
     def same_tokens(self) -> bool:
         return all(s.token_ids == self.hf[0].token_ids for s in self.hf + self.explorer + self.hf_static)
 
@@ -122,6 +133,8 @@ class BenchResult(JsonRecord):
             "itl_ratio_explorer_over_hf_static": self.explorer_itl_s / self.hf_static_itl_s,
             "decode_limit_s": self.decode_limit_s,
             "prefill_limit_s": self.prefill_limit_s,
+            "decode_bandwidth_share": self.decode_bandwidth_share,
+            "prefill_compute_share": self.prefill_compute_share,
             "same_tokens": self.same_tokens,
         }
 

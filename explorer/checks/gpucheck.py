@@ -22,6 +22,7 @@ import torch
 from explorer.checks.bench import BenchConfig, BenchResult, run_bench
 from explorer.checks.doctor import DoctorReport, run_doctor
 from explorer.core.errors import ExplorerError, one_line
+from explorer.core.floor_share import peak_words
 from explorer.core.lab_progress import Report, silent
 from explorer.core.paths import EMBEDDED, EMBEDDED_PACKAGE, embedded_folder
 from explorer.models.loading import load_model
@@ -178,7 +179,10 @@ def bench_part(model: str, dtype: str, progress: Report = silent) -> Part:
     found = (
         f"ITL {s['explorer_itl_s'] * 1e3:.2f} ms (HF generate {s['hf_itl_s'] * 1e3:.2f} ms) against a weight-read "
         f"floor of {s['decode_limit_s'] * 1e3:.2f} ms: {s['explorer_itl_s'] / s['decode_limit_s']:.1f}x; prefill "
-        f"{s['explorer_prefill_s'] * 1e3:.2f} ms against {s['prefill_limit_s'] * 1e3:.2f} ms"
+        f"{s['explorer_prefill_s'] * 1e3:.2f} ms against {s['prefill_limit_s'] * 1e3:.2f} ms: "
+        f"{s['explorer_prefill_s'] / s['prefill_limit_s']:.1f}x (both {peak_words(result.device)}); decode at "
+        f"{s['decode_bandwidth_share']:.0%} of the measured read bandwidth, prefill at "
+        f"{s['prefill_compute_share']:.0%} of the measured matmul peak"
     )
     return Part(f"bench ({model}, {dtype})", "PASS", time.perf_counter() - started, found, bench=result)
 

@@ -300,9 +300,9 @@ def matmul_check(
     measured = p.measured_flops
     line = f"{human_flops_per_s(measured)} (best of {len(p.flops_samples)} {p.matmul_n}x{p.matmul_n} matmuls)"
     problems, rules = [], []
-    if p.peak_flops_source == "spec":
-        share = measured / p.peak_flops
-        line += f", {percent(share)} of the spec's {human_flops_per_s(p.peak_flops)}"
+    if p.datasheet_flops:
+        share = measured / p.datasheet_flops
+        line += f", {percent(share)} of the spec's {human_flops_per_s(p.datasheet_flops)}"
         rules.append(f"{percent(SPEC_FLOOR)} to {percent(PEAK_SLACK)} of the datasheet's dense peak")
         if share > PEAK_SLACK:
             problems.append("above the datasheet, so the spec row does not fit this board")
@@ -327,7 +327,7 @@ def bandwidth_checks(target: str, p: DeviceProfile, run: RunFloor | None = None)
     """The copy and the read-only stream: each measured, under any datasheet or NVML peak, over what a pass of the
     doctor's run moved per second (the read at least that, the copy at least half), and the read figure plausible
     beside the copy."""
-    peak = p.bandwidth_bytes_per_s if p.bandwidth_source in ("nvml", "spec") else None
+    peak, peak_source = p.datasheet_bandwidth_bytes_per_s, p.datasheet_bandwidth_source
     checks = []
     for what, measured, samples, counts in (
         ("copy", p.measured_bandwidth_bytes_per_s, p.bandwidth_samples, f"{p.bandwidth_counts}, copies"),
@@ -347,10 +347,10 @@ def bandwidth_checks(target: str, p: DeviceProfile, run: RunFloor | None = None)
             if not READ_OVER_COPY[0] <= ratio <= READ_OVER_COPY[1]:
                 problems.append(f"outside {READ_OVER_COPY}, not a memory stream")
         if peak is not None:
-            line += f", {percent(measured / peak)} of the {p.bandwidth_source} peak {human_bandwidth(peak)}"
-            rules.append(f"at most {percent(PEAK_SLACK)} of the {p.bandwidth_source} peak")
+            line += f", {percent(measured / peak)} of the {peak_source} peak {human_bandwidth(peak)}"
+            rules.append(f"at most {percent(PEAK_SLACK)} of the {peak_source} peak")
             if measured > PEAK_SLACK * peak:
-                problems.append(f"above the {p.bandwidth_source} peak")
+                problems.append(f"above the {peak_source} peak")
         if run is not None:
             share = 1 / PEAK_SLACK if what == "read" else COPY_FLOOR_OF_RUN
             line += f"; the run's best pass moved {human_bandwidth(run.bytes_per_s)}"
@@ -369,7 +369,9 @@ def spec_check(figures: DeviceFigures) -> Check:
     row, sheet = figures.spec_row, figures.spec_bandwidth_bytes_per_s
     if row is None or sheet is None:
         return Check(name, "SKIP", f"no row for '{figures.name}' in the spec table: its peak FLOP/s are measured")
-    nvml = next((p.bandwidth_bytes_per_s for p in figures.profiles if p.bandwidth_source == "nvml"), None)
+    nvml = next(
+        (p.datasheet_bandwidth_bytes_per_s for p in figures.profiles if p.datasheet_bandwidth_source == "nvml"), None
+    )
     line = f"'{figures.name}' is the table's {row} (datasheet bandwidth {human_bandwidth(sheet)})"
     if nvml is None:
         return verdict(True, name, line + "; NVML gave no bandwidth to compare", row)

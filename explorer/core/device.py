@@ -1,11 +1,11 @@
-"""The hardware figures the roofline model divides by: measured on a CPU, from the spec table and NVML on a GPU."""
+"""The hardware figures the roofline model divides by: measured (on a GPU, the spec table's and NVML's beside them)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
@@ -22,7 +22,7 @@ from explorer.core.device_profile import (
 )
 from explorer.core.errors import BadInput, RunFailed
 from explorer.core.figure_trust import unreliable_reason
-from explorer.core.gpu_specs import GpuSpec, match_gpu_spec, normalise_gpu_name
+from explorer.core.gpu_specs import GpuSpec, datasheet_figures, match_gpu_spec, normalise_gpu_name
 from explorer.core.lab_progress import Report, silent
 from explorer.core.loaded_model import DTYPES
 from explorer.core.timing import repeat_timed
@@ -322,7 +322,8 @@ def _measure_or_reason(measure: Callable[[], list[float]]) -> tuple[list[float],
 
 
 def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None) -> DeviceProfile:
-    """Peak FLOP/s from the spec table, bandwidth from NVML (else the table), plus a short measurement of each."""
+    """Peak FLOP/s and both bandwidths measured (a short microbenchmark of each), the datasheet's beside them: the
+    spec table's FLOP/s, NVML's bandwidth (else the table's). A failed benchmark falls back to the datasheet's."""
     index = torch.cuda.current_device() if index is None else index
     name = torch.cuda.get_device_name(index)
     memory_bytes = torch.cuda.get_device_properties(index).total_memory
@@ -340,10 +341,15 @@ def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None
     flops_samples, bandwidth_samples, read_samples = gpu_benchmarks(f"cuda:{index}", dtype, progress, notes)
     measured_flops = max(flops_samples) if flops_samples else None
     measured_bandwidth = max(bandwidth_samples) if bandwidth_samples else None
-    peak_flops, peak_flops_source = _pick_peak_flops(spec, dtype, measured_flops, notes)
-    bandwidth_bytes_per_s, bandwidth_source = _pick_bandwidth(spec, nvml_bandwidth_bytes_per_s, measured_bandwidth)
-    # A datasheet's or NVML's peak is the bus's, the same for reads as for copies; only a measurement tells them apart.
-    read_bandwidth, read_source = _pick_bandwidth(spec, nvml_bandwidth_bytes_per_s, max(read_samples, default=None))
+    measured_read = max(read_samples, default=None)
+    # The roofline divides by what this device measured; the datasheet's figures stand beside them (a datasheet's or
+    # NVML's peak is the bus's, the same for reads as for copies, and no kernel reaches it: on an H200 the matmul
+    # measured 752-786 TFLOP/s against 989, the read stream about 4.0 TB/s against 4.8).
+    sheet = datasheet_figures(spec, _datasheet_flops(spec, dtype, notes), nvml_bandwidth_bytes_per_s)
+    sheet_bandwidth, sheet_source = sheet.datasheet_bandwidth_bytes_per_s, sheet.datasheet_bandwidth_source or "spec"
+    peak_flops, peak_flops_source = _measured_first(measured_flops, sheet.datasheet_flops, "spec")
+    bandwidth_bytes_per_s, bandwidth_source = _measured_first(measured_bandwidth, sheet_bandwidth, sheet_source)
+    read_bandwidth, read_source = _measured_first(measured_read, sheet_bandwidth, sheet_source)
     if peak_flops is None or bandwidth_bytes_per_s is None:
         raise RunFailed(f"Could not size the GPU '{name}' for {dtype} ({'; '.join(notes)}): try --device cpu.")
     if spec is not None:
@@ -364,6 +370,7 @@ def cuda_profile(dtype: str, progress: Report = silent, index: int | None = None
             read_bandwidth_bytes_per_s=read_bandwidth,  # None (reads at the copy figure) only if nothing sized them
             read_bandwidth_source=read_source if read_bandwidth is not None else None,
             **benchmark_record(flops_samples, bandwidth_samples, read_samples, GPU_MATMUL_N, GPU_COPY_BYTES),
+            **asdict(sheet),
         )
     )
 
@@ -406,28 +413,22 @@ def tf32_matmuls_enabled() -> bool:
         return False
 
 
-def _pick_peak_flops(
-    spec: GpuSpec | None, dtype: str, measured_flops: float | None, notes: list[str]
-) -> tuple[float | None, Source]:
-    """The table's figure where it has one that applies; otherwise what the matmul achieved."""
+def _datasheet_flops(spec: GpuSpec | None, dtype: str, notes: list[str]) -> float | None:
+    """The table's FLOP/s for `dtype` where one applies: not for float32 under TF32 (tensor cores then run it, well
+    above the table's non-tensor FP32 figure), not for a dtype the GPU has no tensor cores for."""
     spec_flops = spec.peak_flops(dtype) if spec is not None else None
     if dtype == "float32" and tf32_matmuls_enabled():
-        # TF32 tensor cores then run float32 matmuls, well above the table's non-tensor FP32 figure.
-        notes.append("TF32 matmuls are enabled: float32 peak is measured, not the FP32 spec figure")
-        spec_flops = None
-    elif spec is not None and spec_flops is None:
-        notes.append(f"{spec.name} has no {dtype} tensor cores: peak is measured")
-    if spec_flops is not None:
-        return spec_flops, "spec"
-    return measured_flops, "measured"
+        notes.append("TF32 matmuls are enabled: float32 has no datasheet figure here, only the measured one")
+        return None
+    if spec is not None and spec_flops is None:
+        notes.append(f"{spec.name} has no {dtype} tensor cores: no datasheet figure, only the measured one")
+    return spec_flops
 
 
-def _pick_bandwidth(
-    spec: GpuSpec | None, nvml_bytes_per_s: float | None, measured_bytes_per_s: float | None
+def _measured_first(
+    measured: float | None, datasheet: float | None, datasheet_source: Source
 ) -> tuple[float | None, Source]:
-    """NVML's theoretical figure for this very board, else the table's, else what the microbenchmark achieved."""
-    if nvml_bytes_per_s is not None:
-        return nvml_bytes_per_s, "nvml"
-    if spec is not None:
-        return spec.bandwidth_bytes_per_s, "spec"
-    return measured_bytes_per_s, "measured"
+    """What the device achieved where it was measured; the datasheet's figure only where the benchmark failed."""
+    if measured:
+        return measured, "measured"
+    return datasheet, datasheet_source

@@ -63,6 +63,28 @@ class DeviceProfile:
     figures_note: str = ""  # why they look unreliable, and whether they were taken twice; "" when they look sound
     figures_retaken: bool = False  # the first set looked unreliable, so the microbenchmarks ran again after a pause
     benchmark_core_share: float | None = None  # CPU: process CPU time / (wall x threads) over the memory streams
+    # A GPU's datasheet figures, kept beside the measured ones the roofline divides by (None: no datasheet, a CPU or a
+    # GPU the spec table does not know). The bandwidth is NVML's for this very board where the driver gives it.
+    datasheet_flops: float | None = None
+    datasheet_bandwidth_bytes_per_s: float | None = None
+    datasheet_bandwidth_source: Source | None = None  # "nvml" or "spec"
+    datasheet_source: str = ""  # where they come from: the spec row and its document, or "nvml"
+
+    @property
+    def measured_read_peak(self) -> tuple[float, Source]:
+        """The read bandwidth this device achieved (a read-only stream's best), with its source; an older trace or a
+        failed benchmark falls back to the copy stream, then to the figure the roofline divides by."""
+        for figure in (self.measured_read_bandwidth_bytes_per_s, self.measured_bandwidth_bytes_per_s):
+            if figure:
+                return figure, "measured"
+        return self.effective_read_bandwidth_bytes_per_s, self.read_bandwidth_source or self.bandwidth_source
+
+    @property
+    def measured_compute_peak(self) -> tuple[float, Source]:
+        """The FLOP/s this device's matmul achieved, with its source; else the figure the roofline divides by."""
+        if self.measured_flops:
+            return self.measured_flops, "measured"
+        return self.peak_flops, self.peak_flops_source
 
     @property
     def read_bandwidth_from_copy(self) -> bool:

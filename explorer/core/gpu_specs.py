@@ -248,3 +248,24 @@ def match_gpu_spec(device_name: str, memory_bytes: int | None) -> GpuSpec | None
     if len(candidates) > 1 and memory_bytes is not None:
         return min(candidates, key=lambda spec: abs(spec.memory_gb - memory_bytes / GIB))
     return candidates[0] if len(candidates) == 1 else None
+
+
+@dataclass(frozen=True)
+class DatasheetFigures:
+    """A GPU's datasheet figures as a `DeviceProfile` keeps them beside its measured ones (its field names)."""
+
+    datasheet_flops: float | None  # the spec row's dense FLOP/s for the dtype; None where none applies
+    datasheet_bandwidth_bytes_per_s: float | None  # NVML's for this board, else the spec row's
+    datasheet_bandwidth_source: str | None  # "nvml" or "spec"
+    datasheet_source: str  # where they come from, for a table's source column
+
+
+def datasheet_figures(spec: GpuSpec | None, flops: float | None, nvml_bytes_per_s: float | None) -> DatasheetFigures:
+    """The bus's peak from NVML for this very board, else the table's; `flops` the table's figure for the dtype."""
+    if nvml_bytes_per_s is not None:
+        bandwidth, source = nvml_bytes_per_s, "nvml"
+    else:
+        bandwidth, source = (spec.bandwidth_bytes_per_s, "spec") if spec is not None else (None, None)
+    words = [f"spec: {spec.name} ({spec.source})"] if spec is not None else []
+    words += ["bandwidth from NVML (this board's clocks and bus)"] if source == "nvml" else []
+    return DatasheetFigures(flops, bandwidth, source, "; ".join(words))

@@ -22,6 +22,10 @@ plain capture of transformers' forward left SmolLM2-135M's shape at 3.4 ms a pas
 compiled static path: a graph removes the launches, not the kernels. `EXPLORER_GRAPH_COMPILE=0` captures the forward as
 it is, and so does a model whose compile fails (said once).
 
+What is captured (and compiled) is the model with each layer's q/k/v projections as one matmul and gate/up as one
+(`explorer.core.fused`: a Llama's own layers; other models unfused, `GraphPool.why_unfused` says why):
+fewer, larger kernels for the same bytes. `EXPLORER_GRAPH_FUSE=0` captures the unfused projections.
+
 Nothing here imports torch.cuda at import time: on a CPU the static path runs and the graph path is refused in one
 line.
 """
@@ -38,6 +42,7 @@ import torch
 from torch import nn
 
 from explorer.core.errors import RunFailed, one_line
+from explorer.core.fused import FUSE_ENV, fuse_refusal, fuse_wanted, fused_model
 from explorer.core.model_info import ModelInfo
 from explorer.core.roofline import CacheLayout
 from explorer.core.trace import DecodePath
@@ -203,13 +208,26 @@ class GraphPool:
     keeps the model): a shape is captured once. A request leases one for its whole life, since its KV cache is the
     graph's; a second request of the same shape at the same time (a stepped request between clicks) gets its own."""
 
-    def __init__(self, compile_steps: bool | None = None) -> None:
+    def __init__(self, compile_steps: bool | None = None, fuse_steps: bool | None = None) -> None:
         self._idle: dict[CacheShape, list[CapturedDecode]] = {}  # insertion order: least recently given back first
         self._lock = threading.Lock()
         self.captures = 0  # how many graphs this pool has captured
         self.compile_steps = compile_wanted() if compile_steps is None else compile_steps
         self._step: Callable[..., object] | None = None  # the compiled forward, made once per model
         self.why_uncompiled = ""  # set when a compile failed: later shapes are captured uncompiled
+        self.fuse_steps = fuse_wanted() if fuse_steps is None else fuse_steps
+        self._fused: nn.Module | None = None  # the model with fused projections (or the model), made once
+        self.why_unfused = ""  # set when the model's projections could not be fused
+
+    def _target_for(self, model: nn.Module) -> nn.Module:
+        """What a graph captures: the model with its q/k/v and gate/up projections fused (`explorer.core.fused`), made
+        once per model; the model itself where fusing is off or refused (`why_unfused` says why)."""
+        with self._lock:
+            if self._fused is None:
+                refusal = fuse_refusal(model) if self.fuse_steps else f"{FUSE_ENV}=0"
+                self.why_unfused = refusal or ""
+                self._fused = model if refusal else fused_model(model)
+            return self._fused
 
     def _step_for(self, model: nn.Module) -> Callable[..., object] | None:
         with self._lock:
@@ -227,6 +245,7 @@ class GraphPool:
                 if not idle:
                     del self._idle[shape]
                 return leased
+        model = self._target_for(model)  # fused projections where the model allows
         step = self._step_for(model)
         if progress is not None:
             how = (

@@ -60,6 +60,10 @@ def format_device(d: DeviceProfile) -> str:
             f"{human_bandwidth(d.measured_read_bandwidth_bytes_per_s)}"
             + samples(d.read_bandwidth_samples, human_bandwidth)
         )
+    if d.datasheet_flops or d.datasheet_bandwidth_bytes_per_s:  # beside the measured figures the roofline used
+        sheet = [human_flops_per_s(d.datasheet_flops)] if d.datasheet_flops else []
+        sheet += [human_bandwidth(d.datasheet_bandwidth_bytes_per_s)] if d.datasheet_bandwidth_bytes_per_s else []
+        lines.append(f"        datasheet: {', '.join(sheet)} ({d.datasheet_source}); the roofline uses the above")
     if d.benchmark_core_share is not None:
         lines.append(f"        load: the memory streams' threads had {d.benchmark_core_share:.0%} of their cores")
     if d.busy_note:

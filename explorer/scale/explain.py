@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from explorer.core.roofline import layer_pairs
 from explorer.core.units import human_bytes
-from explorer.scale.params import attention_biases_per_layer, expert_weight_params, storage_bits
+from explorer.scale.params import attention_biases_per_layer, expert_weight_params, storage_bits, stored_bytes
 from explorer.scale.whatif import ALL_REDUCES_PER_LAYER, WhatIf, decode_step
 
 
@@ -218,6 +218,25 @@ def ceiling_if_read_whole_text(result: WhatIf) -> str | None:
         return None
     share = " (one GPU's share)" if result.scenario.gpus > 1 else ""
     return f"{whole:,.0f} if the {human_bytes(result.input_table_bytes)} input table{share} were read whole"
+
+
+def ceiling_why_text(result: WhatIf) -> str | None:
+    """Why the tokens/s ceiling is not the familiar 'parameters x bytes / bandwidth' (Llama-3.1-8B on an H100: 223, not
+    209): the input embedding is a row lookup that reads one row per token, not the whole table. Computed from the
+    scenario; None when the table is tied (the LM head reads it whole, so both agree)."""
+    whole = result.decode_tokens_per_s_ceiling_table_whole
+    if whole is None:
+        return None
+    s = result.scenario
+    row_bytes = stored_bytes(s.arch.hidden_size / s.gpus, s.weights_storage)  # one GPU's share of a row
+    tokens = f"{s.batch:,} tokens" if s.batch > 1 else "one token"
+    share = " (one GPU's share)" if s.gpus > 1 else ""
+    return (
+        f"{result.decode_tokens_per_s_ceiling:,.0f} tokens/s, not the rule of thumb's {whole:,.0f} (every parameter's "
+        f"bytes / the bandwidth): that rule reads the {human_bytes(result.input_table_bytes)} input embedding "
+        f"table{share} whole, but the input embedding is a row lookup, reading one {human_bytes(row_bytes)} row "
+        f"per token ({tokens} a step here)."
+    )
 
 
 def caveat_lines(result: WhatIf) -> list[str]:

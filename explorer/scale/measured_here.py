@@ -8,6 +8,7 @@ from statistics import median
 
 from explorer.core.trace import Trace
 from explorer.core.units import human_bytes, ms
+from explorer.scale.calibrated import calibrate, efficiency_of
 from explorer.scale.config import SHAPE_PREFIX, shipped_key
 from explorer.scale.whatif import WhatIf, what_if
 
@@ -30,6 +31,7 @@ class HereRow:
     what_if: str  # modelled (or counted from config.json), on the what-if's GPU in its dtypes
     measured_here: str  # measured on this device: the run's passes, or counted from the built tensors
     floor_here: str  # modelled from this device's figures for the same pass; "" where there is no floor
+    calibrated: str = ""  # the what-if x this run's measured / floor here (`explorer.scale.calibrated`); "" for counts
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ def compare_here(result: WhatIf, trace: Trace) -> HereComparison:
     same = what_if(replace(result.scenario, batch=1, context=context, prompt_tokens=trace.prompt_len))
     s, m = same.scenario, trace.model
     held = trace.passes[-1]
+    calibrated = calibrate(same, efficiency_of(trace))
     decode_wall = median(p.wall_s for p in decodes) if decodes else None
     decode_floor = median(p.cost.roofline_time_s for p in decodes) if decodes else None
     rows = (
@@ -80,9 +83,14 @@ def compare_here(result: WhatIf, trace: Trace) -> HereComparison:
             ms(same.prefill.floor_s),
             ms(median(p.wall_s for p in prefills)),
             ms(median(p.cost.roofline_time_s for p in prefills)),
+            ms(calibrated.prefill_s),
         ),
         HereRow(
-            f"decode step at context {context:,}, batch 1", ms(same.decode.floor_s), ms(decode_wall), ms(decode_floor)
+            f"decode step at context {context:,}, batch 1",
+            ms(same.decode.floor_s),
+            ms(decode_wall),
+            ms(decode_floor),
+            ms(calibrated.decode_step_s),
         ),
     )
     factor = decode_wall / decode_floor if decode_wall and decode_floor else float("nan")

@@ -10,8 +10,10 @@ import streamlit as st
 
 from explorer.charts import cost as charts
 from explorer.charts import device as device_charts
+from explorer.charts import floor_share as share_charts
 from explorer.charts import profile as profile_charts
 from explorer.charts import roofline as roofline_charts
+from explorer.core.floor_share import REFERENCES_NOTE, pass_share, peaks_sentence
 from explorer.core.pass_profile import PassProfile
 from explorer.core.trace import Trace
 from explorer.core.units import human_bandwidth, human_bytes, human_flops, ms, percent
@@ -209,3 +211,32 @@ def device_section(trace: Trace) -> None:
             "nvml: the driver's clocks · achieved: raised to what a pass of this run did",
         )
         st.caption(device_charts.DEVICE_NOTE[trace.device.kind])
+
+
+def floor_share_section(trace: Trace) -> None:
+    """How close each pass came to this device's floor: its share of the measured read bandwidth (decode) or matmul
+    peak (prefill), the median decode pass and the prefill said in words, and the published shares of real systems
+    marked on the chart; then which peaks the roofline divides by (measured, the datasheet's beside them on a GPU)."""
+    st.subheader("How close to the floor: each pass as a share of the device")
+    index = charts.median_decode_index(trace)
+    for p in [trace.prefill] + ([trace.passes[index]] if index is not None else []):
+        said = pass_share(p, trace.device).sentence()
+        st.markdown(said[:1].upper() + said[1:])  # numbers and fixed words only
+    frame = share_charts.share_frame(trace)
+    references = share_charts.references_frame()
+    chart(
+        share_charts.share_chart(frame, references),
+        frame,
+        "floor-share",
+        "Each pass's achieved rate as a share of what this device measured: a decode pass's bytes read (weights + "
+        "KV) per second against the read bandwidth, the prefill's FLOPs per second against the matmul peak. The "
+        f"dashed lines are published decode shares at batch 1. {REFERENCES_NOTE}",
+        "bytes and FLOPs modelled · times measured · device figures measured (microbenchmarks) · references "
+        "reported, sources in the table below",
+    )
+    table(
+        references,
+        "The published shares the chart marks, each with what it was measured on and its source.",
+        "reported by each source; gpt-fast's share computed from its reported GB/s and the A100 datasheet",
+    )
+    st.markdown(peaks_sentence(trace.device))  # numbers and fixed words only

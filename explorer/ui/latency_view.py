@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.charts import latency as latency_charts
+from explorer.core.floor_share import run_decode_share
 from explorer.core.trace import Trace
 from explorer.ui.slo_state import slo_inputs
 from explorer.ui.widgets import table
@@ -30,3 +31,12 @@ def slo_section(trace: Trace) -> tuple[float, float]:
         "values measured · SLOs set above",
     )
     return ttft_slo_s, itl_slo_s
+
+
+def floor_share_line(trace: Trace) -> None:
+    """The run's decode passes together against the floor: all their bytes read over all their measured time, as a
+    share of this device's measured read bandwidth (the Cost page shows it pass by pass, among published systems)."""
+    share = run_decode_share(trace)
+    if share is not None:
+        said = share.sentence()
+        st.markdown(said[:1].upper() + said[1:])  # numbers and fixed words only

@@ -17,8 +17,9 @@ from explorer.core.request import Request
 from explorer.core.trace import Trace
 from explorer.core.units import GB, human_bytes, ms, short_time
 from explorer.hosting.settings import is_hosted
+from explorer.scale.calibrated import CALIBRATED
 from explorer.scale.config import DEFAULT_MODEL, Architecture, load_architecture, shipped, shipped_key
-from explorer.scale.explain import ceiling_if_read_whole_text, formula_lines, knee_text
+from explorer.scale.explain import ceiling_if_read_whole_text, ceiling_why_text, formula_lines, knee_text
 from explorer.scale.local import LocalGap, local_gap
 from explorer.scale.measured_here import HERE_NEW_TOKENS, HERE_PROMPT, compare_here, shape_name
 from explorer.scale.params import DTYPE_BYTES, STORAGE_BITS
@@ -196,6 +197,8 @@ def headline(result: WhatIf) -> None:
         short_time(result.prefill.floor_s),
         help=f"modelled: {s.prompt_tokens:,} tokens, TTFT floor",
     )
+    if why := ceiling_why_text(result):
+        st.caption(f"Tokens/s ceiling: {why}")  # numbers and fixed words only
     link = f"; {s.link.name} {s.link.bytes_per_s / GB:,.1f} GB/s both ways between them" if s.link else ""
     st.caption(
         f"Spec, per GPU: {s.gpu.name}, {s.peak_flops / 1e12:,.1f} TFLOP/s dense {s.dtype}, "
@@ -358,6 +361,7 @@ def _measured_beside(result: WhatIf, trace: Trace) -> None:
             "what_if": f"what-if: {s.gpu.name}, {s.dtype} (modelled)",
             "measured_here": f"here: {trace.device.name} (measured)",
             "floor_here": "here: its floor (modelled)",
+            "calibrated": f"what-if x here's measured / floor ({CALIBRATED}: an assumption)",
         }
     )
     st.markdown(f"**{here.sentence}.**")

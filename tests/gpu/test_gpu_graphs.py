@@ -20,11 +20,12 @@ from explorer.checks.bench import BenchConfig, run_bench
 from explorer.checks.greedy_reference import generate_tokens
 from explorer.core.device import FiguresStore
 from explorer.core.engine import Request, check_request
+from explorer.core.floor_share import pass_share
 from explorer.core.graph_decode import CacheShape, GraphPool
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure, prepare_device
 from explorer.core.roofline import kv_cache_bytes
-from explorer.core.trace import Trace
+from explorer.core.trace import PassRecord, Trace
 from explorer.core.warm_shapes import WarmShapes
 from explorer.models.loading import describe, eos_ids, load_model
 from tests.gpu import RecordProperty, requires_cuda
@@ -36,7 +37,7 @@ CONFIGS = ROOT / "explorer" / "scale" / "configs"
 FIRST_REPEAT_MOST = 1.15  # the first repeat's time at most this many times the later repeats' median
 GRAPH_8B_MOST_FLOORS = 1.5  # Llama-3.1-8B shape, bf16: a graph decode pass at most this many weight-read floors
 SMALL_SHAPE_MOST_S = 2e-3  # SmolLM2-135M shape, bf16: a graph decode pass at most this long
-PREFILL_8B_MOST_ROOFLINES = 2.0  # an 8B prefill of 2,048 tokens at most this many times its roofline time
+PREFILL_8B_MOST_ROOFLINES = 1.3  # an 8B prefill of 2,048 tokens at most this many rooflines at the measured peak
 NO_SLOWER_SLACK = 1.05  # graph decode against transformers' compiled static path: equal within 5 % of noise
 PROMPT_TOKENS, NEW_TOKENS = 512, 64  # the issue's shapes
 
@@ -74,6 +75,12 @@ def shape_run(lm: LoadedModel, prompt_tokens: int, new_tokens: int, path: str = 
 
 def median_decode_s(passes: tuple[object, ...]) -> float:
     return statistics.median(p.wall_s for p in passes[1:])  # type: ignore[attr-defined]
+
+
+def median_pass(trace: Trace) -> PassRecord:
+    """The decode pass with the median measured time (the one the Cost page shows)."""
+    decodes = sorted(trace.decodes, key=lambda p: p.wall_s)
+    return decodes[len(decodes) // 2]
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +129,9 @@ def test_graph_decode_tokens_equal_eager_and_generate(
     assert eager.generated_token_ids == reference
     uncompiled = replace(lm, warmed=WarmShapes(), graphs=GraphPool(compile_steps=False))
     assert measure(uncompiled, request).generated_token_ids == reference
+    unfused = replace(lm, warmed=WarmShapes(), graphs=GraphPool(compile_steps=False, fuse_steps=False))
+    assert measure(unfused, request).generated_token_ids == reference  # the projections as transformers runs them
+    record_property("graph step's projections fused", "yes" if not lm.graphs.why_unfused else lm.graphs.why_unfused)
     same = next((i for i, (a, b) in enumerate(zip(graph.generated_token_ids, reference)) if a != b), len(reference))
     record_property("compiled step: tokens equal generate()'s for the first", f"{same} of {len(reference)}")
     if lm.info.dtype == "float32" or not lm.graphs.compile_steps:
@@ -178,10 +188,12 @@ def test_8b_graph_decode_is_within_1_5x_its_weight_read_floor(
     record_property("weight-read floor (ms)", f"{floor_s * 1e3:.3f}")
     record_property("decode / floor (ratio)", f"{decode_s / floor_s:.3f}")
     record_property("graph step compiled", "yes" if not llama_8b.graphs.why_uncompiled else "no")
+    record_property("graph step's projections fused", "yes" if not llama_8b.graphs.why_unfused else "no")
+    record_property("bandwidth share (median decode pass)", pass_share(median_pass(trace), trace.device).sentence())
     assert decode_s <= GRAPH_8B_MOST_FLOORS * floor_s, f"{decode_s * 1e3:.2f} ms against {floor_s * 1e3:.2f} ms"
 
 
-def test_8b_prefill_of_2048_tokens_is_within_2x_its_roofline(
+def test_8b_prefill_of_2048_tokens_is_within_1_3x_its_roofline_at_the_measured_peak(
     llama_8b: LoadedModel, record_property: RecordProperty
 ) -> None:
     trace = shape_run(llama_8b, 2048, 2)
@@ -190,6 +202,7 @@ def test_8b_prefill_of_2048_tokens_is_within_2x_its_roofline(
     record_property("prefill (ms)", f"{prefill.wall_s * 1e3:.2f}")
     record_property("roofline (ms)", f"{bound * 1e3:.2f}")
     record_property("prefill / roofline (ratio)", f"{prefill.wall_s / bound:.3f}")
+    record_property("matmul share", pass_share(prefill, trace.device).sentence())
     assert prefill.wall_s <= PREFILL_8B_MOST_ROOFLINES * bound, f"{prefill.wall_s * 1e3:.1f} ms, {bound * 1e3:.1f} ms"
 
 
@@ -199,6 +212,12 @@ def test_135m_shape_graph_decode_is_under_2_ms_a_pass(
     trace = shape_run(smollm_shape, PROMPT_TOKENS, NEW_TOKENS)
     record_property("graph decode median (ms)", f"{median_decode_s(trace.passes) * 1e3:.3f}")
     record_property("graph step compiled", "yes" if not smollm_shape.graphs.why_uncompiled else "no")
+    record_property("bandwidth share (median decode pass)", pass_share(median_pass(trace), trace.device).sentence())
+    unfused = replace(smollm_shape, warmed=WarmShapes(), graphs=GraphPool(fuse_steps=False))
+    record_property(
+        "graph decode median, unfused projections (ms)",
+        f"{median_decode_s(shape_run(unfused, PROMPT_TOKENS, NEW_TOKENS).passes) * 1e3:.3f}",
+    )
     uncompiled = replace(smollm_shape, warmed=WarmShapes(), graphs=GraphPool(compile_steps=False))
     plain = shape_run(uncompiled, PROMPT_TOKENS, NEW_TOKENS)
     record_property("graph decode median, uncompiled capture (ms)", f"{median_decode_s(plain.passes) * 1e3:.3f}")

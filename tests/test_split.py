@@ -21,16 +21,14 @@ from explorer.scale.split import (
     Layout,
     Parts,
     Workload,
-    arrivals,
     batch_under_tpot,
-    capacity_per_s,
     exposed_streamed_s,
-    goodput,
     iteration_s,
-    simulate,
 )
+from explorer.scale.split_curves import capacity_per_s, goodput
 from explorer.scale.split_explain import split_formula_lines
 from explorer.scale.split_links import LINK_NAMES, split_link
+from explorer.scale.split_sim import arrivals, simulate, simulate_colocated
 from explorer.scale.split_whatif import RooflineSteps, SplitInputs, split_what_if
 from tests.test_scale import whatif_main
 
@@ -131,8 +129,6 @@ def test_a_colocated_prefill_stalls_every_running_decode_and_chunking_spreads_it
     """Request A arrives at 0, B at 0.155 (mid-way through A's 6th decode step): prefill-first, A's 10 decode steps
     take 10 x 10 ms plus B's 100 ms prefill, which starts when that step ends (0.16); chunked (chunks of 50 tokens =
     half a prompt), each of B's two chunks rides on one of A's steps, which then takes max(10 ms, 50 ms) = 50 ms."""
-    from explorer.scale.split import simulate_colocated
-
     toy = ToySteps()
     work = Workload(11, 10.0, 10.0, 100)
     stalled = simulate_colocated(toy, work, [0.0, 0.155], Layout("colocated", 1))

@@ -18,24 +18,19 @@ from explorer.scale.split import (
     PREFILL_TOKEN_BUDGET,
     REQUESTS,
     SEED,
-    Curve,
     Layout,
     Outcome,
     Parts,
     StepModel,
     Workload,
     batch_under_tpot,
-    capacity_per_s,
     check_layout,
-    crossover_per_s,
-    curve,
     exposed_streamed_s,
     iteration_s,
-    rate_grid,
-    simulate,
-    verdict,
 )
+from explorer.scale.split_curves import Curve, capacity_per_s, crossover_per_s, curve, rate_grid, verdict
 from explorer.scale.split_links import SplitLink, split_link
+from explorer.scale.split_sim import simulate
 
 SCHEMA = "explorer.whatif.split/1"
 GRID_HEADROOM = 1.25  # the rates run to 1.25 x the highest no-SLO capacity of any layout: past every knee

@@ -38,7 +38,10 @@ class MeasuredSteps:
         self.prefill_s_per_token = median(passes[0].wall_s / passes[0].tokens_in for passes in trace.repeats)
         self.decode_step_s = decode_s
         self.source = f"measured on {trace.device.name}"
-        self._scale = decode_s / self._roofline(1).roofline_time_s
+        floor_s = self._roofline(1).roofline_time_s
+        if not (decode_s > 0 and self.prefill_s_per_token > 0 and floor_s > 0):  # a recording can hold anything
+            raise BadInput("The run's measured prefill and decode times must be above zero to start a what-if from.")
+        self._scale = decode_s / floor_s
         self._decode: dict[int, Parts] = {}
 
     def _roofline(self, batch: int) -> Any:

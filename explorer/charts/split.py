@@ -94,12 +94,16 @@ def distribution_chart(
 ) -> alt.HConcatChart:
     """TTFT and TPOT of every request, one box per layout (min to max), each beside its SLO as a red rule."""
     color = _layout_color(frame)
+    order = list(dict.fromkeys(frame["layout"]))  # the layouts in the record's order, not alphabetical
 
     def panel(field: str, title: str, slo_ms: float) -> alt.LayerChart:
         boxes = (
             alt.Chart(frame)
             .mark_boxplot(extent="min-max")
-            .encode(alt.X("layout:N", title=None, axis=alt.Axis(labelAngle=-20)), alt.Y(f"{field}:Q", title=title))
+            .encode(
+                alt.X("layout:N", title=None, sort=order, axis=alt.Axis(labelAngle=-20)),
+                alt.Y(f"{field}:Q", title=title),
+            )
             .encode(color)
         )
         rule = alt.Chart(pd.DataFrame({"slo": [slo_ms]})).mark_rule(color=SLO_RULE_COLOR).encode(y="slo:Q")

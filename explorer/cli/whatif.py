@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.cli.common import check_output_paths
-from explorer.cli.whatif_split import add_split_arguments, precheck_split, run_split
+from explorer.cli.whatif_split import add_split_arguments, emit, precheck_split, run_split
 from explorer.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -97,13 +97,7 @@ def cmd_whatif(args: argparse.Namespace) -> None:
         run_split(args, scenario)
         return
     result = what_if(scenario)
-    print(format_whatif(result))
-    if args.explain:
-        print("\nformulas:")
-        print("\n".join(formula_lines(result)))
-    if args.json:
-        args.json.write_text(result.to_json(), encoding="utf-8")
-        print(f"wrote {args.json}")
+    emit(args, format_whatif(result), lambda: formula_lines(result), result.to_json)
 
 
 def _row(name: str, value: str, source: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from explorer.core.errors import BadInput
@@ -70,12 +71,17 @@ def run_split(args: argparse.Namespace, scenario: Scenario) -> None:
             args.rate,
         )
     )
-    print(format_split(result))
+    emit(args, format_split(result), lambda: split_formula_lines(result), result.to_json)
+
+
+def emit(args: argparse.Namespace, table: str, formulas: Callable[[], list[str]], as_json: Callable[[], str]) -> None:
+    """What both what-ifs print: the table, the formulas with `--explain`, and the JSON written with `--json`."""
+    print(table)
     if args.explain:
         print("\nformulas:")
-        print("\n".join(split_formula_lines(result)))
+        print("\n".join(formulas()))
     if args.json:
-        args.json.write_text(result.to_json(), encoding="utf-8")
+        args.json.write_text(as_json(), encoding="utf-8")
         print(f"wrote {args.json}")
 
 

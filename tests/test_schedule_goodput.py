@@ -73,3 +73,15 @@ def test_a_room_rounds_goodput_counts_each_persons_request() -> None:
     count = round_.goodput(1.0, 0.1)  # person 2 misses TTFT, person 3 TPOT (a long prefill beside it)
     assert [v.met for v in count.verdicts] == [True, False, False]
     assert (count.met, count.ttft_missed, count.tpot_missed) == (1, 1, 1)
+
+
+def test_the_schedule_commands_report_counts_goodput_under_its_slos() -> None:
+    """`python -m explorer schedule --ttft-slo-ms --tpot-slo-ms`: one line per mode, on the bundled lab run."""
+    from explorer.cli.schedule import format_run
+    from explorer.labs.bundled import read
+
+    run = read("schedule").result
+    loose, tight = format_run(run, (60.0, 60.0)), format_run(run, (1e-6, 1e-6))
+    n = len(run.served.requests)
+    assert f"goodput   {run.served.mode}: {n} of {n} requests met both SLOs" in loose
+    assert f"goodput   {run.served.mode}: 0 of {n} requests met both SLOs" in tight

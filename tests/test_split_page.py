@@ -43,6 +43,7 @@ def test_the_page_and_whatif_split_json_show_the_same_figures(tmp_path: Path) ->
     at = open_page(PAGE)
     at.number_input(key="split-x").set_value(2).run()
     keyed(at.selectbox, "split-link-").set_value("400G RDMA").run()
+    at.number_input(key="split-colocated").set_value(2).run()  # 2 GPUs colocated against 3 split
     assert not at.exception, at.exception
     sentence, metrics = split_figures(at)
     out = tmp_path / "split.json"
@@ -50,7 +51,7 @@ def test_the_page_and_whatif_split_json_show_the_same_figures(tmp_path: Path) ->
     written = json.loads(out.read_text())
     assert written["sentence"] == sentence
     assert metrics == {row["label"]: f"{row['goodput_per_gpu']:.3g} /s per GPU" for row in written["layouts"]}
-    assert set(metrics) == {"colocated x3", "colocated x3, chunks of 512", "2P1D"}
+    assert set(metrics) == {"colocated x2", "colocated x2, chunks of 512", "2P1D"}
     assert written["inputs"]["link"] == "400G RDMA" and written["timing"] == "modelled"
     drawn = {b.label for b in at.main.get("download_button")}
     assert {"Download data: split-goodput.csv", "Download data: split-distributions.csv"} <= drawn

@@ -38,10 +38,13 @@ def split_inputs(result: WhatIf) -> SplitInputs:
         "request's mean time per output token)."
     )
     ttft_slo_s, tpot_slo_s = slo_inputs()
-    left, middle, right = st.columns(3)
-    output = left.number_input("Output tokens per request", 2, 32_768, DEFAULT_OUTPUT_TOKENS, key="split-output")
-    x = middle.number_input("Prefill instances (x)", 1, 16, 1, key="split-x")
-    y = right.number_input("Decode instances (y)", 1, 16, 1, key="split-y")
+    output, x, y, colocated = st.columns(4)
+    output = output.number_input("Output tokens per request", 2, 32_768, DEFAULT_OUTPUT_TOKENS, key="split-output")
+    x = x.number_input("Prefill instances (x)", 1, 16, 1, key="split-x")
+    y = y.number_input("Decode instances (y)", 1, 16, 1, key="split-y")
+    colocated = colocated.number_input(
+        "Colocated instances (0: x + y)", 0, 32, 0, key="split-colocated", help="0: the same GPUs as x + y"
+    )
     left, middle, right = st.columns(3)
     offered = [name for name in LINK_NAMES if name != "NVLink" or has_nvlink(s.gpu.name)]
     link = left.selectbox(
@@ -55,7 +58,8 @@ def split_inputs(result: WhatIf) -> SplitInputs:
         "Chunked prefill: chunk (tokens, 0: none)", 0, 65_536, DEFAULT_CHUNK_TOKENS, 64, key="split-chunk"
     )
     return SplitInputs(
-        s, int(output), ttft_slo_s, tpot_slo_s, int(x), int(y), None, link, streamed, int(chunk), None
+        s, int(output), ttft_slo_s, tpot_slo_s, int(x), int(y), int(colocated) or None, link, streamed, int(chunk),
+        None
     )  # fmt: skip
 
 
@@ -96,6 +100,7 @@ def command_line(inputs: SplitInputs) -> str:
         f"{inputs.tpot_slo_s * 1e3:g} --layout {inputs.prefill_instances}P{inputs.decode_instances}D --link "
         f"'{inputs.link}' --transfer {'streamed' if inputs.streamed else 'whole'} --chunk {inputs.chunk_tokens}"
         + (f" --experts-dtype {s.experts_storage}" if s.arch.is_moe else "")
+        + (f" --colocated {inputs.colocated_instances}" if inputs.colocated_instances else "")
     )
 
 

@@ -6,6 +6,7 @@ import streamlit as st
 from explorer import ui
 from explorer.ui import calibrated_view
 from explorer.ui import scale_view as view
+from explorer.ui import split_view
 
 ui.page_title("At scale: your model on your GPU")
 st.caption(
@@ -22,3 +23,4 @@ view.decode_vs_context(result, gap)
 view.tokens_vs_batch(result, gap)
 view.memory(result)
 view.formulas(result)
+split_view.split_phases(result)

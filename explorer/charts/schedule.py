@@ -390,3 +390,24 @@ def prompts_frame(run: ScheduleRun) -> pd.DataFrame:
         {"request": r.id, "prompt_tokens": r.prompt_len, "new_tokens": len(r.token_ids), "prompt_text": r.prompt_text}
         for r in run.requests
     )
+
+
+# --- goodput under the session's SLO pair (issue 45) ----------------------------------------------------------------
+def goodput_frame(modes: Sequence[ServedMode], ttft_slo_s: float, tpot_slo_s: float) -> pd.DataFrame:
+    """One row per mode and request: its TTFT and TPOT (measured), each met or missed (strictly under), and both."""
+    rows = []
+    for m in modes:
+        for v in m.goodput(ttft_slo_s, tpot_slo_s).verdicts:
+            rows.append(
+                {
+                    "mode": m.mode,
+                    "request": v.request,
+                    "ttft_ms": to_ms(v.ttft_s),
+                    "tpot_ms": None if v.tpot_s is None else to_ms(v.tpot_s),
+                    "ttft_met": v.ttft_met,
+                    "tpot_met": v.tpot_met,
+                    "both_met": v.met,
+                }
+            )
+    columns = ["mode", "request", "ttft_ms", "tpot_ms", "ttft_met", "tpot_met", "both_met"]
+    return pd.DataFrame(rows, columns=columns)

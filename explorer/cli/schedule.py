@@ -21,9 +21,11 @@ from explorer.cli.common import (
     check_output_paths,
     run_lab_command,
 )
+from explorer.core.errors import BadInput
 from explorer.core.lab_progress import LabProgress
 from explorer.core.paths import context_without_loading
 from explorer.core.request import check_fits_context
+from explorer.core.slo import REFERENCE_ITL_SLO_S, REFERENCE_TTFT_SLO_S
 from explorer.core.trace import percentile
 from explorer.core.units import human_bytes, ms, ms_value
 from explorer.labs.schedule.records import ScheduleRun
@@ -86,6 +88,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--no-prefix-sharing", action="store_true", help="never reuse a cached prefix's blocks")
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at end-of-sequence (default: never)")
     p.add_argument("--compare", action="store_true", help="also serve it with static batching and one at a time")
+    p.add_argument(
+        "--ttft-slo-ms", type=float, default=REFERENCE_TTFT_SLO_S * 1e3, help="TTFT SLO for the goodput count (ms)"
+    )
+    p.add_argument(
+        "--tpot-slo-ms", type=float, default=REFERENCE_ITL_SLO_S * 1e3, help="TPOT SLO for the goodput count (ms)"
+    )
     add_json_arg(p, "the run")
     p.set_defaults(func=cmd_schedule, precheck=precheck)
 
@@ -94,6 +102,9 @@ def precheck(args: argparse.Namespace) -> None:
     """Bad input is refused before torch is even imported."""
     workload = workload_from_args(args)
     validate(workload, settings_from_args(args))
+    for flag, value in (("--ttft-slo-ms", args.ttft_slo_ms), ("--tpot-slo-ms", args.tpot_slo_ms)):
+        if not value > 0:
+            raise BadInput(f"{flag} must be above 0, not {value}.")
     check_fits_config(workload, context_without_loading(args.model))
     check_output_paths(args.json)
 
@@ -138,7 +149,8 @@ def cmd_schedule(args: argparse.Namespace) -> None:
         workload, settings = workload_from_args(args), settings_from_args(args)
         return run_schedule(lm, device, workload, settings, compare=args.compare, progress=progress)
 
-    run_lab_command(args, run, format_run)
+    slos_s = (args.ttft_slo_ms / 1e3, args.tpot_slo_ms / 1e3)
+    run_lab_command(args, run, lambda served: format_run(served, slos_s))
 
 
 # --- plain-text report -----------------------------------------------------------------------------------------------
@@ -180,7 +192,7 @@ def request_rows(run: ScheduleRun) -> list[str]:
     return rows
 
 
-def format_run(run: ScheduleRun) -> str:
+def format_run(run: ScheduleRun, slos_s: tuple[float, float] = (REFERENCE_TTFT_SLO_S, REFERENCE_ITL_SLO_S)) -> str:
     s, w = run.settings, run.workload
     lines = [
         f"model     {run.model}, {run.dtype}, on {run.device}; transformers {run.transformers_version}",
@@ -208,6 +220,7 @@ def format_run(run: ScheduleRun) -> str:
     else:
         lines.append(f"tokens    {len(mismatches)} of {len(run.checks)} requests differ from their solo greedy run:")
         lines += [f"  {c.explanation}" for c in mismatches]
+    lines += [f"goodput   {mode.mode}: {mode.goodput(*slos_s).sentence()} (measured)" for mode in run.modes]
     if run.prefix_off is not None:
         lines += ["", *prefix_lines(run)]
     if run.baselines:

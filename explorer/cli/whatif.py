@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.cli.common import check_output_paths
+from explorer.cli.whatif_split import add_split_arguments, emit, precheck_split, run_split
 from explorer.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--context", type=int, default=1024, help="tokens each request holds at the decode step")
     parser.add_argument("--prompt-tokens", type=int, default=512, help="one prompt's length, for the prefill floor")
     parser.add_argument("--explain", action="store_true", help="print every formula with its numbers")
+    add_split_arguments(parser)
     parser.add_argument("--json", type=Path, default=None, help="write every figure as JSON")
     parser.set_defaults(func=cmd_whatif, precheck=precheck_whatif, loads_models=False)
 
@@ -70,6 +72,8 @@ def precheck_whatif(args: argparse.Namespace) -> None:
     if args.prompt_tokens < 1:
         raise BadInput(f"--prompt-tokens must be at least 1, not {args.prompt_tokens}.")
     check_output_paths(args.json)
+    if args.split:
+        precheck_split(args)
 
 
 def cmd_whatif(args: argparse.Namespace) -> None:
@@ -89,14 +93,11 @@ def cmd_whatif(args: argparse.Namespace) -> None:
         kv_dtype=args.kv_dtype,
         experts_dtype=args.experts_dtype,
     )
+    if args.split:
+        run_split(args, scenario)
+        return
     result = what_if(scenario)
-    print(format_whatif(result))
-    if args.explain:
-        print("\nformulas:")
-        print("\n".join(formula_lines(result)))
-    if args.json:
-        args.json.write_text(result.to_json(), encoding="utf-8")
-        print(f"wrote {args.json}")
+    emit(args, format_whatif(result), lambda: formula_lines(result), result.to_json)
 
 
 def _row(name: str, value: str, source: str) -> str:

@@ -15,6 +15,7 @@ from explorer.core.errors import BadInput
 from explorer.core.stats import ItlPercentiles, percentile
 from explorer.core.trace import JsonRecord
 from explorer.core.units import short_time
+from explorer.labs.schedule.goodput import GoodputCount, goodput_count
 from explorer.labs.schedule.records import StepRecord, known
 from explorer.labs.schedule.workload import EngineSettings
 
@@ -190,6 +191,12 @@ class RoomRound(JsonRecord):
     load_avg_1m: float | None = None  # the OS's 1-minute load average as the round finished: others' work here
     transformers_version: str = ""
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> GoodputCount:
+        """Each person's request met or missed the session's SLO pair in the round (measured), and the count: its
+        arrival is its first token less its TTFT, on the round's clock."""
+        served = [(lane.request, lane.token_times_s[0] - lane.ttft_s, lane.token_times_s) for lane in self.lanes]
+        return goodput_count([row for row in served if row[2]], ttft_slo_s, tpot_slo_s)
 
     @property
     def all_same_tokens(self) -> bool:

@@ -24,6 +24,7 @@ from explorer.remote import engine as local_engine
 from explorer.ui.admission import DeviceAsk, ask_owner
 from explorer.ui.room_engine_view import engine_results, engine_target, round_on_engine
 from explorer.ui.shared import hosting_policy
+from explorer.ui.slo_state import current_slos_s
 from explorer.ui.state import ROOM_CODE, ROOM_MEMBER, last_inputs
 from explorer.ui.widgets import chart, metrics, show_error, table
 
@@ -390,6 +391,9 @@ def schedule_sections(run: RoomRound, viewer: int) -> None:
 
 def everyone(run: RoomRound, viewer: int, show_prompts: bool) -> None:
     """Every request's figures, the prompts this viewer may see, the round's record, and where it was measured."""
+    if any(lane.token_times_s for lane in run.lanes):
+        ttft_slo_s, tpot_slo_s = current_slos_s()
+        st.markdown(f"**Goodput of the round:** {run.goodput(ttft_slo_s, tpot_slo_s).sentence()} (measured).")
     table(
         charts.seats_frame(run, viewer),
         "Every request: TTFT and ITL p50 in the round and alone, the batch its decode tokens rode in (median), the "

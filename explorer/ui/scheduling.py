@@ -207,6 +207,19 @@ def requests_section(run: ScheduleRun) -> None:
         f"{ttft_slo_s * 1e3:.0f} ms, ITL {itl_slo_s * 1e3:.0f} ms; pass = strictly under).",
         "measured · SLOs from the Latency page",
     )
+    goodput_section(run, ttft_slo_s, itl_slo_s)
+
+
+def goodput_section(run: ScheduleRun, ttft_slo_s: float, tpot_slo_s: float) -> None:
+    """Goodput under the session's SLO pair: each request met or missed TTFT and TPOT, and the count, per mode."""
+    for mode in run.modes:
+        st.markdown(f"**{mode.mode}**: {mode.goodput(ttft_slo_s, tpot_slo_s).sentence()} (measured).")
+    table(
+        charts.goodput_frame(run.modes, ttft_slo_s, tpot_slo_s),
+        "Each request against the session's SLO pair: TTFT, and TPOT = (last token - first token) / (tokens - 1), "
+        "checked against the ITL SLO; met = strictly under.",
+        "measured · SLOs from the Latency page",
+    )
 
 
 def blocks_section(run: ScheduleRun) -> None:

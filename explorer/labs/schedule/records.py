@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from explorer.core.trace import ItlPercentiles, JsonRecord
+from explorer.labs.schedule.goodput import GoodputCount, goodput_count
 from explorer.labs.schedule.workload import EngineSettings, PlannedRequest, Workload
 
 
@@ -242,6 +243,10 @@ class ServedMode:
     @property
     def tokens_per_s(self) -> float:
         return self.total_tokens / self.span_s if self.span_s > 0 else 0.0
+
+    def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> GoodputCount:
+        """Each request met or missed the SLO pair, and the count (`explorer.labs.schedule.goodput`)."""
+        return goodput_count([(r.id, r.arrival_s, r.token_times_s) for r in self.requests], ttft_slo_s, tpot_slo_s)
 
     @property
     def all_tokens_match(self) -> bool | None:

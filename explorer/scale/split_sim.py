@@ -1,0 +1,152 @@
+"""The split what-if's simulation: Poisson arrivals from a fixed seed, and each layout served iteration by iteration,
+as `explorer.scale.split`'s opening lines say why (colocated: prefill-first or chunked; disaggregated: a prefill pool on
+one FCFS queue, each instance's link, a decode pool)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+
+from explorer.scale.split import PREFILL_TOKEN_BUDGET, Layout, Outcome, StepModel, Workload, iteration_s
+
+
+def arrivals(rate_per_s: float, requests: int, seed: int) -> list[float]:
+    """Poisson arrivals: exponential gaps of unit mean from a fixed seed, divided by the rate."""
+    draw = random.Random(seed)
+    times, now = [], 0.0
+    for _ in range(requests):
+        now += draw.expovariate(1.0)
+        times.append(now / rate_per_s)
+    return times
+
+
+def _take_prompts(waiting: deque[int], times: Sequence[float], now: float, room: int, prompt_tokens: int) -> list[int]:
+    """FCFS prompts arrived by `now`, as many as the token budget and the memory's `room` allow (at least one)."""
+    fit = max(1, PREFILL_TOKEN_BUDGET // prompt_tokens)
+    taken: list[int] = []
+    while waiting and times[waiting[0]] <= now and len(taken) < min(fit, room):
+        taken.append(waiting.popleft())
+    return taken
+
+
+def simulate_colocated(model: StepModel, work: Workload, times: Sequence[float], layout: Layout) -> list[Outcome]:
+    """Colocated instances sharing one FCFS queue; each iteration is prefill-first or chunked (`Layout`)."""
+    n, decode_steps = len(times), work.output_tokens - 1
+    waiting = deque(range(n))
+    first = [math.inf] * n
+    started = [math.inf] * n
+    last = [math.inf] * n
+    # Per instance: clock, decode steps taken, running (step it finishes at, request), the prompt being chunked.
+    clocks = [(0.0, i) for i in range(layout.instances)]
+    steps = [0] * layout.instances
+    running: list[list[tuple[int, int]]] = [[] for _ in range(layout.instances)]
+    partial: list[list[int]] = [[] for _ in range(layout.instances)]  # [request, tokens done]
+    p = model.prompt_tokens
+    while clocks:
+        now, i = heapq.heappop(clocks)
+        batch, room = len(running[i]), work.memory_batch - len(running[i]) - (1 if partial[i] else 0)
+        if layout.chunk_tokens:
+            budget, chunk, joined = layout.chunk_tokens, 0, []
+            while budget and (partial[i] or (waiting and times[waiting[0]] <= now and room > 0)):
+                if not partial[i]:
+                    partial[i] = [waiting.popleft(), 0]
+                    started[partial[i][0]] = now
+                    room -= 1
+                take = min(budget, p - partial[i][1])
+                partial[i][1] += take
+                budget, chunk = budget - take, chunk + take
+                if partial[i][1] == p:
+                    joined.append(partial[i][0])
+                    partial[i] = []
+            if not chunk and not batch:
+                if waiting:
+                    heapq.heappush(clocks, (max(now, times[waiting[0]]), i))
+                continue
+            end = now + iteration_s(model, batch, chunk)
+            if batch:
+                steps[i] += 1
+            for r in joined:
+                first[r] = end
+                heapq.heappush(running[i], (steps[i] + decode_steps, r))
+        else:
+            prompts = _take_prompts(waiting, times, now, room, p) if room > 0 else []
+            if prompts:
+                end = now + iteration_s(model, 0, len(prompts) * p)  # decode waits: the stall
+                for r in prompts:
+                    started[r], first[r] = now, end
+                    heapq.heappush(running[i], (steps[i] + decode_steps, r))
+            elif batch:
+                end = now + iteration_s(model, batch, 0)
+                steps[i] += 1
+            else:
+                if waiting:
+                    heapq.heappush(clocks, (max(now, times[waiting[0]]), i))
+                continue
+        while running[i] and running[i][0][0] <= steps[i]:
+            last[heapq.heappop(running[i])[1]] = end
+        heapq.heappush(clocks, (end, i))
+    return [
+        Outcome(times[r], first[r] - times[r], (last[r] - first[r]) / decode_steps, started[r] - times[r], 0.0)
+        for r in range(n)
+    ]
+
+
+def simulate_disaggregated(model: StepModel, work: Workload, times: Sequence[float], layout: Layout) -> list[Outcome]:
+    """A prefill pool on one FCFS queue, each instance's KV sent over its own link (FCFS), then a decode pool."""
+    n, p, layers = len(times), model.prompt_tokens, model.layers
+    waiting = deque(range(n))
+    started, ready, exposed = [math.inf] * n, [math.inf] * n, [0.0] * n
+    link_free = [0.0] * layout.prefill_instances
+    clocks = [(0.0, i) for i in range(layout.prefill_instances)]
+    while clocks:
+        now, i = heapq.heappop(clocks)
+        prompts = _take_prompts(waiting, times, now, work.memory_batch, p)
+        if not prompts:
+            if waiting:
+                heapq.heappush(clocks, (max(now, times[waiting[0]]), i))
+            continue
+        end = now + iteration_s(model, 0, len(prompts) * p)
+        layer_s = (end - now) / layers
+        for r in prompts:
+            started[r] = now
+            if work.streamed:  # layer by layer from the first layer's end; the last layer's KV leaves after `end`
+                begin = max(now + layer_s, link_free[i])
+                finish = max(begin + work.transfer_s, end + work.transfer_s / layers)
+            else:
+                finish = max(end, link_free[i]) + work.transfer_s
+            link_free[i], ready[r], exposed[r] = finish, finish, finish - end
+        heapq.heappush(clocks, (end, i))
+    last = [math.inf] * n
+    for d in range(layout.decode_instances):
+        mine = sorted((ready[r], r) for r in range(d, n, layout.decode_instances))
+        _decode_pool(model, work, mine, last)
+    steps = work.output_tokens - 1
+    return [
+        Outcome(times[r], ready[r] - times[r], (last[r] - ready[r]) / steps, started[r] - times[r], exposed[r])
+        for r in range(n)
+    ]
+
+
+def _decode_pool(model: StepModel, work: Workload, arriving: list[tuple[float, int]], last: list[float]) -> None:
+    """One decode instance: admits what has arrived (as memory allows) before each step, batches every running one."""
+    now, steps, at, running = 0.0, 0, 0, []  # running: (step it finishes at, request)
+    while at < len(arriving) or running:
+        while at < len(arriving) and arriving[at][0] <= now and len(running) < work.memory_batch:
+            heapq.heappush(running, (steps + work.output_tokens - 1, arriving[at][1]))
+            at += 1
+        if not running:
+            now = arriving[at][0]
+            continue
+        now += iteration_s(model, len(running), 0)
+        steps += 1
+        while running and running[0][0] <= steps:
+            last[heapq.heappop(running)[1]] = now
+
+
+def simulate(model: StepModel, work: Workload, layout: Layout, rate_per_s: float) -> list[Outcome]:
+    times = arrivals(rate_per_s, work.requests, work.seed)
+    run = simulate_disaggregated if layout.kind == "disaggregated" else simulate_colocated
+    return run(model, work, times, layout)

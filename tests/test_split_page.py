@@ -1,0 +1,97 @@
+"""At scale's "Split the phases" section (issue 45) through AppTest: it shows the very figures `python -m explorer
+whatif --split --json` writes for the command it prints; and, after a live run of the embedded model, it starts from
+that run's measured prefill and decode times and says so."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from explorer.core.engine import Request, check_request, generate
+from explorer.core.loaded_model import LoadedModel
+from explorer.core.trace import DeviceProfile, Trace
+from explorer.scale.config import load_architecture
+from explorer.scale.floors import Scenario, find_gpu
+from explorer.scale.split_measured import MeasuredSteps
+from explorer.scale.split_whatif import SplitInputs, split_what_if
+from explorer.ui import state as ui_state
+from tests.apptest_support import keyed, navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
+from tests.test_scale import whatif_main
+
+PAGE = "pages/at_scale.py"
+
+
+def split_figures(at: AppTest) -> tuple[str, dict[str, str]]:
+    """The page's sentence and its goodput metrics, by layout."""
+    metrics = {m.label.removesuffix(" goodput"): m.value for m in at.metric if m.label.endswith(" goodput")}
+    sentences = [m.value.strip("*") for m in at.markdown if m.value.startswith("**") and " by " in m.value]
+    assert len(sentences) == 1, sentences
+    return sentences[0], metrics
+
+
+def the_command(at: AppTest) -> list[str]:
+    caption = next(c.value for c in at.caption if "python -m explorer whatif --split" in c.value)
+    line = caption.split("`")[-2]  # the last quoted part: the command
+    return shlex.split(line)[3:]  # after "python -m explorer"
+
+
+def test_the_page_and_whatif_split_json_show_the_same_figures(tmp_path: Path) -> None:
+    at = open_page(PAGE)
+    at.number_input(key="split-x").set_value(2).run()
+    keyed(at.selectbox, "split-link-").set_value("400G RDMA").run()
+    at.number_input(key="split-colocated").set_value(2).run()  # 2 GPUs colocated against 3 split
+    assert not at.exception, at.exception
+    sentence, metrics = split_figures(at)
+    out = tmp_path / "split.json"
+    assert whatif_main([*the_command(at), "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["sentence"] == sentence
+    assert metrics == {row["label"]: f"{row['goodput_per_gpu']:.3g} /s per GPU" for row in written["layouts"]}
+    assert set(metrics) == {"colocated x2", "colocated x2, chunks of 512", "2P1D"}
+    assert written["inputs"]["link"] == "400G RDMA" and written["timing"] == "modelled"
+    drawn = {b.label for b in at.main.get("download_button")}
+    assert {"Download data: split-goodput.csv", "Download data: split-distributions.csv"} <= drawn
+
+
+@pytest.fixture(scope="module")
+def live_trace(real_lm: LoadedModel, cpu_figures: DeviceProfile) -> Trace:
+    """A live run of the embedded model on this CPU: a prompt of some length, then a few decode steps."""
+    prompt = "Prefill reads the whole prompt at once; decode writes one token at a time. " * 6
+    return generate(real_lm, check_request(real_lm, Request(prompt, 6, use_chat_template=False)), cpu_figures)
+
+
+def test_the_what_if_starts_from_a_live_runs_measured_times_and_says_so(live_trace: Trace) -> None:
+    s = Scenario(load_architecture("embedded"), find_gpu("H100 SXM"), "float32", 1, 1, 1024 + 64, 1024)
+    steps = MeasuredSteps(live_trace, 1024, 64)
+    prefill = live_trace.prefill
+    assert steps.prefill().floor_s == pytest.approx(prefill.wall_s / prefill.tokens_in * 1024)
+    assert steps.decode(1).floor_s == pytest.approx(live_trace.decode_median_s)  # measured, at batch 1
+    assert steps.decode(64).floor_s > steps.decode(1).floor_s  # grown by the roofline: more KV to read
+    tpot_slo_s = 1.5 * steps.decode(1).floor_s
+    result = split_what_if(SplitInputs(s, 64, 30 * steps.prefill().floor_s, tpot_slo_s, requests=80), steps)
+    record = result.to_dict()
+    assert record["timing"] == f"measured on {live_trace.device.name}"
+    assert record["measured_inputs"]["decode_step_s"] == live_trace.decode_median_s
+    assert record["measured_inputs"]["prefill_s_per_token"] == pytest.approx(prefill.wall_s / prefill.tokens_in)
+    # The lesson's shape holds on a CPU too: a whole prompt's prefill stalls colocated decode steps past a tight TPOT
+    # SLO, while a decode instance of its own keeps it.
+    stalled, split = result.curves[0], result.curves[-1]
+    assert stalled.layout.chunk_tokens == 0 and stalled.limit_kind == "tpot"
+    assert split.goodput_per_gpu > stalled.goodput_per_gpu
+
+
+def test_the_page_labels_the_what_if_measured_where_it_took_the_runs_times(live_trace: Trace) -> None:
+    at = open_page(PAGE, ui_state.RunResult(live_trace, None, "", "run 1: prefill reads"))
+    at.selectbox(key="scale-model").set_value("smollm2-135m").run()
+    assert not at.exception, at.exception
+    text = " ".join(c.value for c in at.caption)
+    assert f"Taken from your run (measured on {live_trace.device.name})" in text
+    helps = " ".join(m.help or "" for m in at.metric if m.label.endswith(" goodput"))
+    assert f"measured on {live_trace.device.name}" in helps
+    at.toggle(key="split-measured").set_value(False).run()
+    helps = " ".join(m.help or "" for m in at.metric if m.label.endswith(" goodput"))
+    assert "measured" not in helps and "modelled" in helps

@@ -4,9 +4,8 @@ spec tables, beside this machine's measured gap to its own floor."""
 import streamlit as st
 
 from explorer import ui
-from explorer.ui import calibrated_view
+from explorer.ui import calibrated_view, split_view
 from explorer.ui import scale_view as view
-from explorer.ui import split_view
 
 ui.page_title("At scale: your model on your GPU")
 st.caption(

@@ -33,6 +33,9 @@ COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.ui.admission": "tests/test_hosted.py (every refusal in one line before a job is sent)",
     "explorer.ui.warm_start": "tests/test_warm.py (the sidebar's warming line, read from the owner's /health)",
     "explorer.owner.room": "tests/test_room.py (a round through a real owner over HTTP)",
+    "explorer.ui.memory": "tests/test_web_memory.py (in a fresh interpreter: the arena cap is process-wide)",
+    "explorer.cli.whatif_split": "tests/test_split_page.py (the page's printed `whatif --split --json` command, run)",
+    "explorer.ui.room_engine_view": "tests/test_room_engine_app.py (the presenter's round on an engine, in AppTest)",
 }
 
 

@@ -1,4 +1,4 @@
-"""The split what-if's simulation: Poisson arrivals from a fixed seed, and each layout served iteration by iteration,
+"""The split what-if's simulation: Poisson arrivals from a fixed random seed, and each layout served iteration by iteration,
 as `explorer.scale.split`'s opening lines say why (colocated: prefill-first or chunked; disaggregated: a prefill pool on
 one FCFS queue, each instance's link, a decode pool)."""
 
@@ -14,7 +14,7 @@ from explorer.scale.split import PREFILL_TOKEN_BUDGET, Layout, Outcome, StepMode
 
 
 def arrivals(rate_per_s: float, requests: int, seed: int) -> list[float]:
-    """Poisson arrivals: exponential gaps of unit mean from a fixed seed, divided by the rate."""
+    """Poisson arrivals: exponential gaps of unit mean from a fixed random seed, divided by the rate."""
     draw = random.Random(seed)
     times, now = [], 0.0
     for _ in range(requests):

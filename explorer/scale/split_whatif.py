@@ -41,7 +41,7 @@ SOURCES = {
     "prefill_s": "modelled: the roofline prefill floor (max(FLOPs / peak, bytes / bandwidth) + all-reduces)",
     "decode_batch_under_tpot": "modelled: the largest B whose roofline decode step (KV reads included) < TPOT SLO",
     "goodput_per_gpu": "modelled: DistServe's goodput (arXiv 2401.09670): the highest Poisson rate at which 90 % of "
-    "requests meet both SLOs, over the GPUs; a deterministic simulation of the queues, fixed seed",
+    "requests meet both SLOs, over the GPUs; a deterministic simulation of the queues, fixed random seed",
     "capacity_per_gpu": "modelled: requests/s with no SLO, the busiest resource at its best batch, over the GPUs",
     "slos": "the session's SLO pair: TTFT, and its ITL SLO read as TPOT (a request's mean time per output token)",
 }

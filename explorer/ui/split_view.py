@@ -142,7 +142,7 @@ def split_phases(result: WhatIf) -> None:
         "split-goodput",
         f"Requests/s per GPU meeting both SLOs as arrivals rise, and the share meeting them against the "
         f"{ATTAINMENT_TARGET:.0%} target. {crossing}",
-        f"{source} · Poisson arrivals, deterministic simulation (seed {inputs.seed}) · link spec",
+        f"{source} · Poisson arrivals, deterministic simulation (random seed {inputs.seed}) · link spec",
     )
     distributions(split)
     with secondary("The split's formulas, with these numbers"):

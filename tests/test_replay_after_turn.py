@@ -77,7 +77,6 @@ def test_two_replays_at_once_each_keep_their_own_maps(tiny_lm: LoadedModel) -> N
     (where a replay makes way) runs before it takes the twin, so the twin is never held while it makes way."""
     traces = [measure(tiny_lm, Request(prompt, max_new_tokens=5)) for prompt in ("short", "a much longer prompt here")]
     alone = [capture_attention(tiny_lm, trace) for trace in traces]
-    twin = eager_twin(tiny_lm)
     inside_alone: list[bool] = []  # the sections entered
 
     @contextmanager

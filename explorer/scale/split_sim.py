@@ -1,6 +1,6 @@
-"""The split what-if's simulation: Poisson arrivals from a fixed random seed, and each layout served iteration by iteration,
-as `explorer.scale.split`'s opening lines say why (colocated: prefill-first or chunked; disaggregated: a prefill pool on
-one FCFS queue, each instance's link, a decode pool)."""
+"""The split what-if's simulation: Poisson arrivals from a fixed random seed, and each layout served iteration by
+iteration, as `explorer.scale.split`'s opening lines say why (colocated: prefill-first or chunked; disaggregated: a
+prefill pool on one FCFS queue, each instance's link, a decode pool)."""
 
 from __future__ import annotations
 

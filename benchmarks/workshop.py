@@ -138,7 +138,7 @@ class NiceWatch:
 
 
 def split_cores_line(split: bool) -> str:
-    """--split-cores: the owner on every core but the first, as the app's own owner takes them
+    """--split-cores: the owner on all but a quarter of the cores, as the app's own owner takes them
     (`explorer.hosting.cores`); this process, so the web tier and the browsers it starts, on the first, the web tier at
     lower priority (a room's browsers run on their own machines). Said in the output either way."""
     if not split:

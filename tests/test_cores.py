@@ -22,9 +22,10 @@ def test_parse_cpus_reads_linux_cpu_lists() -> None:
             parse_cpus(bad)
 
 
-def test_the_apps_owner_takes_every_core_but_the_lowest() -> None:
+def test_the_apps_owner_takes_all_but_the_lowest_quarter_of_the_cores() -> None:
     assert cores_for_owner({0, 1}) == ({1}, {0})
     assert cores_for_owner({2, 3, 5}) == ({3, 5}, {2})
+    assert cores_for_owner(set(range(16))) == (set(range(4, 16)), {0, 1, 2, 3})
     assert cores_for_owner({0}) is None  # one core: nothing to split
 
 

@@ -72,3 +72,17 @@ def test_fixed_length_asks_for_exactly_max_tokens() -> None:
     assert (fixed["min_tokens"], fixed["ignore_eos"], fixed["max_tokens"]) == (24, True, 24)
     plain = json.loads(wire.StreamRequest(endpoint, "Hi", 24).body())
     assert "min_tokens" not in plain and "ignore_eos" not in plain
+
+
+def test_a_lane_past_the_rounds_time_is_kept_but_not_compared() -> None:
+    """The round's time limit covers its alone runs too: a lane reached after it keeps its own figures and says why
+    it was not compared, with no request sent (no client is needed)."""
+    from explorer.labs.room_engine import ROUND_LIMIT_S, lane_of
+    from explorer.labs.room_records import RoundPrompt
+    from explorer.remote.answer import Stream
+
+    endpoint = make_endpoint("http://127.0.0.1:9/v1", "embedded", "chat")
+    served = Stream((0.2, 0.3), ("Hello", " there"), (None, None), 2, 30, "length", cached_tokens=16)
+    lane = lane_of(RoundPrompt(1, "Hi"), served, endpoint, 2, client=None, compare=False)  # type: ignore[arg-type]
+    assert lane.same_tokens is None and lane.answer_text == "Hello there" and lane.ttft_s == 0.2
+    assert lane.difference == f"Not compared: the round's {ROUND_LIMIT_S:.0f} s were used up."

@@ -39,12 +39,12 @@ def real_vllm() -> Iterator[str]:
         )
         if launched.returncode != 0:
             pytest.fail(f"./run vllm --background failed ({launched.returncode}): {launched.stderr[-2000:]}")
-    try:
-        state = engine.wait_for_engine(VLLM_START_TIMEOUT_S, STATE)
-    except RuntimeError as exc:
-        written = engine.load_state(STATE)
-        pytest.fail(f"{exc}\n{log_tail(written.log) if written else ''}")
-    try:
+    try:  # a launch of ours that never came up is stopped too
+        try:
+            state = engine.wait_for_engine(VLLM_START_TIMEOUT_S, STATE)
+        except RuntimeError as exc:
+            written = engine.load_state(STATE)
+            pytest.fail(f"{exc}\n{log_tail(written.log) if written else ''}")
         yield state.base_url
     finally:
         if started_here:

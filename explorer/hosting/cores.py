@@ -4,8 +4,8 @@ Why: on a CPU box that also serves the web pages (the app's own owner, a worksho
 its cores with chart drawing and browsers, and a decode pass of ~50 ms came out 1.5-3x slower in a room than alone.
 A process may move itself and lower itself on any core it is allowed (`sched_setaffinity`, `setpriority` upwards need
 no capability), so the app splits the machine once: the owner keeps the cores named by `EXPLORER_OWNER_CPUS` (the
-app's own owner: every core but the first, `cores_for_owner`), and the web tier that started it moves to the rest and
-lowers its priority (`leave_to_owner`). Nothing is fitted per turn. On Linux both calls are per thread, so each is
+app's own owner: all but a quarter of them, `cores_for_owner`), and the web tier that started it moves to the rest
+and lowers its priority (`leave_to_owner`). Nothing is fitted per turn. On Linux both calls are per thread, so each is
 applied to every thread the process has; threads and processes started later inherit from the thread that starts
 them (so the owner is started by a thread whose priority was never lowered).
 """
@@ -44,13 +44,14 @@ def allowed_cpus() -> set[int]:
 
 
 def cores_for_owner(allowed: set[int] | None = None) -> tuple[set[int], set[int]] | None:
-    """The app's own owner on this machine: (the owner's cores, the web tier's), every core but the lowest for the
-    owner; None on one core (nothing to split)."""
+    """The app's own owner on this machine: (the owner's cores, the web tier's). The web tier keeps the lowest quarter
+    of the cores, at least one (one of 2 cores; 4 of 16, for the many sessions of a room on a big box); None on one
+    core (nothing to split)."""
     allowed = allowed_cpus() if allowed is None else allowed
     if len(allowed) < 2:
         return None
-    first = min(allowed)
-    return allowed - {first}, {first}
+    web = set(sorted(allowed)[: max(1, len(allowed) // 4)])
+    return allowed - web, web
 
 
 def _threads(pid: int | None = None) -> list[int]:

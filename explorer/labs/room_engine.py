@@ -227,8 +227,9 @@ def serve_round_on_engine(ask: RoundAsk, base_url: str, model: str, progress: Pr
         wire.StreamRequest(endpoint, p.text, ask.max_new_tokens, timeout_s=REQUEST_TIMEOUT_S) for p in ask.prompts
     ]
     say(0.05, f"Sending {len(requests)} prompts to {endpoint.base_url} at once…")
+    deadline = Deadline.after(ROUND_LIMIT_S)  # the round and its alone runs, all told
     with (
-        Watchdog(Deadline.after(ROUND_LIMIT_S)) as watchdog,
+        Watchdog(deadline) as watchdog,
         wire.open_client(len(requests), REQUEST_TIMEOUT_S) as client,
     ):
 
@@ -252,7 +253,7 @@ def serve_round_on_engine(ask: RoundAsk, base_url: str, model: str, progress: Pr
         lanes = []
         for k, (prompt, served) in enumerate(zip(ask.prompts, streams)):
             say(0.5 + 0.5 * k / len(requests), f"Alone: prompt {k + 1} of {len(requests)}…")
-            lanes.append(lane_of(prompt, served, endpoint, ask.max_new_tokens, client))
+            lanes.append(lane_of(prompt, served, endpoint, ask.max_new_tokens, client, compare=not deadline.passed()))
     say(1.0, "Done.")
     return EngineRound(
         ask.code, ask.number, endpoint.base_url, endpoint.model, endpoint.api, ask.max_new_tokens, wall_s, tuple(lanes)
@@ -260,14 +261,22 @@ def serve_round_on_engine(ask: RoundAsk, base_url: str, model: str, progress: Pr
 
 
 def lane_of(
-    prompt: RoundPrompt, served: Stream | str, endpoint: Endpoint, max_tokens: int, client: httpx.Client
+    prompt: RoundPrompt,
+    served: Stream | str,
+    endpoint: Endpoint,
+    max_tokens: int,
+    client: httpx.Client,
+    compare: bool = True,
 ) -> EngineLane:
+    """One person's lane; their prompt sent alone too, unless `compare` is False (the round's time is up)."""
     if isinstance(served, str):
         return EngineLane(prompt.participant, prompt.text, "", None, (), 0, None, None, error=served)
     text = "".join(served.texts)
+    same, why, alone_text = None, f"Not compared: the round's {ROUND_LIMIT_S:.0f} s were used up.", ""
     try:
-        alone = alone_answer(endpoint, prompt.text, max_tokens, client)
-        same, why, alone_text = text == alone.text, difference(text, alone), alone.text
+        if compare:
+            alone = alone_answer(endpoint, prompt.text, max_tokens, client)
+            same, why, alone_text = text == alone.text, difference(text, alone), alone.text
     except ExplorerError as exc:
         same, why, alone_text = None, f"The alone request failed: {exc}", ""
     return EngineLane(

@@ -4,6 +4,8 @@ served them (`explorer.labs.room_engine`)."""
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -17,10 +19,24 @@ from explorer.remote import engine as local_engine
 from explorer.ui.admission import count_run
 from explorer.ui.widgets import metrics, show_error, table
 
+ENGINE_LOOKUP_TTL_S = 10
+ENGINE_LOOKUP_KEY = "room-engine-target"
+
 
 def engine_target() -> tuple[str, str] | None:
     """(base URL, model) of the engine a round can be sent to: in hosted mode the operator's first allowed endpoint
-    (a visitor never chooses where the server sends requests), else the vLLM `./run vllm` started; None without one."""
+    (a visitor never chooses where the server sends requests), else the vLLM `./run vllm` started; None without one.
+    Kept in the session for a few seconds: finding it asks the engine over the network (/health, /models), and the
+    presenter's page reruns on every click."""
+    kept = st.session_state.get(ENGINE_LOOKUP_KEY)
+    if kept is not None and time.monotonic() - kept[0] < ENGINE_LOOKUP_TTL_S:
+        return kept[1]
+    found = find_engine()
+    st.session_state[ENGINE_LOOKUP_KEY] = (time.monotonic(), found)
+    return found
+
+
+def find_engine() -> tuple[str, str] | None:
     policy = settings.EndpointPolicy.from_env()
     url = (policy.allowed[0] if policy.allowed else None) if policy.hosted else local_engine.local_engine_url()
     if url is None:
@@ -89,10 +105,16 @@ def your_request(run: EngineRound, lane: EngineLane) -> None:
             ("Your ITL p50", short_time(lane.itl_p50_s), "measured (client): median gap between your chunks"),
             ("Your new tokens", f"{lane.output_tokens}", "reported (server): usage.completion_tokens"),
             ("Your cached prompt tokens", cached, "reported (server): usage.prompt_tokens_details.cached_tokens"),
-            ("Same tokens alone", same, "your answer equals the engine's greedy answer to your prompt alone"),
+            (
+                "Same tokens alone",
+                same,
+                "reported (server): your answer against its greedy one to your prompt alone",
+            ),
         ]
     )
-    st.caption(f"{room_engine.ttft_sentence(run.lanes)} — *measured (client)*")
+    sentence = room_engine.ttft_sentence(run.lanes)
+    if sentence:
+        st.caption(f"{sentence} — *measured (client)*")
     st.text(f"Your prompt: {lane.prompt_text}\nThe answer: {lane.answer_text}")  # text: never markdown
     if lane.difference:
         st.text(lane.difference)

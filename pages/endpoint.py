@@ -27,6 +27,9 @@ elif uploaded is not None:
 
 result = view.require_sweep(show_bundled=uploaded is None)  # the recorded sweep until one is measured or loaded
 view.sweep_header(result)
+view.glass_box(result)  # the server's own /metrics over each level, where it publishes them
 ttft_slo_s, itl_slo_s = view.against_slos(result)
+view.serving_sweep(result, ttft_slo_s, itl_slo_s)
 view.every_request(result, ttft_slo_s, itl_slo_s)
+view.prefix_experiment(result, policy)
 view.beside_local_run(result)

@@ -73,6 +73,7 @@ class Stream:
     completion_tokens: int | None  # the last usage seen
     prompt_tokens: int | None
     finish_reason: str | None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where the server sends it
 
 
 @dataclass
@@ -91,6 +92,7 @@ class Answer:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     finish_reason: str | None = None
+    cached_tokens: int | None = None
 
     def add(self, data: Mapping[str, Any], at_s: float) -> None:
         """One parsed chunk; raises RunFailed (the server's fault) once output or usage passes the bounds."""
@@ -99,6 +101,9 @@ class Answer:
         self.completion_tokens = self.completion_tokens if completion_tokens is None else completion_tokens
         prompt_tokens = _count(usage.get("prompt_tokens"))
         self.prompt_tokens = self.prompt_tokens if prompt_tokens is None else prompt_tokens
+        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        cached_tokens = _count(details.get("cached_tokens"))  # vLLM sends it with --enable-prompt-tokens-details
+        self.cached_tokens = self.cached_tokens if cached_tokens is None else cached_tokens
         text, reason = _chunk_content(data, self.api)
         self.finish_reason = server_text.one_line(reason, FINISH_REASON_CHARS) if reason else self.finish_reason
         text = server_text.output_text(text)
@@ -147,7 +152,7 @@ class Answer:
             )
         return Stream(
             tuple(self.arrivals_s), tuple(self.texts), tuple(self.chunk_usage), self.completion_tokens,
-            self.prompt_tokens, self.finish_reason,
+            self.prompt_tokens, self.finish_reason, self.cached_tokens,
         )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,6 +26,11 @@ from explorer.remote.endpoint import parse_base_url
 FETCH_TIMEOUT_S = 3.0  # a /metrics page is a few hundred lines: seconds mean the server is not answering it
 MAX_METRICS_BYTES = 8 << 20  # vLLM's page is ~60 kB; a multi-engine server's is a few hundred kB
 POLL_INTERVAL_S = 0.5  # how often the gauges (KV usage, requests running) are sampled during a batch
+# vLLM updates its histograms after it hands a request's last output to the HTTP side: a reading taken the moment the
+# client has its last chunk can miss that request. The reading after a batch is retried until the server has counted
+# the requests the client saw finish, for at most this long.
+SETTLE_S = 2.0
+SETTLE_STEP_S = 0.05
 
 REPORTED = "reported (server)"
 MODELLED = "modelled (server's estimate)"
@@ -435,6 +441,18 @@ class Watch:
         self.last = snapshot
         return snapshot
 
+    def settled(self, since: MetricsSnapshot | None, finished: int) -> MetricsSnapshot | None:
+        """A reading once the server has counted `finished` more requests than at `since` (or after SETTLE_S)."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            after = self.read()
+            if after is None or since is None:
+                return after
+            now, then = _finished(after), _finished(since)
+            if now is None or then is None or now - then >= finished or time.monotonic() > deadline:
+                return after
+            time.sleep(SETTLE_STEP_S)
+
     def around(self) -> Batch:
         """`with watch.around() as batch: ...send...`; then `batch.delta` (None without metrics)."""
         return Batch(self)
@@ -462,6 +480,11 @@ class Batch:
         self._samples = 0
         self._before: MetricsSnapshot | None = None
         self._thread: threading.Thread | None = None
+        self._expected = 0
+
+    def expect(self, finished: int) -> None:
+        """The requests the client saw finish in this batch: the reading after waits until the server counted them."""
+        self._expected = finished
 
     def __enter__(self) -> Batch:
         self._before = self.watch.read()
@@ -485,8 +508,10 @@ class Batch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=FETCH_TIMEOUT_S + 1)
-        after = self.watch.read() if exc[0] is None else None
-        if self._before is None or after is None:
+        if self._before is None or exc[0] is not None:
+            return
+        after = self.watch.settled(self._before, self._expected)
+        if after is None:
             return
         peak = self._peaks.get
         peaks = Peaks(peak("kv_usage"), peak("running"), peak("waiting"), self._samples)
@@ -494,3 +519,9 @@ class Batch:
             self.delta = ServerDelta.between(self._before, after, peaks)
         except MetricsUnavailable as exc_:
             self.watch.unavailable = str(exc_)
+
+
+def _finished(snapshot: MetricsSnapshot) -> float | None:
+    """Requests the server has finished, by its end-to-end histogram (or TTFT's where it has none)."""
+    histogram = snapshot.histograms.get("e2e") or snapshot.histograms.get("ttft")
+    return None if histogram is None else histogram.count

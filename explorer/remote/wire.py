@@ -40,6 +40,7 @@ class StreamRequest:
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 60.0  # the request's deadline, from sending to the end of the stream
     temperature: float = 0.0  # greedy: the same prompt asks for the same work at every level
+    system: str = ""  # a system prompt before the prompt (the prefix-reuse experiment's shared prefix)
 
     def body(self) -> bytes:
         payload: dict[str, Any] = {
@@ -50,13 +51,14 @@ class StreamRequest:
             "stream_options": {"include_usage": True},  # the final chunk then carries the token counts
         }
         if self.endpoint.api == "chat":
-            payload["messages"] = [{"role": "user", "content": self.prompt}]
+            system = [{"role": "system", "content": self.system}] if self.system else []
+            payload["messages"] = [*system, {"role": "user", "content": self.prompt}]
         else:
-            payload["prompt"] = self.prompt
+            payload["prompt"] = f"{self.system}\n\n{self.prompt}" if self.system else self.prompt
         return json.dumps(payload).encode()
 
     def bounds(self) -> AnswerBounds:
-        return AnswerBounds(self.max_tokens, len(self.prompt.encode("utf-8", "replace")))
+        return AnswerBounds(self.max_tokens, len(f"{self.system}{self.prompt}".encode("utf-8", "replace")))
 
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}

@@ -215,3 +215,13 @@ def test_the_page_shows_the_servers_split_beside_the_clients() -> None:
     for name in ("endpoint-request-split", "endpoint-step-mix", "endpoint-throughput-per-user"):
         assert f"Download data: {name}.csv" in labels  # the data behind each chart
     assert isinstance(glass.server_split_frame(glass_sweep()), pd.DataFrame)
+
+
+def test_the_prefix_experiment_runs_against_a_server_without_metrics() -> None:
+    with chat_server_without_metrics() as base_url:
+        result = prefix.run_prefix_experiment(endpoint.make_endpoint(base_url, "m"), nonce="abc")
+    assert [step.label for step in result.steps] == list(prefix.STEPS)
+    assert all(step.error == "" and step.ttft_s and step.cached_tokens_server is None for step in result.steps)
+    assert result.metrics_note.endswith("/metrics answered HTTP 404")
+    assert result.system_prompt.startswith("You (run abc)")
+    assert glass.prefix_frame(result)["value"].notna().sum() == 3  # TTFTs only: no cached tokens to draw

@@ -114,4 +114,5 @@ def run_prefix_experiment(
                     error=error,
                 )
             )
-    return PrefixResult(endpoint, shared, tuple(steps), watch.unavailable, datetime.now(UTC).isoformat("seconds"))
+    created_at = datetime.now(UTC).isoformat(timespec="seconds")
+    return PrefixResult(endpoint, shared, tuple(steps), watch.unavailable, created_at)

@@ -101,7 +101,7 @@ def test_the_glass_box_against_a_real_vllm(
 
             # The server's prefill and decode, as shown, equal the /metrics deltas read here (shown to 0.1 ms).
             shown = re.search(
-                r"Whole sweep, warm-up included · server \(reported \(server\)\): queue [\d.]+ ms in all, "
+                r"Whole sweep, warm-up included · reported \(server\): queue [\d.]+ ms in all, "
                 r"prefill ([\d.]+) ms in all, decode ([\d.]+) ms in all over (\d+) requests",
                 text,
             )
@@ -110,7 +110,7 @@ def test_the_glass_box_against_a_real_vllm(
             assert float(shown[2]) == pytest.approx((after["decode"] - before["decode"]) * 1e3, abs=0.051)
             assert int(shown[3]) == round(after["requests"] - before["requests"]) == 1 + 4 * len(LEVELS)
             for c in LEVELS:
-                assert re.search(rf"Concurrency {c} · server \(reported \(server\)\): queue [\d.]+ ms, prefill", text)
+                assert re.search(rf"Concurrency {c} · reported \(server\): queue [\d.]+ ms, prefill", text)
 
             # The sweep as serving benchmarks draw it, at concurrency 1, 2 and 4: the data behind the chart.
             with page.expect_download() as download:

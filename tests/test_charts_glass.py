@@ -208,8 +208,8 @@ def test_the_page_shows_the_servers_split_beside_the_clients() -> None:
     assert not at.exception and not at.error, [e.value for e in at.error]
     text = " ".join(m.value for m in at.markdown)
     split = "queue 0.0 ms, prefill 556.4 ms, decode 231.1 ms per request over 2 requests"
-    assert f"server (reported (server)): {split}" in text
-    assert "client (measured (client)): TTFT 600.0 ms, ITL 60.0 ms" in text
+    assert f"**Concurrency 1** · reported (server): {split} · measured (client): TTFT 600.0 ms, ITL 60.0 ms" in text
+    assert "vLLM does not publish here: estimated FLOPs, estimated bytes read" in " ".join(c.value for c in at.caption)
     assert len(at.get("vega_lite_chart")) == 5  # + where the time goes, the step mix
     labels = {b.label for b in at.get("download_button")}
     for name in ("endpoint-request-split", "endpoint-step-mix", "endpoint-throughput-per-user"):

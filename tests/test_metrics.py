@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.remote import metrics
+from explorer.remote import metrics, watch
 from explorer.remote.metrics import Histogram, MetricsUnavailable, ServerDelta, parse_metrics, step_mix
 
 DATA = Path(__file__).parent / "data"
@@ -167,24 +167,24 @@ def metrics_server(pages: list[tuple[int, str]]) -> Iterator[str]:
 
 
 def test_the_metrics_url_is_the_servers_root() -> None:
-    assert metrics.metrics_url("http://127.0.0.1:8011/v1") == "http://127.0.0.1:8011/metrics"
-    assert metrics.metrics_url("https://host.example/v1") == "https://host.example/metrics"
+    assert watch.metrics_url("http://127.0.0.1:8011/v1") == "http://127.0.0.1:8011/metrics"
+    assert watch.metrics_url("https://host.example/v1") == "https://host.example/metrics"
 
 
 def test_a_watch_reads_around_a_batch() -> None:
     with metrics_server([(200, VLLM_BEFORE), (200, VLLM_AFTER)]) as base_url:
-        watch = metrics.Watch(base_url, poll_interval_s=0)
-        with watch.around() as batch:
+        watcher = watch.Watch(base_url, poll_interval_s=0)
+        with watcher.around() as batch:
             pass  # the batch's requests would go here
-    assert batch.delta == vllm_delta() and watch.unavailable == ""
-    assert watch.whole == vllm_delta()
+    assert batch.delta == vllm_delta() and watcher.unavailable == ""
+    assert watcher.whole == vllm_delta()
 
 
 def test_a_server_without_metrics_is_one_line_and_no_delta() -> None:
     with metrics_server([(404, "Not Found")]) as base_url:
-        watch = metrics.Watch(base_url, poll_interval_s=0)
-        with watch.around() as batch:
+        watcher = watch.Watch(base_url, poll_interval_s=0)
+        with watcher.around() as batch:
             pass
-        assert watch.read() is None  # never asked again once it failed
-    assert batch.delta is None and watch.whole is None
-    assert watch.unavailable.endswith("/metrics answered HTTP 404") and "\n" not in watch.unavailable
+        assert watcher.read() is None  # never asked again once it failed
+    assert batch.delta is None and watcher.whole is None
+    assert watcher.unavailable.endswith("/metrics answered HTTP 404") and "\n" not in watcher.unavailable

@@ -15,8 +15,8 @@ from explorer.core.errors import ExplorerError
 from explorer.remote import wire
 from explorer.remote.deadlines import Deadline, Watchdog
 from explorer.remote.endpoint import Endpoint
-from explorer.remote.metrics import Watch
 from explorer.remote.sweep import SweepRun
+from explorer.remote.watch import Watch
 
 QUESTIONS = ("Why is the sky blue?", "Why do leaves change colour in autumn?")
 MAX_TOKENS = 4  # the experiment is about the prompt: a few output tokens keep it short

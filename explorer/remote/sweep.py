@@ -23,9 +23,9 @@ from explorer.remote import wire
 from explorer.remote.answer import Stream, TokenCount
 from explorer.remote.deadlines import CallEnded, Deadline, Watchdog
 from explorer.remote.endpoint import Endpoint
-from explorer.remote.metrics import Watch
 from explorer.remote.records import LevelResult, RequestRecord, SweepResult
 from explorer.remote.tokens import ChunkCounter, count_tokens
+from explorer.remote.watch import Watch
 
 # The Latency page's defaults (explorer.charts.latency.DEFAULT_*), repeated so the CLI need not import altair; a test
 # keeps them equal.

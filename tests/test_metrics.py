@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from explorer.remote import metrics, watch
+from explorer.remote import metrics, records, watch
 from explorer.remote.metrics import Histogram, MetricsUnavailable, ServerDelta, parse_metrics, step_mix
 
 DATA = Path(__file__).parent / "data"
@@ -188,3 +189,17 @@ def test_a_server_without_metrics_is_one_line_and_no_delta() -> None:
         assert watcher.read() is None  # never asked again once it failed
     assert batch.delta is None and watcher.whole is None
     assert watcher.unavailable.endswith("/metrics answered HTTP 404") and "\n" not in watcher.unavailable
+
+
+def test_the_cli_prints_the_servers_split_or_why_there_is_none() -> None:
+    from explorer.cli.remote import server_lines
+    from tests.test_remote import record, sweep_of
+
+    level = records.LevelResult(1, 1.0, (record((0.1, 0.2), (1, 1)),), vllm_delta())
+    assert server_lines(sweep_of((level,))) == [
+        "   1 server (reported): queue 0.0 ms, prefill 556.4 ms, decode 231.1 ms per request over 2 requests"
+    ]
+    plain = replace(sweep_of((replace(level, server=None),)), metrics_note="http://h/metrics answered HTTP 404")
+    assert server_lines(plain) == [
+        "server metrics: none (http://h/metrics answered HTTP 404); queue/prefill/decode not shown"
+    ]

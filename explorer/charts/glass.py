@@ -10,7 +10,7 @@ import statistics
 import altair as alt
 import pandas as pd
 
-from explorer.charts.common import PHASE_RANGE
+from explorer.charts.common import PHASE_RANGE, two_lines
 from explorer.charts.latency import SLO_RULE_COLOR
 from explorer.charts.roofline import roofline_chart
 from explorer.core.units import to_ms
@@ -90,7 +90,7 @@ def request_split_chart(frame: pd.DataFrame) -> alt.Chart:
         .mark_bar()
         .encode(
             y=alt.Y("concurrency:O", title="requests in flight"),
-            x=alt.X("ms:Q", stack="zero", title="mean request (ms): server reported, network = client − server"),
+            x=alt.X("ms:Q", stack="zero", title="mean request (ms)"),
             color=alt.Color(
                 "part:N",
                 scale=alt.Scale(domain=PART_NAMES, range=PART_RANGE),
@@ -163,7 +163,7 @@ def step_mix_chart(frame: pd.DataFrame) -> alt.Chart:
             ),
             tooltip=["concurrency:O", "kind:N", "steps:Q", alt.Tooltip("tokens:Q", title="tokens in all the steps")],
         )
-        .properties(height=alt.Step(36), title="The engine's steps: prefill chunks and decodes mixed")
+        .properties(height=alt.Step(36), title="The engine's steps")
     )
 
 
@@ -233,7 +233,7 @@ def prefix_chart(frame: pd.DataFrame) -> alt.LayerChart:
     return (
         alt.layer(ttft, dots + labels)
         .resolve_scale(y="independent")
-        .properties(height=300, title="What prefix reuse saves: TTFT and cached prompt tokens per request")
+        .properties(height=300, title="What prefix reuse saves")
     )
 
 
@@ -274,8 +274,8 @@ def serving_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
     and costs each user speed. The goodput line counts only requests that met both SLOs; the dashed rule is the speed
     an ITL SLO asks for (1 / ITL SLO): points left of it are too slow for it."""
     min_speed = 1 / itl_slo_s
-    x = alt.X("per_user_tokens_per_s:Q", title="speed per user (tokens/s per request, 1 / TPOT, measured)")
-    y = alt.Y("tokens_per_s:Q", title="throughput (output tokens/s in all, measured)")
+    x = alt.X("per_user_tokens_per_s:Q", title=two_lines("speed per user (tokens/s, 1 / TPOT, measured)"))
+    y = alt.Y("tokens_per_s:Q", title=two_lines("throughput (output tokens/s, measured)"))
     color = alt.Color(
         "series:N",
         scale=alt.Scale(domain=SERIES, range=["#4292c6", "#1b9e77"]),
@@ -301,12 +301,10 @@ def serving_chart(frame: pd.DataFrame, itl_slo_s: float) -> alt.LayerChart:
     rule = alt.Chart(rule_frame).mark_rule(color=SLO_RULE_COLOR, strokeDash=[6, 3], strokeWidth=2).encode(x="speed:Q")
     rule_text = (
         alt.Chart(rule_frame)
-        .mark_text(align="left", dx=4, baseline="top", color=SLO_RULE_COLOR)
+        .mark_text(align="right", dx=-4, baseline="top", color=SLO_RULE_COLOR)  # inside: the rule may be the edge
         .encode(x="speed:Q", y=alt.value(0), text="label:N")
     )
-    return (lines + labels + rule + rule_text).properties(
-        height=320, title="Throughput against speed per user, as serving benchmarks plot it"
-    )
+    return (lines + labels + rule + rule_text).properties(height=360, title="Throughput against speed per user")
 
 
 # --- the engine on the roofline --------------------------------------------------------------------------------------

@@ -225,3 +225,14 @@ def test_the_prefix_experiment_runs_against_a_server_without_metrics() -> None:
     assert result.metrics_note.endswith("/metrics answered HTTP 404")
     assert result.system_prompt.startswith("You (run abc)")
     assert glass.prefix_frame(result)["value"].notna().sum() == 3  # TTFTs only: no cached tokens to draw
+
+
+def test_an_uploaded_files_server_metrics_are_left_out_not_built_unchecked() -> None:
+    from explorer.remote import upload
+
+    data = json.loads(glass_sweep().to_json())
+    data["levels"][0]["server"]["histograms"] = ["not", "an", "object"]  # would fail deep inside from_dict
+    data["server_total"] = {"engine": "vllm"}
+    result = upload.read_sweep(json.dumps(data).encode(), upload.UploadLimits.for_server(hosted=True))
+    assert all(level.server is None for level in result.levels) and result.server_total is None
+    assert result.metrics_note == "the server's metrics in an uploaded file are not read"

@@ -130,7 +130,7 @@ def test_the_glass_box_against_a_real_vllm(
             cached = {
                 label: float(n)
                 for label, n in re.findall(r"(first \(cold\)|same prefix, another question|prefix changed by one "
-                                           r"token) · TTFT [\d.]+ ms \(measured \(client\)\) · cached prompt tokens "
+                                           r"token) · TTFT [\d.]+ ms, measured \(client\) · cached prompt tokens "
                                            r"(\d+)", text)
             }  # fmt: skip
             assert cached["first (cold)"] == 0, text

@@ -184,9 +184,9 @@ def prefix_experiment(result: SweepResult, policy: settings.EndpointPolicy) -> N
 
 def prefix_line(step: prefix.PrefixStep) -> str:
     """One request's figures as printed (and read by the browser test)."""
-    parts = [f"TTFT {step.ttft_s * 1e3:.1f} ms ({MEASURED})" if step.ttft_s is not None else "no answer"]
+    parts = [f"TTFT {step.ttft_s * 1e3:.1f} ms, {MEASURED}" if step.ttft_s is not None else "no answer"]
     if step.cached_tokens_server is not None:
-        parts.append(f"cached prompt tokens {step.cached_tokens_server:.0f} ({REPORTED}, /metrics)")
+        parts.append(f"cached prompt tokens {step.cached_tokens_server:.0f}, {REPORTED} by /metrics")
     if step.cached_tokens_usage is not None:
         parts.append(f"cached tokens in usage {step.cached_tokens_usage}")
     if step.prompt_tokens is not None:

@@ -6,6 +6,7 @@ import streamlit as st
 from explorer import ui
 from explorer.hosting.settings import EndpointPolicy
 from explorer.ui import endpoint_view as view
+from explorer.ui import glass_view as glass
 
 ui.page_title("Endpoint: a real serving engine")
 st.caption(
@@ -27,6 +28,9 @@ elif uploaded is not None:
 
 result = view.require_sweep(show_bundled=uploaded is None)  # the recorded sweep until one is measured or loaded
 view.sweep_header(result)
+glass.glass_box(result)  # the server's own /metrics over each level, where it publishes them
 ttft_slo_s, itl_slo_s = view.against_slos(result)
+glass.serving_sweep(result, ttft_slo_s, itl_slo_s)
 view.every_request(result, ttft_slo_s, itl_slo_s)
+glass.prefix_experiment(result, policy)
 view.beside_local_run(result)

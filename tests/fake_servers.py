@@ -72,13 +72,14 @@ class FakeServer:
             return self.connections
 
 
-def _read_request(conn: socket.socket) -> None:
-    """The request head and its Content-Length body, so the client is never left writing into a closed socket."""
+def _read_request(conn: socket.socket) -> bytes:
+    """The request head and its Content-Length body, so the client is never left writing into a closed socket; returns
+    the head."""
     data = b""
     while b"\r\n\r\n" not in data:
         piece = conn.recv(65536)
         if not piece:
-            return
+            return data
         data += piece
     header, _, body = data.partition(b"\r\n\r\n")
     length = next(
@@ -87,16 +88,24 @@ def _read_request(conn: socket.socket) -> None:
     while len(body) < length:
         piece = conn.recv(65536)
         if not piece:
-            return
+            return header
         body += piece
+    return header
 
 
-def _serve_one(server: FakeServer, conn: socket.socket, steps: Sequence[Step], stop: threading.Event) -> None:
+def _serve_one(server: FakeServer, conn: socket.socket, script: Script, stop: threading.Event) -> None:
+    """One connection: a GET of /metrics (the sweep reads a server's own metrics around each level) gets a 404 and
+    takes no number; any other request is answered with the script of the next connection number."""
     with conn:
         try:
             conn.settimeout(10)
-            _read_request(conn)
-            for step in steps:
+            if _read_request(conn).startswith(b"GET /metrics"):
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            with server.lock:
+                number = server.connections
+                server.connections += 1
+            for step in script(number):
                 if stop.is_set():
                     return
                 if isinstance(step, bytes):
@@ -110,7 +119,7 @@ def _serve_one(server: FakeServer, conn: socket.socket, steps: Sequence[Step], s
 
 @contextlib.contextmanager
 def scripted_server(script: Script, max_connections: int = 16, max_s: float = 60.0) -> Iterator[FakeServer]:
-    """Yield a server whose /v1 base URL answers connection n with `script(n)`."""
+    """Yield a server whose /v1 base URL answers connection n with `script(n)` (GETs of /metrics not counted)."""
     listener = socket.socket()
     listener.bind((HOST, 0))
     listener.listen(32)
@@ -121,15 +130,12 @@ def scripted_server(script: Script, max_connections: int = 16, max_s: float = 60
     started = time.monotonic()
 
     def accept() -> None:
-        while not stop.is_set() and len(handlers) < max_connections and time.monotonic() - started < max_s:
+        while not stop.is_set() and server.count() < max_connections and time.monotonic() - started < max_s:
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
-            with server.lock:
-                number = server.connections
-                server.connections += 1
-            handler = threading.Thread(target=_serve_one, args=(server, conn, script(number), stop), daemon=True)
+            handler = threading.Thread(target=_serve_one, args=(server, conn, script, stop), daemon=True)
             handlers.append(handler)
             handler.start()
 

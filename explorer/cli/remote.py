@@ -157,9 +157,22 @@ def format_sweep(result: SweepResult, ttft_slo_s: float | None = None, itl_slo_s
         f"goodput: requests with TTFT < {ttft_slo_s * 1e3:g} ms and their p99 ITL < {itl_slo_s * 1e3:g} ms; "
         f"tokens counted by {result.token_sources}"
     )
+    lines += server_lines(result)
     if result.tokens_note:
         lines.append(f"warning: {result.tokens_note}")
     if result.stopped:
         lines.append(f"partial: the sweep stopped early, the levels above are those that finished. {result.stopped}")
     lines.append(ITL_RULE)
     return "\n".join(lines)
+
+
+def server_lines(result: SweepResult) -> list[str]:
+    """The server's own split per level (reported by its /metrics), or one line saying why there is none."""
+    if not any(level.server for level in result.levels):
+        return [f"server metrics: none ({result.metrics_note or 'not in this sweep'}); queue/prefill/decode not shown"]
+    lines = []
+    for level in result.levels:
+        if level.server is not None:
+            line = level.server.phase_line or "no per-request phase split"
+            lines.append(f"{level.concurrency:>4} server (reported): {line}")
+    return lines

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from explorer.core.errors import BadInput, one_line
 from explorer.core.trace import ItlPercentiles, JsonRecord, percentile
 from explorer.remote.endpoint import Endpoint
+from explorer.remote.metrics import ServerDelta
 
 TokenSource = Literal["usage", "tokenizer", "chunks"]
 SCHEMA_VERSION = 1
@@ -87,6 +88,7 @@ class RequestRecord(ItlPercentiles):
     finish_reason: str | None
     text: str
     error: str = ""  # one line; empty when the request succeeded
+    cached_tokens: int | None = None  # prompt tokens the server took from its prefix cache (its usage), when sent
 
     @classmethod
     def failed(cls, index: int, start_s: float, error: str) -> RequestRecord:
@@ -187,6 +189,7 @@ class LevelResult:
     concurrency: int
     wall_s: float  # from the first send to the last answer of this level
     records: tuple[RequestRecord, ...]
+    server: ServerDelta | None = None  # the server's /metrics over this level, where it publishes them
 
     @cached_property  # derived once, as a request's ITLs are: a level is frozen
     def succeeded(self) -> tuple[RequestRecord, ...]:
@@ -259,7 +262,8 @@ class LevelResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LevelResult:
         records = tuple(RequestRecord.from_dict(r) for r in data["records"])
-        return cls(int(data["concurrency"]), float(data["wall_s"]), records)
+        server = ServerDelta.from_dict(data["server"]) if data.get("server") else None
+        return cls(int(data["concurrency"]), float(data["wall_s"]), records, server)
 
 
 # --- the sweep ---------------------------------------------------------------------------------------------------
@@ -281,6 +285,8 @@ class SweepResult(JsonRecord):
     schema: int = SCHEMA_VERSION
     stopped: str = ""  # one line when the sweep ended early (a level failed, the time limit, Ctrl-C); "" when whole
     interrupted: bool = False  # stopped by Ctrl-C (the CLI exits 130 after keeping what finished)
+    server_total: ServerDelta | None = None  # the server's /metrics from before the warm-up to after the last level
+    metrics_note: str = ""  # why the server's own figures are missing, one line; "" when it published them
 
     @property
     def partial(self) -> bool:
@@ -352,6 +358,8 @@ class SweepResult(JsonRecord):
                 itl_rule=str(data.get("itl_rule", ITL_RULE)),
                 stopped=str(data.get("stopped") or ""),
                 interrupted=bool(data.get("interrupted", False)),
+                server_total=ServerDelta.from_dict(data["server_total"]) if data.get("server_total") else None,
+                metrics_note=str(data.get("metrics_note") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInput(f"This remote sweep file is incomplete or damaged ({one_line(exc)}).") from exc

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import httpx
@@ -25,6 +25,7 @@ from explorer.remote.deadlines import CallEnded, Deadline, Watchdog
 from explorer.remote.endpoint import Endpoint
 from explorer.remote.records import LevelResult, RequestRecord, SweepResult
 from explorer.remote.tokens import ChunkCounter, count_tokens
+from explorer.remote.watch import Watch
 
 # The Latency page's defaults (explorer.charts.latency.DEFAULT_*), repeated so the CLI need not import altair; a test
 # keeps them equal.
@@ -66,6 +67,7 @@ class SweepConfig:
     time_limit_s: float = DEFAULT_TIME_LIMIT_S  # the sweep's deadline
     warmup: bool = True  # one request first, left out of the statistics: engines pay one-off costs on the first
     fixed_length: bool = False  # every request asks for exactly max_tokens (wire.StreamRequest.fixed_length)
+    server_metrics: bool = True  # read the server's /metrics around each level (where it publishes them)
 
     def validate(self) -> None:
         if not self.prompt.strip():
@@ -125,6 +127,7 @@ def record_of(stream: Stream, counted: TokenCount, index: int = -1, start_s: flo
         prompt_tokens=stream.prompt_tokens,
         finish_reason=stream.finish_reason,
         text="".join(stream.texts),
+        cached_tokens=stream.cached_tokens,
     )
 
 
@@ -204,6 +207,9 @@ def run_sweep(
     policy.check(config.endpoint.base_url)
     policy.check_limits(config.concurrency_levels, config.requests_per_level, config.max_tokens)
     progress = _Progress(on_progress, config.total_requests)
+    watch = Watch(config.endpoint.base_url, api_key) if config.server_metrics else None
+    if watch is not None:
+        watch.read()  # the whole sweep's reading starts before the warm-up
     with (
         Watchdog(Deadline.after(config.time_limit_s)) as watchdog,
         wire.open_client(max(config.concurrency_levels), config.timeout_s) as client,
@@ -213,8 +219,10 @@ def run_sweep(
         if config.warmup:
             # A bad URL, model or server fails here, once, with its own line.
             warmup = run.send(config.request(api_key, warmup=True))
+            if watch is not None:
+                watch.settled(watch.first, 1)  # so the first level's reading holds the warm-up, left out of it
             progress.done("Warm-up request answered (not counted)")
-        levels, stopped = _run_levels(run, config, progress)
+        levels, stopped = _run_levels(run, config, progress, watch)
     return SweepResult(
         endpoint=config.endpoint,
         prompt=config.prompt,
@@ -227,10 +235,14 @@ def run_sweep(
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         stopped=stopped,
         interrupted=stopped == INTERRUPTED,
+        server_total=watch.whole if watch is not None else None,
+        metrics_note=watch.unavailable if watch is not None else "not read (server metrics were turned off)",
     )
 
 
-def _run_levels(run: SweepRun, config: SweepConfig, progress: _Progress) -> tuple[list[LevelResult], str]:
+def _run_levels(
+    run: SweepRun, config: SweepConfig, progress: _Progress, watch: Watch | None = None
+) -> tuple[list[LevelResult], str]:
     """Each level in turn until one fails entirely, the time limit passes or Ctrl-C; (levels kept, why it stopped).
     A level cut short keeps its finished requests (the others say why they did not finish); one with none is
     dropped. With no level kept, the sweep fails with that line (Ctrl-C goes on up as itself)."""
@@ -239,7 +251,13 @@ def _run_levels(run: SweepRun, config: SweepConfig, progress: _Progress) -> tupl
     try:
         for concurrency in config.concurrency_levels:
             progress.say(f"Concurrency {concurrency}: sending {config.requests_per_level} requests…")
-            level = run_level(run, concurrency, config.requests_per_level, progress.on_done(concurrency))
+            if watch is None:
+                level = run_level(run, concurrency, config.requests_per_level, progress.on_done(concurrency))
+            else:
+                with watch.around() as batch:  # /metrics read before and after the level, gauges polled during
+                    level = run_level(run, concurrency, config.requests_per_level, progress.on_done(concurrency))
+                    batch.expect(len(level.succeeded))
+                level = replace(level, server=batch.delta)
             if level.succeeded:
                 levels.append(level)
             if stopped := _why_stopped(run, level, concurrency):

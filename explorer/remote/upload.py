@@ -28,6 +28,7 @@ from typing import Any, get_args
 
 from explorer.core.errors import BadInput, one_line
 from explorer.hosting.settings import HOSTED_MAX_CONCURRENCY, HOSTED_MAX_REQUESTS, HOSTED_MAX_TOKENS
+from explorer.remote import server_text
 from explorer.remote.answer import FAR_BEYOND
 from explorer.remote.endpoint import APIS
 from explorer.remote.records import SCHEMA_VERSION, SweepResult, TokenSource
@@ -85,9 +86,20 @@ def read_sweep(raw: bytes, limits: UploadLimits) -> SweepResult:
     data = parse_json(raw, limits.max_bytes)
     check_sweep(data, limits)
     try:
-        return SweepResult.from_dict(data)  # type: ignore[arg-type] - check_sweep has made sure it is an object
+        return SweepResult.from_dict(without_server_metrics(data))  # type: ignore[arg-type] - checked: an object
     except (KeyError, TypeError, ValueError) as exc:  # check_sweep should have said it first: never a traceback
         raise BadInput(f"This sweep file is damaged ({one_line(exc)}): {NOT_A_SWEEP}.") from exc
+
+
+def without_server_metrics(data: dict) -> dict:
+    """The sweep without the server's /metrics deltas, which no check here reads field by field yet: an uploaded
+    file's server figures are left out (the page says so), never built from unchecked data."""
+    levels = [{k: v for k, v in level.items() if k != "server"} for level in data["levels"]]
+    note = data.get("metrics_note")
+    note = server_text.one_line(note, MAX_LINE_CHARS) if isinstance(note, str) else ""  # why there were none
+    if data.get("server_total") or any(level.get("server") for level in data["levels"]):
+        note = "the server's metrics in an uploaded file are not read"
+    return {**{k: v for k, v in data.items() if k != "server_total"}, "levels": levels, "metrics_note": note}
 
 
 def parse_json(raw: bytes, max_bytes: int) -> object:

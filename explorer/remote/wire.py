@@ -43,6 +43,7 @@ class StreamRequest:
     # Exactly max_tokens tokens each, as vLLM's `bench serve` and SGLang's `bench_serving` ask: min_tokens and
     # ignore_eos, which both servers take (OpenAI's own API refuses them: HTTP 400, one line from status_error).
     fixed_length: bool = False
+    system: str = ""  # a system prompt before the prompt (the prefix-reuse experiment's shared prefix)
 
     def body(self) -> bytes:
         payload: dict[str, Any] = {
@@ -55,13 +56,14 @@ class StreamRequest:
         if self.fixed_length:  # every request then does the same decode work, whatever the model would say
             payload.update(min_tokens=self.max_tokens, ignore_eos=True)
         if self.endpoint.api == "chat":
-            payload["messages"] = [{"role": "user", "content": self.prompt}]
+            system = [{"role": "system", "content": self.system}] if self.system else []
+            payload["messages"] = [*system, {"role": "user", "content": self.prompt}]
         else:
-            payload["prompt"] = self.prompt
+            payload["prompt"] = f"{self.system}\n\n{self.prompt}" if self.system else self.prompt
         return json.dumps(payload).encode()
 
     def bounds(self) -> AnswerBounds:
-        return AnswerBounds(self.max_tokens, len(self.prompt.encode("utf-8", "replace")))
+        return AnswerBounds(self.max_tokens, len(f"{self.system}{self.prompt}".encode("utf-8", "replace")))
 
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}

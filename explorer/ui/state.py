@@ -62,6 +62,7 @@ ENDPOINT_RESULT: Slot[object] = Slot("endpoint_result")  # the SweepResult shown
 ENDPOINT_LOADED_FILE: Slot[tuple[str, str]] = Slot("endpoint_loaded_file")  # (file id, refusal or ""): read once
 ENDPOINT_UPLOAD: Slot[tuple[str, object]] = Slot("endpoint_upload")  # (sha256, sweep or refusal): same bytes read once
 ENDPOINT_TABLES: Slot[tuple[object, ...]] = Slot("endpoint_tables")  # (sweep, SLOs, tables): derived once
+ENDPOINT_PREFIX: Slot[object] = Slot("endpoint_prefix")  # the PrefixResult of the prefix-reuse experiment, if run
 EDITOR_VERSION: Slot[int] = Slot("by_hand_editor_version")  # bumped by Reset: new widget keys start from the seed's
 QUIZ_VERSION: Slot[int] = Slot("quiz_version")  # bumped by Start over: new radio keys start unanswered
 ROOM_MEMBER: Slot[str] = Slot("explorer_room_member")  # this session's opaque token in the Room store, never shown

@@ -86,3 +86,18 @@ def test_a_lane_past_the_rounds_time_is_kept_but_not_compared() -> None:
     lane = lane_of(RoundPrompt(1, "Hi"), served, endpoint, 2, client=None, compare=False)  # type: ignore[arg-type]
     assert lane.same_tokens is None and lane.answer_text == "Hello there" and lane.ttft_s == 0.2
     assert lane.difference == f"Not compared: the round's {ROUND_LIMIT_S:.0f} s were used up."
+
+
+def test_a_rounds_step_mix_is_the_engines_own_from_its_metrics() -> None:
+    """The round's step mix is the /metrics delta's (a real vLLM pair), in the page's words; none without metrics."""
+    from explorer.labs.room_engine import round_step_mix
+    from explorer.remote.metrics import ServerDelta, parse_metrics
+    from tests.test_metrics import VLLM_AFTER, VLLM_BEFORE
+
+    delta = ServerDelta.between(parse_metrics(VLLM_BEFORE), parse_metrics(VLLM_AFTER))
+    mix = delta.step_mix(max_in_flight=2)
+    found = round_step_mix(delta, 2)
+    assert mix is not None and found is not None
+    assert found["steps with a prefill chunk"] == mix.with_prefill and found["decode-only steps"] == mix.decode_only
+    assert sum(found.values()) == mix.steps > 0
+    assert round_step_mix(None, 2) is None

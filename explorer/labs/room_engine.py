@@ -30,7 +30,9 @@ from explorer.remote import wire
 from explorer.remote.answer import Stream
 from explorer.remote.deadlines import CallEnded, Deadline, Watchdog
 from explorer.remote.endpoint import Endpoint, make_endpoint
+from explorer.remote.metrics import ServerDelta
 from explorer.remote.server_text import error_message
+from explorer.remote.watch import Watch
 
 REQUEST_TIMEOUT_S = 120.0  # one answer, from sending to its end: a round of 30 on 2 CPU cores takes tens of seconds
 ROUND_LIMIT_S = 600.0  # the round and its alone runs, all told
@@ -93,8 +95,7 @@ class EngineRound(JsonRecord):
     wall_s: float  # measured: the round's first send to its last answer
     lanes: tuple[EngineLane, ...]
     # The engine's step mix during the round (steps that carried a prefill chunk, steps of decodes only), from the
-    # server's /metrics before and after the round: the glass box's metrics module (the Endpoint page) fills it;
-    # None where the server publishes no /metrics, and until that module is wired in here.
+    # server's /metrics before and after the round (`round_step_mix`); None where the server publishes none.
     step_mix: dict[str, float] | None = None
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
@@ -245,8 +246,12 @@ def serve_round_on_engine(ask: RoundAsk, base_url: str, model: str, progress: Pr
                 watchdog.close(call)
 
         started = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=len(requests)) as pool:  # all in flight together: the engine batches them
+        with (
+            Watch(endpoint.base_url, poll_interval_s=0).around() as batch,  # the engine's own /metrics, before/after
+            ThreadPoolExecutor(max_workers=len(requests)) as pool,  # all in flight together: the engine batches them
+        ):
             streams = list(pool.map(stream, requests))
+            batch.expect(sum(not isinstance(s, str) for s in streams))
         wall_s = time.perf_counter() - started
         if all(isinstance(s, str) for s in streams):
             raise RunFailed(f"Every request of round {ask.number} failed; the first: {streams[0]}")
@@ -256,8 +261,29 @@ def serve_round_on_engine(ask: RoundAsk, base_url: str, model: str, progress: Pr
             lanes.append(lane_of(prompt, served, endpoint, ask.max_new_tokens, client, compare=not deadline.passed()))
     say(1.0, "Done.")
     return EngineRound(
-        ask.code, ask.number, endpoint.base_url, endpoint.model, endpoint.api, ask.max_new_tokens, wall_s, tuple(lanes)
+        ask.code,
+        ask.number,
+        endpoint.base_url,
+        endpoint.model,
+        endpoint.api,
+        ask.max_new_tokens,
+        wall_s,
+        tuple(lanes),
+        step_mix=round_step_mix(batch.delta, len(requests)),
     )
+
+
+def round_step_mix(delta: ServerDelta | None, requests: int) -> dict[str, float] | None:
+    """The engine's steps during the round (its streamed requests only, not the alone runs after it), from its
+    /metrics: how many carried a prefill chunk, how many only decodes (`explorer.remote.metrics.StepMix`); None where
+    the server publishes no /metrics or no per-step token counts."""
+    mix = delta.step_mix(max_in_flight=requests) if delta is not None else None
+    if mix is None or mix.steps == 0:
+        return None
+    found = {"steps with a prefill chunk": mix.with_prefill, "decode-only steps": mix.decode_only}
+    if mix.unsure:
+        found["steps either way"] = mix.unsure
+    return found
 
 
 def lane_of(

@@ -73,7 +73,7 @@ def engine_results(run: EngineRound, viewer: int | None, show_prompts: bool) -> 
         show_error(f"Your request failed: {lane.error}")
     else:
         your_request(run, lane)
-    if run.step_mix:  # filled from the server's /metrics where the glass box's metrics module reads them
+    if run.step_mix:  # from the engine's own /metrics, where it publishes them
         mix = ", ".join(f"{name} {value:g}" for name, value in run.step_mix.items())
         st.caption(f"The engine's steps during the round: {mix} — *reported (server)*")
     table(

@@ -69,7 +69,8 @@ def goodput_lines(result: SplitResult) -> list[str]:
         f"{_ms(result.inputs.ttft_slo_s)} and TPOT < {_ms(result.inputs.tpot_slo_s)} (strictly under)",
         f"goodput (DistServe) = the highest arrival rate at which >= {ATTAINMENT_TARGET:.0%} of requests meet both, "
         "interpolated between the simulated rates, over the layout's GPUs; Poisson arrivals, "
-        f"{result.inputs.requests} requests a rate, random seed {result.inputs.seed}",
+        f"{result.requests} requests a rate, random seed {result.inputs.seed}"
+        + (f" ({result.fewer_requests})" if result.fewer_requests else ""),
         "capacity (no SLO): colocated = N / (prefill per request + (O - 1) x step(B_mem) / B_mem); disaggregated = "
         "min(x prompts / prefill, x / t_x, y x B_mem / ((O - 1) x step(B_mem)))",
     ]

@@ -44,6 +44,23 @@ class MeasuredSteps:
         self._scale = decode_s / floor_s
         self._decode: dict[int, Parts] = {}
 
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Everything the step times are made of (the run's measured times, its model and device figures, the
+        what-if's prompt and context): equal keys give equal step times, so a cached what-if can be reused."""
+        d = self.trace.device
+        return (
+            self.trace.model.name,
+            d.name,
+            d.peak_flops,
+            d.bandwidth_bytes_per_s,
+            d.effective_read_bandwidth_bytes_per_s,
+            self.prefill_s_per_token,
+            self.decode_step_s,
+            self.prompt_tokens,
+            self.decode_context,
+        )
+
     def _roofline(self, batch: int) -> Any:
         t = self.trace
         return pass_cost(t.model, t.device, 1, self.decode_context, batch=batch, cache_layout="read_once")

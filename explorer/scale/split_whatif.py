@@ -30,9 +30,13 @@ from explorer.scale.split import (
 )
 from explorer.scale.split_curves import Curve, capacity_per_s, crossover_per_s, curve, rate_grid, verdict
 from explorer.scale.split_links import SplitLink, split_link
-from explorer.scale.split_sim import simulate
+from explorer.scale.split_sim import Budget, simulate
 
 SCHEMA = "explorer.whatif.split/1"
+# Output tokens simulated per rate and layout (requests x output tokens): past it, fewer requests a rate, said with the
+# figures (300 x 512; the iteration budget of `split_sim` caps the rest), never fewer than MIN_REQUESTS.
+DECODE_TOKENS_PER_RATE = REQUESTS * 512
+MIN_REQUESTS = 40
 GRID_HEADROOM = 1.25  # the rates run to 1.25 x the highest no-SLO capacity of any layout: past every knee
 SOURCES = {
     "kv_bytes_per_request": "modelled: 2 x layers x kv_heads x head_dim x bytes x prompt tokens (config.json)",
@@ -150,6 +154,7 @@ class SplitResult:
     sentence: str
     rate_per_s: float
     at_rate: dict[str, list[Outcome]]
+    requests: int  # simulated a rate: the inputs' unless long outputs made it fewer (`simulated_requests`)
 
     @property
     def exposed_s(self) -> float:
@@ -207,8 +212,20 @@ class SplitResult:
             "sources": SOURCES | {"link": self.link.source},
         }
 
+    @property
+    def fewer_requests(self) -> str:
+        """Why fewer requests a rate were simulated than asked for; "" when they were not."""
+        if self.requests >= self.inputs.requests:
+            return ""
+        return (
+            f"{self.requests} requests a rate, not {self.inputs.requests}: {self.inputs.output_tokens:,} output tokens "
+            f"each would simulate more than {DECODE_TOKENS_PER_RATE:,} tokens a rate (a cap on this server's CPU)"
+        )
+
     def inputs_dict(self) -> dict[str, Any]:
         return self.inputs.inputs_dict() | {
+            "requests_per_rate": self.requests,
+            "fewer_requests": self.fewer_requests,
             "link_name": self.link.name,
             "link_one_way_bytes_per_s": self.link.one_way_bytes_per_s,
         }
@@ -234,8 +251,14 @@ def summary(outcomes: list[Outcome], inputs: SplitInputs) -> dict[str, float]:
     }
 
 
+def simulated_requests(inputs: SplitInputs) -> int:
+    """Requests a rate: the inputs', fewer where long outputs would make the simulation's work too large."""
+    return min(inputs.requests, max(MIN_REQUESTS, DECODE_TOKENS_PER_RATE // inputs.output_tokens))
+
+
 def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitResult:
-    """The what-if from At scale's roofline, or from `steps` (a run's measured times)."""
+    """The what-if from At scale's roofline, or from `steps` (a run's measured times). Its simulation has a budget
+    (`split_sim.ITERATION_BUDGET`): past it, one line refuses (BadInput)."""
     s = replace(inputs.scenario, batch=1, context=inputs.scenario.prompt_tokens + inputs.output_tokens)
     check_layout(
         inputs.prefill_instances, inputs.decode_instances, inputs.colocated, inputs.chunk_tokens, inputs.output_tokens
@@ -258,12 +281,13 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
     prefill_s = steps.prefill().floor_s
     work = Workload(
         inputs.output_tokens, inputs.ttft_slo_s, inputs.tpot_slo_s, memory, transfer_s, inputs.streamed,
-        inputs.requests, inputs.seed,
+        simulated_requests(inputs), inputs.seed,
     )  # fmt: skip
+    budget = Budget()
     layouts = inputs.layouts()
     top = GRID_HEADROOM * max(capacity_per_s(steps, work, layout) for layout in layouts)
     rates = rate_grid(top)
-    curves = tuple(curve(steps, work, layout, s.gpus, rates) for layout in layouts)
+    curves = tuple(curve(steps, work, layout, s.gpus, rates, budget) for layout in layouts)
     disaggregated = curves[-1]
     best_colocated = max(curves[:-1], key=lambda c: c.goodput_per_gpu)
     rate = inputs.rate_per_s or disaggregated.goodput_per_s or rates[len(rates) // 2]
@@ -281,5 +305,6 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
         crossover_per_s=crossover_per_s(best_colocated, disaggregated),
         sentence=verdict(best_colocated, disaggregated),
         rate_per_s=rate,
-        at_rate={c.layout.label: simulate(steps, work, c.layout, rate) for c in curves},
+        at_rate={c.layout.label: simulate(steps, work, c.layout, rate, budget) for c in curves},
+        requests=work.requests,
     )

@@ -29,6 +29,13 @@ def _split(inputs: SplitInputs) -> SplitResult:
     return split_what_if(inputs)
 
 
+@st.cache_data(max_entries=16, show_spinner="Simulating the layouts from your run…")
+def _split_measured(inputs: SplitInputs, run_key: tuple[object, ...], _steps: MeasuredSteps) -> SplitResult:
+    """The same from a run's measured times, keyed by the inputs and everything the steps take from the run
+    (`MeasuredSteps.key`; the steps object itself is not hashed): a rerun does not simulate again."""
+    return split_what_if(inputs, _steps)
+
+
 def split_inputs(result: WhatIf) -> SplitInputs:
     """The split's own inputs, beside the page's scenario; the SLOs are the session's one pair."""
     s = result.scenario
@@ -112,7 +119,7 @@ def split_phases(result: WhatIf) -> None:
         inputs = split_inputs(result)
         split_link(inputs.link, inputs.scenario.gpu)  # a GPU without NVLink: one line, before any simulation
         steps = measured_steps(inputs)
-        split = _split(inputs) if steps is None else split_what_if(inputs, steps)
+        split = _split(inputs) if steps is None else _split_measured(inputs, steps.key, steps)
     except BadInput as exc:  # e.g. a model that does not fit one instance: said once, the rest of the page stands
         st.info(str(exc))
         return
@@ -142,8 +149,11 @@ def split_phases(result: WhatIf) -> None:
         "split-goodput",
         f"Requests/s per GPU meeting both SLOs as arrivals rise, and the share meeting them against the "
         f"{ATTAINMENT_TARGET:.0%} target. {crossing}",
-        f"{source} · Poisson arrivals, deterministic simulation (random seed {inputs.seed}) · link spec",
+        f"{source} · Poisson arrivals, deterministic simulation (random seed {inputs.seed}, {split.requests} requests "
+        "a rate) · link spec",
     )
+    if split.fewer_requests:
+        st.caption(f"Simulated: {split.fewer_requests}.")
     distributions(split)
     with secondary("The split's formulas, with these numbers"):
         st.code("\n".join(split_formula_lines(split)), language=None, wrap_lines=True)

@@ -127,3 +127,22 @@ def test_the_split_simulation_has_a_work_budget_refused_in_one_line(monkeypatch:
     at.number_input(key="split-output").set_value(4096).run()
     assert not at.exception, at.exception
     assert any(i.value.startswith("Too much to simulate here") for i in at.info)
+
+
+def test_the_distributions_are_at_a_chosen_rate_and_say_which_and_why(tmp_path: Path) -> None:
+    """Issue 45 §1: the TTFT and TPOT distributions at a chosen rate; the caption says which rate and why (the one
+    asked for, the disaggregated goodput, or, where that is 0, the middle of the grid)."""
+    from explorer.scale.split_whatif import distribution_rate
+
+    assert distribution_rate(None, 0.0, [1.0, 2.0, 3.0])[0] == 2.0
+    assert "meets both SLOs at none" in distribution_rate(None, 0.0, [1.0, 2.0, 3.0])[1]
+    assert distribution_rate(None, 1.5, [1.0]) == (1.5, "the disaggregated layout's goodput")
+    at = open_page(PAGE)
+    at.number_input(key="split-rate").set_value(0.7).run()
+    assert not at.exception, at.exception
+    text = " ".join(c.value for c in at.caption)
+    assert "Every request's TTFT and TPOT at 0.7 requests/s (the rate asked for)" in text
+    out = tmp_path / "split.json"
+    assert whatif_main([*the_command(at), "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["at_rate"]["rate_per_s"] == 0.7 and written["at_rate"]["why"] == "the rate asked for"

@@ -155,6 +155,7 @@ class SplitResult:
     rate_per_s: float
     at_rate: dict[str, list[Outcome]]
     requests: int  # simulated a rate: the inputs' unless long outputs made it fewer (`simulated_requests`)
+    rate_why: str = "the rate asked for"  # why the distributions are shown at `rate_per_s`
 
     @property
     def exposed_s(self) -> float:
@@ -207,7 +208,11 @@ class SplitResult:
                 }
                 for c in self.curves
             ],
-            "at_rate": {"rate_per_s": self.rate_per_s, **{k: summary(v, self.inputs) for k, v in self.at_rate.items()}},
+            "at_rate": {
+                "rate_per_s": self.rate_per_s,
+                "why": self.rate_why,
+                **{k: summary(v, self.inputs) for k, v in self.at_rate.items()},
+            },
             "inputs": self.inputs_dict(),
             "sources": SOURCES | {"link": self.link.source},
         }
@@ -290,7 +295,7 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
     curves = tuple(curve(steps, work, layout, s.gpus, rates, budget) for layout in layouts)
     disaggregated = curves[-1]
     best_colocated = max(curves[:-1], key=lambda c: c.goodput_per_gpu)
-    rate = inputs.rate_per_s or disaggregated.goodput_per_s or rates[len(rates) // 2]
+    rate, rate_why = distribution_rate(inputs.rate_per_s, disaggregated.goodput_per_s, rates)
     return SplitResult(
         inputs=inputs,
         steps=steps,
@@ -307,4 +312,16 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
         rate_per_s=rate,
         at_rate={c.layout.label: simulate(steps, work, c.layout, rate, budget) for c in curves},
         requests=work.requests,
+        rate_why=rate_why,
     )
+
+
+def distribution_rate(asked_per_s: float | None, goodput_per_s: float, rates: list[float]) -> tuple[float, str]:
+    """Where the TTFT/TPOT distributions are shown, and why there: the rate asked for, else the disaggregated
+    layout's goodput, else (it meets the SLOs at no rate) the middle of the rates simulated."""
+    if asked_per_s:
+        return asked_per_s, "the rate asked for"
+    if goodput_per_s:
+        return goodput_per_s, "the disaggregated layout's goodput"
+    middle = rates[len(rates) // 2]
+    return middle, "the middle of the rates simulated: the disaggregated layout meets both SLOs at none of them"

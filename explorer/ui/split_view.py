@@ -52,7 +52,7 @@ def split_inputs(result: WhatIf) -> SplitInputs:
     colocated = colocated.number_input(
         "Colocated instances (0: x + y)", 0, 32, 0, key="split-colocated", help="0: the same GPUs as x + y"
     )
-    left, middle, right = st.columns(3)
+    left, middle, right, far = st.columns(4)
     offered = [name for name in LINK_NAMES if name != "NVLink" or has_nvlink(s.gpu.name)]
     link = left.selectbox(
         "Link between them",
@@ -64,9 +64,17 @@ def split_inputs(result: WhatIf) -> SplitInputs:
     chunk = right.number_input(
         "Chunked prefill: chunk (tokens, 0: none)", 0, 65_536, DEFAULT_CHUNK_TOKENS, 64, key="split-chunk"
     )
+    rate = far.number_input(
+        "Rate for the distributions (requests/s, 0: the disaggregated goodput)",
+        0.0,
+        1e6,
+        0.0,
+        key="split-rate",
+        help="Where the TTFT and TPOT distributions below are drawn; 0: at the disaggregated layout's goodput.",
+    )
     return SplitInputs(
         s, int(output), ttft_slo_s, tpot_slo_s, int(x), int(y), int(colocated) or None, link, streamed, int(chunk),
-        None
+        float(rate) or None
     )  # fmt: skip
 
 
@@ -108,6 +116,7 @@ def command_line(inputs: SplitInputs) -> str:
         f"'{inputs.link}' --transfer {'streamed' if inputs.streamed else 'whole'} --chunk {inputs.chunk_tokens}"
         + (f" --experts-dtype {s.experts_storage}" if s.arch.is_moe else "")
         + (f" --colocated {inputs.colocated_instances}" if inputs.colocated_instances else "")
+        + (f" --rate {inputs.rate_per_s:g}" if inputs.rate_per_s else "")
     )
 
 
@@ -167,7 +176,7 @@ def distributions(split: SplitResult) -> None:
         charts.distribution_chart(frame, inputs.ttft_slo_s * 1e3, inputs.tpot_slo_s * 1e3, split.steps.source),
         frame,
         "split-distributions",
-        f"Every request's TTFT and TPOT at {split.rate_per_s:.3g} requests/s (the disaggregated layout's goodput), "
-        "against the session's SLOs (red).",
+        f"Every request's TTFT and TPOT at {split.rate_per_s:.3g} requests/s ({split.rate_why}), against the "
+        "session's SLOs (red).",
         f"{split.steps.source} · simulated requests",
     )

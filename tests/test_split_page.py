@@ -85,6 +85,23 @@ def test_the_what_if_starts_from_a_live_runs_measured_times_and_says_so(live_tra
     assert split.goodput_per_gpu > stalled.goodput_per_gpu
 
 
+def test_the_measured_path_adds_the_rooflines_all_reduces_for_tensor_parallel(live_trace: Trace) -> None:
+    """A run on one device measures no all-reduce; an instance of 2 GPUs has them: the roofline's (modelled) is added
+    to each measured pass, as the roofline path does, instead of being dropped."""
+    from explorer.scale.floors import decode_step, prefill_floor
+
+    one, two = (
+        Scenario(load_architecture("embedded"), find_gpu("H100 SXM"), "float32", g, 1, 1088, 1024) for g in (1, 2)
+    )
+    alone, split = MeasuredSteps(live_trace, 1024, 64, one), MeasuredSteps(live_trace, 1024, 64, two)
+    assert alone.prefill().link_s == 0 and alone.decode(4).link_s == 0
+    assert split.prefill().link_s == pytest.approx(prefill_floor(two).t_link_s) and split.prefill().link_s > 0
+    assert split.decode(4).link_s == pytest.approx(decode_step(two, 4, 1024 + 32).t_link_s)
+    assert split.decode(4).link_s > 0
+    assert split.decode(4).floor_s == pytest.approx(alone.decode(4).floor_s + split.decode(4).link_s)
+    assert split.taken()["all_reduces"].startswith("modelled")
+
+
 def test_the_page_labels_the_what_if_measured_where_it_took_the_runs_times(
     live_trace: Trace, monkeypatch: pytest.MonkeyPatch
 ) -> None:

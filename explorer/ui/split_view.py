@@ -90,12 +90,18 @@ def measured_steps(inputs: SplitInputs) -> MeasuredSteps | None:
         return None
     if not st.toggle(f"Start from this run's measured times ({run.label})", True, key="split-measured"):
         return None
-    steps = MeasuredSteps(run.trace, s.prompt_tokens, inputs.output_tokens)
+    steps = MeasuredSteps(run.trace, s.prompt_tokens, inputs.output_tokens, s)
     st.caption(
         f"Taken from your run (measured on {run.trace.device.name}): prefill "
         f"{steps.prefill_s_per_token * 1e3:.3g} ms per prompt token, decode step {steps.decode_step_s * 1e3:.3g} ms "
         "(the median). How a step grows with batch and context: the roofline (modelled). Memory and the link: the "
         f"{s.gpu.name}'s spec and the chosen link's."
+        + (
+            f" The tensor-parallel all-reduces of {s.gpus} GPUs an instance: the roofline's (modelled), added to each "
+            "measured pass."
+            if s.gpus > 1
+            else ""
+        )
     )
     return steps
 

@@ -21,7 +21,12 @@ def transfer_lines(result: SplitResult) -> list[str]:
         f"KV bytes per request = 2 (K and V) x layers x kv_heads x head_dim x bytes x prompt tokens = 2 x {layers} x "
         f"{a.kv_heads} x {a.head_dim} x {per_element:g} ({s.kv_storage}) x {s.prompt_tokens:,} = "
         f"{result.kv_bytes_per_request:,} bytes [modelled{sliding}]",
-        f"transfer, whole after the prefill: t_x = KV bytes / link one way = {result.kv_bytes_per_request:,} / "
+        f"KV bytes per rank (tensor parallel over N = {s.gpus} GPU(s): each holds ceil(kv_heads / N) = "
+        f"{-(-a.kv_heads // s.gpus)} KV heads, replicated past N = kv_heads) = {result.kv_bytes_per_rank:,} bytes "
+        "[modelled]",
+        f"links: {link.links_words}",
+        f"transfer, whole after the prefill: t_x = {'KV bytes per rank' if link.per_gpu else 'KV bytes per request'} "
+        f"/ link one way = {result.kv_bytes_per_rank if link.per_gpu else result.kv_bytes_per_request:,} / "
         f"{link.one_way_bytes_per_s / 1e9:,.4g} GB/s ({link.name}) = {_ms(result.transfer_whole_s)} [link: spec, "
         f"{link.source}]",
         f"transfer, streamed layer by layer (Mooncake, Dynamo): exposed = max(t_x / L, t_x - t_prefill x (L - 1) / L) "

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from explorer.core.errors import BadInput
-from explorer.scale.floors import Scenario, check_scenario, decode_step, max_batch, prefill_floor
+from explorer.scale.floors import Scenario, check_scenario, decode_step, max_batch, prefill_floor, shard
 from explorer.scale.params import kv_bytes_at
 from explorer.scale.split import (
     ATTAINMENT_TARGET,
@@ -40,7 +40,10 @@ MIN_REQUESTS = 40
 GRID_HEADROOM = 1.25  # the rates run to 1.25 x the highest no-SLO capacity of any layout: past every knee
 SOURCES = {
     "kv_bytes_per_request": "modelled: 2 x layers x kv_heads x head_dim x bytes x prompt tokens (config.json)",
-    "transfer_whole_s": "modelled: KV bytes / the link's one-way line rate (spec, cited per link)",
+    "kv_bytes_per_rank": "modelled: the same with one GPU's KV heads, ceil(kv_heads / N) (tensor parallel: each rank "
+    "holds its own heads, replicated when N > kv_heads)",
+    "transfer_whole_s": "modelled: with a link a GPU, KV bytes per rank / the link's one-way line rate (every rank "
+    "sends its own heads at once); with one an instance, KV bytes per request / it (spec, cited per link)",
     "exposed_streamed_s": "modelled: max(t_x / L, t_x - t_prefill (L - 1) / L), layer by layer (Mooncake, Dynamo)",
     "prefill_s": "modelled: the roofline prefill floor (max(FLOPs / peak, bytes / bandwidth) + all-reduces)",
     "decode_batch_under_tpot": "modelled: the largest B whose roofline decode step (KV reads included) < TPOT SLO",
@@ -144,6 +147,7 @@ class SplitResult:
     steps: StepModel
     link: SplitLink
     kv_bytes_per_request: int
+    kv_bytes_per_rank: int  # one GPU's share: its ceil(kv_heads / N) KV heads, sent over its own link
     transfer_whole_s: float
     exposed_streamed_s: float
     prefill_s: float
@@ -181,6 +185,7 @@ class SplitResult:
             "timing": self.steps.source,
             "measured_inputs": self.steps.taken(),
             "kv_bytes_per_request": self.kv_bytes_per_request,
+            "kv_bytes_per_rank": self.kv_bytes_per_rank,
             "transfer_whole_s": self.transfer_whole_s,
             "exposed_streamed_s": self.exposed_streamed_s,
             "exposed_s": self.exposed_s,
@@ -282,7 +287,10 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
             "instance (tensor parallel)."
         )
     kv_bytes = kv_bytes_at(s.arch, s.prompt_tokens, s.kv_storage)
-    transfer_s = kv_bytes / link.one_way_bytes_per_s
+    # Tensor parallel: each GPU holds its own KV heads (ceil(kv_heads / N); replicated past N = kv_heads). With a link
+    # a GPU, every rank sends its share at once (the time of one share); over one shared link, the whole KV in turn.
+    rank_bytes = kv_bytes_at(s.arch, s.prompt_tokens, s.kv_storage, shard(s).kv_heads)
+    transfer_s = (rank_bytes if link.per_gpu else kv_bytes) / link.one_way_bytes_per_s
     prefill_s = steps.prefill().floor_s
     work = Workload(
         inputs.output_tokens, inputs.ttft_slo_s, inputs.tpot_slo_s, memory, transfer_s, inputs.streamed,
@@ -301,6 +309,7 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
         steps=steps,
         link=link,
         kv_bytes_per_request=kv_bytes,
+        kv_bytes_per_rank=rank_bytes,
         transfer_whole_s=transfer_s,
         exposed_streamed_s=exposed_streamed_s(transfer_s, prefill_s, s.arch.layers),
         prefill_s=prefill_s,

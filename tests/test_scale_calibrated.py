@@ -5,11 +5,12 @@ the rule of thumb's figure (223 vs 209 for Llama-3.1-8B on an H100)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from statistics import median
 
 import pytest
 
 from explorer.core.loaded_model import LoadedModel
-from explorer.core.trace import Trace
+from explorer.core.trace import PassRecord, Trace
 from explorer.core.units import ms, short_time
 from explorer.scale.calibrated import Efficiency, calibrate, efficiency_of
 from explorer.scale.config import load_architecture
@@ -57,6 +58,31 @@ def test_a_known_runs_efficiency_scales_a_shipped_configs_floors(tiny_lm: Loaded
     assert rows["decode step"].calibrated == ms(DECODE_FACTOR * result.decode.floor_s)
     assert rows["prefill of 2,048 tokens"].calibrated == short_time(PREFILL_FACTOR * result.prefill.floor_s)
     assert "x 3.00" in rows["decode step"].factor and "x 1.50" in rows["prefill of 2,048 tokens"].factor
+
+
+def test_a_gpu_runs_factor_is_over_its_floors_at_the_datasheet_peaks(tiny_lm: LoadedModel) -> None:
+    """The what-if's floors are at the datasheet's peaks; a GPU run's floors are at its measured ones (issue 46), some
+    20 % slower on an H200. The factor is taken against floors at the datasheet's peaks, so calibrated = datasheet
+    floor x (achieved / datasheet floor), the measured-vs-datasheet gap kept."""
+    from tests.test_floor_share import H200, h200_profile
+
+    run = known_run(tiny_run(tiny_lm).recosted(h200_profile()))  # each pass at 3x / 1.5x its floor at measured peaks
+
+    def sheet_floor_s(p: PassRecord) -> float:  # recomputed by hand at the H200's spec row
+        c = p.cost
+        return max(c.flops / H200.bf16_flops, (c.bytes_read + c.kv_bytes_written) / H200.bandwidth_bytes_per_s)
+
+    decodes, prefills = run.all_decodes, [passes[0] for passes in run.repeats]
+    efficiency = efficiency_of(run)
+    want_decode = median(p.wall_s for p in decodes) / median(sheet_floor_s(p) for p in decodes)
+    want_prefill = median(p.wall_s for p in prefills) / median(sheet_floor_s(p) for p in prefills)
+    assert efficiency.decode_factor == pytest.approx(want_decode)
+    assert efficiency.prefill_factor == pytest.approx(want_prefill)
+    assert efficiency.decode_factor > 1.1 * DECODE_FACTOR  # the gap (4.8 TB/s sheet vs 4.05 measured) is not dropped
+    result = what_if(llama_8b(context=1, prompt_tokens=2048))
+    calibrated = calibrate(result, efficiency)
+    assert calibrated.decode_step_s == pytest.approx(result.decode.floor_s * want_decode)
+    assert "floors at the datasheet's peaks" in calibrated.rows[0].factor
 
 
 def test_a_run_without_a_decode_pass_calibrates_only_the_prefill() -> None:

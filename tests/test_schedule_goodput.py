@@ -85,3 +85,18 @@ def test_the_schedule_commands_report_counts_goodput_under_its_slos() -> None:
     n = len(run.served.requests)
     assert f"goodput   {run.served.mode}: {n} of {n} requests met both SLOs" in loose
     assert f"goodput   {run.served.mode}: 0 of {n} requests met both SLOs" in tight
+
+
+def test_no_requests_count_zero_and_a_lane_with_no_tokens_is_left_out() -> None:
+    """A round where someone got no token (or a lab mode with no requests) still counts: zero, not an error."""
+    from explorer.labs.room_records import Lane, RoomRound
+    from explorer.labs.schedule.workload import EngineSettings
+
+    empty = goodput_count([], 1.0, 0.1)
+    assert (len(empty.verdicts), empty.met, empty.span_s, empty.goodput_per_s) == (0, 0, 0.0, 0.0)
+    assert empty.sentence().startswith("0 of 0 requests met both SLOs")
+    served = Lane(1, "", "", 10, (), 2, 0.2, (0.2, 0.25), 0.2, (0.2, 0.25), (), True)
+    silent = Lane(2, "", "", 10, (), 0, 0.0, (), 0.0, (), (), True)
+    count = RoomRound("ABCD", 1, "m", "float32", "cpu", EngineSettings(), 2, False, (), (served, silent)).goodput(1, 1)
+    assert [v.request for v in count.verdicts] == [served.request] and count.met == 1
+    assert RoomRound("ABCD", 1, "m", "float32", "cpu", EngineSettings(), 2, False, (), (silent,)).goodput(1, 1).met == 0

@@ -70,6 +70,24 @@ def test_the_issues_figures_llama_8b_4k_prompt_over_each_link() -> None:
     assert result.transfer_whole_s == pytest.approx(kv / one_way["25 GbE"])
 
 
+@pytest.mark.parametrize(("gpus", "heads_per_rank"), [(2, 4), (4, 2), (8, 1), (16, 1)])
+def test_tensor_parallel_ranks_send_their_own_kv_heads_over_their_own_links(gpus: int, heads_per_rank: int) -> None:
+    """With N GPUs an instance each rank holds ceil(kv_heads / N) KV heads (one, replicated, past N = kv_heads = 8).
+    Over a link a GPU (NVLink, RDMA rails) every rank sends its share at once: t_x = one share / the link; over a
+    link the instance's GPUs share (a server's Ethernet), the whole KV goes through it: t_x = KV bytes / the link."""
+    layers, head_bytes = 80, 2 * 128 * 2 * 4096  # Llama-3.1-70B: K and V, head_dim 128, bf16, 4k prompt
+    for link, one_way in (("400G RDMA", 50 * GB), ("25 GbE", 3.125 * GB)):
+        result = split_what_if(
+            SplitInputs(scenario("llama-3.1-70b", gpus, 4096), 256, 1.0, 0.05, link=link, requests=40)
+        )
+        assert result.kv_bytes_per_request == layers * 8 * head_bytes
+        assert result.kv_bytes_per_rank == layers * heads_per_rank * head_bytes
+        sent = result.kv_bytes_per_rank if link == "400G RDMA" else result.kv_bytes_per_request
+        assert result.transfer_whole_s == pytest.approx(sent / one_way)
+        said = "\n".join(split_formula_lines(result))
+        assert ("one a GPU" if link == "400G RDMA" else "one an instance, shared") in said
+
+
 def test_a_gpu_without_nvlink_is_refused_in_one_line() -> None:
     with pytest.raises(BadInput, match="has no NVLink"):
         split_link("NVLink", find_gpu("L4"))
@@ -252,8 +270,9 @@ def test_shape_c_llama_70b_long_prompts_tight_tpot_disaggregated_ahead() -> None
 
 
 def test_shape_d_over_25_gbe_the_exposed_transfer_removes_the_gain() -> None:
-    """(d) Issue 45 and Mooncake/DistServe's placement: a 70B 4k prompt's 1.34 GB of KV is 0.43 s over 25 GbE; the
-    exposed part lands in TTFT and the link queues, so (c)'s gain is gone."""
+    """(d) Issue 45 and Mooncake/DistServe's placement: a 70B 4k prompt's 1.34 GB of KV is 0.43 s over 25 GbE (one
+    Ethernet link an instance, its 4 GPUs sharing it; over NVLink each GPU sends its quarter over its own: 0.75 ms);
+    the exposed part lands in TTFT and the link queues, so (c)'s gain is gone."""
     fast, slow = split_what_if(seventy_b("NVLink")), split_what_if(seventy_b("25 GbE"))
     colocated = max(slow.curves[:-1], key=lambda c: c.goodput_per_gpu)
     assert slow.curves[-1].goodput_per_gpu < colocated.goodput_per_gpu < fast.curves[-1].goodput_per_gpu

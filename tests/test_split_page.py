@@ -18,6 +18,7 @@ from explorer.scale.config import load_architecture
 from explorer.scale.floors import Scenario, find_gpu
 from explorer.scale.split_measured import MeasuredSteps
 from explorer.scale.split_whatif import SplitInputs, split_what_if
+from explorer.ui import split_view
 from explorer.ui import state as ui_state
 from tests.apptest_support import keyed, navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.test_scale import whatif_main
@@ -84,7 +85,27 @@ def test_the_what_if_starts_from_a_live_runs_measured_times_and_says_so(live_tra
     assert split.goodput_per_gpu > stalled.goodput_per_gpu
 
 
-def test_the_page_labels_the_what_if_measured_where_it_took_the_runs_times(live_trace: Trace) -> None:
+def test_the_measured_path_adds_the_rooflines_all_reduces_for_tensor_parallel(live_trace: Trace) -> None:
+    """A run on one device measures no all-reduce; an instance of 2 GPUs has them: the roofline's (modelled) is added
+    to each measured pass, as the roofline path does, instead of being dropped."""
+    from explorer.scale.floors import decode_step, prefill_floor
+
+    one, two = (
+        Scenario(load_architecture("embedded"), find_gpu("H100 SXM"), "float32", g, 1, 1088, 1024) for g in (1, 2)
+    )
+    alone, split = MeasuredSteps(live_trace, 1024, 64, one), MeasuredSteps(live_trace, 1024, 64, two)
+    assert alone.prefill().link_s == 0 and alone.decode(4).link_s == 0
+    assert split.prefill().link_s == pytest.approx(prefill_floor(two).t_link_s) and split.prefill().link_s > 0
+    assert split.decode(4).link_s == pytest.approx(decode_step(two, 4, 1024 + 32).t_link_s)
+    assert split.decode(4).link_s > 0
+    assert split.decode(4).floor_s == pytest.approx(alone.decode(4).floor_s + split.decode(4).link_s)
+    assert split.taken()["all_reduces"].startswith("modelled")
+
+
+def test_the_page_labels_the_what_if_measured_where_it_took_the_runs_times(
+    live_trace: Trace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """And a rerun with the same inputs and the same run reuses the what-if (it is cached, as the roofline's is)."""
     at = open_page(PAGE, ui_state.RunResult(live_trace, None, "", "run 1: prefill reads"))
     at.selectbox(key="scale-model").set_value("smollm2-135m").run()
     assert not at.exception, at.exception
@@ -92,6 +113,53 @@ def test_the_page_labels_the_what_if_measured_where_it_took_the_runs_times(live_
     assert f"Taken from your run (measured on {live_trace.device.name})" in text
     helps = " ".join(m.help or "" for m in at.metric if m.label.endswith(" goodput"))
     assert f"measured on {live_trace.device.name}" in helps
+    simulated: list[SplitInputs] = []
+    real = split_view.split_what_if
+    monkeypatch.setattr(split_view, "split_what_if", lambda i, s=None: simulated.append(i) or real(i, s))
+    at.number_input(key="split-y").set_value(2).run()  # new inputs: simulated once
+    at.number_input(key="split-y").set_value(1).run()  # back to the inputs above, from this run: cached
+    at.number_input(key="split-y").set_value(2).run()
+    assert len(simulated) == 1 and not at.exception, at.exception
     at.toggle(key="split-measured").set_value(False).run()
     helps = " ".join(m.help or "" for m in at.metric if m.label.endswith(" goodput"))
     assert "measured" not in helps and "modelled" in helps
+
+
+def test_the_split_simulation_has_a_work_budget_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any visitor can start the simulation on the web tier: long outputs simulate fewer requests a rate (said with
+    the figures), and past the iteration budget one line refuses, on the page and on the command line alike."""
+    from explorer.core.errors import BadInput
+    from explorer.scale import split_sim
+    from explorer.scale.split_whatif import DECODE_TOKENS_PER_RATE, MIN_REQUESTS, simulated_requests
+
+    s = Scenario(load_architecture("llama-3.1-70b"), find_gpu("H100 SXM"), "bfloat16", 2, 1, 8192 + 4096, 8192)
+    assert simulated_requests(SplitInputs(s, 256, 1.0, 0.05)) == 300
+    assert simulated_requests(SplitInputs(s, 1024, 1.0, 0.05)) == DECODE_TOKENS_PER_RATE // 1024 == 150
+    assert simulated_requests(SplitInputs(s, 32_768, 1.0, 0.05)) == MIN_REQUESTS
+    monkeypatch.setattr(split_sim, "ITERATION_BUDGET", 20_000)
+    with pytest.raises(BadInput, match="Too much to simulate here: over 20,000 engine iterations") as refused:
+        split_what_if(SplitInputs(s, 4096, 1.0, 0.05))
+    assert "\n" not in str(refused.value)
+    at = open_page(PAGE)
+    at.number_input(key="split-output").set_value(4096).run()
+    assert not at.exception, at.exception
+    assert any(i.value.startswith("Too much to simulate here") for i in at.info)
+
+
+def test_the_distributions_are_at_a_chosen_rate_and_say_which_and_why(tmp_path: Path) -> None:
+    """Issue 45 §1: the TTFT and TPOT distributions at a chosen rate; the caption says which rate and why (the one
+    asked for, the disaggregated goodput, or, where that is 0, the middle of the grid)."""
+    from explorer.scale.split_whatif import distribution_rate
+
+    assert distribution_rate(None, 0.0, [1.0, 2.0, 3.0])[0] == 2.0
+    assert "meets both SLOs at none" in distribution_rate(None, 0.0, [1.0, 2.0, 3.0])[1]
+    assert distribution_rate(None, 1.5, [1.0]) == (1.5, "the disaggregated layout's goodput")
+    at = open_page(PAGE)
+    at.number_input(key="split-rate").set_value(0.7).run()
+    assert not at.exception, at.exception
+    text = " ".join(c.value for c in at.caption)
+    assert "Every request's TTFT and TPOT at 0.7 requests/s (the rate asked for)" in text
+    out = tmp_path / "split.json"
+    assert whatif_main([*the_command(at), "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["at_rate"]["rate_per_s"] == 0.7 and written["at_rate"]["why"] == "the rate asked for"

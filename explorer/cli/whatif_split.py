@@ -106,4 +106,6 @@ def format_split(result: SplitResult) -> str:
         f"decode batch under the TPOT SLO: {result.tpot_batch:,} (memory holds {result.memory_batch:,}) [modelled]",
         "goodput: requests/s per GPU with >= 90 % of requests meeting both SLOs (DistServe), modelled",
     ]
+    if result.fewer_requests:
+        lines.append(f"simulated: {result.fewer_requests}")
     return "\n".join(lines)

@@ -194,9 +194,14 @@ class RoomRound(JsonRecord):
 
     def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> GoodputCount:
         """Each person's request met or missed the session's SLO pair in the round (measured), and the count: its
-        arrival is its first token less its TTFT, on the round's clock."""
-        served = [(lane.request, lane.token_times_s[0] - lane.ttft_s, lane.token_times_s) for lane in self.lanes]
-        return goodput_count([row for row in served if row[2]], ttft_slo_s, tpot_slo_s)
+        arrival is its first token less its TTFT, on the round's clock. A lane with no token has no arrival to read:
+        left out before reading it."""
+        served = [
+            (lane.request, lane.token_times_s[0] - lane.ttft_s, lane.token_times_s)
+            for lane in self.lanes
+            if lane.token_times_s
+        ]
+        return goodput_count(served, ttft_slo_s, tpot_slo_s)
 
     @property
     def all_same_tokens(self) -> bool:

@@ -4,9 +4,11 @@ here". Carrying a device's efficiency to another GPU is an assumption, and every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 
+from explorer.core.device_profile import DeviceProfile
+from explorer.core.roofline import Cost, roofline_time
 from explorer.core.trace import Trace
 from explorer.core.units import ms, short_time
 from explorer.scale.whatif import WhatIf
@@ -23,6 +25,7 @@ class Efficiency:
     model: str
     decode_factor: float | None  # median decode time / median decode floor; None without a decode pass
     prefill_factor: float  # median prefill time / its floor
+    floors_at: str = "this device's figures"  # the peaks the run's floors were taken at: a GPU's datasheet's, if any
 
     @property
     def decode_efficiency(self) -> float | None:
@@ -33,15 +36,40 @@ class Efficiency:
         return 1 / self.prefill_factor
 
 
+def datasheet_device(device: DeviceProfile) -> DeviceProfile | None:
+    """The device at its datasheet's peaks (a GPU the spec table knows), else None (a CPU has no datasheet). A
+    missing figure of the two keeps the one the run was costed with."""
+    if not (device.datasheet_flops or device.datasheet_bandwidth_bytes_per_s):
+        return None
+    bandwidth = device.datasheet_bandwidth_bytes_per_s
+    return replace(
+        device,
+        peak_flops=device.datasheet_flops or device.peak_flops,
+        bandwidth_bytes_per_s=bandwidth or device.bandwidth_bytes_per_s,
+        read_bandwidth_bytes_per_s=bandwidth or device.effective_read_bandwidth_bytes_per_s,
+    )
+
+
 def efficiency_of(trace: Trace) -> Efficiency:
-    """The run's factors over its own floors (roofline floors at the device's figures the run was costed with)."""
+    """The run's factors over its own floors. The what-if's floors are at its GPU's datasheet peaks, so on a GPU with
+    a datasheet the run's floors are taken at the datasheet's peaks too: a factor over the measured peaks' floors
+    would drop the gap between the measured and datasheet peaks (~20 % on an H200) and calibrate too optimistically.
+    Elsewhere (a CPU) the floors at the figures the run was costed with."""
+    sheet = datasheet_device(trace.device)
+
+    def floor_s(cost: Cost) -> float:
+        if sheet is None:
+            return cost.roofline_time_s
+        return roofline_time(cost.flops, cost.bytes_read, sheet, cost.kv_bytes_written)
+
     decodes = trace.all_decodes
     prefills = [passes[0] for passes in trace.repeats]
     decode_factor = None
     if decodes:
-        decode_factor = trace.decode_median_s / median(p.cost.roofline_time_s for p in decodes)
-    prefill_factor = median(p.wall_s for p in prefills) / median(p.cost.roofline_time_s for p in prefills)
-    return Efficiency(trace.device.name, trace.model.display_name, decode_factor, prefill_factor)
+        decode_factor = trace.decode_median_s / median(floor_s(p.cost) for p in decodes)
+    prefill_factor = median(p.wall_s for p in prefills) / median(floor_s(p.cost) for p in prefills)
+    floors_at = "this device's figures" if sheet is None else "the datasheet's peaks"
+    return Efficiency(trace.device.name, trace.model.display_name, decode_factor, prefill_factor, floors_at)
 
 
 @dataclass(frozen=True)
@@ -70,7 +98,7 @@ class Calibrated:
     @property
     def rows(self) -> tuple[CalibratedRow, ...]:
         r, e = self.what_if, self.efficiency
-        where = f"measured on {e.device} ({e.model})"
+        where = f"measured on {e.device} ({e.model}), floors at {e.floors_at}"
         rows = []
         if self.decode_step_s is not None and e.decode_factor is not None:
             decode = f"x {e.decode_factor:,.2f}: decode median / its floor, {where}"

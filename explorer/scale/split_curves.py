@@ -19,7 +19,7 @@ from explorer.scale.split import (
     batch_under_tpot,
     iteration_s,
 )
-from explorer.scale.split_sim import simulate
+from explorer.scale.split_sim import Budget, simulate
 
 
 def attainment(work: Workload, outcomes: Sequence[Outcome]) -> float:
@@ -107,17 +107,25 @@ def why_limited(model: StepModel, work: Workload, layout: Layout, outcomes: Sequ
     return "prefill queue", f"the prefill queue: {queue_s * 1e3:,.0f} ms waited per request that misses TTFT"
 
 
-def curve(model: StepModel, work: Workload, layout: Layout, gpus_per_instance: int, rates: Sequence[float]) -> Curve:
-    """Attainment at each rate. A rate above the layout's no-SLO capacity is not simulated: its queue grows without
-    bound, so in the long run every request misses (a finite run of a few hundred requests would hide that, its
-    early requests served before the backlog builds), and its attainment is 0."""
+def curve(
+    model: StepModel,
+    work: Workload,
+    layout: Layout,
+    gpus_per_instance: int,
+    rates: Sequence[float],
+    budget: Budget | None = None,
+) -> Curve:
+    """Attainment at each rate (`budget`: the what-if's simulated iterations left). A rate above the layout's no-SLO
+    capacity is not simulated: its queue grows without bound, so in the long run every request misses (a finite run of
+    a few hundred requests would hide that, its early requests served before the backlog builds), and its attainment
+    is 0."""
     capacity = capacity_per_s(model, work, layout)
     attained, ttft_met, tpot_met, runs = [], [], [], []
     for rate in rates:
         if rate > capacity:
             attained.append(0.0), ttft_met.append(0.0), tpot_met.append(0.0)
             continue
-        outcomes = simulate(model, work, layout, rate)
+        outcomes = simulate(model, work, layout, rate, budget)
         runs.append(outcomes)
         meets = [work.meets(o) for o in outcomes]
         attained.append(sum(a and b for a, b in meets) / len(meets))

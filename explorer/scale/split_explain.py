@@ -21,7 +21,12 @@ def transfer_lines(result: SplitResult) -> list[str]:
         f"KV bytes per request = 2 (K and V) x layers x kv_heads x head_dim x bytes x prompt tokens = 2 x {layers} x "
         f"{a.kv_heads} x {a.head_dim} x {per_element:g} ({s.kv_storage}) x {s.prompt_tokens:,} = "
         f"{result.kv_bytes_per_request:,} bytes [modelled{sliding}]",
-        f"transfer, whole after the prefill: t_x = KV bytes / link one way = {result.kv_bytes_per_request:,} / "
+        f"KV bytes per rank (tensor parallel over N = {s.gpus} GPU(s): each holds ceil(kv_heads / N) = "
+        f"{-(-a.kv_heads // s.gpus)} KV heads, replicated past N = kv_heads) = {result.kv_bytes_per_rank:,} bytes "
+        "[modelled]",
+        f"links: {link.links_words}",
+        f"transfer, whole after the prefill: t_x = {'KV bytes per rank' if link.per_gpu else 'KV bytes per request'} "
+        f"/ link one way = {result.kv_bytes_per_rank if link.per_gpu else result.kv_bytes_per_request:,} / "
         f"{link.one_way_bytes_per_s / 1e9:,.4g} GB/s ({link.name}) = {_ms(result.transfer_whole_s)} [link: spec, "
         f"{link.source}]",
         f"transfer, streamed layer by layer (Mooncake, Dynamo): exposed = max(t_x / L, t_x - t_prefill x (L - 1) / L) "
@@ -69,7 +74,8 @@ def goodput_lines(result: SplitResult) -> list[str]:
         f"{_ms(result.inputs.ttft_slo_s)} and TPOT < {_ms(result.inputs.tpot_slo_s)} (strictly under)",
         f"goodput (DistServe) = the highest arrival rate at which >= {ATTAINMENT_TARGET:.0%} of requests meet both, "
         "interpolated between the simulated rates, over the layout's GPUs; Poisson arrivals, "
-        f"{result.inputs.requests} requests a rate, random seed {result.inputs.seed}",
+        f"{result.requests} requests a rate, random seed {result.inputs.seed}"
+        + (f" ({result.fewer_requests})" if result.fewer_requests else ""),
         "capacity (no SLO): colocated = N / (prefill per request + (O - 1) x step(B_mem) / B_mem); disaggregated = "
         "min(x prompts / prefill, x / t_x, y x B_mem / ((O - 1) x step(B_mem)))",
     ]

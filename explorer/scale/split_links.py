@@ -19,6 +19,10 @@ PCIE_SIG = (
 )
 IEEE_100G = "IEEE 802.3ba-2010 (40 and 100 Gb/s Ethernet), https://standards.ieee.org/ieee/802.3ba/4280/"
 IEEE_25G = "IEEE 802.3by-2016 (25 Gb/s Ethernet), https://standards.ieee.org/ieee/802.3by/5900/"
+RAILS = (
+    "one NIC a GPU, as NVIDIA DGX H100's compute fabric (8 single-port ConnectX-7 for 8 GPUs), "
+    "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html"
+)
 BITS = 8
 
 
@@ -30,6 +34,13 @@ class SplitLink:
     name: str
     one_way_bytes_per_s: float
     source: str
+    # Each GPU of a tensor-parallel instance has a link of its own (NVLink, its PCIe x16, an RDMA NIC per GPU), so its
+    # ranks send their KV heads at once; False: the instance's GPUs share one (a server's Ethernet NIC: an assumption).
+    per_gpu: bool = True
+
+    @property
+    def links_words(self) -> str:
+        return "one a GPU: each rank sends its own KV heads at once" if self.per_gpu else "one an instance, shared"
 
 
 def _gbit(gbit_per_s: float) -> float:
@@ -39,10 +50,10 @@ def _gbit(gbit_per_s: float) -> float:
 LINK_NAMES = ("NVLink", "PCIe Gen5", "400G RDMA", "200G RDMA", "100 GbE", "25 GbE")
 NETWORK_LINKS = {
     "PCIe Gen5": SplitLink("PCIe Gen5 x16", PCIE_GEN5 / 2, PCIE_SIG + "; one way: half of 128 GB/s"),
-    "400G RDMA": SplitLink("400 Gb/s RDMA (InfiniBand NDR / RoCE)", _gbit(400), CONNECTX7),
-    "200G RDMA": SplitLink("200 Gb/s RDMA (NDR200 / RoCE)", _gbit(200), CONNECTX7),
-    "100 GbE": SplitLink("100 Gb/s Ethernet", _gbit(100), IEEE_100G + "; " + CONNECTX7),
-    "25 GbE": SplitLink("25 Gb/s Ethernet", _gbit(25), IEEE_25G + "; " + CONNECTX7),
+    "400G RDMA": SplitLink("400 Gb/s RDMA (InfiniBand NDR / RoCE)", _gbit(400), CONNECTX7 + "; " + RAILS),
+    "200G RDMA": SplitLink("200 Gb/s RDMA (NDR200 / RoCE)", _gbit(200), CONNECTX7 + "; " + RAILS),
+    "100 GbE": SplitLink("100 Gb/s Ethernet", _gbit(100), IEEE_100G + "; " + CONNECTX7, per_gpu=False),
+    "25 GbE": SplitLink("25 Gb/s Ethernet", _gbit(25), IEEE_25G + "; " + CONNECTX7, per_gpu=False),
 }
 
 

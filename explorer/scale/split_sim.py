@@ -10,7 +10,28 @@ import random
 from collections import deque
 from collections.abc import Sequence
 
+from explorer.core.errors import BadInput
 from explorer.scale.split import PREFILL_TOKEN_BUDGET, Layout, Outcome, StepModel, Workload, iteration_s
+
+# Engine iterations one what-if may simulate, every layout and rate together (~3 s of one core): the page runs on the
+# web tier, where any visitor can start it, so its CPU has a cap. The defaults take ~0.3-0.9 M.
+ITERATION_BUDGET = 4_000_000
+
+
+class Budget:
+    """What is left of one what-if's iteration budget (one per what-if, never shared): past it, one line refuses."""
+
+    def __init__(self, iterations: int | None = None) -> None:
+        self.iterations = ITERATION_BUDGET if iterations is None else iterations
+        self.left = self.iterations
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise BadInput(
+                f"Too much to simulate here: over {self.iterations:,} engine iterations (requests x output tokens / "
+                "the batch the memory allows): ask for fewer output tokens, a shorter prompt or more GPUs per instance."
+            )
 
 
 def arrivals(rate_per_s: float, requests: int, seed: int) -> list[float]:
@@ -32,8 +53,11 @@ def _take_prompts(waiting: deque[int], times: Sequence[float], now: float, room:
     return taken
 
 
-def simulate_colocated(model: StepModel, work: Workload, times: Sequence[float], layout: Layout) -> list[Outcome]:
+def simulate_colocated(
+    model: StepModel, work: Workload, times: Sequence[float], layout: Layout, allowance: Budget | None = None
+) -> list[Outcome]:
     """Colocated instances sharing one FCFS queue; each iteration is prefill-first or chunked (`Layout`)."""
+    allowance = allowance or Budget()
     n, decode_steps = len(times), work.output_tokens - 1
     waiting = deque(range(n))
     first = [math.inf] * n
@@ -46,6 +70,7 @@ def simulate_colocated(model: StepModel, work: Workload, times: Sequence[float],
     partial: list[list[int]] = [[] for _ in range(layout.instances)]  # [request, tokens done]
     p = model.prompt_tokens
     while clocks:
+        allowance.spend()  # `budget` below is the chunk's tokens
         now, i = heapq.heappop(clocks)
         batch, room = len(running[i]), work.memory_batch - len(running[i]) - (1 if partial[i] else 0)
         if layout.chunk_tokens:
@@ -94,14 +119,18 @@ def simulate_colocated(model: StepModel, work: Workload, times: Sequence[float],
     ]
 
 
-def simulate_disaggregated(model: StepModel, work: Workload, times: Sequence[float], layout: Layout) -> list[Outcome]:
+def simulate_disaggregated(
+    model: StepModel, work: Workload, times: Sequence[float], layout: Layout, budget: Budget | None = None
+) -> list[Outcome]:
     """A prefill pool on one FCFS queue, each instance's KV sent over its own link (FCFS), then a decode pool."""
+    budget = budget or Budget()
     n, p, layers = len(times), model.prompt_tokens, model.layers
     waiting = deque(range(n))
     started, ready, exposed = [math.inf] * n, [math.inf] * n, [0.0] * n
     link_free = [0.0] * layout.prefill_instances
     clocks = [(0.0, i) for i in range(layout.prefill_instances)]
     while clocks:
+        budget.spend()
         now, i = heapq.heappop(clocks)
         prompts = _take_prompts(waiting, times, now, work.memory_batch, p)
         if not prompts:
@@ -122,7 +151,7 @@ def simulate_disaggregated(model: StepModel, work: Workload, times: Sequence[flo
     last = [math.inf] * n
     for d in range(layout.decode_instances):
         mine = sorted((ready[r], r) for r in range(d, n, layout.decode_instances))
-        _decode_pool(model, work, mine, last)
+        _decode_pool(model, work, mine, last, budget)
     steps = work.output_tokens - 1
     return [
         Outcome(times[r], ready[r] - times[r], (last[r] - ready[r]) / steps, started[r] - times[r], exposed[r])
@@ -130,10 +159,13 @@ def simulate_disaggregated(model: StepModel, work: Workload, times: Sequence[flo
     ]
 
 
-def _decode_pool(model: StepModel, work: Workload, arriving: list[tuple[float, int]], last: list[float]) -> None:
+def _decode_pool(
+    model: StepModel, work: Workload, arriving: list[tuple[float, int]], last: list[float], budget: Budget
+) -> None:
     """One decode instance: admits what has arrived (as memory allows) before each step, batches every running one."""
     now, steps, at, running = 0.0, 0, 0, []  # running: (step it finishes at, request)
     while at < len(arriving) or running:
+        budget.spend()
         while at < len(arriving) and arriving[at][0] <= now and len(running) < work.memory_batch:
             heapq.heappush(running, (steps + work.output_tokens - 1, arriving[at][1]))
             at += 1
@@ -146,7 +178,10 @@ def _decode_pool(model: StepModel, work: Workload, arriving: list[tuple[float, i
             last[heapq.heappop(running)[1]] = now
 
 
-def simulate(model: StepModel, work: Workload, layout: Layout, rate_per_s: float) -> list[Outcome]:
+def simulate(
+    model: StepModel, work: Workload, layout: Layout, rate_per_s: float, budget: Budget | None = None
+) -> list[Outcome]:
+    """One layout at one rate; `budget`: the what-if's iterations left (None: a budget of its own)."""
     times = arrivals(rate_per_s, work.requests, work.seed)
     run = simulate_disaggregated if layout.kind == "disaggregated" else simulate_colocated
-    return run(model, work, times, layout)
+    return run(model, work, times, layout, budget)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from explorer.core.errors import BadInput
-from explorer.scale.floors import Scenario, check_scenario, decode_step, max_batch, prefill_floor
+from explorer.scale.floors import Scenario, check_scenario, decode_step, max_batch, prefill_floor, shard
 from explorer.scale.params import kv_bytes_at
 from explorer.scale.split import (
     ATTAINMENT_TARGET,
@@ -30,13 +30,20 @@ from explorer.scale.split import (
 )
 from explorer.scale.split_curves import Curve, capacity_per_s, crossover_per_s, curve, rate_grid, verdict
 from explorer.scale.split_links import SplitLink, split_link
-from explorer.scale.split_sim import simulate
+from explorer.scale.split_sim import Budget, simulate
 
 SCHEMA = "explorer.whatif.split/1"
+# Output tokens simulated per rate and layout (requests x output tokens): past it, fewer requests a rate, said with the
+# figures (300 x 512; the iteration budget of `split_sim` caps the rest), never fewer than MIN_REQUESTS.
+DECODE_TOKENS_PER_RATE = REQUESTS * 512
+MIN_REQUESTS = 40
 GRID_HEADROOM = 1.25  # the rates run to 1.25 x the highest no-SLO capacity of any layout: past every knee
 SOURCES = {
     "kv_bytes_per_request": "modelled: 2 x layers x kv_heads x head_dim x bytes x prompt tokens (config.json)",
-    "transfer_whole_s": "modelled: KV bytes / the link's one-way line rate (spec, cited per link)",
+    "kv_bytes_per_rank": "modelled: the same with one GPU's KV heads, ceil(kv_heads / N) (tensor parallel: each rank "
+    "holds its own heads, replicated when N > kv_heads)",
+    "transfer_whole_s": "modelled: with a link a GPU, KV bytes per rank / the link's one-way line rate (every rank "
+    "sends its own heads at once); with one an instance, KV bytes per request / it (spec, cited per link)",
     "exposed_streamed_s": "modelled: max(t_x / L, t_x - t_prefill (L - 1) / L), layer by layer (Mooncake, Dynamo)",
     "prefill_s": "modelled: the roofline prefill floor (max(FLOPs / peak, bytes / bandwidth) + all-reduces)",
     "decode_batch_under_tpot": "modelled: the largest B whose roofline decode step (KV reads included) < TPOT SLO",
@@ -140,6 +147,7 @@ class SplitResult:
     steps: StepModel
     link: SplitLink
     kv_bytes_per_request: int
+    kv_bytes_per_rank: int  # one GPU's share: its ceil(kv_heads / N) KV heads, sent over its own link
     transfer_whole_s: float
     exposed_streamed_s: float
     prefill_s: float
@@ -150,6 +158,8 @@ class SplitResult:
     sentence: str
     rate_per_s: float
     at_rate: dict[str, list[Outcome]]
+    requests: int  # simulated a rate: the inputs' unless long outputs made it fewer (`simulated_requests`)
+    rate_why: str = "the rate asked for"  # why the distributions are shown at `rate_per_s`
 
     @property
     def exposed_s(self) -> float:
@@ -175,6 +185,7 @@ class SplitResult:
             "timing": self.steps.source,
             "measured_inputs": self.steps.taken(),
             "kv_bytes_per_request": self.kv_bytes_per_request,
+            "kv_bytes_per_rank": self.kv_bytes_per_rank,
             "transfer_whole_s": self.transfer_whole_s,
             "exposed_streamed_s": self.exposed_streamed_s,
             "exposed_s": self.exposed_s,
@@ -202,13 +213,29 @@ class SplitResult:
                 }
                 for c in self.curves
             ],
-            "at_rate": {"rate_per_s": self.rate_per_s, **{k: summary(v, self.inputs) for k, v in self.at_rate.items()}},
+            "at_rate": {
+                "rate_per_s": self.rate_per_s,
+                "why": self.rate_why,
+                **{k: summary(v, self.inputs) for k, v in self.at_rate.items()},
+            },
             "inputs": self.inputs_dict(),
             "sources": SOURCES | {"link": self.link.source},
         }
 
+    @property
+    def fewer_requests(self) -> str:
+        """Why fewer requests a rate were simulated than asked for; "" when they were not."""
+        if self.requests >= self.inputs.requests:
+            return ""
+        return (
+            f"{self.requests} requests a rate, not {self.inputs.requests}: {self.inputs.output_tokens:,} output tokens "
+            f"each would simulate more than {DECODE_TOKENS_PER_RATE:,} tokens a rate (a cap on this server's CPU)"
+        )
+
     def inputs_dict(self) -> dict[str, Any]:
         return self.inputs.inputs_dict() | {
+            "requests_per_rate": self.requests,
+            "fewer_requests": self.fewer_requests,
             "link_name": self.link.name,
             "link_one_way_bytes_per_s": self.link.one_way_bytes_per_s,
         }
@@ -234,8 +261,14 @@ def summary(outcomes: list[Outcome], inputs: SplitInputs) -> dict[str, float]:
     }
 
 
+def simulated_requests(inputs: SplitInputs) -> int:
+    """Requests a rate: the inputs', fewer where long outputs would make the simulation's work too large."""
+    return min(inputs.requests, max(MIN_REQUESTS, DECODE_TOKENS_PER_RATE // inputs.output_tokens))
+
+
 def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitResult:
-    """The what-if from At scale's roofline, or from `steps` (a run's measured times)."""
+    """The what-if from At scale's roofline, or from `steps` (a run's measured times). Its simulation has a budget
+    (`split_sim.ITERATION_BUDGET`): past it, one line refuses (BadInput)."""
     s = replace(inputs.scenario, batch=1, context=inputs.scenario.prompt_tokens + inputs.output_tokens)
     check_layout(
         inputs.prefill_instances, inputs.decode_instances, inputs.colocated, inputs.chunk_tokens, inputs.output_tokens
@@ -254,24 +287,29 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
             "instance (tensor parallel)."
         )
     kv_bytes = kv_bytes_at(s.arch, s.prompt_tokens, s.kv_storage)
-    transfer_s = kv_bytes / link.one_way_bytes_per_s
+    # Tensor parallel: each GPU holds its own KV heads (ceil(kv_heads / N); replicated past N = kv_heads). With a link
+    # a GPU, every rank sends its share at once (the time of one share); over one shared link, the whole KV in turn.
+    rank_bytes = kv_bytes_at(s.arch, s.prompt_tokens, s.kv_storage, shard(s).kv_heads)
+    transfer_s = (rank_bytes if link.per_gpu else kv_bytes) / link.one_way_bytes_per_s
     prefill_s = steps.prefill().floor_s
     work = Workload(
         inputs.output_tokens, inputs.ttft_slo_s, inputs.tpot_slo_s, memory, transfer_s, inputs.streamed,
-        inputs.requests, inputs.seed,
+        simulated_requests(inputs), inputs.seed,
     )  # fmt: skip
+    budget = Budget()
     layouts = inputs.layouts()
     top = GRID_HEADROOM * max(capacity_per_s(steps, work, layout) for layout in layouts)
     rates = rate_grid(top)
-    curves = tuple(curve(steps, work, layout, s.gpus, rates) for layout in layouts)
+    curves = tuple(curve(steps, work, layout, s.gpus, rates, budget) for layout in layouts)
     disaggregated = curves[-1]
     best_colocated = max(curves[:-1], key=lambda c: c.goodput_per_gpu)
-    rate = inputs.rate_per_s or disaggregated.goodput_per_s or rates[len(rates) // 2]
+    rate, rate_why = distribution_rate(inputs.rate_per_s, disaggregated.goodput_per_s, rates)
     return SplitResult(
         inputs=inputs,
         steps=steps,
         link=link,
         kv_bytes_per_request=kv_bytes,
+        kv_bytes_per_rank=rank_bytes,
         transfer_whole_s=transfer_s,
         exposed_streamed_s=exposed_streamed_s(transfer_s, prefill_s, s.arch.layers),
         prefill_s=prefill_s,
@@ -281,5 +319,18 @@ def split_what_if(inputs: SplitInputs, steps: StepModel | None = None) -> SplitR
         crossover_per_s=crossover_per_s(best_colocated, disaggregated),
         sentence=verdict(best_colocated, disaggregated),
         rate_per_s=rate,
-        at_rate={c.layout.label: simulate(steps, work, c.layout, rate) for c in curves},
+        at_rate={c.layout.label: simulate(steps, work, c.layout, rate, budget) for c in curves},
+        requests=work.requests,
+        rate_why=rate_why,
     )
+
+
+def distribution_rate(asked_per_s: float | None, goodput_per_s: float, rates: list[float]) -> tuple[float, str]:
+    """Where the TTFT/TPOT distributions are shown, and why there: the rate asked for, else the disaggregated
+    layout's goodput, else (it meets the SLOs at no rate) the middle of the rates simulated."""
+    if asked_per_s:
+        return asked_per_s, "the rate asked for"
+    if goodput_per_s:
+        return goodput_per_s, "the disaggregated layout's goodput"
+    middle = rates[len(rates) // 2]
+    return middle, "the middle of the rates simulated: the disaggregated layout meets both SLOs at none of them"

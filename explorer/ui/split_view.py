@@ -29,6 +29,13 @@ def _split(inputs: SplitInputs) -> SplitResult:
     return split_what_if(inputs)
 
 
+@st.cache_data(max_entries=16, show_spinner="Simulating the layouts from your run…")
+def _split_measured(inputs: SplitInputs, run_key: tuple[object, ...], _steps: MeasuredSteps) -> SplitResult:
+    """The same from a run's measured times, keyed by the inputs and everything the steps take from the run
+    (`MeasuredSteps.key`; the steps object itself is not hashed): a rerun does not simulate again."""
+    return split_what_if(inputs, _steps)
+
+
 def split_inputs(result: WhatIf) -> SplitInputs:
     """The split's own inputs, beside the page's scenario; the SLOs are the session's one pair."""
     s = result.scenario
@@ -45,7 +52,7 @@ def split_inputs(result: WhatIf) -> SplitInputs:
     colocated = colocated.number_input(
         "Colocated instances (0: x + y)", 0, 32, 0, key="split-colocated", help="0: the same GPUs as x + y"
     )
-    left, middle, right = st.columns(3)
+    left, middle, right, far = st.columns(4)
     offered = [name for name in LINK_NAMES if name != "NVLink" or has_nvlink(s.gpu.name)]
     link = left.selectbox(
         "Link between them",
@@ -57,9 +64,17 @@ def split_inputs(result: WhatIf) -> SplitInputs:
     chunk = right.number_input(
         "Chunked prefill: chunk (tokens, 0: none)", 0, 65_536, DEFAULT_CHUNK_TOKENS, 64, key="split-chunk"
     )
+    rate = far.number_input(
+        "Rate for the distributions (requests/s, 0: the disaggregated goodput)",
+        0.0,
+        1e6,
+        0.0,
+        key="split-rate",
+        help="Where the TTFT and TPOT distributions below are drawn; 0: at the disaggregated layout's goodput.",
+    )
     return SplitInputs(
         s, int(output), ttft_slo_s, tpot_slo_s, int(x), int(y), int(colocated) or None, link, streamed, int(chunk),
-        None
+        float(rate) or None
     )  # fmt: skip
 
 
@@ -75,12 +90,18 @@ def measured_steps(inputs: SplitInputs) -> MeasuredSteps | None:
         return None
     if not st.toggle(f"Start from this run's measured times ({run.label})", True, key="split-measured"):
         return None
-    steps = MeasuredSteps(run.trace, s.prompt_tokens, inputs.output_tokens)
+    steps = MeasuredSteps(run.trace, s.prompt_tokens, inputs.output_tokens, s)
     st.caption(
         f"Taken from your run (measured on {run.trace.device.name}): prefill "
         f"{steps.prefill_s_per_token * 1e3:.3g} ms per prompt token, decode step {steps.decode_step_s * 1e3:.3g} ms "
         "(the median). How a step grows with batch and context: the roofline (modelled). Memory and the link: the "
         f"{s.gpu.name}'s spec and the chosen link's."
+        + (
+            f" The tensor-parallel all-reduces of {s.gpus} GPUs an instance: the roofline's (modelled), added to each "
+            "measured pass."
+            if s.gpus > 1
+            else ""
+        )
     )
     return steps
 
@@ -101,6 +122,7 @@ def command_line(inputs: SplitInputs) -> str:
         f"'{inputs.link}' --transfer {'streamed' if inputs.streamed else 'whole'} --chunk {inputs.chunk_tokens}"
         + (f" --experts-dtype {s.experts_storage}" if s.arch.is_moe else "")
         + (f" --colocated {inputs.colocated_instances}" if inputs.colocated_instances else "")
+        + (f" --rate {inputs.rate_per_s:g}" if inputs.rate_per_s else "")
     )
 
 
@@ -112,7 +134,7 @@ def split_phases(result: WhatIf) -> None:
         inputs = split_inputs(result)
         split_link(inputs.link, inputs.scenario.gpu)  # a GPU without NVLink: one line, before any simulation
         steps = measured_steps(inputs)
-        split = _split(inputs) if steps is None else split_what_if(inputs, steps)
+        split = _split(inputs) if steps is None else _split_measured(inputs, steps.key, steps)
     except BadInput as exc:  # e.g. a model that does not fit one instance: said once, the rest of the page stands
         st.info(str(exc))
         return
@@ -142,8 +164,11 @@ def split_phases(result: WhatIf) -> None:
         "split-goodput",
         f"Requests/s per GPU meeting both SLOs as arrivals rise, and the share meeting them against the "
         f"{ATTAINMENT_TARGET:.0%} target. {crossing}",
-        f"{source} · Poisson arrivals, deterministic simulation (random seed {inputs.seed}) · link spec",
+        f"{source} · Poisson arrivals, deterministic simulation (random seed {inputs.seed}, {split.requests} requests "
+        "a rate) · link spec",
     )
+    if split.fewer_requests:
+        st.caption(f"Simulated: {split.fewer_requests}.")
     distributions(split)
     with secondary("The split's formulas, with these numbers"):
         st.code("\n".join(split_formula_lines(split)), language=None, wrap_lines=True)
@@ -157,7 +182,7 @@ def distributions(split: SplitResult) -> None:
         charts.distribution_chart(frame, inputs.ttft_slo_s * 1e3, inputs.tpot_slo_s * 1e3, split.steps.source),
         frame,
         "split-distributions",
-        f"Every request's TTFT and TPOT at {split.rate_per_s:.3g} requests/s (the disaggregated layout's goodput), "
-        "against the session's SLOs (red).",
+        f"Every request's TTFT and TPOT at {split.rate_per_s:.3g} requests/s ({split.rate_why}), against the "
+        "session's SLOs (red).",
         f"{split.steps.source} · simulated requests",
     )

@@ -73,7 +73,10 @@ class GoodputCount:
 def goodput_count(
     requests: Sequence[tuple[str, float, Sequence[float]]], ttft_slo_s: float, tpot_slo_s: float
 ) -> GoodputCount:
-    """From (id, arrival, token times) of each request, all on one clock."""
+    """From (id, arrival, token times) of each request, all on one clock; no requests: a count of zero (a round or
+    a mode that served nobody is still drawn)."""
     verdicts = tuple(verdict(name, arrival, times, (ttft_slo_s, tpot_slo_s)) for name, arrival, times in requests)
+    if not requests:
+        return GoodputCount(verdicts, ttft_slo_s, tpot_slo_s, 0.0)
     span_s = max(times[-1] for _, _, times in requests) - min(arrival for _, arrival, _ in requests)
     return GoodputCount(verdicts, ttft_slo_s, tpot_slo_s, span_s)

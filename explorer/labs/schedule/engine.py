@@ -32,6 +32,7 @@ from explorer.models.loading import Progress
 
 NO_EOS = -1  # transformers' "no end-of-sequence token": every request makes exactly its max new tokens
 RESULT_POLL_S = 0.1
+TURN_POLL_S = 0.001  # how often a request waiting its turn checks whether the ones before it have their first token
 WARMUP_PROMPT_TOKENS = 8
 WARMUP_NEW_TOKENS = 2
 
@@ -214,8 +215,11 @@ def serve(
     settings: EngineSettings,
     stop_at_eos: bool,
     on_progress: Progress | None = None,
+    in_turn: bool = False,
 ) -> tuple[tuple[StepRecord, ...], tuple[RequestRecord, ...], int]:
-    """Run the engine on the workload, each request handed over at its arrival time; (steps, requests, blocks)."""
+    """Run the engine on the workload, each request handed over at its arrival time; (steps, requests, blocks).
+    `in_turn`: also not before every earlier request has its first token, so each arrives while those decode (the
+    Room's long prompts: a fixed delay would be seconds too long on a GPU or too short on a CPU)."""
     manager = new_manager(lm, settings, planned)
     recorder = manager.recorder
     eos: int | list[int] = sorted(lm.eos_token_ids) if stop_at_eos and lm.eos_token_ids else NO_EOS
@@ -225,10 +229,12 @@ def serve(
         manager.start()
         recorder.start_clock()
         arrivals: dict[str, float] = {}
-        for r in planned:
+        for k, r in enumerate(planned):
             delay_s = r.arrival_s - recorder.now()
             if delay_s > 0:
                 time.sleep(delay_s)
+            while in_turn and manager.is_running() and any(e.id not in recorder.token_times for e in planned[:k]):
+                time.sleep(TURN_POLL_S)
             arrivals[r.id] = recorder.now()  # measured: the moment the server is handed the request
             manager.add_request(
                 list(r.prompt_token_ids), request_id=r.id, max_new_tokens=r.max_new_tokens, eos_token_id=eos

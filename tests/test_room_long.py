@@ -64,6 +64,7 @@ def test_every_prompt_is_made_long_and_stays_its_authors(served: tuple[RoomRound
         assert LONG_TOKENS - 8 < lane.prompt_tokens <= LONG_TOKENS  # the passage fills it to within a word
         assert lane.prompt_text.endswith("\n\n" + prompt)  # after the shared passage, their own prompt
         assert len(lane.token_times_s) == len(lane.chunked_token_times_s) == NEW_TOKENS
+        assert lane.chunked_ttft_s is not None and 0 < lane.chunked_ttft_s <= lane.chunked_token_times_s[0]
 
 
 def test_not_chunked_each_long_prefill_is_one_step_that_stalls_the_decodes_before_it(
@@ -79,7 +80,7 @@ def test_not_chunked_each_long_prefill_is_one_step_that_stalls_the_decodes_befor
                 assert any(e.decode_tokens for e in step.entries), (k, step.entries)
     _, whole, _ = served
     assert whole.chunk_budget is None and not whole.chunked_steps
-    assert all(lane.chunked_token_times_s == () for lane in whole.lanes)
+    assert all(lane.chunked_token_times_s == () and lane.chunked_ttft_s is None for lane in whole.lanes)
     assert {m.serving for m in whole.tpot_marks(0.1)} == {NOT_CHUNKED}
 
 

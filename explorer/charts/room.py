@@ -237,6 +237,7 @@ def tpot_frame(run: RoomRound, viewer: int | None, tpot_slo_s: float) -> pd.Data
                     "budget_tokens": mark.budget,
                     "figure": figure,
                     "ms": to_ms(value_s),
+                    "ttft_ms": None if mark.ttft_s is None else to_ms(mark.ttft_s),
                     "alone_tpot_ms": None if mark.alone_tpot_s is None else to_ms(mark.alone_tpot_s),
                     "tpot_slo_ms": to_ms(tpot_slo_s),
                     "past_slo": mark.past_slo,

@@ -157,6 +157,7 @@ def lane(
         same_tokens=served.token_ids == record.token_ids,
         difference=difference(served, record, lm.tokenizer),
         chunked_token_times_s=() if chunked is None else chunked.token_times_s,
+        chunked_ttft_s=None if chunked is None else chunked.ttft_s,
     )
 
 

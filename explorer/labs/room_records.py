@@ -103,6 +103,7 @@ class Lane(ItlPercentiles):
     difference: str = ""  # where they first differ, when they do; "" where hidden
     chunked_token_times_s: tuple[float, ...] = ()  # measured: each new token when a long round is served again
     # chunked, on that run's clock; () when it was not
+    chunked_ttft_s: float | None = None  # measured: the same, handed in to the first token (chunks delay it)
 
     @property
     def request(self) -> str:
@@ -195,6 +196,7 @@ class TpotMark:
     participant: int
     serving: str  # NOT_CHUNKED or CHUNKED
     budget: int  # the tokens one engine step could compute in that serving
+    ttft_s: float | None  # handed to the engine to the first token in that serving
     tpot_s: float | None  # None: a one-token answer has no time per output token
     longest_gap_s: float | None  # the longest wait between two of their tokens
     alone_tpot_s: float | None  # the same prompt served alone
@@ -238,20 +240,21 @@ class RoomRound(JsonRecord):
     def tpot_marks(self, tpot_slo_s: float) -> tuple[TpotMark, ...]:
         """Each person's TPOT and longest gap against the SLO: as the round served them (not chunked: the budget
         holds a whole prompt), and, where it was served again chunked, as that run did."""
-        servings = [(NOT_CHUNKED, self.settings.token_budget, "token_times_s")]
+        servings = [(NOT_CHUNKED, self.settings.token_budget, "ttft_s", "token_times_s")]
         if self.chunk_budget is not None:
-            servings.append((CHUNKED, self.chunk_budget, "chunked_token_times_s"))
+            servings.append((CHUNKED, self.chunk_budget, "chunked_ttft_s", "chunked_token_times_s"))
         return tuple(
             TpotMark(
                 lane.participant,
                 serving,
                 budget,
+                getattr(lane, ttft),
                 tpot_of(getattr(lane, times)),
                 max(gaps(getattr(lane, times)), default=None),
                 tpot_of(lane.alone_token_times_s),
                 tpot_slo_s,
             )
-            for serving, budget, times in servings
+            for serving, budget, ttft, times in servings
             for lane in self.lanes
         )
 

@@ -140,11 +140,15 @@ def test_the_chart_marks_whose_tpot_the_long_prefill_pushed_past_the_slo(
     frame = charts.tpot_frame(run, 2, 0.100)
     pushed = frame[frame["pushed"]]
     assert set(zip(pushed["person"], pushed["serving"])) == {("participant 1", NOT_CHUNKED)}
+    assert set(frame[frame["figure"] == charts.TPOT]["mark"]) == {"pushed past", ""}
     assert set(frame["figure"]) == {charts.TPOT, charts.LONGEST_GAP} and (frame["tpot_slo_ms"] == 100).all()
+    assert frame["ttft_ms"].notna().all()  # the first token's wait, both ways: chunks delay it
     spec = charts.tpot_chart(frame, charts.lane_order(run, 2), 100.0).to_json()
     assert "pushed past" in spec and '"type": "log"' in spec and "participant 1" in spec
     slow_alone = replace(run, lanes=tuple(replace(lane, alone_token_times_s=(0.0, 0.2)) for lane in run.lanes))
     assert not any(m.pushed for m in slow_alone.tpot_marks(0.100))  # past it alone too: not the round's doing
+    marked = charts.tpot_frame(slow_alone, 2, 0.100)
+    assert set(marked[marked["past_slo"]]["mark"]) == {charts.PAST_ALONE_TOO}
 
 
 def test_the_owner_holds_a_long_round_to_its_caps_before_anything_runs(tiny_llama_dir: Path) -> None:

@@ -219,6 +219,7 @@ def prompts_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
 TPOT, LONGEST_GAP = "TPOT", "longest gap"
 SERVING_DOMAIN, SERVING_RANGE = [NOT_CHUNKED, CHUNKED], ["#d94801", "#2171b5"]
 SLO_COLOR = "#cb181d"
+PAST_ALONE_TOO = "past (alone too)"  # past the SLO, but so was the prompt alone: not the round's doing
 
 
 def tpot_frame(run: RoomRound, viewer: int | None, tpot_slo_s: float) -> pd.DataFrame:
@@ -242,6 +243,7 @@ def tpot_frame(run: RoomRound, viewer: int | None, tpot_slo_s: float) -> pd.Data
                     "tpot_slo_ms": to_ms(tpot_slo_s),
                     "past_slo": mark.past_slo,
                     "pushed": mark.pushed,
+                    "mark": "pushed past" if mark.pushed else PAST_ALONE_TOO if mark.past_slo else "",
                 }
             )
     columns = [
@@ -250,21 +252,26 @@ def tpot_frame(run: RoomRound, viewer: int | None, tpot_slo_s: float) -> pd.Data
         "budget_tokens",
         "figure",
         "ms",
+        "ttft_ms",
         "alone_tpot_ms",
         "tpot_slo_ms",
         "past_slo",
         "pushed",
+        "mark",
     ]
     return pd.DataFrame(rows, columns=columns)
 
 
 def tpot_chart(frame: pd.DataFrame, order: list[str], tpot_slo_ms: float) -> alt.LayerChart:
     """A row per person, a band per serving: their TPOT (a dot) and longest gap (a tick) on a log axis of ms, the
-    SLO as a red line, and "pushed past" beside each TPOT the round pushed past the SLO though it met it alone."""
+    SLO as a red line, and "pushed past" beside each TPOT the round pushed past the SLO though it met it alone (grey
+    `PAST_ALONE_TOO` where the prompt alone missed it as well)."""
     base = alt.Chart(frame)
     y = alt.Y("person:N", sort=order, title=None, axis=alt.Axis(labelLimit=200))
     y_offset = alt.YOffset("serving:N", sort=SERVING_DOMAIN)
-    x = alt.X("ms:Q", title="ms between tokens (measured, log scale)", scale=alt.Scale(type="log"))
+    x = alt.X(
+        "ms:Q", title="ms between tokens (measured, log scale)", scale=alt.Scale(type="log", nice=False, padding=12)
+    )
     color = alt.Color(
         "serving:N", scale=alt.Scale(domain=SERVING_DOMAIN, range=SERVING_RANGE), title=None, legend=bottom_legend()
     )
@@ -280,14 +287,22 @@ def tpot_chart(frame: pd.DataFrame, order: list[str], tpot_slo_ms: float) -> alt
         .encode(x=x, y=y, yOffset=y_offset, color=color, tooltip=tooltip)
     )
     pushed = (
-        base.transform_filter(f"datum.figure == '{TPOT}' && datum.pushed")
-        .mark_text(align="left", dx=8, color=SLO_COLOR, fontWeight="bold")
-        .encode(x=x, y=y, yOffset=y_offset, text=alt.value("pushed past"))
+        base.transform_filter(f"datum.figure == '{TPOT}' && datum.mark")
+        .mark_text(align="left", dx=8)
+        .encode(
+            x=x,
+            y=y,
+            yOffset=y_offset,
+            text="mark:N",
+            color=alt.condition("datum.pushed", alt.value(SLO_COLOR), alt.value("#636363")),
+        )
     )
-    slo = (
-        alt.Chart(pd.DataFrame({"ms": [tpot_slo_ms]}))
-        .mark_rule(color=SLO_COLOR, strokeDash=[4, 3], strokeWidth=2)
-        .encode(x="ms:Q", tooltip=[alt.Tooltip("ms:Q", title="TPOT SLO (ms)", format=".1f")])
+    line = alt.Chart(pd.DataFrame({"ms": [tpot_slo_ms], "label": [f"TPOT SLO {tpot_slo_ms:,.3g} ms"]}))
+    slo = line.mark_rule(color=SLO_COLOR, strokeDash=[4, 3], strokeWidth=2).encode(
+        x="ms:Q", tooltip=[alt.Tooltip("ms:Q", title="TPOT SLO (ms)", format=".1f")]
     )
-    # A person's band holds a row per serving, each as tall as a lane of the schedule above.
-    return (tpot + gap + pushed + slo).properties(height=alt.Step(ROW_PX * 2), autosize=FIT_WIDTH)
+    slo += line.mark_text(align="left", baseline="top", dx=4, color=SLO_COLOR).encode(
+        x="ms:Q", y=alt.value(2), text="label:N"
+    )
+    # A row per serving in each person's band, each as tall as a lane of the schedule.
+    return (tpot + gap + pushed + slo).properties(height=alt.Step(ROW_PX), autosize=FIT_WIDTH)

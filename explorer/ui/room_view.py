@@ -411,7 +411,8 @@ def long_round(run: RoomRound, viewer: int) -> None:
         frame,
         "room-tpot",
         f"Each person's TPOT (dot) and longest gap between two tokens (tick) against the session's TPOT SLO (red "
-        f'line); "pushed past": past it in the round though under it alone. {run.tpot_sentence(tpot_slo_s)}',
+        f'line); "pushed past": past it in the round though under it alone ("{charts.PAST_ALONE_TOO}": alone '
+        f"missed it as well). {run.tpot_sentence(tpot_slo_s)}",
         "measured: each token's time in the round, and each prompt served alone",
     )
     if run.chunked_steps:

@@ -14,7 +14,15 @@ import pytest
 
 from explorer.charts import room as charts
 from explorer.hosting.settings import HostedPolicy
-from explorer.labs.room_records import CHUNKED, NOT_CHUNKED, RoomRound, RoundAsk, RoundPrompt
+from explorer.labs.room_records import (
+    CHUNKED,
+    NOT_CHUNKED,
+    PASSAGE_WORDS,
+    RoomRound,
+    RoundAsk,
+    RoundPrompt,
+    split_passage,
+)
 from explorer.ui.room_view import room_store
 from tests.apptest_support import navigation_like_a_server, new_app  # noqa: F401 - an autouse fixture
 from tests.owner_support import OwnerInThread, OwnersOfATest
@@ -62,7 +70,8 @@ def test_every_prompt_is_made_long_and_stays_its_authors(served: tuple[RoomRound
     assert chunked.long_prompt_tokens == LONG_TOKENS and chunked.chunk_budget == BUDGET
     for lane, prompt in zip(chunked.lanes, PROMPTS):
         assert LONG_TOKENS - 8 < lane.prompt_tokens <= LONG_TOKENS  # the passage fills it to within a word
-        assert lane.prompt_text.endswith("\n\n" + prompt)  # after the shared passage, their own prompt
+        passage, own = split_passage(lane.prompt_text)  # after the shared passage, their own prompt
+        assert own == prompt and passage.startswith(" ".join(PASSAGE_WORDS[:5]))
         assert len(lane.token_times_s) == len(lane.chunked_token_times_s) == NEW_TOKENS
         assert lane.chunked_ttft_s is not None and 0 < lane.chunked_ttft_s <= lane.chunked_token_times_s[0]
 
@@ -188,8 +197,10 @@ def test_the_presenters_long_prompt_and_chunking_controls_serve_the_round_both_w
     run = finished.result
     assert isinstance(run, RoomRound) and run.long_prompt_tokens == LONG_TOKENS and run.chunk_budget == BUDGET
     assert run.chunked_steps and all(s.prefill_tokens + s.decode_tokens <= BUDGET for s in run.chunked_steps)
-    for at in (presenter, guest.run()):
+    for at, mine in ((presenter, "one tree?"), (guest.run(), "one river?")):
         assert_no_error(at)
+        said = [t.value for t in at.text if t.value.startswith("Your prompt (after a shared passage of ")]
+        assert said and f": {mine}\nThe answer: " in said[0]  # their own prompt, the passage counted, not shown
         labels = [b.proto.label for b in at.get("download_button")]
         assert "Download data: room-tpot.csv" in labels and "Download data: room-chunked-steps.csv" in labels
         tpot = [c for c in at.get("vega_lite_chart") if "longest gap" in c.proto.spec]

@@ -26,6 +26,8 @@ from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loaded_model import LoadedModel
 from explorer.labs.room_records import (
     BLOCK_SIZE,
+    PASSAGE_END,
+    PASSAGE_WORDS,
     Lane,
     LeftOut,
     RoomRound,
@@ -37,7 +39,6 @@ from explorer.labs.schedule import engine
 from explorer.labs.schedule.records import RequestRecord, StepRecord
 from explorer.labs.schedule.run import load_average
 from explorer.labs.schedule.workload import (
-    CORPUS,
     EngineSettings,
     PlannedRequest,
     blocks_needed,
@@ -53,10 +54,10 @@ def long_text(lm: LoadedModel, text: str, target_tokens: int, chat_template: boo
     """The person's prompt after a shared passage (the Scheduling lab's corpus, repeated), with as many of its words
     as keep the whole within `target_tokens`, chat template included: everyone's prompt long, each still their own.
     A prompt already that long is kept as typed."""
-    words = " ".join(CORPUS).split()
 
     def with_words(n: int) -> str:
-        return " ".join(words[k % len(words)] for k in range(n)) + "\n\n" + text if n else text
+        passage = " ".join(PASSAGE_WORDS[k % len(PASSAGE_WORDS)] for k in range(n))
+        return passage + PASSAGE_END + text if n else text
 
     fewest, most = 0, target_tokens  # every word is at least one token: more words than the target cannot fit
     while fewest < most:  # the most words that fit, by bisection: a tokenization per halving, not per word

@@ -17,10 +17,21 @@ from explorer.core.trace import JsonRecord
 from explorer.core.units import short_time
 from explorer.labs.schedule.goodput import GoodputCount, goodput_count, tpot_of
 from explorer.labs.schedule.records import StepRecord, known
-from explorer.labs.schedule.workload import MAX_PROMPT_TOKENS, EngineSettings
+from explorer.labs.schedule.workload import CORPUS, MAX_PROMPT_TOKENS, EngineSettings
 
 BLOCK_SIZE = 16  # tokens per KV block, the Scheduling lab's default; also the least chunk budget the engine takes
 MAX_LONG_PROMPT_TOKENS = MAX_PROMPT_TOKENS  # the Scheduling lab's longest prompt: a long round's seconds on a CPU
+PASSAGE_WORDS = tuple(" ".join(CORPUS).split())  # a long round's shared passage: these, repeated, in this order
+PASSAGE_END = "\n\n"  # between the passage and the person's own prompt
+
+
+def split_passage(text: str) -> tuple[str, str]:
+    """A long round's prompt as (the shared passage, the person's own prompt); ("", text) where none was put in front
+    (a prompt already as long as asked)."""
+    passage, end, own = text.partition(PASSAGE_END)
+    if end and passage and set(passage.split()) <= set(PASSAGE_WORDS):
+        return passage, own
+    return "", text
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,14 @@ from explorer.charts import room as charts
 from explorer.core.errors import BadInput
 from explorer.core.units import short_time, to_ms
 from explorer.labs.room_engine import EngineRound
-from explorer.labs.room_records import BLOCK_SIZE, MAX_LONG_PROMPT_TOKENS, RoomRound, RoundAsk, RoundPrompt
+from explorer.labs.room_records import (
+    BLOCK_SIZE,
+    MAX_LONG_PROMPT_TOKENS,
+    RoomRound,
+    RoundAsk,
+    RoundPrompt,
+    split_passage,
+)
 from explorer.labs.room_store import RUNNING, NotAMember, RoomStore, RoomView, Round
 from explorer.remote import engine as local_engine
 from explorer.ui.admission import DeviceAsk, ask_owner
@@ -238,7 +245,8 @@ def presenter_panel(view: RoomView) -> RoomView:
             + ("" if target is not None else f" A serving engine instead: {local_engine.START_HINT}.")
         )
     long_tokens, chunk_budget = (None, None) if on_engine else long_round_controls()
-    if not right.button(f"Start round {view.current.number}", key="room-start", type="primary"):
+    # Below every control of the round (the long prompts' too), so it is the last thing the presenter sets.
+    if not st.button(f"Start round {view.current.number}", key="room-start", type="primary"):
         return view
     start_round(view, int(new_tokens), target if on_engine else None, long_tokens, chunk_budget)
     try:
@@ -393,7 +401,9 @@ def your_request(run: RoomRound, viewer: int) -> None:
         f"{seat.sentence()} Your tokens rode in engine steps {seat.steps_text} (of 0–{seat.total_steps - 1}), your "
         "row outlined below. — *measured*"
     )
-    st.text(f"Your prompt: {lane.prompt_text}\nThe answer: {lane.answer_text}")  # text: never markdown
+    passage, own = split_passage(lane.prompt_text)
+    after = f" (after a shared passage of {len(passage.split()):,} words)" if passage else ""
+    st.text(f"Your prompt{after}: {own}\nThe answer: {lane.answer_text}")  # text: never markdown
     if lane.difference:
         st.text(lane.difference)
 

@@ -38,12 +38,7 @@ from explorer.labs.room_records import (
 from explorer.labs.schedule import engine
 from explorer.labs.schedule.records import RequestRecord, StepRecord
 from explorer.labs.schedule.run import load_average
-from explorer.labs.schedule.workload import (
-    EngineSettings,
-    PlannedRequest,
-    blocks_needed,
-    check_fits,
-)
+from explorer.labs.schedule.workload import EngineSettings, PlannedRequest, blocks_needed, check_fits
 
 TOKEN_BUDGET = 256  # tokens one step may compute: a hosted prompt (256 tokens at most) is prefilled in one step
 MIN_BLOCKS = 16
@@ -71,8 +66,8 @@ def long_text(lm: LoadedModel, text: str, target_tokens: int, chat_template: boo
 
 def plan(lm: LoadedModel, ask: RoundAsk) -> tuple[tuple[PlannedRequest, ...], tuple[LeftOut, ...]]:
     """Each prompt tokenized (with the chat template when asked; long, `long_text`, when the presenter asked everyone
-    for a long prompt), all arriving at once; a prompt over the token cap or the model's context is left out with one
-    line saying why, so one long prompt never stops the room's round."""
+    for a long prompt), all arriving at once (a long round's in turn: `run_round`); a prompt over the token cap or the
+    model's context is left out with one line saying why, so one long prompt never stops the room's round."""
     planned, left_out = [], []
     for prompt in ask.prompts:
         text = prompt.text

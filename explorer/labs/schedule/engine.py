@@ -33,6 +33,7 @@ from explorer.models.loading import Progress
 NO_EOS = -1  # transformers' "no end-of-sequence token": every request makes exactly its max new tokens
 RESULT_POLL_S = 0.1
 TURN_POLL_S = 0.001  # how often a request waiting its turn checks whether the ones before it have their first token
+TURN_LIMIT_S = 300.0  # an earlier request with no first token by then failed without stopping the engine
 WARMUP_PROMPT_TOKENS = 8
 WARMUP_NEW_TOKENS = 2
 
@@ -233,8 +234,8 @@ def serve(
             delay_s = r.arrival_s - recorder.now()
             if delay_s > 0:
                 time.sleep(delay_s)
-            while in_turn and manager.is_running() and any(e.id not in recorder.token_times for e in planned[:k]):
-                time.sleep(TURN_POLL_S)
+            if in_turn:
+                wait_for_first_tokens(manager, planned[:k])
             arrivals[r.id] = recorder.now()  # measured: the moment the server is handed the request
             manager.add_request(
                 list(r.prompt_token_ids), request_id=r.id, max_new_tokens=r.max_new_tokens, eos_token_id=eos
@@ -258,6 +259,16 @@ def serve(
         for r in planned
     )
     return tuple(recorder.steps), requests, num_blocks
+
+
+def wait_for_first_tokens(manager: InstrumentedManager, earlier: Sequence[PlannedRequest]) -> None:
+    """Until every earlier request has its first token: the next is handed in while they decode. Ends early when the
+    engine stops (`collect` then says why); RunFailed when one never gets its token."""
+    waited_from = time.perf_counter()
+    while manager.is_running() and any(r.id not in manager.recorder.token_times for r in earlier):
+        if time.perf_counter() - waited_from > TURN_LIMIT_S:
+            raise RunFailed(f"No first token after {TURN_LIMIT_S:.0f} s for a request before the next one's turn.")
+        time.sleep(TURN_POLL_S)
 
 
 def collect(manager: InstrumentedManager, planned: Sequence[PlannedRequest], on_progress: Progress | None) -> dict:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from explorer.charts import room as charts
+from explorer.core.loaded_model import LoadedModel
 from explorer.hosting.settings import HostedPolicy
+from explorer.labs.room import run_round
 from explorer.labs.room_records import (
     CHUNKED,
     NOT_CHUNKED,
@@ -215,3 +217,16 @@ def test_a_hosted_presenter_picks_a_long_prompt_within_the_servers_cap(monkeypat
     long_tokens = presenter.number_input(key="room-long-tokens")
     assert long_tokens.max == 256 and long_tokens.value == 256  # the hosted prompt cap, chat template included
     assert presenter.number_input(key="room-chunk-budget").value == 64
+
+
+@pytest.mark.slow
+def test_on_the_embedded_model_chunking_shortens_the_longest_wait_a_long_prefill_caused(real_lm: LoadedModel) -> None:
+    """The lesson measured on the real model: the first person's longest gap between tokens holds a later person's
+    whole 512-token prefill; chunked at 64 tokens a step, it holds one chunk. Every prompt's tokens equal alone."""
+    ask = RoundAsk("K7QX2", 1, tuple(RoundPrompt(k + 1, p) for k, p in enumerate(PROMPTS)), 16, True, None, 512, 64)
+    run = run_round(real_lm, ask)
+    first = {m.serving: m for m in run.tpot_marks(0.050) if m.participant == 1}
+    whole, chunked = first[NOT_CHUNKED].longest_gap_s, first[CHUNKED].longest_gap_s
+    assert whole is not None and chunked is not None and chunked < whole, (whole, chunked)
+    assert run.all_same_tokens
+    print(f"\n[room, long] {run.tpot_sentence(0.050)}")

@@ -19,7 +19,8 @@ import pandas as pd
 from explorer.charts.common import PHASE_COLOR
 from explorer.charts.schedule import step_entries_frame, tokens_per_step
 from explorer.core.units import to_ms
-from explorer.labs.room_records import RoomRound, participant_of
+from explorer.labs.room_records import CHUNKED, NOT_CHUNKED, RoomRound, participant_of
+from explorer.labs.schedule.records import StepRecord
 
 YOU = "you"
 ROUND, ALONE = "in the round", "alone (same engine)"
@@ -105,11 +106,12 @@ def lanes_chart(frame: pd.DataFrame, order: list[str]) -> alt.LayerChart:
 
 
 # --- tokens per step, as the Scheduling lab draws them ---------------------------------------------------------------
-def tokens_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
+def tokens_frame(run: RoomRound, viewer: int | None, steps: tuple[StepRecord, ...] | None = None) -> pd.DataFrame:
     """The Scheduling lab's step columns (`explorer.charts.schedule.step_entries_frame`), people's labels as its
-    requests."""
+    requests: the round's steps, or `steps` (a long round's chunked serving)."""
     order = {label: i for i, label in enumerate(lane_order(run, viewer))}
-    return step_entries_frame(run.steps, order, lambda request: lane_label(participant_of(request), viewer))
+    chosen = run.steps if steps is None else steps
+    return step_entries_frame(chosen, order, lambda request: lane_label(participant_of(request), viewer))
 
 
 def tokens_chart(frame: pd.DataFrame) -> alt.LayerChart:
@@ -211,3 +213,96 @@ def prompts_frame(run: RoomRound, viewer: int | None) -> pd.DataFrame:
         if lane.prompt_text
     ]
     return pd.DataFrame(rows, columns=["person", "prompt", "answer"])
+
+
+# --- TPOT against the SLO, a long round served whole and chunked -----------------------------------------------------
+TPOT, LONGEST_GAP = "TPOT", "longest gap"
+SERVING_DOMAIN, SERVING_RANGE = [NOT_CHUNKED, CHUNKED], ["#d94801", "#2171b5"]
+SLO_COLOR = "#cb181d"
+PAST_ALONE_TOO = "past (alone too)"  # past the SLO, but so was the prompt alone: not the round's doing
+
+
+def tpot_frame(run: RoomRound, viewer: int | None, tpot_slo_s: float) -> pd.DataFrame:
+    """Per person and serving (not chunked; chunked where it was served again): their TPOT and longest gap between
+    two tokens in ms, the TPOT alone, the SLO, whether the TPOT was past it and whether the round pushed it there
+    (under it alone). Two rows each, one per figure, so the chart draws both on one axis."""
+    rows = []
+    for mark in run.tpot_marks(tpot_slo_s):
+        for figure, value_s in ((TPOT, mark.tpot_s), (LONGEST_GAP, mark.longest_gap_s)):
+            if value_s is None:
+                continue
+            rows.append(
+                {
+                    "person": lane_label(mark.participant, viewer),
+                    "serving": mark.serving,
+                    "budget_tokens": mark.budget,
+                    "figure": figure,
+                    "ms": to_ms(value_s),
+                    "ttft_ms": None if mark.ttft_s is None else to_ms(mark.ttft_s),
+                    "alone_tpot_ms": None if mark.alone_tpot_s is None else to_ms(mark.alone_tpot_s),
+                    "tpot_slo_ms": to_ms(tpot_slo_s),
+                    "past_slo": mark.past_slo,
+                    "pushed": mark.pushed,
+                    "mark": "pushed past" if mark.pushed else PAST_ALONE_TOO if mark.past_slo else "",
+                }
+            )
+    columns = [
+        "person",
+        "serving",
+        "budget_tokens",
+        "figure",
+        "ms",
+        "ttft_ms",
+        "alone_tpot_ms",
+        "tpot_slo_ms",
+        "past_slo",
+        "pushed",
+        "mark",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def tpot_chart(frame: pd.DataFrame, order: list[str], tpot_slo_ms: float) -> alt.LayerChart:
+    """A row per person, a band per serving: their TPOT (a dot) and longest gap (a tick) on a log axis of ms, the
+    SLO as a red line, and "pushed past" beside each TPOT the round pushed past the SLO though it met it alone (grey
+    `PAST_ALONE_TOO` where the prompt alone missed it as well)."""
+    base = alt.Chart(frame)
+    y = alt.Y("person:N", sort=order, title=None, axis=alt.Axis(labelLimit=200))
+    y_offset = alt.YOffset("serving:N", sort=SERVING_DOMAIN)
+    x = alt.X(
+        "ms:Q", title="ms between tokens (measured, log scale)", scale=alt.Scale(type="log", nice=False, padding=12)
+    )
+    color = alt.Color(
+        "serving:N", scale=alt.Scale(domain=SERVING_DOMAIN, range=SERVING_RANGE), title=None, legend=bottom_legend()
+    )
+    tooltip = ["person:N", "serving:N", "budget_tokens:Q", "figure:N", alt.Tooltip("ms:Q", format=".1f"), "pushed:N"]
+    tpot = (
+        base.transform_filter(f"datum.figure == '{TPOT}'")
+        .mark_point(filled=True, size=90)
+        .encode(x=x, y=y, yOffset=y_offset, color=color, tooltip=tooltip)
+    )
+    gap = (
+        base.transform_filter(f"datum.figure == '{LONGEST_GAP}'")
+        .mark_tick(thickness=2, size=10)
+        .encode(x=x, y=y, yOffset=y_offset, color=color, tooltip=tooltip)
+    )
+    pushed = (
+        base.transform_filter(f"datum.figure == '{TPOT}' && datum.mark")
+        .mark_text(align="left", dx=8)
+        .encode(
+            x=x,
+            y=y,
+            yOffset=y_offset,
+            text="mark:N",
+            color=alt.condition("datum.pushed", alt.value(SLO_COLOR), alt.value("#636363")),
+        )
+    )
+    line = alt.Chart(pd.DataFrame({"ms": [tpot_slo_ms], "label": [f"TPOT SLO {tpot_slo_ms:,.3g} ms"]}))
+    slo = line.mark_rule(color=SLO_COLOR, strokeDash=[4, 3], strokeWidth=2).encode(
+        x="ms:Q", tooltip=[alt.Tooltip("ms:Q", title="TPOT SLO (ms)", format=".1f")]
+    )
+    slo += line.mark_text(align="left", baseline="top", dx=4, color=SLO_COLOR).encode(
+        x="ms:Q", y=alt.value(2), text="label:N"
+    )
+    # A row per serving in each person's band, each as tall as a lane of the schedule.
+    return (tpot + gap + pushed + slo).properties(height=alt.Step(ROW_PX), autosize=FIT_WIDTH)

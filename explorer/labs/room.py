@@ -14,6 +14,7 @@ here passes it on. Progress reports only move the bar.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 import transformers
@@ -23,24 +24,56 @@ from explorer.core.engine import tokenize, warm_up
 from explorer.core.errors import BadInput
 from explorer.core.lab_progress import Report, part_of, silent
 from explorer.core.loaded_model import LoadedModel
-from explorer.labs.room_records import Lane, LeftOut, RoomRound, RoundAsk, participant_of, request_id
+from explorer.labs.room_records import (
+    BLOCK_SIZE,
+    PASSAGE_END,
+    PASSAGE_WORDS,
+    Lane,
+    LeftOut,
+    RoomRound,
+    RoundAsk,
+    participant_of,
+    request_id,
+)
 from explorer.labs.schedule import engine
 from explorer.labs.schedule.records import RequestRecord, StepRecord
 from explorer.labs.schedule.run import load_average
 from explorer.labs.schedule.workload import EngineSettings, PlannedRequest, blocks_needed, check_fits
 
 TOKEN_BUDGET = 256  # tokens one step may compute: a hosted prompt (256 tokens at most) is prefilled in one step
-BLOCK_SIZE = 16  # tokens per KV block, the Scheduling lab's default
 MIN_BLOCKS = 16
 STOP_AT_EOS = True  # answers end where the model ends them: people leave the batch, and the batch shrinks
 
 
+def long_text(lm: LoadedModel, text: str, target_tokens: int, chat_template: bool) -> str:
+    """The person's prompt after a shared passage (the Scheduling lab's corpus, repeated), with as many of its words
+    as keep the whole within `target_tokens`, chat template included: everyone's prompt long, each still their own.
+    A prompt already that long is kept as typed."""
+
+    def with_words(n: int) -> str:
+        passage = " ".join(PASSAGE_WORDS[k % len(PASSAGE_WORDS)] for k in range(n))
+        return passage + PASSAGE_END + text if n else text
+
+    fewest, most = 0, target_tokens  # every word is at least one token: more words than the target cannot fit
+    while fewest < most:  # the most words that fit, by bisection: a tokenization per halving, not per word
+        middle = (fewest + most + 1) // 2
+        if len(tokenize(lm, with_words(middle), chat_template)) <= target_tokens:
+            fewest = middle
+        else:
+            most = middle - 1
+    return with_words(fewest)
+
+
 def plan(lm: LoadedModel, ask: RoundAsk) -> tuple[tuple[PlannedRequest, ...], tuple[LeftOut, ...]]:
-    """Each prompt tokenized (with the chat template when asked), all arriving at once; a prompt over the token cap or
-    the model's context is left out with one line saying why, so one long prompt never stops the room's round."""
+    """Each prompt tokenized (with the chat template when asked; long, `long_text`, when the presenter asked everyone
+    for a long prompt), all arriving at once (a long round's in turn: `run_round`); a prompt over the token cap or the
+    model's context is left out with one line saying why, so one long prompt never stops the room's round."""
     planned, left_out = [], []
     for prompt in ask.prompts:
-        ids = tokenize(lm, prompt.text, ask.chat_template)
+        text = prompt.text
+        if ask.long_prompt_tokens is not None:
+            text = long_text(lm, text, ask.long_prompt_tokens, ask.chat_template)
+        ids = tokenize(lm, text, ask.chat_template)
         who = f"Participant {prompt.participant}'s prompt"
         if not ids:
             left_out.append(LeftOut(prompt.participant, f"{who} produced no tokens: it was left out."))
@@ -54,18 +87,19 @@ def plan(lm: LoadedModel, ask: RoundAsk) -> tuple[tuple[PlannedRequest, ...], tu
             reason = f"{who} and its new tokens pass {lm.info.display_name}'s context: it was left out of the round."
             left_out.append(LeftOut(prompt.participant, reason))
         else:
-            planned.append(
-                PlannedRequest(request_id(prompt.participant), prompt.text, tuple(ids), 0, ask.max_new_tokens, 0.0)
-            )
+            planned.append(PlannedRequest(request_id(prompt.participant), text, tuple(ids), 0, ask.max_new_tokens, 0.0))
     if not planned:
         raise BadInput(f"No prompt of round {ask.number} can be served. {left_out[0].reason if left_out else ''}")
     return tuple(planned), tuple(left_out)
 
 
 def settings_for(planned: Sequence[PlannedRequest]) -> EngineSettings:
-    """Blocks for every request at its longest (so the engine never has to evict one), prefix sharing off."""
+    """Blocks for every request at its longest (so the engine never has to evict one), prefix sharing off, and a
+    budget that holds the longest prompt whole beside every other request's decode token: the round's prefills are
+    never chunked (a long round is served chunked again at the presenter's budget, `run_round`)."""
     need = sum(blocks_needed(len(r.prompt_token_ids) + r.max_new_tokens, BLOCK_SIZE) for r in planned)
-    return EngineSettings("fifo", TOKEN_BUDGET, BLOCK_SIZE, max(MIN_BLOCKS, need), prefix_sharing=False)
+    budget = max(TOKEN_BUDGET, max(len(r.prompt_token_ids) for r in planned) + len(planned))
+    return EngineSettings("fifo", budget, BLOCK_SIZE, max(MIN_BLOCKS, need), prefix_sharing=False)
 
 
 def serve_alone(
@@ -97,7 +131,12 @@ def difference(served: RequestRecord, alone: RequestRecord, tokenizer: object) -
     )
 
 
-def lane(lm: LoadedModel, served: RequestRecord, alone: tuple[RequestRecord, tuple[StepRecord, ...]]) -> Lane:
+def lane(
+    lm: LoadedModel,
+    served: RequestRecord,
+    alone: tuple[RequestRecord, tuple[StepRecord, ...]],
+    chunked: RequestRecord | None = None,
+) -> Lane:
     record, steps = alone
     return Lane(
         participant=participant_of(served.id),
@@ -113,6 +152,8 @@ def lane(lm: LoadedModel, served: RequestRecord, alone: tuple[RequestRecord, tup
         alone_decode_step_s=tuple(s.wall_s for s in steps if s.kind == "decode"),
         same_tokens=served.token_ids == record.token_ids,
         difference=difference(served, record, lm.tokenizer),
+        chunked_token_times_s=() if chunked is None else chunked.token_times_s,
+        chunked_ttft_s=None if chunked is None else chunked.ttft_s,
     )
 
 
@@ -129,9 +170,22 @@ def run_round(lm: LoadedModel, ask: RoundAsk, progress: Report = silent) -> Room
     progress(0.0, "Warming up…")
     warm_up(lm)  # the first forwards of a process pay for kernel set-up: the explorer's path, then the engine's
     engine.warm_up(lm, settings)
-    together = part_of(progress, 0.05, 0.45)
-    steps, served, _ = engine.serve(lm, planned, settings, STOP_AT_EOS, together)
-    alone = serve_alone(lm, planned, part_of(progress, 0.45, 1.0))
+    # Long prompts arrive in turn, each once the ones before it decode: handed in at once they would all prefill in
+    # the first step, before anyone decodes, and no prefill could stall anyone's tokens.
+    long = ask.long_prompt_tokens is not None
+    again = long and ask.chunk_budget is not None
+    steps, served, _ = engine.serve(
+        lm, planned, settings, STOP_AT_EOS, part_of(progress, 0.05, 0.3 if again else 0.45), in_turn=long
+    )
+    chunked_steps: tuple[StepRecord, ...] = ()
+    chunked: dict[str, RequestRecord] = {}
+    if again:  # the same prompts, arriving the same way, with each step's tokens capped at the presenter's budget
+        chunking = replace(settings, token_budget=ask.chunk_budget)
+        chunked_steps, records, _ = engine.serve(
+            lm, planned, chunking, STOP_AT_EOS, part_of(progress, 0.3, 0.55), in_turn=True
+        )
+        chunked = {r.id: r for r in records}
+    alone = serve_alone(lm, planned, part_of(progress, 0.55 if again else 0.45, 1.0))
     progress(1.0, "Done.")
     return RoomRound(
         code=ask.code,
@@ -143,8 +197,11 @@ def run_round(lm: LoadedModel, ask: RoundAsk, progress: Report = silent) -> Room
         max_new_tokens=ask.max_new_tokens,
         chat_template=ask.chat_template and lm.has_chat_template,
         steps=steps,
-        lanes=tuple(lane(lm, r, alone[r.id]) for r in served),
+        lanes=tuple(lane(lm, r, alone[r.id], chunked.get(r.id)) for r in served),
         left_out=left_out,
         load_avg_1m=load_average(),
         transformers_version=transformers.__version__,
+        long_prompt_tokens=ask.long_prompt_tokens,
+        chunk_budget=ask.chunk_budget if again else None,
+        chunked_steps=chunked_steps,
     )

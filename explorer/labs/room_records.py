@@ -15,9 +15,23 @@ from explorer.core.errors import BadInput
 from explorer.core.stats import ItlPercentiles, percentile
 from explorer.core.trace import JsonRecord
 from explorer.core.units import short_time
-from explorer.labs.schedule.goodput import GoodputCount, goodput_count
+from explorer.labs.schedule.goodput import GoodputCount, goodput_count, tpot_of
 from explorer.labs.schedule.records import StepRecord, known
-from explorer.labs.schedule.workload import EngineSettings
+from explorer.labs.schedule.workload import CORPUS, MAX_PROMPT_TOKENS, EngineSettings
+
+BLOCK_SIZE = 16  # tokens per KV block, the Scheduling lab's default; also the least chunk budget the engine takes
+MAX_LONG_PROMPT_TOKENS = MAX_PROMPT_TOKENS  # the Scheduling lab's longest prompt: a long round's seconds on a CPU
+PASSAGE_WORDS = tuple(" ".join(CORPUS).split())  # a long round's shared passage: these, repeated, in this order
+PASSAGE_END = "\n\n"  # between the passage and the person's own prompt
+
+
+def split_passage(text: str) -> tuple[str, str]:
+    """A long round's prompt as (the shared passage, the person's own prompt); ("", text) where none was put in front
+    (a prompt already as long as asked)."""
+    passage, end, own = text.partition(PASSAGE_END)
+    if end and passage and set(passage.split()) <= set(PASSAGE_WORDS):
+        return passage, own
+    return "", text
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,10 @@ class RoundAsk:
     max_new_tokens: int
     chat_template: bool = True
     max_prompt_tokens: int | None = None  # a hosted server's cap, chat template included
+    # "Everyone send a long prompt now": each prompt after a shared passage, to this many tokens (chat template
+    # included), and handed in one after another, each once the ones before it are decoding. None: as typed, at once.
+    long_prompt_tokens: int | None = None
+    chunk_budget: int | None = None  # a long round served again with prefill chunked to this many tokens per step
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,7 +66,7 @@ class RoundAsk:
         """Back from `to_dict`; a body that is not one (a missing field, a prompt that is not text) is one line."""
         try:
             prompts = tuple(RoundPrompt(int(p["participant"]), str(p["text"])) for p in data["prompts"])
-            cap = data.get("max_prompt_tokens")
+            cap, long, chunk = (data.get(name) for name in ("max_prompt_tokens", "long_prompt_tokens", "chunk_budget"))
             return cls(
                 code=str(data["code"]),
                 number=int(data["number"]),
@@ -56,9 +74,15 @@ class RoundAsk:
                 max_new_tokens=int(data["max_new_tokens"]),
                 chat_template=bool(data.get("chat_template", True)),
                 max_prompt_tokens=None if cap is None else int(cap),
+                long_prompt_tokens=None if long is None else int(long),
+                chunk_budget=None if chunk is None else int(chunk),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInput(f"A room round's ask is not one the device owner can read ({exc!r}): nothing ran.") from exc
+
+
+def gaps(token_times_s: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(b - a for a, b in zip(token_times_s, token_times_s[1:]))
 
 
 def request_id(participant: int) -> str:
@@ -88,6 +112,9 @@ class Lane(ItlPercentiles):
     alone_decode_step_s: tuple[float, ...]  # measured: each decode step of the alone run (a batch of one)
     same_tokens: bool  # the round's tokens equal the alone run's, token for token
     difference: str = ""  # where they first differ, when they do; "" where hidden
+    chunked_token_times_s: tuple[float, ...] = ()  # measured: each new token when a long round is served again
+    # chunked, on that run's clock; () when it was not
+    chunked_ttft_s: float | None = None  # measured: the same, handed in to the first token (chunks delay it)
 
     @property
     def request(self) -> str:
@@ -95,11 +122,11 @@ class Lane(ItlPercentiles):
 
     @property
     def itl_s(self) -> tuple[float, ...]:
-        return tuple(b - a for a, b in zip(self.token_times_s, self.token_times_s[1:]))
+        return gaps(self.token_times_s)
 
     @property
     def alone_itl_s(self) -> tuple[float, ...]:
-        return tuple(b - a for a, b in zip(self.alone_token_times_s, self.alone_token_times_s[1:]))
+        return gaps(self.alone_token_times_s)
 
     @property
     def alone_itl_p50_s(self) -> float | None:
@@ -174,6 +201,32 @@ class Seat:
 
 
 @dataclass(frozen=True)
+class TpotMark:
+    """One person's TPOT in one serving of a round against the session's TPOT SLO (all measured)."""
+
+    participant: int
+    serving: str  # NOT_CHUNKED or CHUNKED
+    budget: int  # the tokens one engine step could compute in that serving
+    ttft_s: float | None  # handed to the engine to the first token in that serving
+    tpot_s: float | None  # None: a one-token answer has no time per output token
+    longest_gap_s: float | None  # the longest wait between two of their tokens
+    alone_tpot_s: float | None  # the same prompt served alone
+    tpot_slo_s: float
+
+    @property
+    def past_slo(self) -> bool:
+        return self.tpot_s is not None and self.tpot_s >= self.tpot_slo_s
+
+    @property
+    def pushed(self) -> bool:
+        """Past the SLO in the round though under it alone: the others' work in the round pushed it there."""
+        return self.past_slo and self.alone_tpot_s is not None and self.alone_tpot_s < self.tpot_slo_s
+
+
+NOT_CHUNKED, CHUNKED = "not chunked", "chunked"
+
+
+@dataclass(frozen=True)
 class RoomRound(JsonRecord):
     """One round of a room, served: every engine step of the batched run and every person's lane."""
 
@@ -190,7 +243,48 @@ class RoomRound(JsonRecord):
     left_out: tuple[LeftOut, ...] = ()
     load_avg_1m: float | None = None  # the OS's 1-minute load average as the round finished: others' work here
     transformers_version: str = ""
+    long_prompt_tokens: int | None = None  # the presenter's "everyone send a long prompt now" (`RoundAsk`)
+    chunk_budget: int | None = None  # the long round served again, prefill chunked to this budget
+    chunked_steps: tuple[StepRecord, ...] = ()  # that second serving's engine steps, measured
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def tpot_marks(self, tpot_slo_s: float) -> tuple[TpotMark, ...]:
+        """Each person's TPOT and longest gap against the SLO: as the round served them (not chunked: the budget
+        holds a whole prompt), and, where it was served again chunked, as that run did."""
+        servings = [(NOT_CHUNKED, self.settings.token_budget, "ttft_s", "token_times_s")]
+        if self.chunk_budget is not None:
+            servings.append((CHUNKED, self.chunk_budget, "chunked_ttft_s", "chunked_token_times_s"))
+        return tuple(
+            TpotMark(
+                lane.participant,
+                serving,
+                budget,
+                getattr(lane, ttft),
+                tpot_of(getattr(lane, times)),
+                max(gaps(getattr(lane, times)), default=None),
+                tpot_of(lane.alone_token_times_s),
+                tpot_slo_s,
+            )
+            for serving, budget, ttft, times in servings
+            for lane in self.lanes
+        )
+
+    def tpot_sentence(self, tpot_slo_s: float) -> str:
+        """How many people's TPOT the long prefills pushed past the SLO, and what chunking did (all measured)."""
+        marks = self.tpot_marks(tpot_slo_s)
+        parts = []
+        for serving in (NOT_CHUNKED, CHUNKED):
+            mine = [m for m in marks if m.serving == serving]
+            if not mine:
+                continue
+            longest = max((m.longest_gap_s for m in mine if m.longest_gap_s is not None), default=None)
+            budget = f"{mine[0].budget:,}-token budget"
+            parts.append(
+                f"{serving.capitalize()} ({budget}): {sum(m.past_slo for m in mine)} of {len(mine)} people's TPOT "
+                f"past the {short_time(tpot_slo_s)} SLO ({sum(m.pushed for m in mine)} of them under it alone), the "
+                f"longest gap between two tokens {short_time(longest) if longest is not None else 'none'}."
+            )
+        return " ".join(parts)
 
     def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> GoodputCount:
         """Each person's request met or missed the session's SLO pair in the round (measured), and the count: its
@@ -276,10 +370,11 @@ class RoomRound(JsonRecord):
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["steps"] = [
-            {**asdict(s), "prefill_tokens": s.prefill_tokens, "decode_tokens": s.decode_tokens, "kind": s.kind}
-            for s in self.steps
-        ]
+        for name in ("steps", "chunked_steps"):
+            data[name] = [
+                {**asdict(s), "prefill_tokens": s.prefill_tokens, "decode_tokens": s.decode_tokens, "kind": s.kind}
+                for s in getattr(self, name)
+            ]
         derived = ("request", "itl_s", "itl_p50_s", "alone_itl_s", "alone_itl_p50_s")
         data["lanes"] = [{**asdict(lane), **{name: getattr(lane, name) for name in derived}} for lane in self.lanes]
         data["summary"] = {"lanes": len(self.lanes), "steps": len(self.steps), "all_same_tokens": self.all_same_tokens}
@@ -288,14 +383,16 @@ class RoomRound(JsonRecord):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoomRound:
         """Back from `to_dict` (the derived figures it adds for readers are recomputed, not read)."""
-        tuples = ("token_ids", "token_times_s", "alone_token_times_s", "alone_decode_step_s")
-        built = ("settings", "steps", "lanes", "left_out")
+        tuples = ("token_ids", "token_times_s", "alone_token_times_s", "alone_decode_step_s", "chunked_token_times_s")
+        built = ("settings", "steps", "lanes", "left_out", "chunked_steps")
         return cls(
             **{name: value for name, value in known(cls, data).items() if name not in built},
             settings=EngineSettings(**data["settings"]),
             steps=tuple(StepRecord.from_dict(s) for s in data["steps"]),
+            chunked_steps=tuple(StepRecord.from_dict(s) for s in data.get("chunked_steps", ())),
             lanes=tuple(
-                Lane(**{**known(Lane, lane), **{name: tuple(lane[name]) for name in tuples}}) for lane in data["lanes"]
+                Lane(**{**known(Lane, lane), **{name: tuple(lane[name]) for name in tuples if name in lane}})
+                for lane in data["lanes"]
             ),
             left_out=tuple(LeftOut(**x) for x in data.get("left_out", ())),
         )

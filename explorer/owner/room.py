@@ -5,12 +5,13 @@ round it serves, numbered, never who typed them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from explorer.core.errors import BadInput
 from explorer.hosting.settings import HostedPolicy
 from explorer.labs.room import run_round
-from explorer.labs.room_records import RoomRound, RoundAsk
+from explorer.labs.room_records import BLOCK_SIZE, MAX_LONG_PROMPT_TOKENS, RoomRound, RoundAsk
 from explorer.labs.room_store import MAX_ROUND_SIZE
 from explorer.owner.run import model_of
 
@@ -33,9 +34,20 @@ def checked_ask(ask: RoundAsk, policy: HostedPolicy) -> RoundAsk:
     for prompt in ask.prompts:
         policy.check_prompt_chars(prompt.text)
     caps = [cap for cap in (ask.max_prompt_tokens, policy.max_prompt_tokens) if cap is not None]
-    return RoundAsk(
-        ask.code, ask.number, ask.prompts, ask.max_new_tokens, ask.chat_template, min(caps) if caps else None
-    )
+    cap = min(caps) if caps else None
+    check_long(ask, MAX_LONG_PROMPT_TOKENS if cap is None else min(cap, MAX_LONG_PROMPT_TOKENS))
+    return replace(ask, max_prompt_tokens=cap)
+
+
+def check_long(ask: RoundAsk, most_tokens: int) -> None:
+    """A long round's length within the prompt cap, and its chunk budget at least one KV block (the engine's least)."""
+    if ask.long_prompt_tokens is not None and not 1 <= ask.long_prompt_tokens <= most_tokens:
+        raise BadInput(f"A long prompt here is 1 to {most_tokens:,} tokens, not {ask.long_prompt_tokens:,}.")
+    if ask.chunk_budget is not None:
+        if ask.long_prompt_tokens is None:
+            raise BadInput("Chunked prefill is served again for a round of long prompts: ask for long prompts too.")
+        if not BLOCK_SIZE <= ask.chunk_budget <= MAX_LONG_PROMPT_TOKENS:
+            raise BadInput(f"A chunk budget is {BLOCK_SIZE} to {MAX_LONG_PROMPT_TOKENS:,} tokens per step.")
 
 
 def room_job(job: Job) -> dict[str, Any]:
@@ -46,5 +58,6 @@ def room_job(job: Job) -> dict[str, Any]:
         lm = model_of(job)
         served: RoomRound = run_round(lm, ask, job.progress)  # it warms up itself; no figures: nothing is costed
         alone_steps = [t for lane in served.lanes for t in lane.alone_decode_step_s]
-        turn.ran(len(served.steps) + len(alone_steps), sum(s.wall_s for s in served.steps) + sum(alone_steps))
+        round_steps = [s.wall_s for s in (*served.steps, *served.chunked_steps)]
+        turn.ran(len(round_steps) + len(alone_steps), sum(round_steps) + sum(alone_steps))
     return served.to_dict()

@@ -16,9 +16,16 @@ import streamlit as st
 
 from explorer.charts import room as charts
 from explorer.core.errors import BadInput
-from explorer.core.units import short_time
+from explorer.core.units import short_time, to_ms
 from explorer.labs.room_engine import EngineRound
-from explorer.labs.room_records import RoomRound, RoundAsk, RoundPrompt
+from explorer.labs.room_records import (
+    BLOCK_SIZE,
+    MAX_LONG_PROMPT_TOKENS,
+    RoomRound,
+    RoundAsk,
+    RoundPrompt,
+    split_passage,
+)
 from explorer.labs.room_store import RUNNING, NotAMember, RoomStore, RoomView, Round
 from explorer.remote import engine as local_engine
 from explorer.ui.admission import DeviceAsk, ask_owner
@@ -32,6 +39,16 @@ ROOM_PARAM = "room"  # ?room=CODE: the link participants open
 MEMBER_PARAM = "me"  # ?room=CODE&me=TOKEN: a member's personal link, which a reload or a discarded tab comes back to
 POLL_S = 2.0  # how often an open Room page checks whether a round has started or ended
 DEFAULT_NEW_TOKENS = 16
+DEFAULT_LONG_TOKENS = 1024  # long enough that its prefill on a CPU outlasts many decode steps (the hosted cap, 256)
+LONG_HELP = (
+    "Each person's prompt goes after a shared passage, to this many tokens (chat template included), and the prompts "
+    "arrive one after another, each once the ones before it are decoding: every long prefill lands on the others' "
+    "decodes. Sent all at once, they would all prefill together before anyone decodes, and nothing would stall."
+)
+CHUNK_HELP = (
+    "The same long prompts served again, arriving the same way, with at most this many tokens computed per engine "
+    "step: a long prefill is split into chunks that share steps with the others' decodes."
+)
 PRIVACY = (
     "Prompts stay private: you see your own request whole and everyone else as an anonymous lane. The presenter can "
     "choose to show the round's prompts and answers on their screen, so type nothing you would not show the room."
@@ -227,18 +244,50 @@ def presenter_panel(view: RoomView) -> RoomView:
             "each prompt alone through the same engine: one turn on the device. Clicking anything meanwhile stops it."
             + ("" if target is not None else f" A serving engine instead: {local_engine.START_HINT}.")
         )
-    if not right.button(f"Start round {view.current.number}", key="room-start", type="primary"):
+    long_tokens, chunk_budget = (None, None) if on_engine else long_round_controls()
+    # Below every control of the round (the long prompts' too), so it is the last thing the presenter sets.
+    if not st.button(f"Start round {view.current.number}", key="room-start", type="primary"):
         return view
-    start_round(view, int(new_tokens), target if on_engine else None)
+    start_round(view, int(new_tokens), target if on_engine else None, long_tokens, chunk_budget)
     try:
         return room_store().rejoin(view.code, view.member)
     except BadInput:  # closed meanwhile: the page's next run says so
         return view
 
 
-def start_round(view: RoomView, new_tokens: int, on_engine: tuple[str, str] | None = None) -> None:
+def long_round_controls() -> tuple[int | None, int | None]:
+    """The presenter's "everyone send a long prompt now" (its length, within this server's prompt cap) and the
+    chunked-prefill switch with its token budget: (long prompt tokens, chunk budget), None where switched off."""
+    cap = min(hosting_policy().max_prompt_tokens or MAX_LONG_PROMPT_TOKENS, MAX_LONG_PROMPT_TOKENS)
+    left, right = st.columns(2)
+    if not left.toggle("Everyone: a long prompt now", key="room-long", help=LONG_HELP):
+        return None, None
+    long_tokens = left.number_input(
+        "Long prompt (tokens)", BLOCK_SIZE, cap, min(DEFAULT_LONG_TOKENS, cap), key="room-long-tokens", help=LONG_HELP
+    )
+    if not right.toggle("Serve it again with chunked prefill", value=True, key="room-chunk", help=CHUNK_HELP):
+        return int(long_tokens), None
+    budget = right.number_input(
+        "Chunk budget (tokens per step)",
+        BLOCK_SIZE,
+        MAX_LONG_PROMPT_TOKENS,
+        min(128, max(BLOCK_SIZE, cap // 4)),
+        key="room-chunk-budget",
+        help=CHUNK_HELP,
+    )
+    return int(long_tokens), int(budget)
+
+
+def start_round(
+    view: RoomView,
+    new_tokens: int,
+    on_engine: tuple[str, str] | None = None,
+    long_tokens: int | None = None,
+    chunk_budget: int | None = None,
+) -> None:
     """The round on the device (or on the engine at `on_engine`): fixed now, served, kept in the room; reopened (its
-    prompts kept) if it was refused, failed or cut off, so the presenter can start it again."""
+    prompts kept) if it was refused, failed or cut off, so the presenter can start it again. `long_tokens`: everyone's
+    prompt long, arriving in turn; `chunk_budget`: that round served again chunked (`long_round_controls`)."""
     store = room_store()
     try:
         policy = hosting_policy()
@@ -250,7 +299,16 @@ def start_round(view: RoomView, new_tokens: int, on_engine: tuple[str, str] | No
         return
     inputs = last_inputs()  # the room runs on the model, dtype and chat-template choice of the sidebar's last run
     prompts = tuple(RoundPrompt(s.participant, s.prompt) for s in started.submissions)
-    ask = RoundAsk(view.code, started.number, prompts, new_tokens, inputs.use_chat_template, policy.max_prompt_tokens)
+    ask = RoundAsk(
+        view.code,
+        started.number,
+        prompts,
+        new_tokens,
+        inputs.use_chat_template,
+        policy.max_prompt_tokens,
+        long_tokens,
+        chunk_budget,
+    )
     result: RoomRound | EngineRound | None = None
     try:
         if on_engine is not None:
@@ -312,6 +370,7 @@ def results(view: RoomView) -> None:
         return
     run = finished.result.seen_by(view.participant, show_prompts=show)
     your_request(run, view.participant)
+    long_round(run, view.participant)
     schedule_sections(run, view.participant)
     everyone(run, view.participant, show)
 
@@ -342,9 +401,40 @@ def your_request(run: RoomRound, viewer: int) -> None:
         f"{seat.sentence()} Your tokens rode in engine steps {seat.steps_text} (of 0–{seat.total_steps - 1}), your "
         "row outlined below. — *measured*"
     )
-    st.text(f"Your prompt: {lane.prompt_text}\nThe answer: {lane.answer_text}")  # text: never markdown
+    passage, own = split_passage(lane.prompt_text)
+    after = f" (after a shared passage of {len(passage.split()):,} words)" if passage else ""
+    st.text(f"Your prompt{after}: {own}\nThe answer: {lane.answer_text}")  # text: never markdown
     if lane.difference:
         st.text(lane.difference)
+
+
+def long_round(run: RoomRound, viewer: int) -> None:
+    """A round of long prompts: whose TPOT the others' long prefills pushed past the session's TPOT SLO, served
+    whole and, where asked, chunked; and the chunked serving's steps."""
+    if run.long_prompt_tokens is None:
+        return
+    _, tpot_slo_s = current_slos_s()
+    st.markdown(f"**Everyone sent a long prompt ({run.long_prompt_tokens:,} tokens), one after another.**")
+    frame = charts.tpot_frame(run, viewer, tpot_slo_s)
+    chart(
+        charts.tpot_chart(frame, charts.lane_order(run, viewer), to_ms(tpot_slo_s)),
+        frame,
+        "room-tpot",
+        f"Each person's TPOT (dot) and longest gap between two tokens (tick) against the session's TPOT SLO (red "
+        f'line); "pushed past": past it in the round though under it alone ("{charts.PAST_ALONE_TOO}": alone '
+        f"missed it as well). {run.tpot_sentence(tpot_slo_s)}",
+        "measured: each token's time in the round, and each prompt served alone",
+    )
+    if run.chunked_steps:
+        tokens = charts.tokens_frame(run, viewer, run.chunked_steps)
+        chart(
+            charts.tokens_chart(tokens),
+            tokens,
+            "room-chunked-steps",
+            f"The same prompts served chunked: no step computed more than {run.chunk_budget:,} tokens, so each long "
+            "prefill shared its steps with the others' decodes.",
+            "measured: tokens from the engine's scheduled batch",
+        )
 
 
 def schedule_sections(run: RoomRound, viewer: int) -> None:

@@ -32,6 +32,8 @@ from explorer.models.loading import Progress
 
 NO_EOS = -1  # transformers' "no end-of-sequence token": every request makes exactly its max new tokens
 RESULT_POLL_S = 0.1
+TURN_POLL_S = 0.001  # how often a request waiting its turn checks whether the ones before it have their first token
+TURN_LIMIT_S = 300.0  # an earlier request with no first token by then failed without stopping the engine
 WARMUP_PROMPT_TOKENS = 8
 WARMUP_NEW_TOKENS = 2
 
@@ -214,8 +216,11 @@ def serve(
     settings: EngineSettings,
     stop_at_eos: bool,
     on_progress: Progress | None = None,
+    in_turn: bool = False,
 ) -> tuple[tuple[StepRecord, ...], tuple[RequestRecord, ...], int]:
-    """Run the engine on the workload, each request handed over at its arrival time; (steps, requests, blocks)."""
+    """Run the engine on the workload, each request handed over at its arrival time; (steps, requests, blocks).
+    `in_turn`: also not before every earlier request has its first token, so each arrives while those decode (the
+    Room's long prompts: a fixed delay would be seconds too long on a GPU or too short on a CPU)."""
     manager = new_manager(lm, settings, planned)
     recorder = manager.recorder
     eos: int | list[int] = sorted(lm.eos_token_ids) if stop_at_eos and lm.eos_token_ids else NO_EOS
@@ -225,10 +230,12 @@ def serve(
         manager.start()
         recorder.start_clock()
         arrivals: dict[str, float] = {}
-        for r in planned:
+        for k, r in enumerate(planned):
             delay_s = r.arrival_s - recorder.now()
             if delay_s > 0:
                 time.sleep(delay_s)
+            if in_turn:
+                wait_for_first_tokens(manager, planned[:k])
             arrivals[r.id] = recorder.now()  # measured: the moment the server is handed the request
             manager.add_request(
                 list(r.prompt_token_ids), request_id=r.id, max_new_tokens=r.max_new_tokens, eos_token_id=eos
@@ -252,6 +259,16 @@ def serve(
         for r in planned
     )
     return tuple(recorder.steps), requests, num_blocks
+
+
+def wait_for_first_tokens(manager: InstrumentedManager, earlier: Sequence[PlannedRequest]) -> None:
+    """Until every earlier request has its first token: the next is handed in while they decode. Ends early when the
+    engine stops (`collect` then says why); RunFailed when one never gets its token."""
+    waited_from = time.perf_counter()
+    while manager.is_running() and any(r.id not in manager.recorder.token_times for r in earlier):
+        if time.perf_counter() - waited_from > TURN_LIMIT_S:
+            raise RunFailed(f"No first token after {TURN_LIMIT_S:.0f} s for a request before the next one's turn.")
+        time.sleep(TURN_POLL_S)
 
 
 def collect(manager: InstrumentedManager, planned: Sequence[PlannedRequest], on_progress: Progress | None) -> dict:

@@ -36,6 +36,7 @@ COVERED_WITHOUT_A_NAME: dict[str, str] = {
     "explorer.ui.memory": "tests/test_web_memory.py (in a fresh interpreter: the arena cap is process-wide)",
     "explorer.cli.whatif_split": "tests/test_split_page.py (the page's printed `whatif --split --json` command, run)",
     "explorer.ui.room_engine_view": "tests/test_room_engine_app.py (the presenter's round on an engine, in AppTest)",
+    "explorer.ui.room_long_view": "tests/test_room_long.py (the presenter's long round and its chart, in AppTest)",
 }
 
 

@@ -9,6 +9,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from explorer.core.errors import BadInput
 from explorer.scale.split import PREFILL_TOKEN_BUDGET, Layout, Outcome, StepModel, Workload, iteration_s
@@ -68,24 +69,13 @@ def simulate_colocated(
     steps = [0] * layout.instances
     running: list[list[tuple[int, int]]] = [[] for _ in range(layout.instances)]
     partial: list[list[int]] = [[] for _ in range(layout.instances)]  # [request, tokens done]
-    p = model.prompt_tokens
+    p, line = model.prompt_tokens, Line(waiting, times, started)
     while clocks:
-        allowance.spend()  # `budget` below is the chunk's tokens
+        allowance.spend()
         now, i = heapq.heappop(clocks)
         batch, room = len(running[i]), work.memory_batch - len(running[i]) - (1 if partial[i] else 0)
         if layout.chunk_tokens:
-            budget, chunk, joined = layout.chunk_tokens, 0, []
-            while budget and (partial[i] or (waiting and times[waiting[0]] <= now and room > 0)):
-                if not partial[i]:
-                    partial[i] = [waiting.popleft(), 0]
-                    started[partial[i][0]] = now
-                    room -= 1
-                take = min(budget, p - partial[i][1])
-                partial[i][1] += take
-                budget, chunk = budget - take, chunk + take
-                if partial[i][1] == p:
-                    joined.append(partial[i][0])
-                    partial[i] = []
+            partial[i], chunk, joined = _take_chunk(partial[i], line, now, room, p, layout.chunk_tokens)
             if not chunk and not batch:
                 if waiting:
                     heapq.heappush(clocks, (max(now, times[waiting[0]]), i))
@@ -117,6 +107,36 @@ def simulate_colocated(
         Outcome(times[r], first[r] - times[r], (last[r] - first[r]) / decode_steps, started[r] - times[r], 0.0)
         for r in range(n)
     ]
+
+
+@dataclass(frozen=True)
+class Line:
+    """The colocated instances' one FCFS queue: requests waiting (by index), their arrival times, when each started."""
+
+    waiting: deque[int]
+    times: Sequence[float]
+    started: list[float]
+
+
+def _take_chunk(
+    partial: list[int], line: Line, now: float, room: int, prompt_tokens: int, budget: int
+) -> tuple[list[int], int, list[int]]:
+    """One chunked iteration's prefill: the prompt being chunked (`partial`: [request, tokens done], or empty), then
+    arrived prompts while the token `budget` and the batch's `room` last. (what is left partial, tokens taken, the
+    requests whose prompt finished in it)."""
+    chunk, joined = 0, []
+    while budget and (partial or (line.waiting and line.times[line.waiting[0]] <= now and room > 0)):
+        if not partial:
+            partial = [line.waiting.popleft(), 0]
+            line.started[partial[0]] = now
+            room -= 1
+        take = min(budget, prompt_tokens - partial[1])
+        partial[1] += take
+        budget, chunk = budget - take, chunk + take
+        if partial[1] == prompt_tokens:
+            joined.append(partial[0])
+            partial = []
+    return partial, chunk, joined
 
 
 def simulate_disaggregated(

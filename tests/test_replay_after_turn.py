@@ -17,7 +17,6 @@ from explorer.core.attention import HOOK_DICTS, EagerTwin, capture_attention, de
 from explorer.core.engine import Request
 from explorer.core.loaded_model import LoadedModel
 from explorer.core.measure import measure
-from explorer.labs.step_mode import SteppedRequest
 from explorer.owner import run as run_job
 from explorer.owner.line import DeviceQueue
 from explorer.ui import runner, step_mode
@@ -127,30 +126,45 @@ def watch_device_during(monkeypatch: pytest.MonkeyPatch, owners: OwnersOfATest, 
     return free
 
 
-def test_a_step_clicks_attention_row_is_replayed_after_its_turn(
-    tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, fresh_device_owner: OwnersOfATest
+@pytest.mark.parametrize(
+    ("warm_within_s", "turns"),
+    [
+        (0.0, ["prefill", "step"]),  # always cold: each row replayed before its pass, inside the click's turn
+        (1e9, ["prefill", "step", "attention"]),  # warm after the first pass: the row after the turn, in its own
+    ],
+)
+def test_a_step_clicks_attention_row_is_replayed_with_the_device_held(
+    warm_within_s: float,
+    turns: list[str],
+    tiny_llama_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_device_owner: OwnersOfATest,
 ) -> None:
-    """On the device owner: the Prefill's and the Next token's replays run after their jobs' timed turns, each in an
-    untimed "attention" turn of its own, which holds the device (a probe waits) so no timed pass runs beside it."""
+    """On the device owner, every replay forward holds the device (a probe waits), so no timed pass runs beside it: on
+    a device gone cold it runs before its pass, inside the click's turn, and warms the device for it (no twin); on a
+    warm one after the click's turn, in an untimed "attention" turn of its own."""
+    from explorer.core.attention import AttentionReplay
+    from explorer.owner import steps
+
+    monkeypatch.setattr(steps, "WARM_WITHIN_S", warm_within_s)
     queue = app_owner(fresh_device_owner).queue
     free: list[bool] = []
-    real = SteppedRequest.replay_passes
+    real = AttentionReplay.step
 
-    def watched(self: SteppedRequest) -> None:
+    def watched(self: AttentionReplay, *args: object, **kwargs: object) -> int:
         free.append(device_free(queue))
-        real(self)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(SteppedRequest, "replay_passes", watched)
+    monkeypatch.setattr(AttentionReplay, "step", watched)
     at = prefill_on_the_step_page(tiny_llama_dir, "hi there", max_new_tokens=4)
     at.button(key="step-next").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     current = at.session_state[step_mode.STEPPED]
     on_owner = app_owner(fresh_device_owner).steps[current.handle]
-    assert len(current.passes) == 2 and len(on_owner.replay.replayed) == 2  # both passes' rows, replayed
+    assert len(current.passes) == 2 and len(on_owner.replay.replayed) == 2  # both passes' rows, replayed once each
     assert len(current.maps.decode[current.maps.layers[0]]) == 1  # and sent: the prefill's map and one decode row
-    assert free[:2] == [False, False]  # each replay held the device: nothing ran beside it
-    whats = [t.what for t in app_owner(fresh_device_owner).queue.turns if t.what != "probe"]
-    assert whats == ["prefill", "attention", "step", "attention"]  # each after its timed turn, not inside it
+    assert free == [False, False]  # each replay held the device: nothing ran beside it
+    assert [t.what for t in queue.turns if t.what != "probe"] == turns
 
 
 def test_a_runs_attention_is_replayed_after_its_turn(

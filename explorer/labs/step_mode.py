@@ -138,6 +138,24 @@ class SteppedRequest:
     def _shape(self) -> RequestShape:
         return self.checked.shape(len(self.live.rows))
 
+    def warm_by_replay(self) -> bool:
+        """The next pass's attention row replayed before it, untimed (the request's clock paused): on a device gone cold
+        it warms the weights for the timed pass as a twin does, and the row is ready when the pass ends (one forward
+        where a twin and a replay took two). False where it cannot: the replay is behind or freed, or nothing is
+        left."""
+        with self.busy:
+            if self.replay.cache is None or self.live.done or len(self.replay.replayed) != len(self.passes):
+                return False
+            live = self.live
+            ids = [live.passes[-1].batch_token_ids[0]] if live.passes else list(live.rows[0])  # what the pass computes
+            self._forward(lambda: self.replay.step(ids))
+            return True
+
+    @property
+    def replay_pending(self) -> bool:
+        """A pass whose attention row is not replayed yet (it needs a forward: a turn on the device)."""
+        return self.replay.cache is not None and len(self.replay.replayed) < len(self.passes)
+
     def replay_passes(self) -> None:
         """The attention maps of every pass not replayed yet (untimed, on the model's eager twin). It needs no turn on
         the device, so the owner's job calls it after the click's turn (the next job's pass runs meanwhile); once the

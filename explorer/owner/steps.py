@@ -1,7 +1,9 @@
 """Step mode on the device owner: a stepped request (`SteppedRequest`, its KV cache) lives here, in `Owner.steps`,
 by an opaque handle; each click is a job of one pass ("prefill", then "step"), which goes between two passes of a
-long Run (`DeviceQueue.make_way`); "reset" frees it. After each pass's turn (outside it, as a Run's capture) its
-attention row is replayed untimed, and the job sends back what the page draws (`explorer.labs.stepped_view`).
+long Run (`DeviceQueue.make_way`); "reset" frees it. Each pass's attention row is replayed untimed: on a device gone
+cold, before the pass in its turn (the replay warms the device for it); on a warm one, after the turn in an untimed
+turn of its own, which Next tokens arriving meanwhile go before. The job sends back what the page draws
+(`explorer.labs.stepped_view`).
 
 A request left idle past IDLE_TIMEOUT_S frees its caches (`sweep_idle`, as every job starts on this owner): its page
 may never come back. A pass or a replay that fails frees the request too: no later pass may extend a cache left half
@@ -99,8 +101,12 @@ def one_pass(stepped: SteppedRequest, turn: Turn, job: Job | None = None, handle
     """The request's next pass, in this turn, with its warm twin only where the device has gone cold (in a room the
     clicks follow each other, each pass warming the next, and everyone in line would wait for the twins); the turn is
     told what it ran. A pass that failed half-way frees it."""
+    cold = not turn.job.owner.queue.warm(WARM_WITHIN_S)
     try:
-        record = stepped.step(twin=not turn.job.owner.queue.warm(WARM_WITHIN_S))
+        # A cold device is warmed by the pass's own attention replay where it can be (the row is then ready when the
+        # pass ends: one forward before it, not a twin and a replay turn after it), else by a twin.
+        warmed = cold and stepped.warm_by_replay()
+        record = stepped.step(twin=cold and not warmed)
     except BaseException:
         stepped.free()
         if job is not None:
@@ -117,9 +123,12 @@ def pass_done(job: Job, handle: str, stepped: SteppedRequest) -> dict[str, Any]:
     record = stepped.passes[-1]
     job.send("pass", asdict(record))
     try:
-        with job.turn("attention", passes=1, untimed=True) as turn:  # one replay pass, never beside a timed one
-            maps = stepped.attention()  # replays the pass not replayed yet
-            turn.ran(0, 0.0)  # its forward, untimed, in the turn log: a wait behind it waited for a forward
+        if stepped.replay_pending:
+            with job.turn("attention", passes=1, untimed=True) as turn:  # one replay pass, never beside a timed one
+                maps = stepped.attention()  # replays the pass not replayed yet
+                turn.ran(0, 0.0)  # its forward, untimed, in the turn log: a wait behind it waited for a forward
+        else:
+            maps = stepped.attention()  # replayed before its pass (`warm_by_replay`): no forward, so no turn
     except BaseException:
         stepped.free()
         freed(job, handle)

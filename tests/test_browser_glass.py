@@ -27,7 +27,7 @@ from tests.browser_support import (
 )
 from tests.vllm_support import real_vllm  # noqa: F401 - the session fixture
 
-pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]
 skip_module_without_browser("the Endpoint page's glass box against a real vLLM")
 
 RUN_TIMEOUT_S = 500  # warm-up + 3 levels x 4 requests, then the prefix experiment, on a busy 2-core machine

@@ -33,7 +33,7 @@ from tests.browser_support import (
 )
 
 skip_module_without_browser()
-pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow, pytest.mark.alone]  # its bounds are times
 
 WARM_TIMEOUT_S = 180  # the model load (a first-ever GGUF conversion takes ~20 s), device figures and warm-up
 RUN_TIMEOUT_S = 120

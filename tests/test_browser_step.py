@@ -19,7 +19,7 @@ from tests.browser_support import IDLE_JS, HostedApp, full_screenshot, screensho
 from tests.step_support import FIRST_SCREEN_JS, PASS_DRAWN_JS, press_right_and_time
 
 skip_module_without_browser("Step by step presenting")
-pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow, pytest.mark.alone]  # its bounds are times
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 VIEWPORT = {"width": 1280, "height": 720}
 PREFILL_TIMEOUT_S = 180  # the shared server may not have loaded the model yet (warming is off there)

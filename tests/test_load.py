@@ -40,7 +40,7 @@ if _MISSING:
     _REASON = f"LOAD TEST SKIPPED, concurrent sessions were NOT checked: {_MISSING}"
     warnings.warn(_REASON, stacklevel=1)
     pytest.skip(_REASON, allow_module_level=True)
-pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow, pytest.mark.alone]  # its bounds are times
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
 
 SESSIONS = 4
 NEW_TOKENS = "4"

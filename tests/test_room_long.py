@@ -222,8 +222,8 @@ def test_a_hosted_presenter_picks_a_long_prompt_within_the_servers_cap(monkeypat
 @pytest.mark.slow
 def test_on_the_embedded_model_chunking_shortens_the_longest_wait_a_long_prefill_caused(real_lm: LoadedModel) -> None:
     """The lesson measured on the real model: the first person's longest gap between tokens holds a later person's
-    whole 512-token prefill; chunked at 64 tokens a step, it holds one chunk. Every prompt's tokens equal alone."""
-    ask = RoundAsk("K7QX2", 1, tuple(RoundPrompt(k + 1, p) for k, p in enumerate(PROMPTS)), 16, True, None, 512, 64)
+    whole 256-token prefill; chunked at 32 tokens a step, it holds one chunk. Every prompt's tokens equal alone."""
+    ask = RoundAsk("K7QX2", 1, tuple(RoundPrompt(k + 1, p) for k, p in enumerate(PROMPTS)), 10, True, None, 256, 32)
     run = run_round(real_lm, ask)
     first = {m.serving: m for m in run.tpot_marks(0.050) if m.participant == 1}
     whole, chunked = first[NOT_CHUNKED].longest_gap_s, first[CHUNKED].longest_gap_s

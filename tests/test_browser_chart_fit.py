@@ -38,7 +38,9 @@ from tests.browser_support import (
 )
 
 skip_module_without_browser("charts fitting their columns")
-pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow]
+# Alone: the walk draws every chart of every page in Chromium, which beside another worker's browser test ran four
+# times slower (82 s against 17-21 s for the phone's walk, 2026-11-29), longer than it takes on its own at the end.
+pytestmark = [pytest.mark.browser, pytest.mark.server, pytest.mark.slow, pytest.mark.alone]
 
 RECORDING, COMPARED = "short-chat", "bfloat16"
 PAGE_TIMEOUT_S = 90  # a busy shared machine: a fresh session loads the recordings before it draws

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pandas as pd
 import pytest
@@ -20,7 +19,7 @@ from explorer.remote.metrics import Peaks, ServerDelta, parse_metrics
 from tests.apptest_support import navigation_like_a_server, open_page  # noqa: F401 - an autouse fixture
 from tests.cost_support import tiny_run
 from tests.test_metrics import VLLM_AFTER, VLLM_BEFORE
-from tests.test_remote import record, sweep_of
+from tests.test_remote import record, stdlib_server, sweep_of
 
 
 def delta() -> ServerDelta:
@@ -167,15 +166,8 @@ def chat_server_without_metrics() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with stdlib_server(Handler) as base_url:
+        yield base_url
 
 
 def test_a_sweep_against_a_server_without_metrics_works_as_before_and_says_why() -> None:

@@ -5,16 +5,16 @@ SGLang text written from its documentation; the delta over a batch by hand; a se
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from explorer.remote import metrics, records, watch
 from explorer.remote.metrics import Histogram, MetricsUnavailable, ServerDelta, parse_metrics, step_mix
+from tests.test_remote import stdlib_server
 
 DATA = Path(__file__).parent / "data"
 VLLM_BEFORE = (DATA / "vllm_metrics_before.txt").read_text()
@@ -156,15 +156,8 @@ def metrics_server(pages: list[tuple[int, str]]) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with stdlib_server(Handler) as base_url:
+        yield base_url
 
 
 def test_the_metrics_url_is_the_servers_root() -> None:

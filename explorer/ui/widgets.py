@@ -165,9 +165,9 @@ def chart(chart_obj: alt.TopLevelMixin, data: pd.DataFrame, name: str, caption: 
     st.altair_chart(chart_obj, width="stretch")
     st.caption(f"{caption} — *{source}*")
     with st.container(horizontal=True, gap="small"):
-        st.download_button(
+        st.download_button(  # made when clicked, as the renders below: a Next token redraws every chart
             f"Download data: {name}.csv",
-            data.to_csv(index=False),
+            lambda: data.to_csv(index=False),
             file_name=f"{name}.csv",
             mime="text/csv",
             key=f"download-{name}",

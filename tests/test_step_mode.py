@@ -28,7 +28,7 @@ from explorer.owner.state import Owner
 from explorer.owner.steps import IDLE_TIMEOUT_S
 from explorer.ui import device_link as ui_link
 from explorer.ui import state as ui_state
-from explorer.ui import step_mode
+from explorer.ui import step_mode, step_mode_view
 from tests.apptest_support import (  # noqa: F401 - the fixture patches AppTest's pages
     HELD_AFTER_SOMEONE_WAITS_S,
     navigation_like_a_server,
@@ -543,3 +543,35 @@ def test_a_disturbed_step_is_marked_on_its_line_its_itl_bar_and_in_its_trace(
     assert any(w.startswith("Disturbed: 2 of 2 passes (passes 0, 1) were timed while other work") for w in warnings)
     stepped = at.session_state[step_mode.STEPPED]
     assert [p.beside_cpu_s for p in stepped.passes] == [1.0, 1.0] and all(p.disturbed for p in stepped.passes)
+
+
+def test_presenting_a_next_token_redraws_the_gaps_and_leaves_the_rest_of_the_request_folded_until_opened(
+    tiny_llama_dir: Path, tiny_lm: LoadedModel
+) -> None:
+    """Presenting, a Next token redraws the first screen, the figures and the gaps (the ITL chart, issue 31); the
+    whole map, the top five, the cache per layer and the pass times wait in an expander that draws them only while
+    it is open, and stays open for the presses after (benchmarks/step_latency.py: what a key costs)."""
+    from explorer.ui.presenter import PRESENTER_ON
+
+    at: AppTest = new_app()
+    at.session_state[ui_state.LAST_INPUTS] = ui_state.RunInputs(model=str(tiny_llama_dir), device="cpu")
+    at.session_state[PRESENTER_ON] = True
+    at = press_prefill(at.switch_page("pages/step.py").run(), "hi there")
+    at.button(key="step-next").click().run()
+    assert not at.exception, at.exception
+    assert chart_names(at) == ["step-newest-rows", "step-kv", "step-itl"]
+    folded = [e for e in at.main.expander if e.label == step_mode_view.WHOLE_REQUEST]
+    assert len(folded) == 1 and not at.get("table")  # nor the top five
+    at.session_state[step_mode_view.WHOLE_REQUEST_KEY] = True  # the presenter opens it
+    at.run()
+    assert chart_names(at) == [
+        "step-newest-rows",
+        "step-kv",
+        "step-itl",
+        "step-attention",
+        "step-kv-layers",
+        "step-times",
+    ]
+    at.button(key="step-next").click().run()
+    assert not at.exception, at.exception
+    assert len(at.session_state[step_mode.STEPPED].passes) == 3 and "step-times" in chart_names(at)  # still open

@@ -23,6 +23,8 @@ NEWEST_ROWS_KEY = "step-newest-rows"  # the strip of the map's newest rows
 KV_GROWTH_KEY = "step-kv-growth"
 ITL_KEY = "step-itl-chart"
 TIMES_KEY = "step-times-chart"
+WHOLE_REQUEST_KEY = "step-whole-request"  # presenting: the expander of what lies below the fold
+WHOLE_REQUEST = "The whole request: its attention map, the top five, the cache per layer and each pass's time"
 # Their plots' height when presenting (axes and legends add to it): under the title, caption, folded prompt, buttons and
 # the newest pass's line (about 320 px at 1280 x 720), each chart with its axes and legends ends above 720 px
 # (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
@@ -35,14 +37,20 @@ DISTURBED_WHERE = f"each is marked {step_charts.DISTURBED_MARK} over its bar in 
 def step_view(current: SteppedView) -> None:
     """The stepped request so far: its newest pass in one line, the newest rows of its attention map enlarged and its
     KV cache growing (presenting: side by side, in the first screen, and sent first), its figures and tokens, the
-    whole map, the cache per layer, the gaps between its tokens and each pass's time against the roofline."""
+    whole map, the cache per layer, the gaps between its tokens and each pass's time against the roofline.
+
+    Presenting, the whole map, the top five, the cache per layer and the pass times fold into one expander that
+    draws only while open: a Next token then redraws the first screen, the figures and the gaps, not four charts
+    below the fold that a room does not see. Measured (benchmarks/step_latency.py, 2026-11-29, 2 cores): drawn all,
+    the key-to-row time beyond the pass had a median of 207-211 ms and 5-7 of 8 presses within 300 ms; folded,
+    195-196 ms and 8 of 8, the slowest 241 ms."""
     trace, maps = current.trace, current.maps
     first = st.container(key=FIRST_SCREEN_KEY)
     first.markdown(step_charts.newest_pass_line(trace, escape_markdown))
     presenting_now = presenting()
     newest_box, kv_box = first.columns(2) if presenting_now else (None, None)
     figures_box, map_box = st.container(), st.container()
-    layer, head = step_pickers(maps)  # drawn under the map, read before it is drawn
+    layer, head = step_pickers(maps)  # drawn under the map (presenting: above the fold), read before it is drawn
     rows = step_charts.attention_rows_frame(maps, layer, head)
     with newest_box or st.container():
         step_newest_rows(rows, FIRST_SCREEN_CHART_PX if presenting_now else None)
@@ -51,13 +59,23 @@ def step_view(current: SteppedView) -> None:
     with figures_box:
         metrics(step_charts.running_figures(trace, current.done))
         st.code(step_charts.tokens_line(trace), language=None, wrap_lines=True)
+    if presenting_now:
+        step_itl(trace)  # the gaps stay drawn when presenting (issue 31): the rest waits for the expander
+        whole = st.expander(WHOLE_REQUEST, key=WHOLE_REQUEST_KEY, on_change="rerun")
+        if not whole.open:
+            return
+        map_box = details_box = whole
+    else:
+        details_box = st.container()
     with map_box:
         step_attention(maps, rows, layer, head)
-    last = trace.passes[-1]
-    table(step_charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
-    step_kv_layers(trace)
-    step_itl(trace)
-    step_times(trace)
+    with details_box:
+        last = trace.passes[-1]
+        table(step_charts.top5_frame(last), f"Pass {last.index} sampled its token from these five.", "measured")
+        step_kv_layers(trace)
+        if not presenting_now:
+            step_itl(trace)
+        step_times(trace)
 
 
 def step_pickers(maps: AttentionMaps) -> tuple[int, int]:

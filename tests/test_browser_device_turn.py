@@ -73,7 +73,8 @@ STEPPED_OR_WAITING_JS = (
 }"""
 )
 HOLDING_TEXT = "Live: each token appears"  # a run's live stream caption: drawn only once it holds the device
-HOLD_PROMPT, HOLD_TOKENS = "Hold the device: count from one to twenty.", "16"  # long enough to be waited for
+# Long enough to be waited for: 16 tokens (~1.5 s held) ended once before the other tab had typed its Prefill.
+HOLD_PROMPT, HOLD_TOKENS = "Hold the device: count from one to fifty.", "64"
 
 
 @dataclass

@@ -24,7 +24,7 @@ KV_GROWTH_KEY = "step-kv-growth"
 ITL_KEY = "step-itl-chart"
 TIMES_KEY = "step-times-chart"
 WHOLE_REQUEST_KEY = "step-whole-request"  # presenting: the expander of what lies below the fold
-WHOLE_REQUEST = "The whole request: its attention map, the top five, the cache per layer and each pass's time"
+WHOLE_REQUEST = "The whole request: attention map, top five, cache per layer, pass times"
 # Their plots' height when presenting (axes and legends add to it): under the title, caption, folded prompt, buttons and
 # the newest pass's line (about 320 px at 1280 x 720), each chart with its axes and legends ends above 720 px
 # (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
@@ -110,8 +110,8 @@ def step_newest_rows(rows: pd.DataFrame, height_px: int | None = None) -> None:
             step_charts.newest_rows_chart(newest, height_px or 180),
             newest,
             "step-newest-rows",
-            "The newest rows of the map above, enlarged: the bottom row is the last pass's query attending to every "
-            "position in the cache (brighter = more attention, √ scale; grey = masked).",
+            "The newest rows of the attention map, enlarged: the bottom row is the last pass's query attending to "
+            "every position in the cache (brighter = more attention, √ scale; grey = masked).",
             "measured (captured attention probabilities, untimed eager shadow)",
         )
 

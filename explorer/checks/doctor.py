@@ -20,6 +20,7 @@ from explorer.checks.machine import (
     DeviceFigures,
     Environment,
     RunFloor,
+    device_checks,
     environment,
     machine_checks,
     measure_devices,
@@ -206,13 +207,36 @@ def run_doctor(load: Callable[[], LoadedModel], progress: Report = silent) -> Do
         progress(0.7, f"A {DOCTOR_TOKENS}-token run on {lm.torch_device.type}, checked end to end…")
         trace, run = run_checks(lm, figures)
     floors = (run_floor(lm, trace),) if lm is not None and trace is not None else ()
+    devices, machine = bounded_by_the_run(env, devices, floors, lambda: measure_devices(silent, FiguresStore()))
     return DoctorReport(
         environment=env,
         devices=devices,
-        checks=(*machine_checks(env, devices, floors), loaded, *run),
+        checks=(*machine, loaded, *run),
         run_device=str(lm.torch_device) if lm is not None else None,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+
+
+def bounded_by_the_run(
+    env: Environment,
+    devices: tuple[DeviceFigures, ...],
+    floors: tuple[RunFloor, ...],
+    measure_again: Callable[[], tuple[DeviceFigures, ...]],
+) -> tuple[tuple[DeviceFigures, ...], list[Check]]:
+    """The machine's checks, each device's figures bounded below by the run's passes. Where a device check fails, the
+    figures are taken once more, after the run, before one is called wrong: a figure a pass beat was taken while the
+    machine was busy (a fresh clone's tests once started vLLM beside it: 52.4 GFLOP/s against a pass's 64.5)."""
+    checks = machine_checks(env, devices, floors)
+    if not floors or all(c.status != "FAIL" for figures in devices for c in device_checks(figures, floors)):
+        return devices, checks
+    devices = measure_again()
+    retaken = verdict(
+        True,
+        "device figures taken again",
+        "a device check failed on the first figures (taken while the machine was busy?), so they were taken again "
+        "after the run; the checks above judge the second (threshold: the second figures pass on their own)",
+    )
+    return devices, [*machine_checks(env, devices, floors), retaken]
 
 
 # --- the text --------------------------------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class NiceWatch:
     def line(self) -> str:
         seen = ", ".join(str(n) for n in sorted(self.seen)) or "none seen"
         how = (
-            f"yes (--nice-browsers: nice {self.nice}, {self.lowered} Chromium threads lowered as they appeared)"
+            f"yes (nice {self.nice}, {self.lowered} Chromium threads lowered as they appeared)"
             if self.nice > 0
             else "no (they ran at the priorities Chromium gives itself)"
         )

@@ -47,9 +47,10 @@ MEASURE_CPU: Callable[..., DeviceProfile] = device_module.cpu_profile  # the rea
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (`-n 2 -m "not browser and not server"`), the workers share the cores: two workers with two
     torch threads each on a 2-core machine made real-model passes several times slower (threads waiting on each
-    other), one thread each did not. The servers a test starts (transformers serve, vLLM, the CLI) get the same share
-    through OMP_NUM_THREADS: the browser and server tests on two workers took 249 s with it, 287 s without
-    (2026-11-29, `-m "(browser or server) and not alone"`, 2 cores)."""
+    other), one thread each did not. Every process a test starts gets the same share through OMP_NUM_THREADS:
+    transformers serve, vLLM, the CLI, and the device owner of each app a browser test starts (it keeps torch's own
+    count, at most one per core it runs on, so one thread here either way). The browser and server tests on two
+    workers took 249 s with it, 287 s without (2026-11-29, `-m "(browser or server) and not alone"`, 2 cores)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch

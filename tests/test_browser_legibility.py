@@ -40,6 +40,7 @@ import pytest
 
 from explorer.recording.pdx import bundled
 from explorer.teach.tour import SLIDE_COUNT, TITLES
+from explorer.ui.step_mode_view import TIMES_KEY, WHOLE_REQUEST
 from tests.browser_support import (
     HostedApp,
     mark_run_state,
@@ -352,6 +353,10 @@ def test_every_chart_is_legible_large_and_first_in_presenter_mode_at_1280x720(
             _measure(page, "Step by step, after Prefill", rows, sizes, small)
             _first_screen(page, "Step by step, after Prefill", STEP_CHARTS, 2, boxes)
             page.screenshot(path=str(shots / "legible-step-after-prefill.png"))
+            # Presenting, the rest of the request is folded (drawn only while open): opened, its charts are measured.
+            _rerun(page, page.get_by_text(WHOLE_REQUEST, exact=True).first.click)
+            page.locator(f".st-key-{TIMES_KEY} svg.marks").wait_for(timeout=PAGE_TIMEOUT_S * 1000)
+            _measure(page, "Step by step, the whole request opened", rows, sizes, small)
         if label == "Tour":
             slides.append(slide_box(page, 0))
             for index in range(1, SLIDE_COUNT):  # → through every slide, keys only

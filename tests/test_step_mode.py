@@ -572,6 +572,7 @@ def test_presenting_a_next_token_redraws_the_gaps_and_leaves_the_rest_of_the_req
         "step-kv-layers",
         "step-times",
     ]
+    assert at.get("table")  # the top five, drawn in the opened fold
     at.button(key="step-next").click().run()
     assert not at.exception, at.exception
     assert len(at.session_state[step_mode.STEPPED].passes) == 3 and "step-times" in chart_names(at)  # still open

@@ -53,7 +53,8 @@ class Event:
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """httpx's default verifying context, made once for every client here. Why: httpx makes one for each client, and
-    loading the CA bundle took 22-38 ms here (2026-11-29), paid by every Next token before its job was sent."""
+    loading the CA bundle took 22-38 ms here (2026-11-29), paid by every Next token before its job was sent. Shared by
+    every client: do not change it (a client certificate, http2) for one of them."""
     return httpx.create_ssl_context()
 
 

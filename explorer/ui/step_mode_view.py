@@ -27,8 +27,9 @@ WHOLE_REQUEST_KEY = "step-whole-request"  # presenting: the expander of what lie
 WHOLE_REQUEST = "The whole request: attention map, top five, cache per layer, pass times"
 # Their plots' height when presenting (axes and legends add to it): under the title, caption, folded prompt, buttons and
 # the newest pass's line (about 320 px at 1280 x 720), each chart with its axes and legends ends above 720 px
-# (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the whole map and its pickers go
-# below. Four rows of the strip in 170 px (`ROW_PX_PRESENTING` each), where a row of the whole map is a few pixels.
+# (measured in tests/test_browser_legibility.py and tests/test_browser_step.py); the figures, the pickers, the gaps and
+# the folded rest go below. Four rows of the strip in 170 px (`ROW_PX_PRESENTING` each), where a row of the whole map
+# is a few pixels.
 FIRST_SCREEN_CHART_PX = 170
 ROW_PX_PRESENTING = 40  # a strip row's height for the presenter theme's 18 px labels, with room for any glyph
 DISTURBED_WHERE = f"each is marked {step_charts.DISTURBED_MARK} over its bar in the inter-token latency chart"
@@ -41,15 +42,16 @@ def step_view(current: SteppedView) -> None:
 
     Presenting, the whole map, the top five, the cache per layer and the pass times fold into one expander that
     draws only while open: a Next token then redraws the first screen, the figures and the gaps, not four charts
-    below the fold that a room does not see. Measured (benchmarks/step_latency.py, 2026-11-29, 2 cores): drawn all,
-    the key-to-row time beyond the pass had a median of 207-211 ms and 5-7 of 8 presses within 300 ms; folded,
-    195-196 ms and 8 of 8, the slowest 241 ms."""
+    below the fold that a room does not see: with them drawn, 8/8, 6/8 and 3/8 presses landed within the pass +
+    0.3 s in three runs of benchmarks/step_latency.py; folded (with the owner client's fix), 8/8 in each of three
+    (docs/measurements.md, 2026-11-29)."""
     trace, maps = current.trace, current.maps
     first = st.container(key=FIRST_SCREEN_KEY)
     first.markdown(step_charts.newest_pass_line(trace, escape_markdown))
     presenting_now = presenting()
     newest_box, kv_box = first.columns(2) if presenting_now else (None, None)
-    figures_box, map_box = st.container(), st.container()
+    figures_box = st.container()
+    map_box = None if presenting_now else st.container()  # presenting, the map is folded under the gaps
     layer, head = step_pickers(maps)  # drawn under the map (presenting: above the fold), read before it is drawn
     rows = step_charts.attention_rows_frame(maps, layer, head)
     with newest_box or st.container():
@@ -67,7 +69,7 @@ def step_view(current: SteppedView) -> None:
         map_box = details_box = whole
     else:
         details_box = st.container()
-    with map_box:
+    with map_box or details_box:
         step_attention(maps, rows, layer, head)
     with details_box:
         last = trace.passes[-1]

@@ -69,7 +69,7 @@ def step_view(current: SteppedView) -> None:
         map_box = details_box = whole
     else:
         details_box = st.container()
-    with map_box or details_box:
+    with map_box:  # presenting, the fold (set above)
         step_attention(maps, rows, layer, head)
     with details_box:
         last = trace.passes[-1]
